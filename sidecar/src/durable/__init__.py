@@ -1,0 +1,1 @@
+"""Generated gRPC code for the durable.v1 contract (see proto/)."""

@@ -1,0 +1,126 @@
+from durable.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SaveCheckpointItem(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    STEP_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    step_name: str
+    state_json: bytes
+    execution_id: str
+    node_name: str
+    expected_sequence: int
+    lease_seconds: int
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class SaveCheckpointsRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[SaveCheckpointItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[SaveCheckpointItem, _Mapping]]] = ...) -> None: ...
+
+class SaveCheckpointResult(_message.Message):
+    __slots__ = ("checkpoint", "deduplicated")
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: _common_pb2.Checkpoint
+    deduplicated: bool
+    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+
+class SaveCheckpointsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SaveCheckpointResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SaveCheckpointResult, _Mapping]]] = ...) -> None: ...
+
+class GetLatestCheckpointRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "include_state")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    include_state: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., include_state: _Optional[bool] = ...) -> None: ...
+
+class GetLatestCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: _common_pb2.Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+
+class GetCheckpointRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "sequence", "include_state")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    sequence: int
+    include_state: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., sequence: _Optional[int] = ..., include_state: _Optional[bool] = ...) -> None: ...
+
+class GetCheckpointResponse(_message.Message):
+    __slots__ = ("checkpoint",)
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: _common_pb2.Checkpoint
+    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "page_size", "page_token", "include_state")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    page_size: int
+    page_token: str
+    include_state: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_state: _Optional[bool] = ...) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints", "next_page_token")
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[_common_pb2.Checkpoint]
+    next_page_token: str
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[_common_pb2.Checkpoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PruneCheckpointsRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "keep_last", "older_than_seconds", "dry_run")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    keep_last: int
+    older_than_seconds: int
+    dry_run: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., keep_last: _Optional[int] = ..., older_than_seconds: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class PruneCheckpointsResponse(_message.Message):
+    __slots__ = ("deleted_count", "instance_count")
+    DELETED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    deleted_count: int
+    instance_count: int
+    def __init__(self, deleted_count: _Optional[int] = ..., instance_count: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,89 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class InstanceStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INSTANCE_STATUS_UNSPECIFIED: _ClassVar[InstanceStatus]
+    INSTANCE_STATUS_RUNNING: _ClassVar[InstanceStatus]
+    INSTANCE_STATUS_COMPLETED: _ClassVar[InstanceStatus]
+    INSTANCE_STATUS_FAILED: _ClassVar[InstanceStatus]
+    INSTANCE_STATUS_CANCELLED: _ClassVar[InstanceStatus]
+INSTANCE_STATUS_UNSPECIFIED: InstanceStatus
+INSTANCE_STATUS_RUNNING: InstanceStatus
+INSTANCE_STATUS_COMPLETED: InstanceStatus
+INSTANCE_STATUS_FAILED: InstanceStatus
+INSTANCE_STATUS_CANCELLED: InstanceStatus
+
+class Instance(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "status", "bound_version", "version_label", "lease_owner", "lease_expires_at", "wake_at", "last_sequence", "last_step", "checkpoint_count", "resume_count", "error_message", "result_json", "created_by_execution_id", "created_at", "updated_at", "finished_at")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_LABEL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    WAKE_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESUME_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    status: InstanceStatus
+    bound_version: int
+    version_label: str
+    lease_owner: str
+    lease_expires_at: _timestamp_pb2.Timestamp
+    wake_at: _timestamp_pb2.Timestamp
+    last_sequence: int
+    last_step: str
+    checkpoint_count: int
+    resume_count: int
+    error_message: str
+    result_json: bytes
+    created_by_execution_id: str
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., bound_version: _Optional[int] = ..., version_label: _Optional[str] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., last_step: _Optional[str] = ..., checkpoint_count: _Optional[int] = ..., resume_count: _Optional[int] = ..., error_message: _Optional[str] = ..., result_json: _Optional[bytes] = ..., created_by_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "sequence", "step_name", "state_json", "sha256", "size_bytes", "stored_bytes", "execution_id", "node_name", "created_at")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STEP_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    sequence: int
+    step_name: str
+    state_json: bytes
+    sha256: str
+    size_bytes: int
+    stored_bytes: int
+    execution_id: str
+    node_name: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., sequence: _Optional[int] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

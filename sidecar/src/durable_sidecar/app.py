@@ -1,0 +1,162 @@
+"""Wiring: settings → stores → services → gRPC server, and its ordered start and graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+import grpc
+from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc, instance_pb2, instance_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from . import metrics
+from .services.checkpoints import CheckpointService
+from .services.instances import InstanceService
+from .settings import Settings
+from .stores.cache import Cache
+from .stores.checkpoints import CheckpointStore
+from .stores.db import Database
+from .stores.instances import InstanceStore
+from .stores.migrate import migrate
+from .transport.auth import Authenticator
+from .transport.checkpoints import CheckpointServicer
+from .transport.instances import InstanceServicer
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = [
+    instance_pb2.DESCRIPTOR.services_by_name["InstanceService"].full_name,
+    checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
+]
+
+
+@dataclass
+class Sidecar:
+    """A running sidecar; `port` is the bound gRPC port."""
+
+    settings: Settings
+    db: Database
+    cache: Cache
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    stopping: asyncio.Event
+    metrics_server: metrics.MetricsServer | None = None
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Health NOT_SERVING, stop accepting and drain in-flight RPCs, then close pools."""
+        grace = self.settings.shutdown_grace_seconds if grace is None else grace
+        log.info("shutting down: health NOT_SERVING")
+        self.stopping.set()
+        for name in ["", *SERVICE_NAMES]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        log.info("draining in-flight RPCs", extra={"grace_s": grace})
+        await self.server.stop(grace)
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        await self.cache.close()
+        await self.db.close()
+        log.info("sidecar stopped")
+
+
+def _credentials(settings: Settings) -> grpc.ServerCredentials:
+    with open(settings.tls_key_file, "rb") as fh:
+        key = fh.read()
+    with open(settings.tls_cert_file, "rb") as fh:
+        cert = fh.read()
+    client_ca = None
+    if settings.tls_client_ca_file:
+        with open(settings.tls_client_ca_file, "rb") as fh:
+            client_ca = fh.read()
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
+                                       require_client_auth=client_ca is not None)
+
+
+async def start(settings: Settings) -> Sidecar:
+    """Builds, registers, binds and starts the server; fails fast when PostgreSQL is unreachable."""
+    if settings.auto_migrate:
+        applied = await migrate(settings.database_url)
+        log.info("migrations checked", extra={"applied": applied})
+    db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
+                  connect_timeout=settings.db_connect_timeout_seconds, retry_attempts=settings.db_retry_attempts)
+    await db.open()
+    cache = Cache(settings.redis_url, max_connections=settings.redis_pool_max,
+                  timeout_seconds=settings.redis_timeout_seconds, ttl_seconds=settings.cache_ttl_seconds,
+                  max_item_bytes=settings.cache_max_item_bytes)
+    if cache.enabled and not await cache.ping():
+        log.warning("Redis not reachable at start-up; serving from PostgreSQL until it is")
+
+    instance_store = InstanceStore()
+    checkpoint_store = CheckpointStore(compress_threshold_bytes=settings.compress_threshold_bytes)
+    checkpoints = CheckpointService(db, instance_store, checkpoint_store, cache,
+                                    max_state_bytes=settings.max_state_bytes,
+                                    max_batch_items=settings.max_batch_items,
+                                    default_lease_seconds=settings.lease_seconds)
+    instances = InstanceService(db, instance_store, checkpoint_store, checkpoints,
+                                default_lease_seconds=settings.lease_seconds)
+    auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
+    stopping = asyncio.Event()
+
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ])
+    instance_pb2_grpc.add_InstanceServiceServicer_to_server(InstanceServicer(instances, auth, stopping), server)
+    checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointServicer(checkpoints, auth), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    if settings.tls_enabled:
+        port = server.add_secure_port(settings.listen_address, _credentials(settings))
+    else:
+        port = server.add_insecure_port(settings.listen_address)
+    if port == 0:
+        raise OSError(f"could not bind {settings.listen_address}")
+    await server.start()
+    for name in ["", *SERVICE_NAMES]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
+                      stopping=stopping)
+    if settings.metrics_address:
+        loop = asyncio.get_running_loop()
+
+        def ready() -> bool:
+            if stopping.is_set():
+                return False
+            return asyncio.run_coroutine_threadsafe(db.ping(), loop).result(timeout=3)
+
+        def refresh() -> None:
+            stats = db.pool_stats()
+            metrics.POOL_SIZE.labels("size").set(stats.get("pool_size", 0))
+            metrics.POOL_SIZE.labels("available").set(stats.get("pool_available", 0))
+            metrics.POOL_SIZE.labels("waiting").set(stats.get("requests_waiting", 0))
+
+        sidecar.metrics_server = metrics.MetricsServer(settings.metrics_address, ready=ready, refresh=refresh)
+        sidecar.metrics_server.start()
+    log.info("sidecar serving", extra={"address": settings.listen_address, "port": port,
+                                       "tls": settings.tls_enabled})
+    return sidecar
+
+
+async def serve(settings: Settings) -> None:
+    """Runs until SIGTERM or SIGINT, then stops gracefully."""
+    sidecar = await start(settings)
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, done.set)
+    await done.wait()
+    log.info("signal received")
+    await sidecar.stop()

@@ -1,0 +1,1 @@
+"""Services: the rules (first-or-duplicate, sequence fencing, leases), calling stores only."""

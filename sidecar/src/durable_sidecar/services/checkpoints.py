@@ -1,0 +1,243 @@
+"""CheckpointService: validate, fence, deduplicate and append checkpoints in one transaction per batch."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, replace
+
+from .. import metrics, validation
+from ..domain import Checkpoint, InstanceRef, NewCheckpoint, Page, PrunePolicy, PruneResult, SavedCheckpoint
+from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
+from ..stores.cache import Cache
+from ..stores.checkpoints import CheckpointStore, EncodedState
+from ..stores.db import Conn, Database
+from ..stores.instances import InstanceStore
+
+log = logging.getLogger(__name__)
+
+# Above this many bytes, hashing, JSON checks and compression move off the event
+# loop so one large save does not stall every other RPC.
+_OFFLOAD_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class SaveItem:
+    """One item of a SaveCheckpoints request, as the transport decoded it."""
+
+    workflow_id: str
+    instance_key: str
+    step_name: str
+    state: bytes
+    execution_id: str
+    node_name: str
+    expected_sequence: int | None
+    lease_seconds: int
+
+
+@dataclass
+class _Locked:
+    """What the transaction knows of one instance while it walks a batch."""
+
+    status_final: bool
+    last_sequence: int
+    last_step: str
+    latest: Checkpoint | None  # newest checkpoint's metadata, once read
+
+
+class CheckpointService:
+    def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore, cache: Cache, *,
+                 max_state_bytes: int, max_batch_items: int, default_lease_seconds: int) -> None:
+        self.db = db
+        self.instances = instances
+        self.checkpoints = checkpoints
+        self.cache = cache
+        self.max_state_bytes = max_state_bytes
+        self.max_batch_items = max_batch_items
+        self.default_lease_seconds = default_lease_seconds
+
+    def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
+        where = f"items[{index}]"
+        try:
+            validation.identifier("workflow_id", item.workflow_id)
+            validation.identifier("instance_key", item.instance_key)
+            validation.identifier("step_name", item.step_name)
+            validation.identifier("execution_id", item.execution_id)
+            validation.identifier("node_name", item.node_name, required=False)
+            lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400,
+                                        default=self.default_lease_seconds)
+            if item.expected_sequence is not None and item.expected_sequence < 0:
+                raise InvalidArgument("expected_sequence must not be negative")
+            if len(item.state) > self.max_state_bytes:
+                raise TooLarge(
+                    f"state is {len(item.state)} bytes; the limit is {self.max_state_bytes} bytes "
+                    "(DURABLE_MAX_STATE_BYTES): save fewer fields"
+                )
+            validation.json_bytes("state_json", item.state)
+        except (InvalidArgument, TooLarge) as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+        return NewCheckpoint(
+            ref=InstanceRef(namespace, item.workflow_id, item.instance_key),
+            step_name=item.step_name,
+            state=item.state,
+            sha256=hashlib.sha256(item.state).hexdigest(),
+            execution_id=item.execution_id,
+            node_name=item.node_name,
+            expected_sequence=item.expected_sequence,
+            lease_seconds=lease,
+        )
+
+    def _prepare(self, namespace: str, items: list[SaveItem]) -> list[tuple[NewCheckpoint, EncodedState]]:
+        out = []
+        for i, item in enumerate(items):
+            new = self._validate(namespace, i, item)
+            out.append((new, self.checkpoints.encode(new.state)))
+        return out
+
+    async def save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
+        if not items:
+            raise InvalidArgument("items is empty: send at least one checkpoint")
+        if len(items) > self.max_batch_items:
+            raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
+        total = sum(len(i.state) for i in items)
+        if total > _OFFLOAD_BYTES:
+            prepared = await asyncio.to_thread(self._prepare, namespace, items)
+        else:
+            prepared = self._prepare(namespace, items)
+
+        async def txn(conn: Conn) -> list[SavedCheckpoint]:
+            # Lock every instance of the batch in one fixed order so that
+            # concurrent batches cannot deadlock each other.
+            locked: dict[InstanceRef, _Locked] = {}
+            for ref in sorted({new.ref for new, _ in prepared},
+                              key=lambda r: (r.workflow_id, r.instance_key)):
+                inst = await self.instances.get_txn(conn, ref, for_update=True)
+                if inst is not None:
+                    locked[ref] = _Locked(inst.status.final, inst.last_sequence, inst.last_step, None)
+            results = []
+            for i, (new, encoded) in enumerate(prepared):
+                results.append(await self._save_one(conn, i, new, encoded, locked))
+            return results
+
+        results = await self.db.transaction(txn)
+        for (new, _), saved in zip(prepared, results):
+            metrics.CHECKPOINTS_SAVED.labels("deduplicated" if saved.deduplicated else "written").inc()
+            if not saved.deduplicated:
+                await self.cache.put_state(namespace, new.ref.workflow_id, new.ref.instance_key,
+                                           saved.checkpoint.sequence, new.state)
+        return results
+
+    async def _save_one(self, conn: Conn, index: int, new: NewCheckpoint, encoded: EncodedState,
+                        locked: dict[InstanceRef, _Locked]) -> SavedCheckpoint:
+        ref = new.ref
+        state = locked.get(ref)
+        if state is None:
+            raise NotFound(
+                f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} does not exist: "
+                "start it with StartOrResume (the Resume Point node) before saving checkpoints"
+            )
+        if state.last_sequence > 0 and state.last_step == new.step_name:
+            if state.latest is None:
+                state.latest = await self.checkpoints.get_txn(conn, ref, state.last_sequence, with_state=False)
+            if state.latest is not None and state.latest.sha256 == new.sha256:
+                return SavedCheckpoint(state.latest, deduplicated=True)
+        if state.status_final:
+            raise FailedPrecondition(
+                f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} is finished; "
+                "a finished instance takes no more checkpoints"
+            )
+        if new.expected_sequence is not None and new.expected_sequence != state.last_sequence:
+            raise StaleFencingToken(
+                f"items[{index}]: expected newest sequence {new.expected_sequence} but it is "
+                f"{state.last_sequence}: another execution saved in between; re-read the instance"
+            )
+        sequence = state.last_sequence + 1
+        saved = await self.checkpoints.insert_txn(
+            conn, ref, sequence=sequence, step_name=new.step_name, encoded=encoded, sha256=new.sha256,
+            size_bytes=len(new.state), execution_id=new.execution_id, node_name=new.node_name,
+        )
+        await self.instances.record_checkpoint_txn(
+            conn, ref, sequence=sequence, step_name=new.step_name, owner=new.execution_id,
+            lease_seconds=new.lease_seconds,
+        )
+        state.last_sequence, state.last_step, state.latest = sequence, new.step_name, saved
+        return SavedCheckpoint(saved, deduplicated=False)
+
+    async def with_state(self, namespace: str, cp: Checkpoint) -> Checkpoint:
+        """Fills in the state from the cache, or from PostgreSQL on a miss (then caches it)."""
+        state = await self.cache.get_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence)
+        if state is not None and hashlib.sha256(state).hexdigest() == cp.sha256:
+            return replace(cp, state=state)
+        ref = InstanceRef(namespace, cp.workflow_id, cp.instance_key)
+
+        async def txn(conn: Conn) -> Checkpoint | None:
+            return await self.checkpoints.get_txn(conn, ref, cp.sequence, with_state=True)
+
+        full = await self.db.transaction(txn)
+        if full is None or full.state is None:
+            raise NotFound(f"checkpoint {cp.sequence} of {cp.workflow_id}/{cp.instance_key} was pruned")
+        await self.cache.put_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence, full.state)
+        return full
+
+    async def latest(self, ref: InstanceRef, *, include_state: bool) -> Checkpoint:
+        _check_ref(ref)
+
+        async def txn(conn: Conn) -> Checkpoint:
+            inst = await self.instances.get_txn(conn, ref)
+            if inst is None:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            if inst.last_sequence == 0:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} has no checkpoints yet")
+            cp = await self.checkpoints.get_txn(conn, ref, inst.last_sequence, with_state=False)
+            assert cp is not None, "the newest checkpoint is never pruned"
+            return cp
+
+        cp = await self.db.transaction(txn)
+        return await self.with_state(ref.namespace, cp) if include_state else cp
+
+    async def get(self, ref: InstanceRef, sequence: int, *, include_state: bool) -> Checkpoint:
+        _check_ref(ref)
+        if sequence < 1:
+            raise InvalidArgument("sequence must be 1 or more")
+
+        async def txn(conn: Conn) -> Checkpoint | None:
+            return await self.checkpoints.get_txn(conn, ref, sequence, with_state=False)
+
+        cp = await self.db.transaction(txn)
+        if cp is None:
+            raise NotFound(f"checkpoint {sequence} of {ref.workflow_id}/{ref.instance_key} does not exist")
+        return await self.with_state(ref.namespace, cp) if include_state else cp
+
+    async def list(self, ref: InstanceRef, page: Page, *, include_state: bool) -> tuple[list[Checkpoint], str]:
+        _check_ref(ref)
+
+        async def txn(conn: Conn) -> tuple[list[Checkpoint], str]:
+            if await self.instances.get_txn(conn, ref) is None:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            return await self.checkpoints.list_txn(conn, ref, page, with_state=include_state)
+
+        return await self.db.transaction(txn)
+
+    async def prune(self, namespace: str, policy: PrunePolicy) -> PruneResult:
+        validation.identifier("workflow_id", policy.workflow_id, required=False)
+        validation.identifier("instance_key", policy.instance_key, required=False)
+        if policy.instance_key and not policy.workflow_id:
+            raise InvalidArgument("instance_key needs workflow_id")
+        if policy.keep_last < 0 or policy.older_than_seconds < 0:
+            raise InvalidArgument("keep_last and older_than_seconds must not be negative")
+        if policy.keep_last == 0 and policy.older_than_seconds == 0:
+            raise InvalidArgument("give keep_last, older_than_seconds or both: an empty policy would delete "
+                                  "every checkpoint but the newest")
+
+        async def txn(conn: Conn) -> PruneResult:
+            return await self.checkpoints.prune_txn(conn, namespace, policy)
+
+        result = await self.db.transaction(txn)
+        log.info("checkpoints pruned", extra={"deleted": result.deleted_count, "dry_run": policy.dry_run})
+        return result
+
+
+def _check_ref(ref: InstanceRef) -> None:
+    validation.identifier("workflow_id", ref.workflow_id)
+    validation.identifier("instance_key", ref.instance_key)

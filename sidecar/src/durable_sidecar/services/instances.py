@@ -1,0 +1,233 @@
+"""InstanceService: start-or-resume with leases, final states, wake-ups and claiming resumable work."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+from .. import validation
+from ..domain import (
+    Checkpoint,
+    Instance,
+    InstanceFilter,
+    InstanceRef,
+    InstanceStatus,
+    Page,
+    Resumable,
+    StartOutcome,
+    StartResult,
+)
+from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from ..logs import instance_key_var
+from ..stores.checkpoints import CheckpointStore
+from ..stores.db import Conn, Database
+from ..stores.instances import InstanceStore
+from .checkpoints import CheckpointService
+
+log = logging.getLogger(__name__)
+
+MAX_DELAY_SECONDS = 31_622_400
+
+
+def _check_ref(ref: InstanceRef) -> None:
+    validation.identifier("workflow_id", ref.workflow_id)
+    validation.identifier("instance_key", ref.instance_key)
+    instance_key_var.set(ref.instance_key)
+
+
+class InstanceService:
+    def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore,
+                 checkpoint_service: CheckpointService, *, default_lease_seconds: int) -> None:
+        self.db = db
+        self.instances = instances
+        self.checkpoints = checkpoints
+        self.checkpoint_service = checkpoint_service
+        self.default_lease_seconds = default_lease_seconds
+        # Prefix of claim tokens minted by this process (readable in the audit trail).
+        self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
+
+    async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
+        if inst.last_sequence == 0:
+            return None
+        return await self.checkpoints.get_txn(conn, inst.ref, inst.last_sequence, with_state=False)
+
+    async def start_or_resume(
+        self,
+        ref: InstanceRef,
+        *,
+        execution_id: str,
+        lease_seconds: int = 0,
+        version_label: str = "",
+        bound_version: int = 0,
+        claim_token: str = "",
+        include_state: bool = False,
+    ) -> StartResult:
+        _check_ref(ref)
+        validation.identifier("execution_id", execution_id)
+        validation.identifier("version_label", version_label, required=False)
+        validation.identifier("claim_token", claim_token, required=False)
+        lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=self.default_lease_seconds)
+
+        async def txn(conn: Conn) -> StartResult:
+            created = await self.instances.create_txn(
+                conn, ref, execution_id=execution_id, lease_seconds=lease, bound_version=bound_version,
+                version_label=version_label,
+            )
+            if created is not None:
+                await self.instances.add_event_txn(conn, ref, "started", actor=execution_id)
+                return StartResult(StartOutcome.STARTED, created, None)
+            inst = await self.instances.get_txn(conn, ref, for_update=True)
+            if inst is None:  # deleted between the insert and the lock: let the retry loop start over
+                raise FailedPrecondition("instance changed concurrently; retry")
+            latest = await self._latest_meta(conn, inst)
+            if inst.status.final:
+                return StartResult(StartOutcome.FINISHED, inst, latest)
+            if inst.lease_owner == execution_id:
+                # A retry by the execution that already holds the lease: same answer, no new resume.
+                inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease,
+                                                           count_resume=False)
+                first = inst.created_by_execution_id == execution_id and inst.resume_count == 0
+                return StartResult(StartOutcome.STARTED if first else StartOutcome.RESUMED, inst, latest)
+            lease_alive, wake_pending = await self.instances.lease_state_txn(conn, ref)
+            taking_claim = bool(claim_token) and inst.lease_owner == claim_token
+            if not taking_claim and (lease_alive or wake_pending):
+                return StartResult(StartOutcome.BUSY, inst, latest)
+            inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease,
+                                                       count_resume=True)
+            await self.instances.add_event_txn(
+                conn, ref, "resumed", actor=execution_id,
+                detail=f"from sequence {inst.last_sequence}" + (" via resume claim" if taking_claim else ""),
+            )
+            return StartResult(StartOutcome.RESUMED, inst, latest)
+
+        result = await self.db.transaction(txn)
+        if include_state and result.latest is not None:
+            latest = await self.checkpoint_service.with_state(ref.namespace, result.latest)
+            result = StartResult(result.outcome, result.instance, latest)
+        log.info("start_or_resume", extra={"outcome": result.outcome.value, "sequence": result.instance.last_sequence})
+        return result
+
+    async def get(self, ref: InstanceRef) -> tuple[Instance, Checkpoint | None]:
+        _check_ref(ref)
+
+        async def txn(conn: Conn) -> tuple[Instance, Checkpoint | None]:
+            inst = await self.instances.get_txn(conn, ref)
+            if inst is None:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            return inst, await self._latest_meta(conn, inst)
+
+        return await self.db.transaction(txn)
+
+    async def list(self, namespace: str, flt: InstanceFilter, page: Page) -> tuple[list[Instance], str]:
+        validation.identifier("workflow_id", flt.workflow_id, required=False)
+        if flt.bound_version < 0:
+            raise InvalidArgument("bound_version must not be negative")
+
+        async def txn(conn: Conn) -> tuple[list[Instance], str]:
+            return await self.instances.list_txn(conn, namespace, flt, page)
+
+        return await self.db.transaction(txn)
+
+    async def finish(
+        self,
+        ref: InstanceRef,
+        status: InstanceStatus,
+        *,
+        actor: str,
+        error_message: str = "",
+        result_json: bytes | None = None,
+    ) -> Instance:
+        """Moves a running instance to a final status; repeating the same final status is a no-op."""
+        _check_ref(ref)
+        validation.identifier("execution_id" if status is not InstanceStatus.CANCELLED else "actor", actor,
+                              required=status is not InstanceStatus.CANCELLED)
+        validation.text("error_message", error_message, required=status is InstanceStatus.FAILED)
+        if result_json:
+            validation.json_bytes("result_json", result_json)
+
+        async def txn(conn: Conn) -> Instance:
+            inst = await self.instances.get_txn(conn, ref, for_update=True)
+            if inst is None:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            if inst.status is status:
+                return inst
+            if inst.status.final:
+                raise FailedPrecondition(
+                    f"instance {ref.workflow_id}/{ref.instance_key} is already {inst.status.value}; "
+                    f"it cannot become {status.value}"
+                )
+            done = await self.instances.finish_txn(conn, ref, status=status, error_message=error_message,
+                                                   result_json=result_json or None)
+            await self.instances.add_event_txn(conn, ref, status.value, actor=actor, detail=error_message)
+            return done
+
+        return await self.db.transaction(txn)
+
+    async def schedule_wake_up(self, ref: InstanceRef, *, execution_id: str, wake_at: datetime | None,
+                               delay_seconds: int | None) -> Instance:
+        _check_ref(ref)
+        validation.identifier("execution_id", execution_id)
+        if (wake_at is None) == (delay_seconds is None):
+            raise InvalidArgument("give exactly one of wake_at and delay_seconds")
+        if delay_seconds is not None and not 0 <= delay_seconds <= MAX_DELAY_SECONDS:
+            raise InvalidArgument(f"delay_seconds must be 0 to {MAX_DELAY_SECONDS}, got {delay_seconds}")
+
+        async def txn(conn: Conn) -> Instance:
+            inst = await self.instances.get_txn(conn, ref, for_update=True)
+            if inst is None:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            if inst.status.final:
+                raise FailedPrecondition(
+                    f"instance {ref.workflow_id}/{ref.instance_key} is {inst.status.value}; only running "
+                    "instances can be scheduled"
+                )
+            done = await self.instances.schedule_wake_txn(conn, ref, wake_at=wake_at, delay_seconds=delay_seconds)
+            await self.instances.add_event_txn(conn, ref, "wake_scheduled", actor=execution_id,
+                                               detail=done.wake_at.isoformat() if done.wake_at else "")
+            return done
+
+        return await self.db.transaction(txn)
+
+    async def claim_resumable(self, namespace: str, *, workflow_ids: list[str], claimant: str,
+                              max_instances: int, lease_seconds: int) -> list[Resumable]:
+        for wf in workflow_ids:
+            validation.identifier("workflow_ids[]", wf)
+        validation.identifier("claimant", claimant)
+        limit = validation.in_range("max_instances", max_instances, 1, 1000, default=10)
+        lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=self.default_lease_seconds)
+
+        async def txn(conn: Conn) -> list[Resumable]:
+            claimed = await self.instances.claim_resumable_txn(
+                conn, namespace, workflow_ids=workflow_ids, limit=limit, lease_seconds=lease,
+                token_prefix=self._claim_prefix,
+            )
+            out = []
+            for inst, reason, token in claimed:
+                await self.instances.add_event_txn(conn, inst.ref, "claimed", actor=claimant, detail=reason.value)
+                out.append(Resumable(inst, reason, token, await self._latest_meta(conn, inst)))
+            return out
+
+        claimed = await self.db.transaction(txn)
+        if claimed:
+            log.info("claimed resumable instances", extra={"count": len(claimed), "claimant": claimant})
+        return claimed
+
+    async def watch_resumable(self, namespace: str, *, workflow_ids: list[str], claimant: str, max_instances: int,
+                              lease_seconds: int, poll_interval_ms: int,
+                              stopping: asyncio.Event) -> AsyncIterator[list[Resumable]]:
+        """Claims every poll interval until `stopping` is set; yields [] as a heartbeat."""
+        interval = validation.in_range("poll_interval_ms", poll_interval_ms, 100, 600_000, default=1000) / 1000
+        while not stopping.is_set():
+            batch = await self.claim_resumable(namespace, workflow_ids=workflow_ids, claimant=claimant,
+                                               max_instances=max_instances, lease_seconds=lease_seconds)
+            yield batch
+            if batch:
+                continue  # more may be waiting: claim again at once
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                pass

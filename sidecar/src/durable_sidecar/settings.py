@@ -1,0 +1,290 @@
+"""The sidecar's one settings object, read once from DURABLE_* environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class SettingsError(Exception):
+    """Every invalid setting, reported together so one start-up shows them all."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid settings:\n  - " + "\n  - ".join(problems))
+
+
+def _meta(env: str, doc: str) -> dict[str, str]:
+    return {"env": env, "doc": doc}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Documented settings; each field's metadata names its variable and unit."""
+
+    database_url: str = field(
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        metadata=_meta("DURABLE_DATABASE_URL", "PostgreSQL connection URL (libpq form)."),
+    )
+    redis_url: str = field(
+        default="redis://127.0.0.1:6379/0",
+        metadata=_meta("DURABLE_REDIS_URL", "Redis URL of the cache; empty disables the cache."),
+    )
+    listen_address: str = field(
+        default="127.0.0.1:50051",
+        metadata=_meta("DURABLE_LISTEN_ADDRESS", "host:port the gRPC server binds (port 0 picks a free one)."),
+    )
+    metrics_address: str = field(
+        default="127.0.0.1:9464",
+        metadata=_meta(
+            "DURABLE_METRICS_ADDRESS",
+            "host:port of the HTTP server for /metrics, /livez and /readyz; empty disables it.",
+        ),
+    )
+    db_pool_min: int = field(default=2, metadata=_meta("DURABLE_DB_POOL_MIN", "Minimum PostgreSQL connections."))
+    db_pool_max: int = field(default=10, metadata=_meta("DURABLE_DB_POOL_MAX", "Maximum PostgreSQL connections."))
+    db_connect_timeout_seconds: float = field(
+        default=10.0,
+        metadata=_meta("DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "How long start-up waits for PostgreSQL (seconds)."),
+    )
+    db_retry_attempts: int = field(
+        default=5,
+        metadata=_meta(
+            "DURABLE_DB_RETRY_ATTEMPTS",
+            "Attempts for a transaction that hits a transient PostgreSQL error (SQLSTATE 08, 40001, 40P01, 53, 57).",
+        ),
+    )
+    redis_pool_max: int = field(default=32, metadata=_meta("DURABLE_REDIS_POOL_MAX", "Maximum Redis connections."))
+    redis_timeout_seconds: float = field(
+        default=0.25,
+        metadata=_meta("DURABLE_REDIS_TIMEOUT_SECONDS", "Socket timeout of every Redis call (seconds)."),
+    )
+    cache_ttl_seconds: int = field(
+        default=3600, metadata=_meta("DURABLE_CACHE_TTL_SECONDS", "Lifetime of a cached checkpoint state (seconds).")
+    )
+    cache_max_item_bytes: int = field(
+        default=1_048_576,
+        metadata=_meta("DURABLE_CACHE_MAX_ITEM_BYTES", "States larger than this are not cached (bytes)."),
+    )
+    lease_seconds: int = field(
+        default=300,
+        metadata=_meta("DURABLE_LEASE_SECONDS", "Default instance lease; a checkpoint renews it (seconds)."),
+    )
+    max_state_bytes: int = field(
+        default=16_777_216,
+        metadata=_meta(
+            "DURABLE_MAX_STATE_BYTES", "Largest checkpoint state accepted; larger is RESOURCE_EXHAUSTED (bytes)."
+        ),
+    )
+    compress_threshold_bytes: int = field(
+        default=16_384,
+        metadata=_meta("DURABLE_COMPRESS_THRESHOLD_BYTES", "States at least this large are stored zlib-compressed (bytes)."),
+    )
+    max_message_bytes: int = field(
+        default=67_108_864,
+        metadata=_meta(
+            "DURABLE_MAX_MESSAGE_BYTES", "Largest gRPC message sent or received; at least max state + 1 MiB (bytes)."
+        ),
+    )
+    max_batch_items: int = field(
+        default=1000, metadata=_meta("DURABLE_MAX_BATCH_ITEMS", "Most items in one batched RPC.")
+    )
+    idempotency_lease_seconds: int = field(
+        default=60,
+        metadata=_meta("DURABLE_IDEMPOTENCY_LEASE_SECONDS", "Default lease of an acquired idempotency key (seconds)."),
+    )
+    idempotency_ttl_seconds: int = field(
+        default=86_400,
+        metadata=_meta("DURABLE_IDEMPOTENCY_TTL_SECONDS", "Default lifetime of an idempotency key (seconds)."),
+    )
+    reaper_interval_seconds: float = field(
+        default=30.0,
+        metadata=_meta("DURABLE_REAPER_INTERVAL_SECONDS", "Pause between expired-key reaper passes (seconds)."),
+    )
+    reaper_batch_size: int = field(
+        default=500, metadata=_meta("DURABLE_REAPER_BATCH_SIZE", "Expired keys deleted per reaper transaction.")
+    )
+    auth_tokens: str = field(
+        default="",
+        metadata=_meta(
+            "DURABLE_AUTH_TOKENS",
+            "Comma-separated token=namespace pairs; a bearer token selects its namespace.",
+        ),
+    )
+    auth_disabled: bool = field(
+        default=False,
+        metadata=_meta(
+            "DURABLE_AUTH_DISABLED",
+            "Accept calls without a token, all in namespace 'default' (local trials only).",
+        ),
+    )
+    tls_cert_file: str = field(
+        default="", metadata=_meta("DURABLE_TLS_CERT_FILE", "PEM server certificate; set with the key to enable TLS.")
+    )
+    tls_key_file: str = field(default="", metadata=_meta("DURABLE_TLS_KEY_FILE", "PEM private key of the certificate."))
+    tls_client_ca_file: str = field(
+        default="",
+        metadata=_meta("DURABLE_TLS_CLIENT_CA_FILE", "PEM CA bundle; when set, clients must present a certificate."),
+    )
+    log_level: str = field(default="INFO", metadata=_meta("DURABLE_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR."))
+    log_format: str = field(default="json", metadata=_meta("DURABLE_LOG_FORMAT", "json (one object a line) or text."))
+    auto_migrate: bool = field(
+        default=True, metadata=_meta("DURABLE_AUTO_MIGRATE", "Whether `serve` applies pending migrations first.")
+    )
+    shutdown_grace_seconds: float = field(
+        default=10.0,
+        metadata=_meta("DURABLE_SHUTDOWN_GRACE_SECONDS", "How long SIGTERM waits for in-flight RPCs (seconds)."),
+    )
+    n8n_base_url: str = field(
+        default="",
+        metadata=_meta("DURABLE_N8N_BASE_URL", "n8n base URL for its public REST API (e.g. http://127.0.0.1:5678)."),
+    )
+    n8n_api_key: str = field(default="", metadata=_meta("DURABLE_N8N_API_KEY", "n8n API key (X-N8N-API-KEY)."))
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        """Token to namespace map parsed from auth_tokens."""
+        return _parse_tokens(self.auth_tokens)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert_file)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Reads every DURABLE_* variable; raises SettingsError listing all problems."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for f in fields(cls):
+            name = f.metadata["env"]
+            if f.name in overrides:
+                values[f.name] = overrides[f.name]
+                continue
+            raw = env.get(name)
+            if raw is None:
+                continue
+            parser = _PARSERS[type(f.default)]
+            try:
+                values[f.name] = parser(raw.strip())
+            except ValueError as exc:
+                problems.append(f"{name}={raw!r}: {exc}")
+        settings = cls(**values)
+        problems.extend(settings.problems())
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    def problems(self) -> list[str]:
+        """Cross-field and range checks."""
+        out: list[str] = []
+
+        def need(cond: bool, env: str, msg: str) -> None:
+            if not cond:
+                out.append(f"{env}: {msg}")
+
+        need(self.database_url.startswith(("postgresql://", "postgres://")), "DURABLE_DATABASE_URL",
+             "must be a postgresql:// URL")
+        need(self.redis_url == "" or self.redis_url.startswith(("redis://", "rediss://", "unix://")),
+             "DURABLE_REDIS_URL", "must be a redis:// or rediss:// URL, or empty")
+        need(_is_host_port(self.listen_address), "DURABLE_LISTEN_ADDRESS", "must be host:port")
+        need(self.metrics_address == "" or _is_host_port(self.metrics_address), "DURABLE_METRICS_ADDRESS",
+             "must be host:port or empty")
+        need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")
+        need(1 <= self.db_pool_max <= 1000, "DURABLE_DB_POOL_MAX", "must be 1 to 1000")
+        need(self.db_connect_timeout_seconds > 0, "DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "must be positive")
+        need(1 <= self.db_retry_attempts <= 100, "DURABLE_DB_RETRY_ATTEMPTS", "must be 1 to 100")
+        need(1 <= self.redis_pool_max <= 10_000, "DURABLE_REDIS_POOL_MAX", "must be 1 to 10000")
+        need(0 < self.redis_timeout_seconds <= 60, "DURABLE_REDIS_TIMEOUT_SECONDS", "must be in (0, 60]")
+        need(self.cache_ttl_seconds >= 1, "DURABLE_CACHE_TTL_SECONDS", "must be at least 1")
+        need(self.cache_max_item_bytes >= 0, "DURABLE_CACHE_MAX_ITEM_BYTES", "must not be negative")
+        need(1 <= self.lease_seconds <= 86_400, "DURABLE_LEASE_SECONDS", "must be 1 to 86400")
+        need(1 <= self.max_state_bytes <= 1_073_741_824, "DURABLE_MAX_STATE_BYTES", "must be 1 to 1 GiB")
+        need(self.compress_threshold_bytes >= 0, "DURABLE_COMPRESS_THRESHOLD_BYTES", "must not be negative")
+        need(self.max_message_bytes >= self.max_state_bytes + 1_048_576, "DURABLE_MAX_MESSAGE_BYTES",
+             "must be at least DURABLE_MAX_STATE_BYTES + 1 MiB")
+        need(self.max_message_bytes <= 2_147_483_647, "DURABLE_MAX_MESSAGE_BYTES", "must fit in 2 GiB")
+        need(1 <= self.max_batch_items <= 100_000, "DURABLE_MAX_BATCH_ITEMS", "must be 1 to 100000")
+        need(1 <= self.idempotency_lease_seconds <= 86_400, "DURABLE_IDEMPOTENCY_LEASE_SECONDS",
+             "must be 1 to 86400")
+        need(60 <= self.idempotency_ttl_seconds <= 31_622_400, "DURABLE_IDEMPOTENCY_TTL_SECONDS",
+             "must be 60 to 31622400")
+        need(self.reaper_interval_seconds > 0, "DURABLE_REAPER_INTERVAL_SECONDS", "must be positive")
+        need(1 <= self.reaper_batch_size <= 100_000, "DURABLE_REAPER_BATCH_SIZE", "must be 1 to 100000")
+        try:
+            tokens = _parse_tokens(self.auth_tokens)
+        except ValueError as exc:
+            out.append(f"DURABLE_AUTH_TOKENS: {exc}")
+            tokens = {}
+        need(bool(tokens) or self.auth_disabled, "DURABLE_AUTH_TOKENS",
+             "no token configured: set token=namespace pairs (or DURABLE_AUTH_DISABLED=true for a local trial)")
+        need(bool(self.tls_cert_file) == bool(self.tls_key_file), "DURABLE_TLS_CERT_FILE",
+             "DURABLE_TLS_CERT_FILE and DURABLE_TLS_KEY_FILE must be set together")
+        for env, path in (("DURABLE_TLS_CERT_FILE", self.tls_cert_file), ("DURABLE_TLS_KEY_FILE", self.tls_key_file),
+                          ("DURABLE_TLS_CLIENT_CA_FILE", self.tls_client_ca_file)):
+            need(path == "" or os.path.isfile(path), env, f"file {path!r} does not exist")
+        need(not self.tls_client_ca_file or bool(self.tls_cert_file), "DURABLE_TLS_CLIENT_CA_FILE",
+             "needs DURABLE_TLS_CERT_FILE and DURABLE_TLS_KEY_FILE")
+        need(self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"), "DURABLE_LOG_LEVEL",
+             "must be DEBUG, INFO, WARNING or ERROR")
+        need(self.log_format in ("json", "text"), "DURABLE_LOG_FORMAT", "must be json or text")
+        need(self.shutdown_grace_seconds >= 0, "DURABLE_SHUTDOWN_GRACE_SECONDS", "must not be negative")
+        need(self.n8n_base_url == "" or self.n8n_base_url.startswith(("http://", "https://")),
+             "DURABLE_N8N_BASE_URL", "must be an http:// or https:// URL, or empty")
+        return out
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(variable, default, description) for every setting, for docs and `--help`."""
+    return [(f.metadata["env"], repr(f.default), f.metadata["doc"]) for f in fields(Settings)]
+
+
+def _parse_bool(raw: str) -> bool:
+    low = raw.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_int(raw: str) -> int:
+    try:
+        return int(raw.replace("_", ""))
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
+def _parse_float(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
+_PARSERS: dict[type, Callable[[str], Any]] = {str: str, int: _parse_int, float: _parse_float, bool: _parse_bool}
+
+
+def _parse_tokens(raw: str) -> dict[str, str]:
+    tokens: dict[str, str] = {}
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        token, sep, namespace = part.partition("=")
+        token, namespace = token.strip(), namespace.strip()
+        if not sep or not token or not namespace:
+            raise ValueError("each entry must be token=namespace")
+        if len(token) < 8:
+            raise ValueError("tokens must be at least 8 characters")
+        if token in tokens:
+            raise ValueError("a token is listed twice")
+        tokens[token] = namespace
+    return tokens
+
+
+def _is_host_port(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    return bool(sep) and bool(host) and port.isdigit() and 0 <= int(port) <= 65535

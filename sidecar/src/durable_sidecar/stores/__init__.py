@@ -1,0 +1,1 @@
+"""Stores: the only code that imports a database or cache driver."""

@@ -1,0 +1,175 @@
+"""CheckpointStore: append-only rows of durable_checkpoints, compressed above a threshold."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+from psycopg.rows import DictRow
+
+from ..domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
+from .db import Conn, decode_cursor, encode_cursor
+
+_META = "workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, node_name, created_at"
+_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
+
+ENCODING_IDENTITY = 0
+ENCODING_ZLIB = 1
+
+
+@dataclass(frozen=True)
+class EncodedState:
+    """A state ready to store: encoded outside the transaction so no row lock waits on CPU work."""
+
+    data: bytes
+    encoding: int
+
+
+def _key(ref: InstanceRef) -> dict[str, Any]:
+    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+
+
+def _decode(data: bytes, encoding: int) -> bytes:
+    return zlib.decompress(data) if encoding == ENCODING_ZLIB else data
+
+
+def _checkpoint(row: DictRow, *, with_state: bool) -> Checkpoint:
+    state = None
+    if with_state and row.get("state") is not None:
+        state = _decode(bytes(row["state"]), row["encoding"])
+    return Checkpoint(
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        sequence=row["sequence"],
+        step_name=row["step_name"],
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        stored_bytes=row["stored_bytes"],
+        execution_id=row["execution_id"],
+        node_name=row["node_name"],
+        created_at=row["created_at"],
+        state=state,
+    )
+
+
+class CheckpointStore:
+    def __init__(self, *, compress_threshold_bytes: int) -> None:
+        self.compress_threshold_bytes = compress_threshold_bytes
+
+    def encode(self, state: bytes) -> EncodedState:
+        """Compresses large states (zlib level 1: most of the gain for JSON at a fraction of the CPU)."""
+        if len(state) >= self.compress_threshold_bytes:
+            packed = zlib.compress(state, 1)
+            if len(packed) < len(state):
+                return EncodedState(packed, ENCODING_ZLIB)
+        return EncodedState(state, ENCODING_IDENTITY)
+
+    async def insert_txn(
+        self,
+        conn: Conn,
+        ref: InstanceRef,
+        *,
+        sequence: int,
+        step_name: str,
+        encoded: EncodedState,
+        sha256: str,
+        size_bytes: int,
+        execution_id: str,
+        node_name: str,
+    ) -> Checkpoint:
+        cur = await conn.execute(
+            f"""INSERT INTO durable_checkpoints
+                    (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
+                     size_bytes, stored_bytes, execution_id, node_name)
+                VALUES (%(ns)s, %(wf)s, %(key)s, %(seq)s, %(step)s, %(enc)s, %(state)s, %(sha)s,
+                        %(size)s, %(stored)s, %(exec)s, %(node)s)
+                RETURNING {_META}""",
+            {**_key(ref), "seq": sequence, "step": step_name, "enc": encoded.encoding, "state": encoded.data,
+             "sha": sha256, "size": size_bytes, "stored": len(encoded.data), "exec": execution_id,
+             "node": node_name},
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return _checkpoint(row, with_state=False)
+
+    async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
+        cols = _META + (", encoding, state" if with_state else "")
+        cur = await conn.execute(
+            f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = %(seq)s",
+            {**_key(ref), "seq": sequence},
+        )
+        row = await cur.fetchone()
+        return _checkpoint(row, with_state=with_state) if row else None
+
+    async def list_txn(
+        self, conn: Conn, ref: InstanceRef, page: Page, *, with_state: bool
+    ) -> tuple[list[Checkpoint], str]:
+        after = 0
+        if page.token:
+            (after,) = decode_cursor(page.token, 1)
+            if not isinstance(after, int):
+                after = 0
+        cols = _META + (", encoding, state" if with_state else "")
+        cur = await conn.execute(
+            f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > %(after)s
+                ORDER BY sequence LIMIT %(limit)s""",
+            {**_key(ref), "after": after, "limit": page.size + 1},
+        )
+        rows = [_checkpoint(r, with_state=with_state) for r in await cur.fetchall()]
+        token = ""
+        if len(rows) > page.size:
+            rows = rows[: page.size]
+            token = encode_cursor([rows[-1].sequence])
+        return rows, token
+
+    async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
+        """Deletes by policy, always keeping each instance's newest checkpoint; updates counters."""
+        where = [sql.SQL("c.namespace = %(ns)s"), sql.SQL("c.sequence < i.last_sequence")]
+        params: dict[str, Any] = {"ns": namespace}
+        if policy.workflow_id:
+            where.append(sql.SQL("c.workflow_id = %(wf)s"))
+            params["wf"] = policy.workflow_id
+        if policy.instance_key:
+            where.append(sql.SQL("c.instance_key = %(key)s"))
+            params["key"] = policy.instance_key
+        if policy.keep_last:
+            where.append(sql.SQL("c.sequence <= i.last_sequence - %(keep)s"))
+            params["keep"] = policy.keep_last
+        if policy.older_than_seconds:
+            where.append(sql.SQL("c.created_at < now() - make_interval(secs => %(age)s)"))
+            params["age"] = policy.older_than_seconds
+        victims = sql.SQL(
+            """SELECT c.namespace, c.workflow_id, c.instance_key, c.sequence
+               FROM durable_checkpoints c
+               JOIN durable_instances i USING (namespace, workflow_id, instance_key)
+               WHERE {where}"""
+        ).format(where=sql.SQL(" AND ").join(where))
+        if policy.dry_run:
+            query = sql.SQL(
+                "SELECT count(*) AS n, count(DISTINCT (workflow_id, instance_key)) AS m FROM ({victims}) v"
+            ).format(victims=victims)
+        else:
+            query = sql.SQL(
+                """WITH gone AS (
+                       DELETE FROM durable_checkpoints d
+                       USING ({victims}) v
+                       WHERE d.namespace = v.namespace AND d.workflow_id = v.workflow_id
+                         AND d.instance_key = v.instance_key AND d.sequence = v.sequence
+                       RETURNING d.namespace, d.workflow_id, d.instance_key),
+                   per AS (
+                       SELECT namespace, workflow_id, instance_key, count(*) AS n FROM gone
+                       GROUP BY namespace, workflow_id, instance_key),
+                   upd AS (
+                       UPDATE durable_instances i SET checkpoint_count = i.checkpoint_count - per.n
+                       FROM per
+                       WHERE i.namespace = per.namespace AND i.workflow_id = per.workflow_id
+                         AND i.instance_key = per.instance_key
+                       RETURNING 1)
+                   SELECT coalesce(sum(n), 0)::bigint AS n, count(*) AS m FROM per"""
+            ).format(victims=victims)
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+        assert row is not None
+        return PruneResult(deleted_count=int(row["n"]), instance_count=int(row["m"]))

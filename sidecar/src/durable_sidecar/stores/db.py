@@ -1,0 +1,133 @@
+"""PostgreSQL access: the connection pool, transactions with transient-error retry, paging cursors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import InvalidArgument, Unavailable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[DictRow]
+"""A connection inside an open transaction; services pass it through, never use it."""
+
+# SQLSTATE classes and codes worth retrying: connection exceptions, serialization
+# failures, deadlocks, insufficient resources, operator intervention.
+_TRANSIENT_CLASSES = ("08", "53", "57")
+_TRANSIENT_CODES = ("40001", "40P01")
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (psycopg.OperationalError, PoolTimeout)) and not isinstance(exc, psycopg.errors.QueryCanceled):
+        sqlstate = getattr(exc, "sqlstate", None)
+        return sqlstate is None or sqlstate.startswith(_TRANSIENT_CLASSES) or sqlstate in _TRANSIENT_CODES
+    if isinstance(exc, psycopg.Error):
+        sqlstate = exc.sqlstate or ""
+        return sqlstate.startswith(_TRANSIENT_CLASSES) or sqlstate in _TRANSIENT_CODES
+    return False
+
+
+class Database:
+    """Owns the pool; `transaction` runs a function in one retried transaction."""
+
+    def __init__(self, url: str, *, min_size: int, max_size: int, connect_timeout: float, retry_attempts: int) -> None:
+        self.url = url
+        self.retry_attempts = retry_attempts
+        self._connect_timeout = connect_timeout
+        self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=connect_timeout,
+            kwargs={"row_factory": dict_row, "autocommit": False},
+            connection_class=psycopg.AsyncConnection[DictRow],
+            name="durable",
+        )
+
+    async def open(self) -> None:
+        """Opens the pool and fails fast when PostgreSQL cannot be reached."""
+        await self.pool.open()
+        try:
+            await self.pool.wait(timeout=self._connect_timeout)
+        except PoolTimeout:
+            await self.pool.close()
+            raise Unavailable(f"PostgreSQL not reachable at {_redact(self.url)} within {self._connect_timeout}s") from None
+        log.info("database pool open", extra={"pool_max": self.pool.max_size})
+
+    async def close(self) -> None:
+        await self.pool.close()
+        log.info("database pool closed")
+
+    async def ping(self) -> bool:
+        try:
+            async with self.pool.connection(timeout=2.0) as conn:
+                await conn.execute("SELECT 1")
+            return True
+        except Exception:  # noqa: BLE001 - readiness only reports
+            return False
+
+    def pool_stats(self) -> dict[str, int]:
+        return self.pool.get_stats()
+
+    async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Runs fn inside one transaction; retries the whole transaction on transient errors."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self.pool.connection() as conn:
+                    async with conn.transaction():
+                        return await fn(conn)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if attempt >= self.retry_attempts:
+                    log.error("transient database error, giving up", extra={"attempt": attempt, "error": str(exc)})
+                    raise Unavailable("the database is unavailable; retry later") from exc
+                delay = min(2.0, 0.05 * 2 ** (attempt - 1)) * (0.5 + random.random())
+                log.warning(
+                    "transient database error, retrying",
+                    extra={"attempt": attempt, "delay_s": round(delay, 3), "error": str(exc)},
+                )
+                await asyncio.sleep(delay)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        async with self.pool.connection() as conn:
+            yield conn
+
+
+def encode_cursor(values: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values, default=str).encode()).decode()
+
+
+def decode_cursor(token: str, length: int) -> list[Any]:
+    try:
+        values = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except ValueError:
+        raise InvalidArgument("page_token is not a token this server issued") from None
+    if not isinstance(values, list) or len(values) != length:
+        raise InvalidArgument("page_token is not a token this server issued")
+    return values
+
+
+def _redact(url: str) -> str:
+    # Never log a password that may be inside the URL.
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, _, _ = head.partition("://")
+    return f"{scheme}://***@{tail}"

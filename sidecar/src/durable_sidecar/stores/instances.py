@@ -1,0 +1,249 @@
+"""InstanceStore: rows of durable_instances and their audit events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+from psycopg.rows import DictRow
+
+from ..domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, Page, ResumeReason
+from .db import Conn, decode_cursor, encode_cursor
+
+_COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
+    lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
+    result_json, created_by_execution_id, created_at, updated_at, finished_at"""
+
+
+def _instance(row: DictRow) -> Instance:
+    return Instance(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        status=InstanceStatus(row["status"]),
+        bound_version=row["bound_version"],
+        version_label=row["version_label"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        wake_at=row["wake_at"],
+        last_sequence=row["last_sequence"],
+        last_step=row["last_step"],
+        checkpoint_count=row["checkpoint_count"],
+        resume_count=row["resume_count"],
+        error_message=row["error_message"],
+        result_json=bytes(row["result_json"]) if row["result_json"] is not None else None,
+        created_by_execution_id=row["created_by_execution_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
+
+
+def _key(ref: InstanceRef) -> dict[str, Any]:
+    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+
+
+class InstanceStore:
+    """Reads and writes instances; every method runs inside the caller's transaction."""
+
+    async def create_txn(
+        self,
+        conn: Conn,
+        ref: InstanceRef,
+        *,
+        execution_id: str,
+        lease_seconds: int,
+        bound_version: int,
+        version_label: str,
+    ) -> Instance | None:
+        """Inserts a new running instance leased to execution_id; None when the key exists."""
+        cur = await conn.execute(
+            f"""INSERT INTO durable_instances
+                    (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
+                     lease_expires_at, created_by_execution_id)
+                VALUES (%(ns)s, %(wf)s, %(key)s, %(version)s, %(label)s, %(exec)s,
+                        now() + make_interval(secs => %(lease)s), %(exec)s)
+                ON CONFLICT DO NOTHING
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "version": bound_version, "label": version_label, "exec": execution_id,
+             "lease": lease_seconds},
+        )
+        row = await cur.fetchone()
+        return _instance(row) if row else None
+
+    async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
+        lock = " FOR UPDATE" if for_update else ""
+        cur = await conn.execute(f"SELECT {_COLUMNS} FROM durable_instances WHERE {_KEY}{lock}", _key(ref))
+        row = await cur.fetchone()
+        return _instance(row) if row else None
+
+    async def lease_state_txn(self, conn: Conn, ref: InstanceRef) -> tuple[bool, bool]:
+        """(lease alive, wake-up in the future) judged by database time."""
+        cur = await conn.execute(
+            f"""SELECT coalesce(lease_expires_at > now(), false) AS lease_alive,
+                       coalesce(wake_at > now(), false) AS wake_pending
+                FROM durable_instances WHERE {_KEY}""",
+            _key(ref),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return False, False
+        return bool(row["lease_alive"]), bool(row["wake_pending"])
+
+    async def take_lease_txn(
+        self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int, count_resume: bool
+    ) -> Instance:
+        cur = await conn.execute(
+            f"""UPDATE durable_instances
+                SET lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
+                    wake_at = NULL, resume_count = resume_count + %(inc)s, updated_at = now()
+                WHERE {_KEY}
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "owner": owner, "lease": lease_seconds, "inc": 1 if count_resume else 0},
+        )
+        row = await cur.fetchone()
+        assert row is not None, "caller locked the row"
+        return _instance(row)
+
+    async def record_checkpoint_txn(
+        self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str, lease_seconds: int
+    ) -> None:
+        """Advances the newest sequence and renews the lease for the saving execution."""
+        await conn.execute(
+            f"""UPDATE durable_instances
+                SET last_sequence = %(seq)s, last_step = %(step)s, checkpoint_count = checkpoint_count + 1,
+                    lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
+                    updated_at = now()
+                WHERE {_KEY}""",
+            {**_key(ref), "seq": sequence, "step": step_name, "owner": owner, "lease": lease_seconds},
+        )
+
+    async def finish_txn(
+        self,
+        conn: Conn,
+        ref: InstanceRef,
+        *,
+        status: InstanceStatus,
+        error_message: str = "",
+        result_json: bytes | None = None,
+    ) -> Instance:
+        cur = await conn.execute(
+            f"""UPDATE durable_instances
+                SET status = %(status)s, error_message = %(error)s, result_json = %(result)s,
+                    lease_owner = '', lease_expires_at = NULL, wake_at = NULL,
+                    finished_at = now(), updated_at = now()
+                WHERE {_KEY}
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "status": status.value, "error": error_message, "result": result_json},
+        )
+        row = await cur.fetchone()
+        assert row is not None, "caller locked the row"
+        return _instance(row)
+
+    async def schedule_wake_txn(
+        self, conn: Conn, ref: InstanceRef, *, wake_at: datetime | None, delay_seconds: int | None
+    ) -> Instance:
+        cur = await conn.execute(
+            f"""UPDATE durable_instances
+                SET wake_at = coalesce(%(at)s, now() + make_interval(secs => %(delay)s)),
+                    lease_owner = '', lease_expires_at = NULL, updated_at = now()
+                WHERE {_KEY}
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "at": wake_at, "delay": delay_seconds},
+        )
+        row = await cur.fetchone()
+        assert row is not None, "caller locked the row"
+        return _instance(row)
+
+    async def claim_resumable_txn(
+        self,
+        conn: Conn,
+        namespace: str,
+        *,
+        workflow_ids: list[str],
+        limit: int,
+        lease_seconds: int,
+        token_prefix: str,
+    ) -> list[tuple[Instance, ResumeReason, str]]:
+        """Locks stalled and due instances with SKIP LOCKED and leases them to fresh claim tokens."""
+        cur = await conn.execute(
+            """WITH candidates AS (
+                   SELECT namespace, workflow_id, instance_key,
+                          CASE WHEN wake_at IS NULL THEN 'stalled' ELSE 'wake_up' END AS reason
+                   FROM durable_instances
+                   WHERE namespace = %(ns)s AND status = 'running'
+                     AND ((wake_at IS NULL AND lease_expires_at < now()) OR wake_at <= now())
+                     AND (cardinality(%(wfs)s::text[]) = 0 OR workflow_id = ANY(%(wfs)s::text[]))
+                   ORDER BY coalesce(wake_at, lease_expires_at)
+                   LIMIT %(limit)s
+                   FOR UPDATE SKIP LOCKED)
+               UPDATE durable_instances i
+               SET lease_owner = %(prefix)s || md5(random()::text || clock_timestamp()::text || i.instance_key),
+                   lease_expires_at = now() + make_interval(secs => %(lease)s),
+                   wake_at = NULL, updated_at = now()
+               FROM candidates c
+               WHERE i.namespace = c.namespace AND i.workflow_id = c.workflow_id AND i.instance_key = c.instance_key
+               RETURNING c.reason, """
+            + ", ".join(f"i.{c.strip()}" for c in _COLUMNS.split(",")),
+            {"ns": namespace, "wfs": workflow_ids, "limit": limit, "lease": lease_seconds, "prefix": token_prefix},
+        )
+        out = []
+        for row in await cur.fetchall():
+            inst = _instance(row)
+            out.append((inst, ResumeReason(row["reason"]), inst.lease_owner))
+        return out
+
+    async def list_txn(
+        self, conn: Conn, namespace: str, flt: InstanceFilter, page: Page
+    ) -> tuple[list[Instance], str]:
+        where = [sql.SQL("namespace = %(ns)s")]
+        params: dict[str, Any] = {"ns": namespace, "limit": page.size + 1}
+        if flt.workflow_id:
+            where.append(sql.SQL("workflow_id = %(wf)s"))
+            params["wf"] = flt.workflow_id
+        if flt.statuses:
+            where.append(sql.SQL("status = ANY(%(statuses)s)"))
+            params["statuses"] = [s.value for s in flt.statuses]
+        if flt.bound_version:
+            where.append(sql.SQL("bound_version = %(bv)s"))
+            params["bv"] = flt.bound_version
+        if flt.stalled_only:
+            where.append(sql.SQL("status = 'running' AND wake_at IS NULL AND lease_expires_at < now()"))
+        if flt.key_prefix:
+            where.append(sql.SQL("starts_with(instance_key, %(prefix)s)"))
+            params["prefix"] = flt.key_prefix
+        if page.token:
+            created, wf, key = decode_cursor(page.token, 3)
+            where.append(sql.SQL("(created_at, workflow_id, instance_key) < (%(c_at)s::timestamptz, %(c_wf)s, %(c_key)s)"))
+            params.update({"c_at": created, "c_wf": wf, "c_key": key})
+        query = sql.SQL(
+            "SELECT {cols} FROM durable_instances WHERE {where} "
+            "ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT %(limit)s"
+        ).format(cols=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(where))
+        cur = await conn.execute(query, params)
+        rows = [_instance(r) for r in await cur.fetchall()]
+        next_token = ""
+        if len(rows) > page.size:
+            rows = rows[: page.size]
+            last = rows[-1]
+            next_token = encode_cursor([last.created_at.isoformat(), last.workflow_id, last.instance_key])
+        return rows, next_token
+
+    async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "", detail: str = "") -> None:
+        await conn.execute(
+            """INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail)
+               VALUES (%(ns)s, %(wf)s, %(key)s, %(kind)s, %(actor)s, %(detail)s)""",
+            {**_key(ref), "kind": kind, "actor": actor, "detail": detail},
+        )
+
+    async def events_txn(self, conn: Conn, ref: InstanceRef, limit: int = 100) -> list[dict[str, Any]]:
+        cur = await conn.execute(
+            f"""SELECT id, kind, actor, detail, created_at FROM durable_instance_events
+                WHERE {_KEY} ORDER BY id DESC LIMIT %(limit)s""",
+            {**_key(ref), "limit": limit},
+        )
+        return [dict(r) for r in await cur.fetchall()]

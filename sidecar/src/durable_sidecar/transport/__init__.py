@@ -1,0 +1,1 @@
+"""Transport: decode a request, call one service method, encode the response."""

@@ -1,0 +1,115 @@
+"""InstanceService servicer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from durable.v1 import instance_pb2, instance_pb2_grpc
+
+from ..domain import InstanceFilter, InstanceRef, InstanceStatus, Page
+from ..errors import InvalidArgument
+from ..services.instances import InstanceService
+from ..validation import page_size
+from . import convert
+from .auth import Authenticator
+from .rpc import server_stream, unary
+
+
+def _statuses(values: list[int]) -> tuple[InstanceStatus, ...]:
+    try:
+        return tuple(convert.STATUS_FROM_PB[v] for v in values)
+    except KeyError:
+        raise InvalidArgument("statuses contains an unknown status") from None
+
+
+class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
+    def __init__(self, service: InstanceService, auth: Authenticator, stopping: asyncio.Event) -> None:
+        self.service = service
+        self.auth = auth
+        self.stopping = stopping
+
+    @unary("StartOrResume")
+    async def StartOrResume(self, request: instance_pb2.StartOrResumeRequest, ns: str) -> instance_pb2.StartOrResumeResponse:  # noqa: N802
+        result = await self.service.start_or_resume(
+            InstanceRef(ns, request.workflow_id, request.instance_key),
+            execution_id=request.execution_id,
+            lease_seconds=request.lease_seconds,
+            version_label=request.version_label,
+            claim_token=request.claim_token,
+            include_state=request.include_state,
+        )
+        return instance_pb2.StartOrResumeResponse(
+            outcome=convert.OUTCOME_TO_PB[result.outcome],
+            instance=convert.instance(result.instance),
+            latest_checkpoint=convert.checkpoint(result.latest),
+        )
+
+    @unary("GetInstance")
+    async def GetInstance(self, request: instance_pb2.GetInstanceRequest, ns: str) -> instance_pb2.GetInstanceResponse:  # noqa: N802
+        inst, latest = await self.service.get(InstanceRef(ns, request.workflow_id, request.instance_key))
+        return instance_pb2.GetInstanceResponse(instance=convert.instance(inst), latest_checkpoint=convert.checkpoint(latest))
+
+    @unary("ListInstances")
+    async def ListInstances(self, request: instance_pb2.ListInstancesRequest, ns: str) -> instance_pb2.ListInstancesResponse:  # noqa: N802
+        flt = InstanceFilter(
+            workflow_id=request.workflow_id,
+            statuses=_statuses(list(request.statuses)),
+            bound_version=request.bound_version,
+            stalled_only=request.stalled_only,
+            key_prefix=request.instance_key_prefix,
+        )
+        rows, token = await self.service.list(ns, flt, Page(page_size(request.page_size), request.page_token))
+        return instance_pb2.ListInstancesResponse(instances=[convert.instance(r) for r in rows], next_page_token=token)
+
+    @unary("CompleteInstance")
+    async def CompleteInstance(self, request: instance_pb2.CompleteInstanceRequest, ns: str) -> instance_pb2.CompleteInstanceResponse:  # noqa: N802
+        inst = await self.service.finish(
+            InstanceRef(ns, request.workflow_id, request.instance_key), InstanceStatus.COMPLETED,
+            actor=request.execution_id, result_json=request.result_json or None,
+        )
+        return instance_pb2.CompleteInstanceResponse(instance=convert.instance(inst))
+
+    @unary("FailInstance")
+    async def FailInstance(self, request: instance_pb2.FailInstanceRequest, ns: str) -> instance_pb2.FailInstanceResponse:  # noqa: N802
+        inst = await self.service.finish(
+            InstanceRef(ns, request.workflow_id, request.instance_key), InstanceStatus.FAILED,
+            actor=request.execution_id, error_message=request.error_message,
+        )
+        return instance_pb2.FailInstanceResponse(instance=convert.instance(inst))
+
+    @unary("CancelInstance")
+    async def CancelInstance(self, request: instance_pb2.CancelInstanceRequest, ns: str) -> instance_pb2.CancelInstanceResponse:  # noqa: N802
+        inst = await self.service.finish(
+            InstanceRef(ns, request.workflow_id, request.instance_key), InstanceStatus.CANCELLED,
+            actor=request.actor, error_message=request.reason,
+        )
+        return instance_pb2.CancelInstanceResponse(instance=convert.instance(inst))
+
+    @unary("ScheduleWakeUp")
+    async def ScheduleWakeUp(self, request: instance_pb2.ScheduleWakeUpRequest, ns: str) -> instance_pb2.ScheduleWakeUpResponse:  # noqa: N802
+        which = request.WhichOneof("when")
+        inst = await self.service.schedule_wake_up(
+            InstanceRef(ns, request.workflow_id, request.instance_key),
+            execution_id=request.execution_id,
+            wake_at=convert.from_ts(request.wake_at) if which == "wake_at" else None,
+            delay_seconds=request.delay_seconds if which == "delay_seconds" else None,
+        )
+        return instance_pb2.ScheduleWakeUpResponse(instance=convert.instance(inst))
+
+    @unary("ClaimResumable")
+    async def ClaimResumable(self, request: instance_pb2.ClaimResumableRequest, ns: str) -> instance_pb2.ClaimResumableResponse:  # noqa: N802
+        claimed = await self.service.claim_resumable(
+            ns, workflow_ids=list(request.workflow_ids), claimant=request.claimant,
+            max_instances=request.max_instances, lease_seconds=request.lease_seconds,
+        )
+        return instance_pb2.ClaimResumableResponse(instances=[convert.resumable(c) for c in claimed])
+
+    @server_stream("WatchResumable")
+    async def WatchResumable(self, request: instance_pb2.WatchResumableRequest, ns: str) -> AsyncIterator[instance_pb2.WatchResumableResponse]:  # noqa: N802
+        async for batch in self.service.watch_resumable(
+            ns, workflow_ids=list(request.workflow_ids), claimant=request.claimant,
+            max_instances=request.max_instances, lease_seconds=request.lease_seconds,
+            poll_interval_ms=request.poll_interval_ms, stopping=self.stopping,
+        ):
+            yield instance_pb2.WatchResumableResponse(instances=[convert.resumable(c) for c in batch])

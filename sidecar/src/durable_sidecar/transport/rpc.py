@@ -1,0 +1,108 @@
+"""The wrapper every RPC handler goes through: auth, request context, error mapping, metrics."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import grpc
+
+from .. import errors, metrics
+from ..logs import instance_key_var, namespace_var, request_id_var
+from .auth import Authenticator
+from .errors import status_for
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+class HasAuth(Protocol):
+    auth: Authenticator
+
+
+def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> str:
+    metadata = context.invocation_metadata()
+    rid = ""
+    for item in metadata or ():
+        if item[0] == "x-request-id":
+            rid = str(item[1])[:64]
+    request_id_var.set(rid or uuid.uuid4().hex[:16])
+    instance_key_var.set("")
+    namespace = auth.namespace_for(metadata)
+    namespace_var.set(namespace)
+    return namespace
+
+
+def _failure(method: str, exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    if isinstance(exc, errors.DomainError):
+        code = status_for(exc)
+        level = logging.WARNING if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED) else logging.INFO
+        log.log(level, "rpc refused", extra={"method": method, "code": code.name, "error": str(exc)})
+        return code, str(exc)
+    log.error("rpc failed unexpectedly", exc_info=exc, extra={"method": method})
+    return grpc.StatusCode.INTERNAL, "internal error in the durable sidecar; see its log"
+
+
+def unary(method: str) -> Callable[
+    [Callable[[Any, Req, str], Awaitable[Resp]]],
+    Callable[[Any, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
+]:
+    """Wraps `handler(self, request, namespace)`; the handler never sees the gRPC context."""
+
+    def wrap(handler: Callable[[Any, Req, str], Awaitable[Resp]]) -> Callable[
+        [Any, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]
+    ]:
+        @functools.wraps(handler)
+        async def run(self: HasAuth, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            message = ""
+            try:
+                namespace = _begin(context, self.auth)
+                return await handler(self, request, namespace)
+            except Exception as exc:  # noqa: BLE001 - mapped below, never leaked
+                code, message = _failure(method, exc)
+            finally:
+                metrics.RPC_TOTAL.labels(method, code.name).inc()
+                metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
+            await context.abort(code, message)
+            raise AssertionError("abort raises")
+
+        return run
+
+    return wrap
+
+
+def server_stream(method: str) -> Callable[
+    [Callable[[Any, Req, str], AsyncIterator[Resp]]],
+    Callable[[Any, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]],
+]:
+    def wrap(handler: Callable[[Any, Req, str], AsyncIterator[Resp]]) -> Callable[
+        [Any, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]
+    ]:
+        @functools.wraps(handler)
+        async def run(self: HasAuth, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> AsyncIterator[Resp]:
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            message = ""
+            try:
+                namespace = _begin(context, self.auth)
+                async for item in handler(self, request, namespace):
+                    yield item
+            except Exception as exc:  # noqa: BLE001 - mapped below, never leaked
+                code, message = _failure(method, exc)
+            finally:
+                metrics.RPC_TOTAL.labels(method, code.name).inc()
+                metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
+            if code is not grpc.StatusCode.OK:
+                await context.abort(code, message)
+
+        return run
+
+    return wrap

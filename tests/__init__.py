@@ -1,0 +1,1 @@
+"""Test suite: the sidecar through its real gRPC server, PostgreSQL and Redis."""

@@ -1,0 +1,164 @@
+"""Test helpers: throwaway databases, throwaway Redis servers, subprocess sidecars, gRPC clients."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import psycopg
+from durable.v1 import checkpoint_pb2_grpc, idempotency_pb2_grpc, instance_pb2_grpc, version_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ADMIN_URL = os.environ.get("DURABLE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def db_url(name: str) -> str:
+    base, _, _ = ADMIN_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+def create_database() -> str:
+    """Creates an empty database and returns its URL."""
+    name = f"durable_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return db_url(name)
+
+
+def drop_database(url: str) -> None:
+    name = url.rpartition("/")[2]
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class RedisServer:
+    """A redis-server the test owns, on a free port; never the machine's shared one."""
+
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe, "redis-server is not installed: the tests need it on PATH"
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("throwaway redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer(free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Stubs:
+    channel: grpc.aio.Channel
+    token: str
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    @property
+    def instances(self) -> instance_pb2_grpc.InstanceServiceStub:
+        return instance_pb2_grpc.InstanceServiceStub(self.channel)
+
+    @property
+    def checkpoints(self) -> checkpoint_pb2_grpc.CheckpointServiceStub:
+        return checkpoint_pb2_grpc.CheckpointServiceStub(self.channel)
+
+    @property
+    def idempotency(self) -> idempotency_pb2_grpc.IdempotencyServiceStub:
+        return idempotency_pb2_grpc.IdempotencyServiceStub(self.channel)
+
+    @property
+    def versions(self) -> version_pb2_grpc.VersionServiceStub:
+        return version_pb2_grpc.VersionServiceStub(self.channel)
+
+
+def channel(port: int) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(
+        f"127.0.0.1:{port}",
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)],
+    )
+
+
+class SidecarProcess:
+    """`durable-sidecar serve` in a child process, for crash tests (kill -9)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.env = {**os.environ, **env, "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{self.port}",
+                    "DURABLE_METRICS_ADDRESS": "", "DURABLE_LOG_FORMAT": "text"}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "durable_sidecar", "serve"], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"sidecar exited with {self.proc.returncode}: {err[-2000:]}")
+            with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(f"127.0.0.1:{self.port}") as ch:
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("sidecar did not become healthy within 30 s")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
