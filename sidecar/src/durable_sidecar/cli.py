@@ -59,19 +59,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain text table a person can read in a terminal."""
     cells = [[_fmt(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = "  ".join(h.upper().ljust(w) for h, w in zip(headers, widths))
+    line = "  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     if not rows:
         out.append("(none)")
     return "\n".join(out)
 
 
 def _settings(args: argparse.Namespace, *, need_auth: bool) -> Settings:
-    overrides = {} if need_auth else {"auth_disabled": True}
+    overrides: dict[str, object] = {} if need_auth else {"auth_disabled": True}
     if getattr(args, "database_url", None):
         overrides["database_url"] = args.database_url
-    return Settings.from_env(**overrides)
+    return Settings.from_env(None, **overrides)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -93,7 +93,7 @@ async def _run(args: argparse.Namespace) -> int:
         ns = args.namespace
         if cmd == "instances" and args.action == "list":
             statuses = tuple(InstanceStatus(s) for s in args.status)
-            rows, token = await svc.instances.list(
+            rows, token = await svc.instances.list_instances(
                 ns, InstanceFilter(workflow_id=args.workflow or "", statuses=statuses, stalled_only=args.stalled),
                 Page(args.limit, ""))
             print(table(["workflow", "key", "status", "version", "seq", "last step", "lease owner", "lease until",
@@ -112,11 +112,11 @@ async def _run(args: argparse.Namespace) -> int:
             if latest:
                 print(f"{'latest checkpoint':>24}: #{latest.sequence} {latest.step_name} sha256={latest.sha256[:16]}…")
         elif cmd == "checkpoints" and args.action == "list":
-            rows, token = await svc.checkpoints.list(InstanceRef(ns, args.workflow, args.key), Page(args.limit, ""),
+            cps, _ = await svc.checkpoints.list_checkpoints(InstanceRef(ns, args.workflow, args.key), Page(args.limit, ""),
                                                      include_state=False)
             print(table(["seq", "step", "size", "stored", "sha256", "execution", "node", "created"],
                         [[c.sequence, c.step_name, c.size_bytes, c.stored_bytes, c.sha256[:16], c.execution_id,
-                          c.node_name or "-", c.created_at] for c in rows]))
+                          c.node_name or "-", c.created_at] for c in cps]))
         elif cmd == "checkpoints" and args.action == "show":
             ref = InstanceRef(ns, args.workflow, args.key)
             cp = (await svc.checkpoints.get(ref, args.sequence, include_state=True) if args.sequence

@@ -27,10 +27,10 @@ KEYS_REAPED = Counter("durable_idempotency_keys_reaped_total", "Expired idempote
 
 
 class _Handler(BaseHTTPRequestHandler):
-    ready: Callable[[], bool] = staticmethod(lambda: True)  # type: ignore[assignment]
-    refresh: Callable[[], None] = staticmethod(lambda: None)  # type: ignore[assignment]
+    ready: Callable[[], bool] = staticmethod(lambda: True)
+    refresh: Callable[[], None] = staticmethod(lambda: None)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:
         if self.path == "/metrics":
             type(self).refresh()
             body, ctype, status = generate_latest(), CONTENT_TYPE_LATEST, 200

@@ -121,7 +121,7 @@ class CheckpointService:
             return results
 
         results = await self.db.transaction(txn)
-        for (new, _), saved in zip(prepared, results):
+        for (new, _), saved in zip(prepared, results, strict=True):
             metrics.CHECKPOINTS_SAVED.labels("deduplicated" if saved.deduplicated else "written").inc()
             if not saved.deduplicated:
                 await self.cache.put_state(namespace, new.ref.workflow_id, new.ref.instance_key,
@@ -209,7 +209,7 @@ class CheckpointService:
             raise NotFound(f"checkpoint {sequence} of {ref.workflow_id}/{ref.instance_key} does not exist")
         return await self.with_state(ref.namespace, cp) if include_state else cp
 
-    async def list(self, ref: InstanceRef, page: Page, *, include_state: bool) -> tuple[list[Checkpoint], str]:
+    async def list_checkpoints(self, ref: InstanceRef, page: Page, *, include_state: bool) -> tuple[list[Checkpoint], str]:
         _check_ref(ref)
 
         async def txn(conn: Conn) -> tuple[list[Checkpoint], str]:

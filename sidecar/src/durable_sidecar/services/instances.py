@@ -122,7 +122,7 @@ class InstanceService:
 
         return await self.db.transaction(txn)
 
-    async def list(self, namespace: str, flt: InstanceFilter, page: Page) -> tuple[list[Instance], str]:
+    async def list_instances(self, namespace: str, flt: InstanceFilter, page: Page) -> tuple[list[Instance], str]:
         validation.identifier("workflow_id", flt.workflow_id, required=False)
         if flt.bound_version < 0:
             raise InvalidArgument("bound_version must not be negative")
@@ -229,5 +229,5 @@ class InstanceService:
                 continue  # more may be waiting: claim again at once
             try:
                 await asyncio.wait_for(stopping.wait(), timeout=interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

@@ -50,12 +50,12 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
 
     @unary("ListCheckpoints")
     async def ListCheckpoints(self, request: checkpoint_pb2.ListCheckpointsRequest, ns: str) -> checkpoint_pb2.ListCheckpointsResponse:  # noqa: N802
-        rows, token = await self.service.list(
+        rows, token = await self.service.list_checkpoints(
             InstanceRef(ns, request.workflow_id, request.instance_key),
             Page(page_size(request.page_size), request.page_token),
             include_state=request.include_state,
         )
-        return checkpoint_pb2.ListCheckpointsResponse(checkpoints=[convert.checkpoint(r) for r in rows],
+        return checkpoint_pb2.ListCheckpointsResponse(checkpoints=[convert.checkpoint_pb(r) for r in rows],
                                                       next_page_token=token)
 
     @unary("PruneCheckpoints")

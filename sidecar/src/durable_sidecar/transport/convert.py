@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from durable.v1 import common_pb2, instance_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -15,7 +15,7 @@ _STATUS_TO_PB = {
     InstanceStatus.FAILED: common_pb2.INSTANCE_STATUS_FAILED,
     InstanceStatus.CANCELLED: common_pb2.INSTANCE_STATUS_CANCELLED,
 }
-STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
+STATUS_FROM_PB: dict[int, InstanceStatus] = {int(v): k for k, v in _STATUS_TO_PB.items()}
 
 OUTCOME_TO_PB = {
     StartOutcome.STARTED: instance_pb2.START_OUTCOME_STARTED,
@@ -34,12 +34,12 @@ def ts(value: datetime | None) -> Timestamp | None:
     if value is None:
         return None
     out = Timestamp()
-    out.FromDatetime(value.astimezone(timezone.utc))
+    out.FromDatetime(value.astimezone(UTC))
     return out
 
 
 def from_ts(value: Timestamp) -> datetime:
-    return value.ToDatetime(tzinfo=timezone.utc)
+    return value.ToDatetime(tzinfo=UTC)
 
 
 def instance(inst: Instance) -> common_pb2.Instance:
@@ -66,8 +66,10 @@ def instance(inst: Instance) -> common_pb2.Instance:
 
 
 def checkpoint(cp: Checkpoint | None) -> common_pb2.Checkpoint | None:
-    if cp is None:
-        return None
+    return None if cp is None else checkpoint_pb(cp)
+
+
+def checkpoint_pb(cp: Checkpoint) -> common_pb2.Checkpoint:
     return common_pb2.Checkpoint(
         workflow_id=cp.workflow_id,
         instance_key=cp.instance_key,

@@ -22,5 +22,5 @@ STATUS_BY_ERROR: dict[type[errors.DomainError], grpc.StatusCode] = {
 def status_for(exc: errors.DomainError) -> grpc.StatusCode:
     for cls in type(exc).__mro__:
         if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+            return STATUS_BY_ERROR[cls]
     return grpc.StatusCode.INTERNAL

@@ -59,7 +59,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             stalled_only=request.stalled_only,
             key_prefix=request.instance_key_prefix,
         )
-        rows, token = await self.service.list(ns, flt, Page(page_size(request.page_size), request.page_token))
+        rows, token = await self.service.list_instances(ns, flt, Page(page_size(request.page_size), request.page_token))
         return instance_pb2.ListInstancesResponse(instances=[convert.instance(r) for r in rows], next_page_token=token)
 
     @unary("CompleteInstance")
