@@ -120,7 +120,9 @@ class Stubs:
 def channel(port: int) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(
         f"127.0.0.1:{port}",
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)],
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE),
+                 # Own subchannels: a channel opened after a crash must not inherit the old one's backoff.
+                 ("grpc.use_local_subchannel_pool", 1)],
     )
 
 

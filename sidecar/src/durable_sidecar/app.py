@@ -46,9 +46,13 @@ class Sidecar:
     stopping: asyncio.Event
     metrics_server: metrics.MetricsServer | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    stopped: bool = False
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING, stop accepting and drain in-flight RPCs, then close pools."""
+        if self.stopped:
+            return
+        self.stopped = True
         grace = self.settings.shutdown_grace_seconds if grace is None else grace
         log.info("shutting down: health NOT_SERVING")
         self.stopping.set()

@@ -1,0 +1,109 @@
+"""Redis outages and sidecar crashes change no answer."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from durable.v1 import checkpoint_pb2, instance_pb2
+from durable_sidecar import app
+
+from tests.conftest import make_settings
+from tests.sidecar.helpers import SidecarProcess, Stubs, channel, redis_server
+from tests.sidecar.test_checkpoints import WF, item, latest, new_key, save, start
+
+
+async def _answers(s: Stubs, key: str) -> tuple[bytes, int, str, int]:
+    cp = await latest(s, key)
+    one = await s.checkpoints.GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(
+        workflow_id=WF, instance_key=key, sequence=1, include_state=True), metadata=s.metadata)
+    inst = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=key),
+                                         metadata=s.metadata)
+    return cp.state_json + one.checkpoint.state_json, cp.sequence, cp.sha256, inst.instance.last_sequence
+
+
+async def test_redis_stopped_mid_test_changes_no_answer(database_url: str) -> None:
+    with redis_server() as redis:
+        settings = make_settings(database_url, redis_url=redis.url, auth_tokens="redis-token-1=ns-redis",
+                                 redis_timeout_seconds=0.2)
+        sidecar = await app.start(settings)
+        ch = channel(sidecar.port)
+        s = Stubs(ch, "redis-token-1")
+        try:
+            key = new_key()
+            await start(s, key)
+            await save(s, item(key, "payment", {"paid": True}), item(key, "inventory", {"sku": "A", "n": 2}))
+            before = await _answers(s, key)  # served through the cache
+            redis.stop()
+            during = await _answers(s, key)
+            assert during == before
+            # Writes and a resume keep working with Redis down.
+            await save(s, item(key, "shipping", {"carrier": "DHL"}))
+            resumed = await start(s, "other-" + key)
+            assert resumed.outcome == instance_pb2.START_OUTCOME_STARTED
+            down = await _answers(s, key)
+            assert json.loads(down[0][: down[0].index(b"}") + 1]) == {"carrier": "DHL"}
+            redis.start()  # back, empty: answers are still the same
+            after = await _answers(s, key)
+            assert after == down
+        finally:
+            await ch.close()
+            await sidecar.stop(grace=0.5)
+
+
+async def test_flushed_cache_changes_no_answer(database_url: str) -> None:
+    import redis as redis_lib
+
+    with redis_server() as redis:
+        settings = make_settings(database_url, redis_url=redis.url, auth_tokens="flush-token-1=ns-flush")
+        sidecar = await app.start(settings)
+        ch = channel(sidecar.port)
+        s = Stubs(ch, "flush-token-1")
+        try:
+            key = new_key()
+            await start(s, key)
+            await save(s, item(key, "payment", {"paid": True}))
+            before = await _answers(s, key)
+            client = redis_lib.Redis.from_url(redis.url)
+            assert client.dbsize() > 0  # the state really was cached
+            client.flushall()
+            assert await _answers(s, key) == before
+            # A corrupted cache entry is ignored too (the SHA-256 must match).
+            for k in client.keys("durable:v1:cp:*"):
+                client.set(k, b'{"tampered": true}')
+            assert await _answers(s, key) == before
+            client.close()
+        finally:
+            await ch.close()
+            await sidecar.stop(grace=0.5)
+
+
+async def test_checkpoint_acknowledged_before_kill9_survives_restart(database_url: str) -> None:
+    env = {"DURABLE_DATABASE_URL": database_url, "DURABLE_REDIS_URL": "",
+           "DURABLE_AUTH_TOKENS": "crash-token-1=ns-crash"}
+    proc = SidecarProcess(env)
+    proc.start()
+    key = new_key()
+    try:
+        ch = channel(proc.port)
+        s = Stubs(ch, "crash-token-1")
+        await start(s, key)
+        acked = await save(s, item(key, "payment", {"charged": 1999}))
+        assert acked.results[0].checkpoint.sequence == 1
+        proc.kill9()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await latest(s, key)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        await ch.close()
+        proc.start()  # same port, same database
+        ch = channel(proc.port)
+        s = Stubs(ch, "crash-token-1")
+        got = await latest(s, key)
+        assert got.sequence == 1 and json.loads(got.state_json) == {"charged": 1999}
+        resumed = await start(s, key, "exec-after-crash", include_state=True)
+        assert resumed.latest_checkpoint.sequence == 1
+        await ch.close()
+        assert proc.terminate() == 0  # SIGTERM: graceful stop exits cleanly
+    finally:
+        proc.stop()
