@@ -6,7 +6,11 @@ BIN := $(VENV)/bin
 PROTOS := $(wildcard proto/durable/v1/*.proto)
 GEN_DIR := sidecar/src
 
-.PHONY: setup proto proto-check lint test run-sidecar clean help
+# `make run` defaults: the local PostgreSQL and Redis, and a development token.
+export DURABLE_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/durable
+export DURABLE_AUTH_TOKENS ?= dev-token-change-me=default
+
+.PHONY: setup proto proto-check lint test run run-sidecar clean help
 
 help:
 	@echo "make setup        create $(VENV) with the sidecar and its tools"
@@ -14,7 +18,7 @@ help:
 	@echo "make lint         ruff and mypy --strict"
 	@echo "make proto        regenerate gRPC code from proto/"
 	@echo "make proto-check  fail when generated code differs from proto/"
-	@echo "make run-sidecar  start the sidecar in the foreground"
+	@echo "make run          start the sidecar in the foreground (creates the database if missing)"
 
 setup: $(VENV)/.installed
 
@@ -47,8 +51,15 @@ lint: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-run-sidecar: setup
+run: setup
+	@$(BIN)/python -c "import psycopg, sys, urllib.parse as u; url = sys.argv[1]; name = u.urlparse(url).path.lstrip('/'); \
+	  admin = url.rsplit('/', 1)[0] + '/postgres'; c = psycopg.connect(admin, autocommit=True); \
+	  exists = c.execute('SELECT 1 FROM pg_database WHERE datname = %s', (name,)).fetchone(); \
+	  exists or c.execute('CREATE DATABASE \"%s\"' % name); print('database', name, 'ready')" "$$DURABLE_DATABASE_URL"
+	@echo "sidecar on $${DURABLE_LISTEN_ADDRESS:-127.0.0.1:50051}, metrics on http://$${DURABLE_METRICS_ADDRESS:-127.0.0.1:9464}/metrics; Ctrl-C stops it"
 	$(BIN)/durable-sidecar serve
+
+run-sidecar: run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

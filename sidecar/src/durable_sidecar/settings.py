@@ -25,7 +25,7 @@ class Settings:
     """Documented settings; each field's metadata names its variable and unit."""
 
     database_url: str = field(
-        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        default="postgresql://postgres@127.0.0.1:5432/durable",
         metadata=_meta("DURABLE_DATABASE_URL", "PostgreSQL connection URL (libpq form)."),
     )
     redis_url: str = field(

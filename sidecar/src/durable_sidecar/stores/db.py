@@ -64,7 +64,7 @@ class Database:
             await self.pool.wait(timeout=self._connect_timeout)
         except PoolTimeout:
             await self.pool.close()
-            raise Unavailable(f"PostgreSQL not reachable at {_redact(self.url)} within {self._connect_timeout}s") from None
+            raise Unavailable(f"PostgreSQL not reachable at {redact(self.url)} within {self._connect_timeout}s") from None
         log.info("database pool open", extra={"pool_max": self.pool.max_size})
 
     async def close(self) -> None:
@@ -124,7 +124,7 @@ def decode_cursor(token: str, length: int) -> list[Any]:
     return values
 
 
-def _redact(url: str) -> str:
+def redact(url: str) -> str:
     # Never log a password that may be inside the URL.
     head, at, tail = url.rpartition("@")
     if not at:

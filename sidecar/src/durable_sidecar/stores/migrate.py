@@ -10,7 +10,8 @@ from importlib import resources
 
 import psycopg
 
-from ..errors import FailedPrecondition
+from ..errors import FailedPrecondition, Unavailable
+from .db import redact
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,11 @@ async def migrate(url: str, migrations: list[Migration] | None = None) -> list[s
     """Applies pending migrations; returns the names applied. A changed applied file is an error."""
     migrations = load_migrations() if migrations is None else migrations
     applied_now: list[str] = []
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise Unavailable(f"cannot connect to PostgreSQL at {redact(url)}: {str(exc).strip()}") from None
+    async with conn:
         await conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
         try:
             await conn.execute(
