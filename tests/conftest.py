@@ -68,3 +68,19 @@ async def harness(database_url: str, request: pytest.FixtureRequest) -> AsyncIte
     finally:
         await ch.close()
         await sidecar.stop(grace=0.5)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.faults.report import TALLY
+
+    if not TALLY.lines:
+        return
+    tr = terminalreporter
+    tr.section("fault summary")
+    for line in TALLY.lines:
+        tr.write_line(line)
+    tr.write_line(
+        f"TOTAL faults injected={TALLY.faults_injected} operations={TALLY.operations} "
+        f"lost acknowledged writes={TALLY.lost_acknowledged_writes} (must be 0) "
+        f"duplicate completions={TALLY.duplicate_completions} (must be 0)"
+    )

@@ -5,31 +5,51 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
-from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc, instance_pb2, instance_pb2_grpc
+from durable.v1 import (
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
+    idempotency_pb2,
+    idempotency_pb2_grpc,
+    instance_pb2,
+    instance_pb2_grpc,
+    version_pb2,
+    version_pb2_grpc,
+)
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import metrics
+from . import failpoints, metrics
+from .failpoints import parse as parse_failpoints
 from .services.checkpoints import CheckpointService
+from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
+from .services.versions import VersionService
 from .settings import Settings
 from .stores.cache import Cache
 from .stores.checkpoints import CheckpointStore
 from .stores.db import Database
+from .stores.idempotency import IdempotencyStore
 from .stores.instances import InstanceStore
 from .stores.migrate import migrate
+from .stores.n8n import N8nClient
+from .stores.versions import VersionStore
 from .transport.auth import Authenticator
 from .transport.checkpoints import CheckpointServicer
+from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
+from .transport.versions import VersionServicer
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = [
     instance_pb2.DESCRIPTOR.services_by_name["InstanceService"].full_name,
     checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
+    idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"].full_name,
+    version_pb2.DESCRIPTOR.services_by_name["VersionService"].full_name,
 ]
 
 
@@ -46,6 +66,8 @@ class Sidecar:
     stopping: asyncio.Event
     metrics_server: metrics.MetricsServer | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    # Awaited after the server stopped and before the pools close (pending cache writes).
+    drains: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     stopped: bool = False
 
     async def stop(self, grace: float | None = None) -> None:
@@ -63,6 +85,8 @@ class Sidecar:
         for task in self.background:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
+        for drain in self.drains:
+            await drain()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         await self.cache.close()
@@ -83,13 +107,24 @@ def _credentials(settings: Settings) -> grpc.ServerCredentials:
                                        require_client_auth=client_ca is not None)
 
 
+def version_service(settings: Settings, db: Database, instance_store: InstanceStore) -> VersionService:
+    """The version service with its n8n client, as the server and the CLI build it."""
+    n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
+                    max_bytes=settings.max_state_bytes)
+    return VersionService(db, VersionStore(), instance_store, n8n,
+                          sync_interval_seconds=settings.n8n_sync_interval_seconds,
+                          max_batch_items=settings.max_batch_items)
+
+
 async def start(settings: Settings) -> Sidecar:
     """Builds, registers, binds and starts the server; fails fast when PostgreSQL is unreachable."""
+    failpoints.enable(parse_failpoints(settings.failpoints))
     if settings.auto_migrate:
         applied = await migrate(settings.database_url)
         log.info("migrations checked", extra={"applied": applied})
     db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
-                  connect_timeout=settings.db_connect_timeout_seconds, retry_attempts=settings.db_retry_attempts)
+                  connect_timeout=settings.db_connect_timeout_seconds, retry_attempts=settings.db_retry_attempts,
+                  pool_timeout=settings.db_pool_timeout_seconds)
     await db.open()
     cache = Cache(settings.redis_url, max_connections=settings.redis_pool_max,
                   timeout_seconds=settings.redis_timeout_seconds, ttl_seconds=settings.cache_ttl_seconds,
@@ -103,8 +138,15 @@ async def start(settings: Settings) -> Sidecar:
                                     max_state_bytes=settings.max_state_bytes,
                                     max_batch_items=settings.max_batch_items,
                                     default_lease_seconds=settings.lease_seconds)
-    instances = InstanceService(db, instance_store, checkpoint_store, checkpoints,
+    versions = version_service(settings, db, instance_store)
+    instances = InstanceService(db, instance_store, checkpoint_store, checkpoints, versions,
                                 default_lease_seconds=settings.lease_seconds)
+    idempotency = IdempotencyService(db, IdempotencyStore(), cache,
+                                     default_lease_seconds=settings.idempotency_lease_seconds,
+                                     default_ttl_seconds=settings.idempotency_ttl_seconds,
+                                     max_batch_items=settings.max_batch_items,
+                                     max_payload_bytes=settings.max_state_bytes,
+                                     reaper_batch_size=settings.reaper_batch_size)
     auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
     stopping = asyncio.Event()
 
@@ -115,6 +157,8 @@ async def start(settings: Settings) -> Sidecar:
     ])
     instance_pb2_grpc.add_InstanceServiceServicer_to_server(InstanceServicer(instances, auth, stopping), server)
     checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointServicer(checkpoints, auth), server)
+    idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server(IdempotencyServicer(idempotency, auth), server)
+    version_pb2_grpc.add_VersionServiceServicer_to_server(VersionServicer(versions, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -132,7 +176,9 @@ async def start(settings: Settings) -> Sidecar:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
-                      stopping=stopping)
+                      stopping=stopping, drains=[checkpoints.drain])
+    sidecar.background.append(asyncio.create_task(idempotency.run_reaper(settings.reaper_interval_seconds),
+                                                  name="idempotency-reaper"))
     if settings.metrics_address:
         loop = asyncio.get_running_loop()
 

@@ -1,9 +1,10 @@
-"""`durable-sidecar`: serve, migrate, and read-only operator views of instances and checkpoints."""
+"""`durable-sidecar`: serve, migrate, operator views of instances, checkpoints and idempotency keys, and their repairs."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -12,14 +13,28 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from . import logs
-from .domain import InstanceFilter, InstanceRef, InstanceStatus, Page, PrunePolicy
+from .domain import (
+    IdempotencyKey,
+    InstanceFilter,
+    InstanceRef,
+    InstanceStatus,
+    KeyFilter,
+    KeyRef,
+    KeyStatus,
+    MoveSelector,
+    Page,
+    PrunePolicy,
+)
 from .errors import DomainError
 from .services.checkpoints import CheckpointService
+from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
+from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
 from .stores.cache import Cache
 from .stores.checkpoints import CheckpointStore
 from .stores.db import Database
+from .stores.idempotency import IdempotencyStore
 from .stores.instances import InstanceStore
 from .stores.migrate import migrate
 
@@ -28,6 +43,8 @@ from .stores.migrate import migrate
 class Services:
     instances: InstanceService
     checkpoints: CheckpointService
+    keys: IdempotencyService
+    versions: VersionService
 
 
 @asynccontextmanager
@@ -36,12 +53,25 @@ async def _services(settings: Settings) -> AsyncIterator[Services]:
                   connect_timeout=settings.db_connect_timeout_seconds, retry_attempts=settings.db_retry_attempts)
     await db.open()
     cache = Cache("", max_connections=1, timeout_seconds=1, ttl_seconds=1, max_item_bytes=0)
+    # `keys release` forgets the key's cache entry, so it talks to the sidecars' Redis.
+    keys_cache = Cache(settings.redis_url, max_connections=1, timeout_seconds=settings.redis_timeout_seconds,
+                       ttl_seconds=settings.cache_ttl_seconds, max_item_bytes=settings.cache_max_item_bytes)
     try:
         istore, cstore = InstanceStore(), CheckpointStore(compress_threshold_bytes=settings.compress_threshold_bytes)
         cps = CheckpointService(db, istore, cstore, cache, max_state_bytes=settings.max_state_bytes,
                                 max_batch_items=settings.max_batch_items, default_lease_seconds=settings.lease_seconds)
-        yield Services(InstanceService(db, istore, cstore, cps, default_lease_seconds=settings.lease_seconds), cps)
+        keys = IdempotencyService(db, IdempotencyStore(), keys_cache,
+                                  default_lease_seconds=settings.idempotency_lease_seconds,
+                                  default_ttl_seconds=settings.idempotency_ttl_seconds,
+                                  max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
+                                  reaper_batch_size=settings.reaper_batch_size)
+        from .app import version_service
+
+        versions = version_service(settings, db, istore)
+        yield Services(InstanceService(db, istore, cstore, cps, versions, default_lease_seconds=settings.lease_seconds),
+                       cps, keys, versions)
     finally:
+        await keys_cache.close()
         await db.close()
 
 
@@ -132,7 +162,140 @@ async def _run(args: argparse.Namespace) -> int:
             verb = "would delete" if args.dry_run else "deleted"
             print(f"{verb} {result.deleted_count} checkpoints of {result.instance_count} instances "
                   "(the newest checkpoint of each instance is always kept)")
+        elif cmd == "keys":
+            await _keys(svc.keys, ns, args)
+        elif cmd == "instances" and args.action == "move":
+            await _move(svc.versions, ns, args)
+        elif cmd == "versions":
+            await _versions(svc.versions, ns, args)
     return 0
+
+
+def _actor(given: str) -> str:
+    if given:
+        return given
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):
+        return "cli"
+
+
+async def _versions(svc: VersionService, ns: str, args: argparse.Namespace) -> None:
+    if args.action == "list":
+        current = await svc.current_version(ns, args.workflow)
+        rows, token = await svc.list_versions(ns, args.workflow, Page(args.limit, ""))
+        print(table(["version", "current", "label", "content hash", "n8n version id", "steps", "created", "by", "note"],
+                    [[v.version, "*" if v.version == current else "", v.label or "-", v.content_hash[:12],
+                      v.n8n_version_id or "-", len(v.node_names), v.created_at, v.created_by or "-",
+                      v.note[:40] or "-"] for v in rows]))
+        if token:
+            print(f"(more: raise --limit above {args.limit})")
+    elif args.action == "show":
+        v = await svc.get(ns, args.workflow, args.version)
+        current = await svc.current_version(ns, args.workflow)
+        print(f"# {v.workflow_id} version {v.version}" + (" (current)" if v.version == current else ""))
+        for name, value in (("label", v.label), ("content hash", v.content_hash), ("n8n version id", v.n8n_version_id),
+                            ("note", v.note), ("created", v.created_at), ("created by", v.created_by),
+                            ("steps", ", ".join(v.node_names))):
+            print(f"{name:>16}: {_fmt(value if value != '' else None)}")
+        if args.definition and v.definition_json is not None:
+            print(json.dumps(json.loads(v.definition_json), indent=2, ensure_ascii=False))
+    elif args.action == "diff":
+        d = await svc.diff(ns, args.workflow, args.old, args.new)
+        print(f"# {args.workflow}: version {args.old} -> version {args.new}")
+        for name in d.added:
+            print(f"+ {name}  (added)")
+        for name in d.removed:
+            print(f"- {name}  (removed)")
+        for change in d.changed:
+            print(f"~ {change.name}  (changed: {', '.join(change.fields)})")
+        if d.empty:
+            print("no node added, removed or changed")
+    elif args.action == "register":
+        if args.file == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(args.file, "rb") as fh:
+                raw = fh.read()
+        done = await svc.register(ns, args.workflow, raw, n8n_version_id=args.n8n_version_id, label=args.label,
+                                  note=args.note, actor=_actor(args.actor))
+        verb = "registered" if done.created else "same content as existing"
+        print(f"{verb}: {args.workflow} version {done.version.version} (content hash {done.version.content_hash[:12]})")
+    elif args.action == "sync":
+        done = await svc.sync_from_n8n(ns, args.workflow, actor=_actor(args.actor))
+        verb = "registered" if done.created else "unchanged in n8n: already"
+        print(f"{verb} {args.workflow} version {done.version.version} (content hash {done.version.content_hash[:12]})")
+    elif args.action == "log":
+        entries, token = await svc.change_log(ns, args.workflow or "", args.key or "", Page(args.limit, ""))
+        print(table(["id", "when", "kind", "workflow", "key", "from", "to", "actor", "reason"],
+                    [[e.id, e.created_at, e.kind.value, e.workflow_id, e.instance_key or "-", e.from_version or "-",
+                      e.to_version, e.actor or "-", e.reason or "-"] for e in entries]))
+        if token:
+            print(f"(more: raise --limit above {args.limit})")
+
+
+async def _move(svc: VersionService, ns: str, args: argparse.Namespace) -> None:
+    selector = MoveSelector(workflow_id=args.workflow, instance_keys=tuple(args.key),
+                            statuses=tuple(InstanceStatus(s) for s in args.status), from_version=args.from_version)
+    moves = await svc.move_instances(ns, selector, to_version=args.to, dry_run=args.dry_run, reason=args.reason,
+                                     actor=_actor(args.actor) if not args.dry_run else args.actor)
+    print(table(["key", "from", "to", "last step", "step in target"],
+                [[m.instance_key, m.from_version or "-", m.to_version, m.last_step or "-",
+                  "MISSING" if m.last_step_missing_in_target else "ok"] for m in moves]))
+    verb = "would move" if args.dry_run else "moved"
+    print(f"{verb} {len(moves)} instance(s) of {args.workflow} to version {args.to}"
+          + ("" if args.dry_run else "; each move is in the change log (versions log)"))
+    missing = sum(m.last_step_missing_in_target for m in moves)
+    if missing:
+        print(f"WARNING: {missing} instance(s) stand at a step the target version does not have")
+
+
+def _key_note(key: IdempotencyKey, now: datetime) -> str:
+    notes = []
+    if key.status is KeyStatus.IN_PROGRESS:
+        notes.append("lease alive" if key.lease_alive(now) else "stuck: lease lapsed")
+    if key.expired(now):
+        notes.append("expired")
+    return ", ".join(notes) or "-"
+
+
+async def _keys(svc: IdempotencyService, ns: str, args: argparse.Namespace) -> None:
+    now = await svc.now()
+    if args.action == "list":
+        flt = KeyFilter(scope=args.scope or "", statuses=tuple(KeyStatus(s) for s in args.status),
+                        include_expired=True, stuck_only=args.stuck)
+        rows, token = await svc.list_keys(ns, flt, Page(args.limit, ""))
+        print(table(["scope", "key", "status", "attempt", "holder", "lease until", "expires", "updated", "fingerprint",
+                     "note"],
+                    [[k.scope, k.key, k.status.value, k.attempt, k.holder or "-", k.lease_expires_at, k.expires_at,
+                      k.updated_at, k.fingerprint[:12] or "-", _key_note(k, now)] for k in rows]))
+        if token:
+            print(f"(more: raise --limit above {args.limit})")
+    elif args.action == "show":
+        key = await svc.get(KeyRef(ns, args.scope, args.key), include_expired=True)
+        fields: dict[str, object] = dict(vars(key))
+        fields["status"] = key.status.value
+        fields["result_json"] = key.result_json.decode() if key.result_json else None
+        fields["derived_key"] = key.ref.derived_key
+        fields["note"] = _key_note(key, now)
+        for name, value in fields.items():
+            print(f"{name:>16}: {_fmt(value if value != '' else None)}")
+    elif args.action == "release":
+        done = await svc.force_release(KeyRef(ns, args.scope, args.key), reason=args.reason)
+        before, name = done.before, f"{args.scope}/{args.key}"
+        if not done.released:
+            print(f"nothing to do: key {name} is already released (failed at attempt {before.attempt}); "
+                  f"the next claim acquires attempt {before.attempt + 1}")
+            return
+        print(f"released key {name}: attempt {before.attempt} (holder {before.holder or 'unnamed'}) is now marked "
+              "failed.")
+        if done.lease_was_alive:
+            print(f"WARNING: its lease was still alive (until {_fmt(before.lease_expires_at)}): if that holder is "
+                  "still running, the side effect may run a second time when the key is claimed again.")
+        else:
+            print(f"Its lease had lapsed at {_fmt(before.lease_expires_at)}.")
+        print(f"The next claim acquires attempt {before.attempt + 1}; a late Complete or Release from attempt "
+              f"{before.attempt} is refused (ABORTED).")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -156,6 +319,16 @@ def parser() -> argparse.ArgumentParser:
     ish = with_ns(inst.add_parser("show"))
     ish.add_argument("workflow")
     ish.add_argument("key")
+    im = with_ns(inst.add_parser("move", help="bind chosen instances to another version (logged; try --dry-run)"))
+    im.add_argument("workflow")
+    im.add_argument("--to", type=int, required=True, help="target version number")
+    im.add_argument("--key", action="append", default=[], help="only this instance key (repeatable)")
+    im.add_argument("--status", action="append", default=[], choices=[s.value for s in InstanceStatus],
+                    help="only this status (repeatable); default running")
+    im.add_argument("--from-version", type=int, default=0, help="only instances bound to this version")
+    im.add_argument("--dry-run", action="store_true", help="list what would move; change nothing")
+    im.add_argument("--reason", default="", help="why (required for a real move; in the change log)")
+    im.add_argument("--actor", default="", help="who (default cli:<user>)")
 
     cps = sub.add_parser("checkpoints", help="list or show checkpoints").add_subparsers(dest="action", required=True)
     cl = with_ns(cps.add_parser("list"))
@@ -173,6 +346,49 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--keep-last", type=int, default=0)
     pr.add_argument("--older-than-hours", type=float, default=0)
     pr.add_argument("--dry-run", action="store_true")
+
+    keys = sub.add_parser("keys", help="list, show or release idempotency keys").add_subparsers(dest="action",
+                                                                                              required=True)
+    kl = with_ns(keys.add_parser("list", help="newest first, expired keys not yet reaped included"))
+    kl.add_argument("--scope")
+    kl.add_argument("--status", action="append", default=[], choices=[s.value for s in KeyStatus])
+    kl.add_argument("--stuck", action="store_true", help="only in-progress keys whose lease lapsed")
+    kl.add_argument("--limit", type=int, default=50)
+    ks = with_ns(keys.add_parser("show"))
+    ks.add_argument("scope")
+    ks.add_argument("key")
+    kr = with_ns(keys.add_parser("release", help="force-release a stuck in-progress key (marks its attempt failed)"))
+    kr.add_argument("scope")
+    kr.add_argument("key")
+    kr.add_argument("--reason", default="", help="recorded as the key's error message")
+
+    ver = sub.add_parser("versions", help="workflow versions: list, show, diff, register, sync, log").add_subparsers(
+        dest="action", required=True)
+    vl = with_ns(ver.add_parser("list", help="newest first; * marks the version new instances bind to"))
+    vl.add_argument("workflow")
+    vl.add_argument("--limit", type=int, default=50)
+    vs = with_ns(ver.add_parser("show"))
+    vs.add_argument("workflow")
+    vs.add_argument("version", type=int, nargs="?", default=0, help="default: the current one")
+    vs.add_argument("--definition", action="store_true", help="print the definition JSON too")
+    vd = with_ns(ver.add_parser("diff", help="nodes added, removed and changed between two versions"))
+    vd.add_argument("workflow")
+    vd.add_argument("old", type=int)
+    vd.add_argument("new", type=int)
+    vr = with_ns(ver.add_parser("register", help="register a workflow JSON file (- for stdin)"))
+    vr.add_argument("workflow")
+    vr.add_argument("file")
+    vr.add_argument("--label", default="", help="semantic version, e.g. 1.4.0")
+    vr.add_argument("--note", default="")
+    vr.add_argument("--n8n-version-id", default="")
+    vr.add_argument("--actor", default="")
+    vy = with_ns(ver.add_parser("sync", help="read the workflow from n8n's API and register it"))
+    vy.add_argument("workflow")
+    vy.add_argument("--actor", default="")
+    vg = with_ns(ver.add_parser("log", help="change log: versions registered and instances moved, newest first"))
+    vg.add_argument("--workflow")
+    vg.add_argument("--key")
+    vg.add_argument("--limit", type=int, default=50)
     return p
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -108,6 +110,11 @@ class StartResult:
     outcome: StartOutcome
     instance: Instance
     latest: Checkpoint | None
+    # Version binding: the version new instances bind to now, whether the
+    # instance is bound to another one, and that one's snapshot when it is.
+    current_version: int = 0
+    version_mismatch: bool = False
+    bound: Version | None = None
 
 
 @dataclass(frozen=True)
@@ -148,3 +155,191 @@ class Page:
 
     size: int
     token: str
+
+
+class KeyStatus(str, enum.Enum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class ClaimOutcome(enum.Enum):
+    ACQUIRED = "acquired"
+    DUPLICATE = "duplicate"
+    IN_PROGRESS = "in_progress"
+
+
+@dataclass(frozen=True)
+class KeyRef:
+    """The identity of an idempotency key inside the caller's namespace."""
+
+    namespace: str
+    scope: str
+    key: str
+
+    @property
+    def derived_key(self) -> str:
+        """Key to forward downstream: the same for every attempt and every replica, distinct per namespace."""
+        identity = json.dumps(["durable.v1.idempotency", self.namespace, self.scope, self.key], ensure_ascii=False)
+        return hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """A stored key; times are database times."""
+
+    namespace: str
+    scope: str
+    key: str
+    status: KeyStatus
+    fingerprint: str
+    attempt: int
+    holder: str
+    lease_expires_at: datetime | None
+    result_json: bytes | None
+    error_message: str
+    expires_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def ref(self) -> KeyRef:
+        return KeyRef(self.namespace, self.scope, self.key)
+
+    def lease_alive(self, now: datetime) -> bool:
+        return (self.status is KeyStatus.IN_PROGRESS and self.lease_expires_at is not None
+                and self.lease_expires_at > now)
+
+    def expired(self, now: datetime) -> bool:
+        """Past its expiry, unless a live lease still protects it (a holder is running)."""
+        return self.expires_at <= now and not self.lease_alive(now)
+
+
+@dataclass(frozen=True)
+class NewClaim:
+    """One claim, validated and fingerprinted by the service."""
+
+    ref: KeyRef
+    fingerprint: str
+    lease_seconds: int
+    ttl_seconds: int
+    holder: str
+
+
+@dataclass(frozen=True)
+class Claimed:
+    outcome: ClaimOutcome
+    key: IdempotencyKey
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    scope: str = ""
+    statuses: tuple[KeyStatus, ...] = ()
+    include_expired: bool = False
+    stuck_only: bool = False  # in progress with a lapsed lease
+
+
+@dataclass(frozen=True)
+class ForcedRelease:
+    """What an operator's forced release found and did."""
+
+    before: IdempotencyKey
+    after: IdempotencyKey
+    released: bool  # False: the key was already released (failed); nothing changed
+    lease_was_alive: bool
+
+
+# --- Version binding -------------------------------------------------------
+
+
+class ChangeKind(str, enum.Enum):
+    VERSION_REGISTERED = "version_registered"
+    INSTANCE_MOVED = "instance_moved"
+
+
+@dataclass(frozen=True)
+class Version:
+    """A stored snapshot of a workflow definition; definition_json is None when the reader did not ask for it."""
+
+    namespace: str
+    workflow_id: str
+    version: int
+    content_hash: str
+    n8n_version_id: str
+    label: str
+    note: str
+    node_names: tuple[str, ...]
+    created_by: str
+    created_at: datetime
+    definition_json: bytes | None = None
+
+
+@dataclass(frozen=True)
+class NewVersion:
+    """A checked snapshot to register (content hash computed by the service)."""
+
+    namespace: str
+    workflow_id: str
+    content_hash: str
+    definition_json: bytes
+    node_names: tuple[str, ...]
+    n8n_version_id: str
+    label: str
+    note: str
+    actor: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Registered:
+    version: Version
+    created: bool
+
+
+@dataclass(frozen=True)
+class WorkflowHead:
+    """Per-workflow row: the newest version number and the version new instances bind to."""
+
+    latest_version: int
+    current_version: int
+
+
+@dataclass(frozen=True)
+class MoveSelector:
+    workflow_id: str
+    instance_keys: tuple[str, ...] = ()
+    statuses: tuple[InstanceStatus, ...] = ()
+    from_version: int = 0
+
+
+@dataclass(frozen=True)
+class MoveCandidate:
+    """An instance a move selected, with where its last checkpoint was saved."""
+
+    instance_key: str
+    bound_version: int
+    last_step: str
+    last_node: str
+
+
+@dataclass(frozen=True)
+class InstanceMove:
+    instance_key: str
+    from_version: int
+    to_version: int
+    last_step: str
+    last_step_missing_in_target: bool
+
+
+@dataclass(frozen=True)
+class ChangeLogEntry:
+    id: int
+    kind: ChangeKind
+    workflow_id: str
+    instance_key: str
+    from_version: int
+    to_version: int
+    actor: str
+    reason: str
+    created_at: datetime

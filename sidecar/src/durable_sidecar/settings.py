@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .failpoints import parse as parse_failpoints
+
 
 class SettingsError(Exception):
     """Every invalid setting, reported together so one start-up shows them all."""
@@ -137,11 +139,34 @@ class Settings:
         default=10.0,
         metadata=_meta("DURABLE_SHUTDOWN_GRACE_SECONDS", "How long SIGTERM waits for in-flight RPCs (seconds)."),
     )
+    db_pool_timeout_seconds: float = field(
+        default=5.0,
+        metadata=_meta(
+            "DURABLE_DB_POOL_TIMEOUT_SECONDS",
+            "How long a call waits for a free PostgreSQL connection before UNAVAILABLE (seconds).",
+        ),
+    )
+    failpoints: str = field(
+        default="",
+        metadata=_meta("DURABLE_FAILPOINTS", "Test only: comma-separated failpoints where the process dies on purpose."),
+    )
     n8n_base_url: str = field(
         default="",
         metadata=_meta("DURABLE_N8N_BASE_URL", "n8n base URL for its public REST API (e.g. http://127.0.0.1:5678)."),
     )
     n8n_api_key: str = field(default="", metadata=_meta("DURABLE_N8N_API_KEY", "n8n API key (X-N8N-API-KEY)."))
+    n8n_timeout_seconds: float = field(
+        default=10.0,
+        metadata=_meta("DURABLE_N8N_TIMEOUT_SECONDS", "Timeout of one request to n8n's REST API (seconds)."),
+    )
+    n8n_sync_interval_seconds: int = field(
+        default=60,
+        metadata=_meta(
+            "DURABLE_N8N_SYNC_INTERVAL_SECONDS",
+            "With n8n API access, StartOrResume re-reads a workflow's definition from n8n at most this often "
+            "(and always while it has no version); 0 reads it only while it has none (seconds).",
+        ),
+    )
 
     @property
     def tokens(self) -> dict[str, str]:
@@ -195,6 +220,11 @@ class Settings:
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")
         need(1 <= self.db_pool_max <= 1000, "DURABLE_DB_POOL_MAX", "must be 1 to 1000")
         need(self.db_connect_timeout_seconds > 0, "DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "must be positive")
+        need(0 < self.db_pool_timeout_seconds <= 600, "DURABLE_DB_POOL_TIMEOUT_SECONDS", "must be in (0, 600]")
+        try:
+            parse_failpoints(self.failpoints)
+        except ValueError as exc:
+            out.append(f"DURABLE_FAILPOINTS: {exc}")
         need(1 <= self.db_retry_attempts <= 100, "DURABLE_DB_RETRY_ATTEMPTS", "must be 1 to 100")
         need(1 <= self.redis_pool_max <= 10_000, "DURABLE_REDIS_POOL_MAX", "must be 1 to 10000")
         need(0 < self.redis_timeout_seconds <= 60, "DURABLE_REDIS_TIMEOUT_SECONDS", "must be in (0, 60]")
@@ -233,6 +263,10 @@ class Settings:
         need(self.shutdown_grace_seconds >= 0, "DURABLE_SHUTDOWN_GRACE_SECONDS", "must not be negative")
         need(self.n8n_base_url == "" or self.n8n_base_url.startswith(("http://", "https://")),
              "DURABLE_N8N_BASE_URL", "must be an http:// or https:// URL, or empty")
+        need(bool(self.n8n_base_url) == bool(self.n8n_api_key), "DURABLE_N8N_API_KEY",
+             "DURABLE_N8N_BASE_URL and DURABLE_N8N_API_KEY must be set together")
+        need(0 < self.n8n_timeout_seconds <= 300, "DURABLE_N8N_TIMEOUT_SECONDS", "must be in (0, 300]")
+        need(0 <= self.n8n_sync_interval_seconds <= 86_400, "DURABLE_N8N_SYNC_INTERVAL_SECONDS", "must be 0 to 86400")
         return out
 
 

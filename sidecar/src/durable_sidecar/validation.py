@@ -38,12 +38,19 @@ def json_bytes(field: str, value: bytes, *, required: bool = True) -> bytes:
             raise InvalidArgument(f"{field} is required (JSON)")
         return value
     try:
-        json.loads(value)
+        json.loads(value, parse_constant=_reject_constant)
     except UnicodeDecodeError:
         raise InvalidArgument(f"{field} is not UTF-8") from None
     except ValueError as exc:
         raise InvalidArgument(f"{field} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{field} is nested too deeply to be a state (hundreds of levels)") from None
     return value
+
+
+def _reject_constant(name: str) -> object:
+    # NaN and Infinity are not JSON (RFC 8259): n8n's JSON.parse would refuse them later.
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def in_range(field: str, value: int, low: int, high: int, *, default: int | None = None) -> int:

@@ -7,7 +7,7 @@ import hashlib
 import logging
 from dataclasses import dataclass, replace
 
-from .. import metrics, validation
+from .. import failpoints, metrics, validation
 from ..domain import Checkpoint, InstanceRef, NewCheckpoint, Page, PrunePolicy, PruneResult, SavedCheckpoint
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
 from ..stores.cache import Cache
@@ -56,6 +56,8 @@ class CheckpointService:
         self.max_state_bytes = max_state_bytes
         self.max_batch_items = max_batch_items
         self.default_lease_seconds = default_lease_seconds
+        # Cache writes run after the reply; kept here so they are not garbage-collected mid-flight.
+        self._cache_writes: set[asyncio.Task[None]] = set()
 
     def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
         where = f"items[{index}]"
@@ -115,18 +117,38 @@ class CheckpointService:
                 inst = await self.instances.get_txn(conn, ref, for_update=True)
                 if inst is not None:
                     locked[ref] = _Locked(inst.status.final, inst.last_sequence, inst.last_step, None)
+            failpoints.hit("checkpoint.before_insert")
             results = []
             for i, (new, encoded) in enumerate(prepared):
                 results.append(await self._save_one(conn, i, new, encoded, locked))
+            failpoints.hit("checkpoint.after_insert")
             return results
 
         results = await self.db.transaction(txn)
+        failpoints.hit("checkpoint.after_commit")
+        fresh = []
         for (new, _), saved in zip(prepared, results, strict=True):
             metrics.CHECKPOINTS_SAVED.labels("deduplicated" if saved.deduplicated else "written").inc()
             if not saved.deduplicated:
-                await self.cache.put_state(namespace, new.ref.workflow_id, new.ref.instance_key,
-                                           saved.checkpoint.sequence, new.state)
+                fresh.append((new, saved.checkpoint.sequence))
+        if fresh and self.cache.enabled:
+            task = asyncio.create_task(self._cache_states(namespace, fresh))
+            self._cache_writes.add(task)
+            task.add_done_callback(self._cache_writes.discard)
         return results
+
+    async def _cache_states(self, namespace: str, fresh: list[tuple[NewCheckpoint, int]]) -> None:
+        """Writes new states to the cache once the reply is on its way (the cache is never on the hot path)."""
+        if failpoints.enabled("checkpoint.before_cache"):
+            await asyncio.sleep(0.2)  # test only: let the reply reach the client before dying
+        failpoints.hit("checkpoint.before_cache")
+        for new, sequence in fresh:
+            await self.cache.put_state(namespace, new.ref.workflow_id, new.ref.instance_key, sequence, new.state)
+
+    async def drain(self) -> None:
+        """Waits for pending cache writes (at shutdown)."""
+        if self._cache_writes:
+            await asyncio.gather(*self._cache_writes, return_exceptions=True)
 
     async def _save_one(self, conn: Conn, index: int, new: NewCheckpoint, encoded: EncodedState,
                         locked: dict[InstanceRef, _Locked]) -> SavedCheckpoint:

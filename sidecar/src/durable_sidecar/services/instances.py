@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime
 
 from .. import validation
@@ -27,6 +28,7 @@ from ..stores.checkpoints import CheckpointStore
 from ..stores.db import Conn, Database
 from ..stores.instances import InstanceStore
 from .checkpoints import CheckpointService
+from .versions import VersionService
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +43,13 @@ def _check_ref(ref: InstanceRef) -> None:
 
 class InstanceService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore,
-                 checkpoint_service: CheckpointService, *, default_lease_seconds: int) -> None:
+                 checkpoint_service: CheckpointService, versions: VersionService, *,
+                 default_lease_seconds: int) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
         self.checkpoint_service = checkpoint_service
+        self.versions = versions
         self.default_lease_seconds = default_lease_seconds
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
@@ -62,23 +66,42 @@ class InstanceService:
         execution_id: str,
         lease_seconds: int = 0,
         version_label: str = "",
-        bound_version: int = 0,
+        pinned_version: int = 0,
+        definition_json: bytes = b"",
         claim_token: str = "",
         include_state: bool = False,
     ) -> StartResult:
+        """Starts or finds the instance; a new one binds the version being run (or the pinned one).
+
+        The version being run is the sent definition's (registered first when
+        new), else the workflow's current version, refreshed from n8n when API
+        access is configured and a check is due (see VersionService).
+        """
         _check_ref(ref)
         validation.identifier("execution_id", execution_id)
         validation.identifier("version_label", version_label, required=False)
         validation.identifier("claim_token", claim_token, required=False)
         lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=self.default_lease_seconds)
+        if pinned_version < 0:
+            raise InvalidArgument("pinned_version must not be negative")
+        # Parsing and any HTTP call to n8n happen before the transaction opens.
+        snapshot = await self.versions.snapshot_for_start(ref.namespace, ref.workflow_id, definition_json,
+                                                          actor=execution_id)
 
         async def txn(conn: Conn) -> StartResult:
+            binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
+                                                      pinned_version=pinned_version)
+            result = await found_or_started(conn, binding.for_new)
+            return await self._with_version(conn, result, current=binding.current, version_label=version_label)
+
+        async def found_or_started(conn: Conn, bound_version: int) -> StartResult:
             created = await self.instances.create_txn(
                 conn, ref, execution_id=execution_id, lease_seconds=lease, bound_version=bound_version,
                 version_label=version_label,
             )
             if created is not None:
-                await self.instances.add_event_txn(conn, ref, "started", actor=execution_id)
+                await self.instances.add_event_txn(conn, ref, "started", actor=execution_id,
+                                                   detail=f"bound to version {bound_version}" if bound_version else "")
                 return StartResult(StartOutcome.STARTED, created, None)
             inst = await self.instances.get_txn(conn, ref, for_update=True)
             if inst is None:  # deleted between the insert and the lock: let the retry loop start over
@@ -107,9 +130,29 @@ class InstanceService:
         result = await self.db.transaction(txn)
         if include_state and result.latest is not None:
             latest = await self.checkpoint_service.with_state(ref.namespace, result.latest)
-            result = StartResult(result.outcome, result.instance, latest)
-        log.info("start_or_resume", extra={"outcome": result.outcome.value, "sequence": result.instance.last_sequence})
+            result = replace(result, latest=latest)
+        log.info("start_or_resume", extra={"outcome": result.outcome.value, "sequence": result.instance.last_sequence,
+                                           "bound_version": result.instance.bound_version,
+                                           "version_mismatch": result.version_mismatch})
         return result
+
+    async def _with_version(self, conn: Conn, result: StartResult, *, current: int, version_label: str) -> StartResult:
+        """Adds the version verdict, and the bound snapshot when the caller must run it instead.
+
+        With a bound snapshot, the instance is on another version when that is
+        not the one being run. Without one (it started before any version was
+        registered), the author's label is its identity: a different label now
+        is a mismatch, but there is no snapshot to hand back.
+        """
+        inst = result.instance
+        if inst.bound_version:
+            mismatch = current != 0 and inst.bound_version != current
+        else:
+            mismatch = bool(version_label and inst.version_label) and version_label != inst.version_label
+        bound = None
+        if mismatch and inst.bound_version and result.outcome in (StartOutcome.STARTED, StartOutcome.RESUMED):
+            bound = await self.versions.snapshot_txn(conn, inst.namespace, inst.workflow_id, inst.bound_version)
+        return replace(result, current_version=current, version_mismatch=mismatch, bound=bound)
 
     async def get(self, ref: InstanceRef) -> tuple[Instance, Checkpoint | None]:
         _check_ref(ref)

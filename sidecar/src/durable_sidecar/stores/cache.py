@@ -121,3 +121,20 @@ class Cache:
 
     async def forget_completed_key(self, ns: str, scope: str, key: str) -> None:
         await self._delete("idempotency_completed", [_key("idem", ns, scope, key)])
+
+    async def get_completed_keys(self, keys: list[tuple[str, str, str]]) -> list[bytes | None]:
+        """One round trip for a batch of (namespace, scope, key); all None when the cache is unusable."""
+        client = self._usable()
+        if client is None or not keys:
+            return [None] * len(keys)
+        try:
+            values: list[Any] = await client.mget([_key("idem", *k) for k in keys])
+        except (RedisError, OSError) as exc:
+            self._failed("idempotency_completed", exc)
+            return [None] * len(keys)
+        for value in values:
+            metrics.CACHE_REQUESTS.labels("idempotency_completed", "hit" if value is not None else "miss").inc()
+        return [bytes(v) if v is not None else None for v in values]
+
+    async def forget_completed_keys(self, keys: list[tuple[str, str, str]]) -> None:
+        await self._delete("idempotency_completed", [_key("idem", *k) for k in keys])

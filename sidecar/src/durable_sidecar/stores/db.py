@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from ..errors import InvalidArgument, Unavailable
 
@@ -29,8 +30,17 @@ _TRANSIENT_CLASSES = ("08", "53", "57")
 _TRANSIENT_CODES = ("40001", "40P01")
 
 
+# psycopg_pool retries a failed reconnect with exponential backoff (1 s, 2 s, 4 s,
+# ...), so after a long PostgreSQL outage the pool could idle for many seconds
+# after the server is back. Reconnect attempts are cheap (a refused connection
+# fails at once): retry every ~0.2 s instead, so the sidecar recovers within a
+# second of PostgreSQL accepting connections. Process-wide; only our pool lives here.
+AttemptWithBackoff.INITIAL_DELAY = 0.2
+AttemptWithBackoff.DELAY_BACKOFF = 1.0
+
+
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (psycopg.OperationalError, PoolTimeout)) and not isinstance(exc, psycopg.errors.QueryCanceled):
+    if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, psycopg.errors.QueryCanceled):
         sqlstate = getattr(exc, "sqlstate", None)
         return sqlstate is None or sqlstate.startswith(_TRANSIENT_CLASSES) or sqlstate in _TRANSIENT_CODES
     if isinstance(exc, psycopg.Error):
@@ -42,7 +52,8 @@ def is_transient(exc: BaseException) -> bool:
 class Database:
     """Owns the pool; `transaction` runs a function in one retried transaction."""
 
-    def __init__(self, url: str, *, min_size: int, max_size: int, connect_timeout: float, retry_attempts: int) -> None:
+    def __init__(self, url: str, *, min_size: int, max_size: int, connect_timeout: float, retry_attempts: int,
+                 pool_timeout: float = 5.0) -> None:
         self.url = url
         self.retry_attempts = retry_attempts
         self._connect_timeout = connect_timeout
@@ -51,8 +62,8 @@ class Database:
             min_size=min_size,
             max_size=max_size,
             open=False,
-            timeout=connect_timeout,
-            kwargs={"row_factory": dict_row, "autocommit": False},
+            timeout=pool_timeout,
+            kwargs={"row_factory": dict_row, "autocommit": False, "connect_timeout": max(1, int(connect_timeout))},
             connection_class=psycopg.AsyncConnection[DictRow],
             name="durable",
         )
@@ -91,6 +102,12 @@ class Database:
                 async with self.pool.connection() as conn:
                     async with conn.transaction():
                         return await fn(conn)
+            except PoolTimeout:
+                # Every connection is busy or PostgreSQL is down: waiting longer
+                # would only hold the caller past its deadline.
+                log.warning("no database connection within the pool timeout", extra={"attempt": attempt})
+                raise Unavailable("the database is unavailable or overloaded (no connection within the pool "
+                                  "timeout); retry later") from None
             except Exception as exc:
                 if not is_transient(exc):
                     raise

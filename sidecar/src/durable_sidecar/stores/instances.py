@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from ..domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, Page, ResumeReason
+from ..domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
 from .db import Conn, decode_cursor, encode_cursor
 
 _COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
@@ -232,6 +232,55 @@ class InstanceStore:
             last = rows[-1]
             next_token = encode_cursor([last.created_at.isoformat(), last.workflow_id, last.instance_key])
         return rows, next_token
+
+    async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
+                                  lock: bool) -> list[MoveCandidate]:
+        """Instances matching every criterion of the selector, by key, with their last checkpoint's node.
+
+        With lock, the rows stay locked (in key order, like batched checkpoint
+        saves, so the two cannot deadlock) until the transaction ends.
+        """
+        where = [sql.SQL("i.namespace = %(ns)s"), sql.SQL("i.workflow_id = %(wf)s")]
+        params: dict[str, Any] = {"ns": namespace, "wf": selector.workflow_id}
+        if selector.instance_keys:
+            where.append(sql.SQL("i.instance_key = ANY(%(keys)s)"))
+            params["keys"] = list(selector.instance_keys)
+        if selector.statuses:
+            where.append(sql.SQL("i.status = ANY(%(statuses)s)"))
+            params["statuses"] = [s.value for s in selector.statuses]
+        if selector.from_version:
+            where.append(sql.SQL("i.bound_version = %(from_v)s"))
+            params["from_v"] = selector.from_version
+        query = sql.SQL(
+            """SELECT i.instance_key, i.bound_version, i.last_step, coalesce(c.node_name, '') AS last_node
+               FROM durable_instances i
+               LEFT JOIN durable_checkpoints c
+                 ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id
+                AND c.instance_key = i.instance_key AND c.sequence = i.last_sequence
+               WHERE {where}
+               ORDER BY i.instance_key{lock}"""
+        ).format(where=sql.SQL(" AND ").join(where), lock=sql.SQL(" FOR UPDATE OF i" if lock else ""))
+        cur = await conn.execute(query, params)
+        return [MoveCandidate(r["instance_key"], r["bound_version"], r["last_step"], r["last_node"])
+                for r in await cur.fetchall()]
+
+    async def existing_keys_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str]) -> set[str]:
+        cur = await conn.execute(
+            """SELECT instance_key FROM durable_instances
+               WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = ANY(%(keys)s)""",
+            {"ns": namespace, "wf": workflow_id, "keys": keys},
+        )
+        return {r["instance_key"] for r in await cur.fetchall()}
+
+    async def rebind_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str], *,
+                         to_version: int) -> int:
+        """Binds the (locked) instances to another version; returns how many rows changed."""
+        cur = await conn.execute(
+            """UPDATE durable_instances SET bound_version = %(to)s, updated_at = now()
+               WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = ANY(%(keys)s)""",
+            {"ns": namespace, "wf": workflow_id, "keys": keys, "to": to_version},
+        )
+        return cur.rowcount
 
     async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "", detail: str = "") -> None:
         await conn.execute(

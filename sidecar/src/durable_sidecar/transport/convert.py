@@ -4,10 +4,24 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from durable.v1 import common_pb2, instance_pb2
+from durable.v1 import common_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from ..domain import Checkpoint, Instance, InstanceStatus, Resumable, ResumeReason, StartOutcome
+from ..domain import (
+    ChangeKind,
+    ChangeLogEntry,
+    Checkpoint,
+    ClaimOutcome,
+    IdempotencyKey,
+    Instance,
+    InstanceMove,
+    InstanceStatus,
+    KeyStatus,
+    Resumable,
+    ResumeReason,
+    StartOutcome,
+    Version,
+)
 
 _STATUS_TO_PB = {
     InstanceStatus.RUNNING: common_pb2.INSTANCE_STATUS_RUNNING,
@@ -92,3 +106,67 @@ def resumable(item: Resumable) -> instance_pb2.ResumableInstance:
         claim_token=item.claim_token,
         latest_checkpoint=checkpoint(item.latest),
     )
+
+
+_KEY_STATUS_TO_PB = {
+    KeyStatus.IN_PROGRESS: idempotency_pb2.KEY_STATUS_IN_PROGRESS,
+    KeyStatus.COMPLETED: idempotency_pb2.KEY_STATUS_COMPLETED,
+    KeyStatus.FAILED: idempotency_pb2.KEY_STATUS_FAILED,
+}
+KEY_STATUS_FROM_PB: dict[int, KeyStatus] = {int(v): k for k, v in _KEY_STATUS_TO_PB.items()}
+
+CLAIM_OUTCOME_TO_PB = {
+    ClaimOutcome.ACQUIRED: idempotency_pb2.CLAIM_OUTCOME_ACQUIRED,
+    ClaimOutcome.DUPLICATE: idempotency_pb2.CLAIM_OUTCOME_DUPLICATE,
+    ClaimOutcome.IN_PROGRESS: idempotency_pb2.CLAIM_OUTCOME_IN_PROGRESS,
+}
+
+
+def idempotency_key(key: IdempotencyKey) -> idempotency_pb2.IdempotencyKey:
+    return idempotency_pb2.IdempotencyKey(
+        scope=key.scope,
+        key=key.key,
+        status=_KEY_STATUS_TO_PB[key.status],
+        fingerprint=key.fingerprint,
+        attempt=key.attempt,
+        lease_expires_at=ts(key.lease_expires_at),
+        result_json=key.result_json or b"",
+        error_message=key.error_message,
+        expires_at=ts(key.expires_at),
+        created_at=ts(key.created_at),
+        updated_at=ts(key.updated_at),
+        derived_key=key.ref.derived_key,
+    )
+
+
+def version(v: Version) -> version_pb2.Version:
+    """A version; the definition is included when the reader asked for it."""
+    return version_pb2.Version(
+        workflow_id=v.workflow_id,
+        version=v.version,
+        content_hash=v.content_hash,
+        n8n_version_id=v.n8n_version_id,
+        label=v.label,
+        note=v.note,
+        definition_json=v.definition_json or b"",
+        created_at=ts(v.created_at),
+        node_names=list(v.node_names),
+    )
+
+
+def instance_move(m: InstanceMove) -> version_pb2.InstanceMove:
+    return version_pb2.InstanceMove(instance_key=m.instance_key, from_version=m.from_version, to_version=m.to_version,
+                                    last_step=m.last_step, last_step_missing_in_target=m.last_step_missing_in_target)
+
+
+_CHANGE_KIND_TO_PB = {
+    ChangeKind.VERSION_REGISTERED: version_pb2.CHANGE_KIND_VERSION_REGISTERED,
+    ChangeKind.INSTANCE_MOVED: version_pb2.CHANGE_KIND_INSTANCE_MOVED,
+}
+
+
+def change(e: ChangeLogEntry) -> version_pb2.ChangeLogEntry:
+    return version_pb2.ChangeLogEntry(id=e.id, kind=_CHANGE_KIND_TO_PB[e.kind], workflow_id=e.workflow_id,
+                                      instance_key=e.instance_key, from_version=e.from_version,
+                                      to_version=e.to_version, actor=e.actor, reason=e.reason,
+                                      created_at=ts(e.created_at))

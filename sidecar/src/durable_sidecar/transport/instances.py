@@ -16,7 +16,7 @@ from .auth import Authenticator
 from .rpc import server_stream, unary
 
 
-def _statuses(values: list[int]) -> tuple[InstanceStatus, ...]:
+def statuses(values: list[int]) -> tuple[InstanceStatus, ...]:
     try:
         return tuple(convert.STATUS_FROM_PB[v] for v in values)
     except KeyError:
@@ -36,6 +36,8 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             execution_id=request.execution_id,
             lease_seconds=request.lease_seconds,
             version_label=request.version_label,
+            pinned_version=request.pinned_version,
+            definition_json=request.definition_json,
             claim_token=request.claim_token,
             include_state=request.include_state,
         )
@@ -43,6 +45,9 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             outcome=convert.OUTCOME_TO_PB[result.outcome],
             instance=convert.instance(result.instance),
             latest_checkpoint=convert.checkpoint(result.latest),
+            current_version=result.current_version,
+            version_mismatch=result.version_mismatch,
+            bound_version=convert.version(result.bound) if result.bound is not None else None,
         )
 
     @unary("GetInstance")
@@ -54,7 +59,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
     async def ListInstances(self, request: instance_pb2.ListInstancesRequest, ns: str) -> instance_pb2.ListInstancesResponse:  # noqa: N802
         flt = InstanceFilter(
             workflow_id=request.workflow_id,
-            statuses=_statuses(list(request.statuses)),
+            statuses=statuses(list(request.statuses)),
             bound_version=request.bound_version,
             stalled_only=request.stalled_only,
             key_prefix=request.instance_key_prefix,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -66,6 +67,9 @@ def unary(method: str) -> Callable[
             try:
                 namespace = _begin(context, self.auth)
                 return await handler(self, request, namespace)
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
+                raise
             except Exception as exc:  # noqa: BLE001 - mapped below, never leaked
                 code, message = _failure(method, exc)
             finally:
@@ -95,6 +99,9 @@ def server_stream(method: str) -> Callable[
                 namespace = _begin(context, self.auth)
                 async for item in handler(self, request, namespace):
                     yield item
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
             except Exception as exc:  # noqa: BLE001 - mapped below, never leaked
                 code, message = _failure(method, exc)
             finally:

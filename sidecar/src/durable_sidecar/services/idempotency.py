@@ -1,0 +1,449 @@
+"""IdempotencyService: claim, complete and release keys (the Stripe / IETF Idempotency-Key contract), and the reaper.
+
+Every decision is made inside one PostgreSQL transaction on a locked row and
+judged by database time. Redis only answers the replay of a completed key whose
+fingerprint matches; any other answer, and every miss or doubt, comes from
+PostgreSQL, so a cache problem can cost speed but never change an outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .. import failpoints, metrics, validation
+from ..domain import (
+    Claimed,
+    ClaimOutcome,
+    ForcedRelease,
+    IdempotencyKey,
+    KeyFilter,
+    KeyRef,
+    KeyStatus,
+    NewClaim,
+    Page,
+)
+from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
+from ..logs import instance_key_var
+from ..stores.cache import Cache
+from ..stores.db import Conn, Database
+from ..stores.idempotency import IdempotencyStore
+
+log = logging.getLogger(__name__)
+
+MIN_LEASE_SECONDS, MAX_LEASE_SECONDS = 1, 86_400
+MIN_TTL_SECONDS, MAX_TTL_SECONDS = 60, 31_622_400
+
+# Above this many payload bytes, canonicalising and hashing move off the event loop.
+_OFFLOAD_BYTES = 256 * 1024
+# A cached entry is dropped this long before the key expires, so neither the
+# time a cache write takes nor a modest clock difference between this host and
+# PostgreSQL can make Redis answer for a key PostgreSQL already holds expired.
+_CACHE_MARGIN = timedelta(seconds=2)
+# How often a claim retries when the row it conflicted with vanished before it
+# could lock it (deleted by the reaper in between).
+_LOCK_TRIES = 5
+_HEX_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ClaimItem:
+    """One item of a Claim request, as the transport decoded it."""
+
+    scope: str
+    key: str
+    payload_json: bytes
+    fingerprint: str
+    lease_seconds: int
+    ttl_seconds: int
+    holder: str
+
+
+def _normalise(value: Any) -> Any:
+    # JavaScript (n8n) has one number type: 1 and 1.0 are the same value there,
+    # so they must give the same fingerprint here.
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def canonical_json(payload: bytes) -> bytes:
+    """UTF-8 JSON with keys sorted, no whitespace, and integral numbers written as integers."""
+    try:
+        value = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        text = json.dumps(_normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except UnicodeDecodeError:
+        raise InvalidArgument("payload_json is not UTF-8") from None
+    except RecursionError:
+        raise InvalidArgument("payload_json is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidArgument(f"payload_json is not valid JSON: {exc}") from None
+    return text.encode("utf-8", "surrogatepass")
+
+
+def fingerprint_of(payload: bytes) -> str:
+    """Lower-case hex SHA-256 of the payload's canonical JSON: key order and whitespace do not change it."""
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def _show_fp(fingerprint: str) -> str:
+    return fingerprint[:12] + "…" if fingerprint else "(none)"
+
+
+def _name(ref: KeyRef) -> str:
+    return f"{ref.scope}/{ref.key}"
+
+
+def _check_ref(ref: KeyRef) -> None:
+    validation.identifier("scope", ref.scope)
+    validation.identifier("key", ref.key)
+    instance_key_var.set(_name(ref))
+
+
+def _to_cache(key: IdempotencyKey) -> bytes:
+    return json.dumps({
+        "v": 1, "ns": key.namespace, "scope": key.scope, "key": key.key, "fingerprint": key.fingerprint,
+        "attempt": key.attempt, "holder": key.holder,
+        "result": key.result_json.decode("utf-8") if key.result_json is not None else None,
+        "expires_at": key.expires_at.isoformat(), "created_at": key.created_at.isoformat(),
+        "updated_at": key.updated_at.isoformat(),
+    }, ensure_ascii=False).encode()
+
+
+def _from_cache(raw: bytes) -> IdempotencyKey | None:
+    """A cached completed key, or None for anything unreadable (a miss, never an error)."""
+    try:
+        d = json.loads(raw)
+        if d["v"] != 1:
+            return None
+        return IdempotencyKey(
+            namespace=d["ns"], scope=d["scope"], key=d["key"], status=KeyStatus.COMPLETED,
+            fingerprint=d["fingerprint"], attempt=int(d["attempt"]), holder=d["holder"], lease_expires_at=None,
+            result_json=d["result"].encode() if d["result"] is not None else None, error_message="",
+            expires_at=datetime.fromisoformat(d["expires_at"]), created_at=datetime.fromisoformat(d["created_at"]),
+            updated_at=datetime.fromisoformat(d["updated_at"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class IdempotencyService:
+    def __init__(self, db: Database, store: IdempotencyStore, cache: Cache, *, default_lease_seconds: int,
+                 default_ttl_seconds: int, max_batch_items: int, max_payload_bytes: int,
+                 reaper_batch_size: int) -> None:
+        self.db = db
+        self.store = store
+        self.cache = cache
+        self.default_lease_seconds = default_lease_seconds
+        self.default_ttl_seconds = default_ttl_seconds
+        self.max_batch_items = max_batch_items
+        self.max_payload_bytes = max_payload_bytes
+        self.reaper_batch_size = reaper_batch_size
+
+    # Claims.
+
+    def _fingerprint(self, item: ClaimItem) -> str:
+        if item.payload_json and item.fingerprint:
+            raise InvalidArgument("set payload_json or fingerprint, not both")
+        if item.fingerprint:
+            fp = item.fingerprint.lower()
+            if not _HEX_SHA256.match(fp):
+                raise InvalidArgument("fingerprint must be a hex SHA-256 (64 hex digits)")
+            return fp
+        if item.payload_json:
+            if len(item.payload_json) > self.max_payload_bytes:
+                raise TooLarge(f"payload_json is {len(item.payload_json)} bytes; the limit is "
+                               f"{self.max_payload_bytes} bytes (DURABLE_MAX_STATE_BYTES): send a hash in fingerprint")
+            return fingerprint_of(item.payload_json)
+        return ""
+
+    def _validate(self, namespace: str, index: int, item: ClaimItem) -> NewClaim:
+        try:
+            validation.identifier("scope", item.scope)
+            validation.identifier("key", item.key)
+            validation.identifier("holder", item.holder, required=False)
+            lease = validation.in_range("lease_seconds", item.lease_seconds, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS,
+                                        default=self.default_lease_seconds)
+            ttl = validation.in_range("ttl_seconds", item.ttl_seconds, MIN_TTL_SECONDS, MAX_TTL_SECONDS,
+                                      default=self.default_ttl_seconds)
+            fingerprint = self._fingerprint(item)
+        except (InvalidArgument, TooLarge) as exc:
+            raise type(exc)(f"items[{index}]: {exc}") from None
+        return NewClaim(KeyRef(namespace, item.scope, item.key), fingerprint, lease, ttl, item.holder)
+
+    def _prepare(self, namespace: str, items: list[ClaimItem]) -> list[NewClaim]:
+        claims = [self._validate(namespace, i, item) for i, item in enumerate(items)]
+        seen: dict[KeyRef, int] = {}
+        for i, claim in enumerate(claims):
+            if claim.ref in seen:
+                raise InvalidArgument(f"items[{i}]: key {_name(claim.ref)} is already items[{seen[claim.ref]}]: "
+                                      "a key may appear only once in a batch")
+            seen[claim.ref] = i
+        return claims
+
+    async def claim(self, namespace: str, items: list[ClaimItem]) -> list[Claimed]:
+        """One answer per item, in request order; all items in one transaction, or none on a mismatch."""
+        if not items:
+            raise InvalidArgument("items is empty: send at least one key to claim")
+        if len(items) > self.max_batch_items:
+            raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
+        if len(items) == 1:
+            instance_key_var.set(f"{items[0].scope}/{items[0].key}")
+        if sum(len(i.payload_json) for i in items) > _OFFLOAD_BYTES:
+            claims = await asyncio.to_thread(self._prepare, namespace, items)
+        else:
+            claims = self._prepare(namespace, items)
+
+        cached = await self._replay_from_cache(claims)
+        if cached is not None:
+            for _ in cached:
+                metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.DUPLICATE.value).inc()
+            log.debug("claims replayed from the cache", extra={"items": len(cached)})
+            return cached
+
+        async def txn(conn: Conn) -> tuple[list[Claimed], list[KeyRef], datetime]:
+            now = await self.store.now_txn(conn)
+            results: dict[int, Claimed] = {}
+            renewed: list[KeyRef] = []
+            # Lock rows in one fixed order so that concurrent batches cannot deadlock.
+            for i in sorted(range(len(claims)), key=lambda i: (claims[i].ref.scope, claims[i].ref.key)):
+                results[i], new_life = await self._claim_one(conn, now, i, claims[i])
+                if new_life:
+                    renewed.append(claims[i].ref)
+            return [results[i] for i in range(len(claims))], renewed, now
+
+        try:
+            results, renewed, now = await self.db.transaction(txn)
+        except FailedPrecondition:
+            metrics.IDEMPOTENCY_CLAIMS.labels("mismatch").inc()
+            raise
+        for claimed in results:
+            metrics.IDEMPOTENCY_CLAIMS.labels(claimed.outcome.value).inc()
+            if claimed.outcome is ClaimOutcome.ACQUIRED and claimed.key.attempt > 1:
+                log.info("idempotency key acquired again", extra={
+                    "key": _name(claimed.key.ref), "attempt": claimed.key.attempt, "holder": claimed.key.holder})
+        if renewed:
+            # The previous life of these keys may still be cached (it is bounded by
+            # that life's expiry, but forgetting it leaves no doubt).
+            await self.cache.forget_completed_keys([(r.namespace, r.scope, r.key) for r in renewed])
+        for claimed in results:
+            if claimed.outcome is ClaimOutcome.DUPLICATE:
+                await self._remember(claimed.key, now)
+        return results
+
+    async def _claim_one(self, conn: Conn, now: datetime, index: int, claim: NewClaim) -> tuple[Claimed, bool]:
+        """(answer, whether the key began a new life after expiring)."""
+        for _ in range(_LOCK_TRIES):
+            row = await self.store.get_txn(conn, claim.ref, for_update=True)
+            if row is None:
+                created = await self.store.insert_txn(conn, claim)
+                if created is not None:
+                    return Claimed(ClaimOutcome.ACQUIRED, created), False
+                continue  # a concurrent claim inserted it first: lock that row
+            if row.expired(now):
+                # An expired key counts as unseen, but its attempt number carries on
+                # (never back to 1) so a late call from the old life stays fenced out.
+                return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=True)), True
+            if row.fingerprint != claim.fingerprint:
+                raise FailedPrecondition(
+                    f"items[{index}]: key {_name(claim.ref)} was already used with a different payload "
+                    f"(fingerprint {_show_fp(row.fingerprint)}, this request {_show_fp(claim.fingerprint)}); "
+                    "nothing in this batch was claimed: use a new key for a different request"
+                )
+            if row.status is KeyStatus.COMPLETED:
+                return Claimed(ClaimOutcome.DUPLICATE, row), False
+            if row.lease_alive(now):
+                if claim.holder and row.holder == claim.holder:
+                    # The holder itself claims again: a retry whose first answer was lost
+                    # (or a commit the sidecar could not confirm). Same attempt, same answer.
+                    return Claimed(ClaimOutcome.ACQUIRED, row), False
+                return Claimed(ClaimOutcome.IN_PROGRESS, row), False
+            # Failed, or in progress with a lapsed lease: the next attempt takes over.
+            return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=False)), False
+        raise Unavailable(f"items[{index}]: key {_name(claim.ref)} kept changing under the claim; retry")
+
+    async def _replay_from_cache(self, claims: list[NewClaim]) -> list[Claimed] | None:
+        """Answers only when every item is a cached completed key with the same fingerprint."""
+        if not self.cache.enabled:
+            return None
+        raws = await self.cache.get_completed_keys([(c.ref.namespace, c.ref.scope, c.ref.key) for c in claims])
+        horizon = datetime.now(UTC) + _CACHE_MARGIN
+        out = []
+        for claim, raw in zip(claims, raws, strict=True):
+            key = _from_cache(raw) if raw is not None else None
+            if (key is None or key.ref != claim.ref or key.fingerprint != claim.fingerprint
+                    or key.expires_at <= horizon):
+                return None  # PostgreSQL decides, including every mismatch
+            out.append(Claimed(ClaimOutcome.DUPLICATE, key))
+        return out
+
+    async def _remember(self, key: IdempotencyKey, now: datetime) -> None:
+        """Caches a committed completed key for no longer than it has left to live."""
+        left = int((key.expires_at - now - _CACHE_MARGIN).total_seconds())
+        ttl = min(self.cache.ttl_seconds, left)
+        if key.status is KeyStatus.COMPLETED and ttl > 0:
+            await self.cache.put_completed_key(key.namespace, key.scope, key.key, _to_cache(key), ttl)
+
+    # Outcomes.
+
+    def _check_attempt(self, ref: KeyRef, row: IdempotencyKey, attempt: int) -> None:
+        if row.attempt != attempt:
+            raise StaleFencingToken(
+                f"attempt {attempt} no longer holds key {_name(ref)}: it is at attempt {row.attempt} "
+                "(its lease lapsed and another holder took it over); the outcome is that holder's to record"
+            )
+
+    async def complete(self, ref: KeyRef, *, attempt: int, result_json: bytes) -> IdempotencyKey:
+        """Stores the holder's result; retry-safe for the same attempt, refused for any other."""
+        _check_ref(ref)
+        if attempt < 1:
+            raise InvalidArgument("attempt must be 1 or more: pass the attempt the claim returned")
+        if len(result_json) > self.max_payload_bytes:
+            raise TooLarge(f"result_json is {len(result_json)} bytes; the limit is {self.max_payload_bytes} bytes "
+                           "(DURABLE_MAX_STATE_BYTES)")
+        validation.json_bytes("result_json", result_json, required=False)
+
+        async def txn(conn: Conn) -> tuple[IdempotencyKey, datetime, bool]:
+            now = await self.store.now_txn(conn)
+            row = await self.store.get_txn(conn, ref, for_update=True)
+            if row is None:
+                raise NotFound(f"key {_name(ref)} does not exist (never claimed, or expired and reaped): claim it first")
+            self._check_attempt(ref, row, attempt)
+            if row.status is KeyStatus.COMPLETED:
+                return row, now, False  # a retried Complete: the stored result stands
+            if row.status is KeyStatus.FAILED:
+                raise StaleFencingToken(f"attempt {attempt} of key {_name(ref)} was released as failed and holds "
+                                        "it no more: claim the key again")
+            return await self.store.complete_txn(conn, ref, result_json=result_json or None), now, True
+
+        key, now, changed = await self.db.transaction(txn)
+        failpoints.hit("idempotency.after_commit")
+        if changed:
+            await self._remember(key, now)
+            log.info("idempotency key completed", extra={"attempt": attempt})
+        return key
+
+    async def release(self, ref: KeyRef, *, attempt: int, error_message: str) -> IdempotencyKey:
+        """Marks the holder's attempt failed so the next claim acquires the key; retry-safe."""
+        _check_ref(ref)
+        if attempt < 1:
+            raise InvalidArgument("attempt must be 1 or more: pass the attempt the claim returned")
+        validation.text("error_message", error_message)
+
+        async def txn(conn: Conn) -> IdempotencyKey:
+            row = await self.store.get_txn(conn, ref, for_update=True)
+            if row is None:
+                raise NotFound(f"key {_name(ref)} does not exist (never claimed, or expired and reaped)")
+            self._check_attempt(ref, row, attempt)
+            if row.status is KeyStatus.COMPLETED:
+                raise FailedPrecondition(f"key {_name(ref)} is completed: its side effect ran, so it cannot be "
+                                         "released")
+            if row.status is KeyStatus.FAILED:
+                return row  # a retried Release
+            return await self.store.release_txn(conn, ref, error_message=error_message)
+
+        key = await self.db.transaction(txn)
+        log.info("idempotency key released", extra={"attempt": attempt})
+        return key
+
+    async def force_release(self, ref: KeyRef, *, reason: str) -> ForcedRelease:
+        """An operator's release of a stuck in-progress key: its attempt is marked failed whoever holds it."""
+        _check_ref(ref)
+        validation.text("reason", reason)
+
+        async def txn(conn: Conn) -> ForcedRelease:
+            now = await self.store.now_txn(conn)
+            row = await self.store.get_txn(conn, ref, for_update=True)
+            if row is None:
+                raise NotFound(f"key {_name(ref)} does not exist (never claimed, or expired and reaped)")
+            if row.status is KeyStatus.COMPLETED:
+                raise FailedPrecondition(
+                    f"key {_name(ref)} is completed (attempt {row.attempt}): its side effect ran and its result is "
+                    "replayed to duplicates, so it is not released; it expires on its own"
+                )
+            if row.status is KeyStatus.FAILED:
+                return ForcedRelease(row, row, released=False, lease_was_alive=False)
+            message = "released by an operator" + (f": {reason}" if reason else "")
+            after = await self.store.release_txn(conn, ref, error_message=message)
+            return ForcedRelease(row, after, released=True, lease_was_alive=row.lease_alive(now))
+
+        result = await self.db.transaction(txn)
+        # Nothing in progress is ever cached; forgetting anyway costs one call and settles any doubt.
+        await self.cache.forget_completed_key(ref.namespace, ref.scope, ref.key)
+        if result.released:
+            log.warning("idempotency key force-released by an operator", extra={
+                "key": _name(ref), "attempt": result.before.attempt, "holder": result.before.holder,
+                "lease_was_alive": result.lease_was_alive})
+        return result
+
+    # Reads.
+
+    async def get(self, ref: KeyRef, *, include_expired: bool = False) -> IdempotencyKey:
+        _check_ref(ref)
+
+        async def txn(conn: Conn) -> tuple[IdempotencyKey | None, datetime]:
+            return await self.store.get_txn(conn, ref), await self.store.now_txn(conn)
+
+        row, now = await self.db.transaction(txn)
+        if row is None or (row.expired(now) and not include_expired):
+            raise NotFound(f"key {_name(ref)} does not exist" + (" (it expired)" if row is not None else ""))
+        return row
+
+    async def list_keys(self, namespace: str, flt: KeyFilter, page: Page) -> tuple[list[IdempotencyKey], str]:
+        validation.identifier("scope", flt.scope, required=False)
+
+        async def txn(conn: Conn) -> tuple[list[IdempotencyKey], str]:
+            return await self.store.list_txn(conn, namespace, flt, page)
+
+        return await self.db.transaction(txn)
+
+    async def now(self) -> datetime:
+        """Database time, for views that say whether a lease is alive."""
+        return await self.db.transaction(self.store.now_txn)
+
+    # The reaper.
+
+    async def reap_expired(self) -> int:
+        """Deletes expired keys that are not in progress, one small transaction per batch; returns the count."""
+        total = 0
+        while True:
+            async def txn(conn: Conn) -> list[KeyRef]:
+                return await self.store.reap_expired_txn(conn, limit=self.reaper_batch_size)
+
+            refs = await self.db.transaction(txn)
+            if refs:
+                total += len(refs)
+                metrics.KEYS_REAPED.inc(len(refs))
+                await self.cache.forget_completed_keys([(r.namespace, r.scope, r.key) for r in refs])
+            if len(refs) < self.reaper_batch_size:
+                return total
+            await asyncio.sleep(0)  # let claims in between batches
+
+    async def run_reaper(self, interval_seconds: float) -> None:
+        """Reaps every interval until cancelled; a failed pass is logged and tried again next time."""
+        log.info("idempotency key reaper started", extra={"interval_s": interval_seconds,
+                                                          "batch": self.reaper_batch_size})
+        while True:
+            await asyncio.sleep(interval_seconds)
+            try:
+                reaped = await self.reap_expired()
+            except Exception as exc:  # noqa: BLE001 - the reaper must outlive a database outage
+                log.warning("idempotency key reaper pass failed; retrying next interval", extra={"error": repr(exc)})
+                continue
+            if reaped:
+                log.info("expired idempotency keys reaped", extra={"count": reaped})

@@ -1,0 +1,308 @@
+"""VersionService: content-addressed snapshots, binding new instances, and explicit, logged moves."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .. import definitions, validation
+from ..definitions import DefinitionDiff
+from ..domain import (
+    ChangeLogEntry,
+    InstanceMove,
+    InstanceStatus,
+    MoveCandidate,
+    MoveSelector,
+    NewVersion,
+    Page,
+    Registered,
+    Version,
+)
+from ..errors import DomainError, InvalidArgument, NotFound
+from ..stores.db import Conn, Database
+from ..stores.instances import InstanceStore
+from ..stores.n8n import N8nClient
+from ..stores.versions import VersionStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What StartOrResume binds: `current` is the version being run now, `for_new` what a new instance gets."""
+
+    current: int
+    for_new: int
+
+
+def _check_workflow(workflow_id: str) -> None:
+    validation.identifier("workflow_id", workflow_id)
+
+
+def _step_missing(c: MoveCandidate, target: frozenset[str], source: frozenset[str] | None) -> bool:
+    """Whether the target lacks where the instance stands.
+
+    Gone when the node that saved the last checkpoint is absent from the
+    target, or when the step names a node of the instance's own version (any
+    step name, when it has no snapshot) that the target lacks. Step names
+    that were never node names are labels the target cannot contradict.
+    """
+    if c.last_node and c.last_node not in target:
+        return True
+    return bool(c.last_step) and c.last_step not in target and (source is None or c.last_step in source)
+
+
+class VersionService:
+    def __init__(self, db: Database, versions: VersionStore, instances: InstanceStore, n8n: N8nClient, *,
+                 sync_interval_seconds: int, max_batch_items: int) -> None:
+        self.db = db
+        self.versions = versions
+        self.instances = instances
+        self.n8n = n8n
+        self.sync_interval_seconds = sync_interval_seconds
+        self.max_batch_items = max_batch_items
+
+    # --- registering -------------------------------------------------------
+
+    def new_version(self, namespace: str, workflow_id: str, definition_json: bytes, *, actor: str, reason: str,
+                    n8n_version_id: str = "", label: str = "", note: str = "") -> NewVersion:
+        """Checks and hashes a definition (CPU work, done outside any transaction)."""
+        _check_workflow(workflow_id)
+        validation.identifier("n8n_version_id", n8n_version_id, required=False)
+        validation.identifier("label", label, required=False)
+        definitions.semver_label("label", label)
+        validation.text("note", note)
+        validation.identifier("actor", actor, required=False)
+        parsed = definitions.parse(definition_json)
+        return NewVersion(namespace=namespace, workflow_id=workflow_id, content_hash=parsed.content_hash,
+                          definition_json=parsed.raw, node_names=parsed.node_names, n8n_version_id=n8n_version_id,
+                          label=label, note=note, actor=actor, reason=reason)
+
+    async def register_txn(self, conn: Conn, new: NewVersion) -> Registered:
+        """Stores the snapshot unless its content exists; either way it becomes the current version.
+
+        Race-safe across replicas: a read finds known content without a lock;
+        otherwise the workflow's head row is locked, the content looked up
+        again and the next number taken from the head, so concurrent callers
+        get one version per content and numbers without duplicates.
+        """
+        found = await self.versions.find_by_hash_txn(conn, new.namespace, new.workflow_id, new.content_hash)
+        if found is not None and found[0].version == found[1]:
+            return Registered(found[0], created=False)
+        head = await self.versions.lock_head_txn(conn, new.namespace, new.workflow_id)
+        found = await self.versions.find_by_hash_txn(conn, new.namespace, new.workflow_id, new.content_hash)
+        if found is not None:
+            existing = found[0]
+            if head.current_version != existing.version:
+                # The workflow went back to an earlier content (a revert in n8n,
+                # an operator's rollback): that snapshot is what runs now.
+                await self.versions.set_head_txn(conn, new.namespace, new.workflow_id, latest=head.latest_version,
+                                                 current=existing.version)
+                await self.versions.log_registration_txn(
+                    conn, new, from_version=head.current_version, to_version=existing.version,
+                    reason=f"{new.reason}; same content as version {existing.version}, which is current again",
+                )
+                log.info("version current again", extra={"workflow_id": new.workflow_id,
+                                                         "version": existing.version})
+            return Registered(existing, created=False)
+        number = head.latest_version + 1
+        version = await self.versions.insert_txn(conn, new, number)
+        await self.versions.set_head_txn(conn, new.namespace, new.workflow_id, latest=number, current=number)
+        await self.versions.log_registration_txn(conn, new, from_version=head.current_version, to_version=number,
+                                                 reason=new.reason)
+        log.info("version registered", extra={"workflow_id": new.workflow_id, "version": number,
+                                              "content_hash": new.content_hash})
+        return Registered(version, created=True)
+
+    async def register(self, namespace: str, workflow_id: str, definition_json: bytes, *, n8n_version_id: str = "",
+                       label: str = "", note: str = "", actor: str = "") -> Registered:
+        new = self.new_version(namespace, workflow_id, definition_json, actor=actor, reason=note or "registered",
+                               n8n_version_id=n8n_version_id, label=label, note=note)
+
+        async def txn(conn: Conn) -> Registered:
+            return await self.register_txn(conn, new)
+
+        return await self.db.transaction(txn)
+
+    async def sync_from_n8n(self, namespace: str, workflow_id: str, *, actor: str = "") -> Registered:
+        """Reads the workflow from n8n now and registers it."""
+        _check_workflow(workflow_id)
+        validation.identifier("actor", actor, required=False)
+        fetched = await self.n8n.fetch_workflow(workflow_id)
+        new = self._from_n8n(namespace, workflow_id, fetched.definition_json, fetched.version_id, actor=actor,
+                             reason="synced from n8n")
+
+        async def txn(conn: Conn) -> Registered:
+            await self.versions.mark_n8n_checked_txn(conn, namespace, workflow_id)
+            return await self.register_txn(conn, new)
+
+        return await self.db.transaction(txn)
+
+    def _from_n8n(self, namespace: str, workflow_id: str, definition_json: bytes, version_id: str, *, actor: str,
+                  reason: str) -> NewVersion:
+        reason = f"{reason} (n8n versionId {version_id})" if version_id else reason
+        n8n_id = version_id if 0 < len(version_id) <= validation.MAX_ID_LENGTH else ""
+        return self.new_version(namespace, workflow_id, definition_json, actor=actor, reason=reason,
+                                n8n_version_id=n8n_id)
+
+    # --- binding (used by InstanceService.start_or_resume) ------------------
+
+    async def snapshot_for_start(self, namespace: str, workflow_id: str, definition_json: bytes, *,
+                                 actor: str) -> NewVersion | None:
+        """The definition a StartOrResume runs, when known; called outside any transaction.
+
+        A sent definition is used as it is. Otherwise, with n8n API access,
+        n8n is asked while the workflow has no version, and else by one caller
+        per DURABLE_N8N_SYNC_INTERVAL_SECONDS; every other call makes no HTTP
+        request. A failed read is logged and the registered version is used:
+        n8n's API being down must not stop orders from starting.
+        """
+        if definition_json:
+            return self.new_version(namespace, workflow_id, definition_json, actor=actor,
+                                    reason="definition sent with StartOrResume")
+        if not self.n8n.configured:
+            return None
+
+        async def claim(conn: Conn) -> bool:
+            return await self.versions.claim_n8n_check_txn(conn, namespace, workflow_id,
+                                                           interval_seconds=self.sync_interval_seconds)
+
+        if not await self.db.transaction(claim):
+            return None
+        try:
+            fetched = await self.n8n.fetch_workflow(workflow_id)
+            return self._from_n8n(namespace, workflow_id, fetched.definition_json, fetched.version_id, actor=actor,
+                                  reason="synced from n8n at StartOrResume")
+        except DomainError as exc:
+            log.warning("could not read the workflow from n8n; binding to the registered version",
+                        extra={"workflow_id": workflow_id, "error": str(exc)})
+            return None
+
+    async def binding_txn(self, conn: Conn, namespace: str, workflow_id: str, snapshot: NewVersion | None, *,
+                          pinned_version: int) -> Binding:
+        if snapshot is not None:
+            current = (await self.register_txn(conn, snapshot)).version.version
+        else:
+            head = await self.versions.head_txn(conn, namespace, workflow_id)
+            current = head.current_version if head else 0
+        if pinned_version and pinned_version != current:
+            if await self.versions.get_txn(conn, namespace, workflow_id, pinned_version, with_definition=False) is None:
+                raise NotFound(f"pinned_version {pinned_version} of workflow {workflow_id} does not exist: "
+                               "list the registered versions with ListVersions")
+        return Binding(current=current, for_new=pinned_version or current)
+
+    async def snapshot_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int) -> Version | None:
+        return await self.versions.get_txn(conn, namespace, workflow_id, version, with_definition=True)
+
+    # --- reading -----------------------------------------------------------
+
+    async def get(self, namespace: str, workflow_id: str, version: int) -> Version:
+        """One version with its definition; 0 means the current one."""
+        _check_workflow(workflow_id)
+        if version < 0:
+            raise InvalidArgument("version must not be negative")
+
+        async def txn(conn: Conn) -> Version | None:
+            number = version
+            if number == 0:
+                head = await self.versions.head_txn(conn, namespace, workflow_id)
+                number = head.current_version if head else 0
+                if number == 0:
+                    raise NotFound(f"workflow {workflow_id} has no registered version")
+            return await self.versions.get_txn(conn, namespace, workflow_id, number, with_definition=True)
+
+        found = await self.db.transaction(txn)
+        if found is None:
+            raise NotFound(f"version {version} of workflow {workflow_id} does not exist")
+        return found
+
+    async def current_version(self, namespace: str, workflow_id: str) -> int:
+        _check_workflow(workflow_id)
+
+        async def txn(conn: Conn) -> int:
+            head = await self.versions.head_txn(conn, namespace, workflow_id)
+            return head.current_version if head else 0
+
+        return await self.db.transaction(txn)
+
+    async def list_versions(self, namespace: str, workflow_id: str, page: Page) -> tuple[list[Version], str]:
+        _check_workflow(workflow_id)
+
+        async def txn(conn: Conn) -> tuple[list[Version], str]:
+            return await self.versions.list_txn(conn, namespace, workflow_id, page)
+
+        return await self.db.transaction(txn)
+
+    async def diff(self, namespace: str, workflow_id: str, old: int, new: int) -> DefinitionDiff:
+        """Nodes added, removed and changed from version `old` to version `new`."""
+        a, b = await self.get(namespace, workflow_id, old), await self.get(namespace, workflow_id, new)
+        assert a.definition_json is not None and b.definition_json is not None
+        return definitions.diff(definitions.parse(a.definition_json), definitions.parse(b.definition_json))
+
+    async def change_log(self, namespace: str, workflow_id: str, instance_key: str,
+                         page: Page) -> tuple[list[ChangeLogEntry], str]:
+        validation.identifier("workflow_id", workflow_id, required=False)
+        validation.identifier("instance_key", instance_key, required=False)
+        if instance_key and not workflow_id:
+            raise InvalidArgument("instance_key needs workflow_id")
+
+        async def txn(conn: Conn) -> tuple[list[ChangeLogEntry], str]:
+            return await self.versions.changes_txn(conn, namespace, workflow_id, instance_key, page)
+
+        return await self.db.transaction(txn)
+
+    # --- moving ------------------------------------------------------------
+
+    async def move_instances(self, namespace: str, selector: MoveSelector, *, to_version: int, dry_run: bool,
+                             reason: str, actor: str) -> list[InstanceMove]:
+        """Rebinds the selected instances; a real move logs one change per instance in the same transaction."""
+        _check_workflow(selector.workflow_id)
+        if len(selector.instance_keys) > self.max_batch_items:
+            raise InvalidArgument(f"instance_keys has {len(selector.instance_keys)} keys; the limit is "
+                                  f"{self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
+        for key in selector.instance_keys:
+            validation.identifier("instance_keys[]", key)
+        if selector.from_version < 0:
+            raise InvalidArgument("from_version must not be negative")
+        if to_version < 1:
+            raise InvalidArgument("to_version is required (a registered version number)")
+        validation.text("reason", reason, required=not dry_run)
+        validation.identifier("actor", actor, required=not dry_run)
+        if not selector.statuses:
+            selector = MoveSelector(selector.workflow_id, selector.instance_keys, (InstanceStatus.RUNNING,),
+                                    selector.from_version)
+        wf = selector.workflow_id
+
+        async def txn(conn: Conn) -> list[InstanceMove]:
+            target = await self.versions.get_txn(conn, namespace, wf, to_version, with_definition=False)
+            if target is None:
+                raise NotFound(f"to_version {to_version} of workflow {wf} does not exist")
+            if selector.from_version and await self.versions.get_txn(
+                    conn, namespace, wf, selector.from_version, with_definition=False) is None:
+                raise NotFound(f"from_version {selector.from_version} of workflow {wf} does not exist")
+            if selector.instance_keys:
+                known = await self.instances.existing_keys_txn(conn, namespace, wf, list(selector.instance_keys))
+                unknown = sorted(set(selector.instance_keys) - known)
+                if unknown:
+                    shown = ", ".join(unknown[:10]) + (" …" if len(unknown) > 10 else "")
+                    raise NotFound(f"{len(unknown)} instance key(s) do not exist in workflow {wf}: {shown}")
+            candidates = await self.instances.select_for_move_txn(conn, namespace, selector, lock=not dry_run)
+            bound = sorted({c.bound_version for c in candidates if c.bound_version and c.bound_version != to_version})
+            sources = await self.versions.node_names_txn(conn, namespace, wf, bound) if bound else {}
+            names = frozenset(target.node_names)
+            moves = [
+                InstanceMove(instance_key=c.instance_key, from_version=c.bound_version, to_version=to_version,
+                             last_step=c.last_step,
+                             last_step_missing_in_target=_step_missing(c, names, sources.get(c.bound_version)))
+                for c in candidates if c.bound_version != to_version
+            ]
+            if moves and not dry_run:
+                keys = [m.instance_key for m in moves]
+                await self.instances.rebind_txn(conn, namespace, wf, keys, to_version=to_version)
+                await self.versions.log_moves_txn(conn, namespace, wf, moves, actor=actor, reason=reason)
+            return moves
+
+        moves = await self.db.transaction(txn)
+        log.info("instances moved" if not dry_run else "instance move planned",
+                 extra={"workflow_id": wf, "to_version": to_version, "count": len(moves), "dry_run": dry_run})
+        return moves

@@ -1,0 +1,1 @@
+"""Smoke check of the benchmark harness (bench/)."""

@@ -1,0 +1,40 @@
+"""`python -m bench` runs end to end in tiny runs and reports every scenario; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every (system, op) the full benchmark reports; each must have measured something.
+EXPECTED = {
+    ("floor", "insert"), ("floor", "grpc_save"), ("floor", "select"), ("floor", "grpc_load"),
+    ("sidecar", "save"), ("sidecar", "load"), ("sidecar", "batch"), ("sidecar", "start"),
+    ("sidecar", "claim_new"), ("sidecar", "claim_done"), ("sidecar", "claim_done_redis_down"),
+    ("sidecar", "claim_new_redis_down"), ("dbos", "step_async"), ("dbos", "step_sync"),
+}
+
+
+def test_quick_bench_runs_every_scenario_and_writes_the_report(tmp_path: Path) -> None:
+    # Tiny windows and two concurrencies keep this to a smoke check; `make bench-quick` runs 1, 16 and 64.
+    argv = [sys.executable, "-m", "bench", "--quick", "--duration", "0.05", "--warmup", "0.02",
+            "--concurrency", "1,4", "--sizes", "1024,10485760", "--out", str(tmp_path)]
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    data = json.loads((tmp_path / "results.json").read_text())
+    rows = data["results"]
+    assert {(r["system"], r["op"]) for r in rows} >= EXPECTED
+    failed = [(r["system"], r["op"], r["size_bytes"], r["concurrency"], r["first_error"]) for r in rows if r["errors"]]
+    assert not failed, failed
+    empty = [(r["system"], r["op"], r["size_bytes"], r["concurrency"]) for r in rows if r["samples"] < 1]
+    assert not empty, empty
+    ten_mb = [r for r in rows if r["system"] == "sidecar" and r["size_bytes"] == 10 * 1024 * 1024]
+    assert ten_mb and all(r["peak_rss_mb"] > 0 for r in ten_mb)
+
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Targets" in summary and "save 1 KB, c1" in summary
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

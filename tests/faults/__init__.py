@@ -1,0 +1,1 @@
+"""Fault and abuse suite: failpoints, PostgreSQL restarts, network faults, fuzzing, limits, exhaustion."""

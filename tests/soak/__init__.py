@@ -1,0 +1,1 @@
+"""Long-running soak test, run by `make faults` (not by `make test`)."""
