@@ -1,0 +1,167 @@
+"""A local fake of the external services an order touches: payment, inventory, shipping, coupons.
+
+It behaves like a well-behaved API (Stripe's Idempotency-Key contract): a
+repeated key replays the first response and performs nothing. It counts every
+call and every *effect* per order and per service, so a test can prove that
+each side effect happened exactly once, and it can be told to stall a service
+(hold requests open) so a crash can land while a call is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SERVICES = ("payment", "inventory", "shipping", "coupon", "notify")
+
+
+@dataclass
+class Ledger:
+    """What the services saw; guarded by one lock."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    effects: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    responses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    stalled: set[str] = field(default_factory=set)
+    release: threading.Event = field(default_factory=threading.Event)
+    routes: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    ledger: Ledger
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server API
+        pass
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        raw = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the caller (an n8n we killed) is gone
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        if self.path == "/stats":
+            with self.ledger.lock:
+                self._reply(200, {
+                    "effects": {s: dict(o) for s, o in self.ledger.effects.items()},
+                    "calls": len(self.ledger.calls),
+                    "in_flight": dict(self.ledger.in_flight),
+                    "routes": {r: dict(o) for r, o in self.ledger.routes.items()},
+                })
+            return
+        self._reply(404, {"error": "not found"})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._reply(400, {"error": "body is not JSON"})
+            return
+        path = self.path.strip("/").split("?")[0]
+        if path.startswith("route/"):
+            # Records which route of a workflow an order took (e.g. "completed").
+            route = path.split("/", 1)[1]
+            with self.ledger.lock:
+                self.ledger.routes[route][str(body.get("orderId", ""))] += 1
+            self._reply(200, {"ok": True})
+            return
+        if path not in SERVICES:
+            self._reply(404, {"error": f"unknown service {path}"})
+            return
+        order = str(body.get("orderId", ""))
+        key = self.headers.get("Idempotency-Key", "")
+        with self.ledger.lock:
+            self.ledger.calls.append({"service": path, "order": order, "key": key, "at": time.time()})
+            self.ledger.in_flight[path] += 1
+            stall = path in self.ledger.stalled
+        try:
+            if stall:
+                self.ledger.release.wait(timeout=120)
+            with self.ledger.lock:
+                if key and (path, key) in self.ledger.responses:
+                    reply = {**self.ledger.responses[(path, key)], "replayed": True}
+                else:
+                    self.ledger.effects[path][order] += 1
+                    reply = {"id": f"{path}_{uuid.uuid4().hex[:12]}", "orderId": order, "service": path,
+                             "status": "ok"}
+                    if key:
+                        self.ledger.responses[(path, key)] = reply
+        finally:
+            with self.ledger.lock:
+                self.ledger.in_flight[path] -= 1
+        self._reply(200, reply)
+
+
+class FakeServices:
+    """The fake in a daemon thread on a free loopback port."""
+
+    def __init__(self) -> None:
+        self.ledger = Ledger()
+        handler = type("Handler", (_Handler,), {"ledger": self.ledger})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="fake-services", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> FakeServices:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.ledger.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def stall(self, service: str) -> None:
+        with self.ledger.lock:
+            self.ledger.release.clear()
+            self.ledger.stalled.add(service)
+
+    def unstall(self) -> None:
+        with self.ledger.lock:
+            self.ledger.stalled.clear()
+        self.ledger.release.set()
+
+    def in_flight(self, service: str) -> int:
+        with self.ledger.lock:
+            return self.ledger.in_flight[service]
+
+    def effects(self, service: str, order: str) -> int:
+        with self.ledger.lock:
+            return self.ledger.effects[service][order]
+
+    def calls(self, service: str, order: str) -> int:
+        with self.ledger.lock:
+            return sum(1 for c in self.ledger.calls if c["service"] == service and c["order"] == order)
+
+    def route(self, route: str, order: str) -> int:
+        with self.ledger.lock:
+            return self.ledger.routes[route][order]
+
+    def duplicate_effects(self, orders: list[str], services: tuple[str, ...]) -> list[str]:
+        """Every (order, service) whose effect ran other than exactly once."""
+        out = []
+        with self.ledger.lock:
+            for order in orders:
+                for service in services:
+                    n = self.ledger.effects[service][order]
+                    if n != 1:
+                        out.append(f"{order}/{service} ran {n} times")
+        return out

@@ -1,0 +1,318 @@
+"""The end-to-end harness: a real n8n (pinned, Node 24), our node package, the real sidecar, PostgreSQL, Redis.
+
+Everything it starts it stops, also on failure. Processes log to files under
+the run's work folder; a failure prints the tail of each log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2, instance_pb2, instance_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_URL = os.environ.get("DURABLE_E2E_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+TOKEN = "e2e-token-" + uuid.uuid4().hex[:8]
+NAMESPACE = "e2e"
+CREDENTIAL_ID = "durableSidecarE2E"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def create_db(prefix: str) -> str:
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def drop_db(name: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def db_url(name: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def n8n_base_env() -> dict[str, str]:
+    """The environment e2e/n8n-env.sh builds (Node 24 first on PATH, offline, PostgreSQL)."""
+    out = subprocess.run(["bash", "-c", f"source {REPO}/e2e/n8n-env.sh >/dev/null && env -0"], check=True,
+                         capture_output=True)
+    env = {}
+    for entry in out.stdout.split(b"\0"):
+        if b"=" in entry:
+            k, _, v = entry.partition(b"=")
+            env[k.decode()] = v.decode()
+    return env
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return f"({path} missing)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Process:
+    """A child process with a log file; killed with its whole process group."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> None:
+        self.name, self.argv, self.env, self.log, self.cwd = name, argv, env, log, cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        fh = open(self.log, "ab")  # noqa: SIM115 - the child owns it
+        fh.write(f"\n==== start {time.strftime('%H:%M:%S')} ====\n".encode())
+        fh.flush()
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, cwd=self.cwd,
+                                     start_new_session=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 20) -> None:
+        if not self.alive:
+            return
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+
+def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
+         timeout: float = 10) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, str(exc).encode()
+
+
+class Sidecar:
+    """`durable-sidecar serve` on a fixed port (so a restart is found again), on its own database."""
+
+    def __init__(self, work: Path, database: str, *, lease_seconds: int = 10) -> None:
+        self.port = free_port()
+        self.database = database
+        env = {**os.environ,
+               "DURABLE_DATABASE_URL": db_url(database),
+               "DURABLE_REDIS_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/0",
+               "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{self.port}",
+               "DURABLE_METRICS_ADDRESS": "",
+               "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE}",
+               "DURABLE_LEASE_SECONDS": str(lease_seconds),
+               "DURABLE_LOG_FORMAT": "text"}
+        command = os.environ.get("DURABLE_E2E_SIDECAR", str(REPO / ".venv/bin/durable-sidecar"))
+        self.process = Process("sidecar", [command, "serve"], env,
+                               work / "sidecar.log")
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
+                                             options=[("grpc.use_local_subchannel_pool", 1)])
+        self.instances = instance_pb2_grpc.InstanceServiceStub(self.channel)
+        self.checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(self.channel)
+        self.md = (("authorization", f"Bearer {TOKEN}"),)
+
+    def start(self) -> None:
+        self.process.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.alive, f"sidecar exited:\n{tail(self.process.log)}"
+            with contextlib.suppress(grpc.RpcError):
+                reply = health_pb2_grpc.HealthStub(self.channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"sidecar not healthy in 60 s:\n{tail(self.process.log)}")
+
+    def instance(self, workflow_id: str, key: str) -> common_pb2.Instance | None:
+        try:
+            return self.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=workflow_id,
+                                                                              instance_key=key),
+                                              metadata=self.md, timeout=5).instance
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                return None
+            raise
+
+    def trail(self, workflow_id: str, key: str) -> list[str]:
+        reply = self.checkpoints.ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+            workflow_id=workflow_id, instance_key=key, page_size=1000), metadata=self.md, timeout=5)
+        return [c.step_name for c in reply.checkpoints]
+
+    def count_instances(self, workflow_id: str, key: str) -> int:
+        with psycopg.connect(db_url(self.database)) as conn:
+            row = conn.execute("SELECT count(*) FROM durable_instances WHERE workflow_id = %s AND instance_key = %s",
+                               (workflow_id, key)).fetchone()
+            return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self.channel.close()
+        self.process.stop()
+
+
+class N8n:
+    """One n8n installation state (user folder, database, encryption key) and its processes."""
+
+    def __init__(self, work: Path, database: str, package_dir: Path, *, extra_env: dict[str, str] | None = None):
+        self.work = work
+        self.port = free_port()
+        self.user_folder = work / "n8n-user"
+        self.user_folder.mkdir(parents=True, exist_ok=True)
+        self.database = database
+        base = n8n_base_env()
+        self.env = {
+            **base,
+            "N8N_USER_FOLDER": str(self.user_folder),
+            "N8N_ENCRYPTION_KEY": "e2e-" + uuid.uuid4().hex,
+            "DB_POSTGRESDB_DATABASE": database,
+            "N8N_PORT": str(self.port),
+            "N8N_RUNNERS_BROKER_PORT": str(free_port()),
+            "N8N_WEBHOOK_URL": f"http://127.0.0.1:{self.port}/",
+            "N8N_LOG_LEVEL": "warn",
+            "EXECUTIONS_DATA_PRUNE": "false",
+            "N8N_COMMUNITY_PACKAGES_ENABLED": "true",
+            "N8N_BLOCK_ENV_ACCESS_IN_NODE": "false",
+            **(extra_env or {}),
+        }
+        self.processes: list[Process] = []
+        # Install our package as a community package under its real name, from the packed tarball.
+        nodes = self.user_folder / ".n8n" / "nodes" / "node_modules"
+        nodes.mkdir(parents=True, exist_ok=True)
+        target = nodes / "n8n-nodes-durable"
+        with tempfile.TemporaryDirectory() as tmp:
+            tarballs = sorted(package_dir.glob("n8n-nodes-durable-*.tgz"))
+            assert tarballs, f"no packed tarball in {package_dir}: run make node-pack"
+            with tarfile.open(tarballs[-1]) as tar:
+                tar.extractall(tmp, filter="data")
+            shutil.move(str(Path(tmp) / "package"), target)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cli(self, *args: str, timeout: float = 180) -> str:
+        env = {**self.env, "N8N_RUNNERS_BROKER_PORT": str(free_port())}
+        out = subprocess.run(["n8n", *args], env=env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"n8n {' '.join(args)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n"
+                               f"{out.stderr[-3000:]}")
+        return out.stdout
+
+    def process(self, role: str = "main", env: dict[str, str] | None = None) -> Process:
+        argv = ["n8n", "start"] if role == "main" else ["n8n", role]
+        proc_env = {**self.env, **(env or {})}
+        if role != "main":
+            proc_env["N8N_RUNNERS_BROKER_PORT"] = str(free_port())
+        p = Process(f"n8n-{role}-{len(self.processes)}", argv, proc_env, self.work / f"n8n-{role}-{len(self.processes)}.log")
+        self.processes.append(p)
+        return p
+
+    def start_main(self) -> Process:
+        p = self.process("main")
+        p.start()
+        self.wait_ready(p)
+        return p
+
+    def wait_ready(self, p: Process, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert p.alive, f"n8n exited:\n{tail(p.log)}"
+            status, _ = http("GET", f"{self.url}/healthz/readiness", timeout=2)
+            if status == 200:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"n8n not ready in {timeout} s:\n{tail(p.log)}")
+
+    def wait_webhook(self, path: str, timeout: float = 60) -> None:
+        """Polls until the production webhook is registered (a HEAD-like probe answered by the fake order)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, _ = http("POST", f"{self.url}/webhook/{path}", {"probe": True}, timeout=5)
+            if status == 200:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"webhook {path} not registered in {timeout} s")
+
+    def stop_all(self) -> None:
+        for p in self.processes:
+            p.stop()
+
+
+def import_workflow(n8n: N8n, source: Path, replacements: dict[str, str], publish: bool = True) -> dict[str, Any]:
+    """Imports an example workflow (with the run's URLs substituted) and publishes it."""
+    text = source.read_text()
+    for old, new in replacements.items():
+        text = text.replace(old, new)
+    workflow = json.loads(text)
+    path = n8n.work / source.name
+    path.write_text(json.dumps(workflow))
+    n8n.cli("import:workflow", f"--input={path}")
+    if publish:
+        n8n.cli("publish:workflow", f"--id={workflow['id']}")
+    return dict(workflow)
+
+
+def import_credential(n8n: N8n, sidecar: Sidecar) -> None:
+    creds = [{
+        "id": CREDENTIAL_ID, "name": "Durable Sidecar (e2e)", "type": "durableSidecarApi",
+        "data": {"host": "127.0.0.1", "port": sidecar.port, "tls": False, "token": TOKEN, "deadlineSeconds": 10},
+    }]
+    path = n8n.work / "credentials.json"
+    path.write_text(json.dumps(creds))
+    n8n.cli("import:credentials", f"--input={path}")
+
+
+def wait_until(what: str, predicate: Any, timeout: float, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def work_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="durable-e2e-"))
+    try:
+        yield path
+    finally:
+        if os.environ.get("DURABLE_E2E_KEEP") != "1":
+            shutil.rmtree(path, ignore_errors=True)

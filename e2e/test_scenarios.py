@@ -1,0 +1,140 @@
+"""End-to-end scenarios: real n8n, our nodes, the real sidecar, PostgreSQL, Redis, and crashes in the middle."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from conftest import ORDER_WF, RENEWAL_WF, REPORT, Stack
+from durable.v1 import common_pb2
+from harness import wait_until
+
+SIDE_EFFECTS = ("payment", "inventory", "shipping", "coupon")
+FULL_TRAIL = ["received", "paid", "reserved", "shipped", "couponed"]
+COMPLETED = common_pb2.INSTANCE_STATUS_COMPLETED
+
+
+def orders(prefix: str, n: int) -> list[str]:
+    run = uuid.uuid4().hex[:6]
+    return [f"{prefix}-{run}-{i:02d}" for i in range(n)]
+
+
+def all_completed(stack: Stack, keys: list[str], workflow_id: str = ORDER_WF) -> bool:
+    for k in keys:
+        inst = stack.sidecar.instance(workflow_id, k)
+        if inst is None or inst.status != COMPLETED:
+            return False
+    return True
+
+
+def wait_completed(stack: Stack, keys: list[str], timeout: float, workflow_id: str = ORDER_WF) -> None:
+    try:
+        wait_until(f"{len(keys)} instances to complete", lambda: all_completed(stack, keys, workflow_id), timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{stack.diagnose(keys, workflow_id)}") from None
+
+
+def check_exactly_once(stack: Stack, keys: list[str], services: tuple[str, ...] = SIDE_EFFECTS) -> int:
+    dups = stack.services.duplicate_effects(keys, services)
+    assert dups == [], f"side effects not exactly once: {dups}\n{stack.diagnose(keys)}"
+    return len(dups)
+
+
+def post_all(stack: Stack, keys: list[str]) -> None:
+    for k in keys:
+        assert stack.post_order(k) == 200
+
+
+def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> None:
+    t0 = time.monotonic()
+    keys = orders("plain", 20)
+    post_all(stack, keys)
+    wait_completed(stack, keys, timeout=180)
+    for k in keys:
+        trail = stack.sidecar.trail(ORDER_WF, k)
+        assert trail == FULL_TRAIL, f"{k}: {trail}"
+    dups = check_exactly_once(stack, keys)
+    REPORT.add("1. 20 orders, full checkpoint trail", len(keys), len(keys), dups, time.monotonic() - t0)
+
+
+def test_2_kill9_n8n_mid_flight_resumes_without_duplicates(stack: Stack) -> None:
+    t0 = time.monotonic()
+    keys = orders("n8nkill", 8)
+    stack.services.stall("inventory")
+    try:
+        post_all(stack, keys)
+        wait_until("every order to be inside the inventory call",
+                   lambda: stack.services.in_flight("inventory") >= len(keys), timeout=90)
+        stack.main.kill9()  # the executions die with their calls in flight
+    finally:
+        stack.services.unstall()
+    stack.restart_n8n()
+    wait_completed(stack, keys, timeout=240)
+    for k in keys:
+        assert stack.sidecar.trail(ORDER_WF, k) == FULL_TRAIL
+        inst = stack.sidecar.instance(ORDER_WF, k)
+        assert inst is not None and inst.resume_count >= 1, f"{k} was not resumed"
+    dups = check_exactly_once(stack, keys)
+    REPORT.add("2. kill -9 n8n mid-flight (inventory in flight)", len(keys), len(keys), dups,
+               time.monotonic() - t0, note="resumed by the Resume Trigger")
+
+
+def test_3_kill9_sidecar_mid_flight_resumes_without_duplicates(stack: Stack) -> None:
+    t0 = time.monotonic()
+    keys = orders("sckill", 6)
+    stack.services.stall("shipping")
+    try:
+        post_all(stack, keys)
+        wait_until("every order to be inside the shipping call",
+                   lambda: stack.services.in_flight("shipping") >= len(keys), timeout=90)
+        stack.sidecar.process.kill9()
+    finally:
+        stack.services.unstall()
+    time.sleep(2)  # the executions reach the sidecar while it is down and fail
+    stack.sidecar.start()
+    wait_completed(stack, keys, timeout=240)
+    for k in keys:
+        assert stack.sidecar.trail(ORDER_WF, k) == FULL_TRAIL
+    dups = check_exactly_once(stack, keys)
+    REPORT.add("3. kill -9 sidecar mid-flight (shipping in flight)", len(keys), len(keys), dups,
+               time.monotonic() - t0)
+
+
+def test_4_redelivered_order_runs_once_and_later_deliveries_take_completed(stack: Stack) -> None:
+    t0 = time.monotonic()
+    (key,) = orders("dup", 1)
+    threads = [threading.Thread(target=stack.post_order, args=(key,)) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wait_completed(stack, [key], timeout=120)
+    for _ in range(3):
+        assert stack.post_order(key) == 200
+    wait_until("3 deliveries on the Completed route", lambda: stack.services.route("completed", key) >= 3, 60)
+    assert stack.sidecar.count_instances(ORDER_WF, key) == 1
+    assert stack.services.route("completed", key) == 3
+    for service in SIDE_EFFECTS:
+        assert stack.services.calls(service, key) >= 1
+    dups = check_exactly_once(stack, [key])
+    REPORT.add("4. same order 5x concurrently + 3x after completion", 1, 1, dups, time.monotonic() - t0,
+               note=f"in-progress route {stack.services.route('in-progress', key)}x, completed route 3x")
+
+
+def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
+    t0 = time.monotonic()
+    keys = orders("renew", 3)
+    for k in keys:
+        assert stack.post_order(k, path="subscriptions") == 200
+    wait_until("every subscription to wait", lambda: all(
+        (i := stack.sidecar.instance(RENEWAL_WF, k)) is not None and i.HasField("wake_at") for k in keys), 60)
+    stack.main.kill9()
+    time.sleep(3)
+    stack.restart_n8n()
+    wait_completed(stack, keys, timeout=180, workflow_id=RENEWAL_WF)
+    for k in keys:
+        assert stack.sidecar.trail(RENEWAL_WF, k) == ["signed-up", "waiting", "reminded"]
+    dups = check_exactly_once(stack, keys, ("notify",))
+    REPORT.add("6. scheduled resume across an n8n restart", len(keys), len(keys), dups, time.monotonic() - t0,
+               note="Schedule Resume 20 s; n8n killed during the wait")
