@@ -76,10 +76,10 @@ class Stack:
         self.main = self.n8n.start_main()
         self.n8n.wait_webhook("orders")
 
-    def post_order(self, order_id: str, amount: float = 42.0, path: str = "orders") -> int:
+    def post_order(self, order_id: str, amount: float = 42.0, path: str = "orders", base_url: str | None = None) -> int:
         from harness import http
 
-        status, _ = http("POST", f"{self.n8n.url}/webhook/{path}",
+        status, _ = http("POST", f"{base_url or self.n8n.url}/webhook/{path}",
                          {"orderId": order_id, "amount": amount, "email": f"{order_id}@example.com"})
         return status
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -41,9 +42,9 @@ def check_exactly_once(stack: Stack, keys: list[str], services: tuple[str, ...] 
     return len(dups)
 
 
-def post_all(stack: Stack, keys: list[str]) -> None:
+def post_all(stack: Stack, keys: list[str], base_url: str | None = None) -> None:
     for k in keys:
-        assert stack.post_order(k) == 200
+        assert stack.post_order(k, base_url=base_url) == 200
 
 
 def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> None:
@@ -138,3 +139,49 @@ def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
     dups = check_exactly_once(stack, keys, ("notify",))
     REPORT.add("6. scheduled resume across an n8n restart", len(keys), len(keys), dups, time.monotonic() - t0,
                note="Schedule Resume 20 s; n8n killed during the wait")
+
+
+def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
+    """n8n in queue mode (main plus two workers on Redis): kill -9 one worker with calls in flight."""
+    from conftest import customise
+    from harness import N8n, REPO, create_db, drop_db, import_credential, import_workflow
+
+    t0 = time.monotonic()
+    stack.n8n.stop_all()  # two cores: one n8n at a time
+    database = create_db("n8n_e2e_queue")
+    queue_env = {"EXECUTIONS_MODE": "queue", "QUEUE_BULL_REDIS_HOST": "127.0.0.1", "QUEUE_BULL_REDIS_PORT": "6379",
+                 "QUEUE_BULL_PREFIX": f"durable-e2e-{uuid.uuid4().hex[:8]}", "QUEUE_HEALTH_CHECK_ACTIVE": "false"}
+    work = stack.work / "queue"
+    work.mkdir()
+    n8n = N8n(work, database, REPO / "node-package", extra_env=queue_env)
+    try:
+        import_credential(n8n, stack.sidecar)
+        source = json.loads((REPO / "examples" / "order-tracking.json").read_text())
+        path = work / "order-tracking.json"
+        path.write_text(json.dumps(customise(source, stack.services.url)))
+        import_workflow(n8n, path, {})
+        n8n.start_main()
+        workers = [n8n.process("worker") for _ in range(2)]
+        for w in workers:
+            w.argv += ["--concurrency=10"]
+            w.start()
+        n8n.wait_webhook("orders")
+        keys = orders("queue", 8)
+        stack.services.stall("inventory")
+        try:
+            post_all(stack, keys, base_url=n8n.url)
+            wait_until("every order to be inside the inventory call",
+                       lambda: stack.services.in_flight("inventory") >= len(keys), timeout=120)
+            workers[0].kill9()
+        finally:
+            stack.services.unstall()
+        wait_completed(stack, keys, timeout=300)
+        for k in keys:
+            assert stack.sidecar.trail(ORDER_WF, k) == FULL_TRAIL
+        dups = check_exactly_once(stack, keys)
+        resumed = sum(1 for k in keys if (i := stack.sidecar.instance(ORDER_WF, k)) and i.resume_count > 0)
+        REPORT.add("7. queue mode: kill -9 of one of two workers", len(keys), len(keys), dups,
+                   time.monotonic() - t0, note=f"main + 2 workers on Redis (bull); {resumed} resumed after the kill")
+    finally:
+        n8n.stop_all()
+        drop_db(database)
