@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-
 from tests.sidecar.helpers import free_port
+from tests.sidecar.storage import fetch_sync
 
 PG_BIN = Path(os.environ.get("DURABLE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -190,18 +189,18 @@ class TcpProxy:
 
 
 def check_invariants(database_url: str) -> list[str]:
-    """Nothing half-visible: each instance's counters agree with its checkpoint rows."""
+    """Nothing half-visible: each instance's counters agree with its checkpoint rows (either backend)."""
     problems = []
-    with psycopg.connect(database_url) as conn:
-        rows = conn.execute(
-            """SELECT i.namespace, i.workflow_id, i.instance_key, i.last_sequence, i.checkpoint_count,
-                      coalesce(max(c.sequence), 0) AS max_seq, count(c.sequence) AS n
-               FROM durable_instances i
-               LEFT JOIN durable_checkpoints c USING (namespace, workflow_id, instance_key)
-               GROUP BY 1, 2, 3, 4, 5"""
-        ).fetchall()
-        for ns, wf, key, last, count, max_seq, n in rows:
-            if last != max_seq or count != n:
-                problems.append(f"{ns}/{wf}/{key}: last_sequence={last} checkpoint_count={count} "
-                                f"but rows max={max_seq} count={n}")
+    rows = fetch_sync(
+        database_url,
+        """SELECT i.namespace, i.workflow_id, i.instance_key, i.last_sequence, i.checkpoint_count,
+                  coalesce(max(c.sequence), 0) AS max_seq, count(c.sequence) AS n
+           FROM durable_instances i
+           LEFT JOIN durable_checkpoints c USING (namespace, workflow_id, instance_key)
+           GROUP BY 1, 2, 3, 4, 5""",
+    )
+    for ns, wf, key, last, count, max_seq, n in rows:
+        if last != max_seq or count != n:
+            problems.append(f"{ns}/{wf}/{key}: last_sequence={last} checkpoint_count={count} "
+                            f"but rows max={max_seq} count={n}")
     return problems

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import grpc
-import psycopg
 import pytest
 
 from tests.faults.infra import check_invariants
 from tests.faults.report import TALLY
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel, redis_server
+from tests.sidecar.storage import fetch_sync
 from tests.sidecar.test_checkpoints import item, latest, new_key, save, start
 
 POINTS = ["checkpoint.before_insert", "checkpoint.after_insert", "checkpoint.after_commit", "checkpoint.before_cache"]
 
 
 def _rows(database_url: str, key: str) -> int:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM durable_checkpoints WHERE instance_key = %s", (key,)).fetchone()
-        assert row is not None
-        return int(row[0])
+    return int(fetch_sync(database_url, "SELECT count(*) FROM durable_checkpoints WHERE instance_key = %s", key)[0][0])
 
 
 @pytest.mark.parametrize("point", POINTS)

@@ -16,13 +16,17 @@ import psycopg
 import pytest
 from durable.v1 import checkpoint_pb2
 from durable_sidecar import app
-from durable_sidecar.stores.migrate import migrate
+from durable_sidecar.stores.backend import migrate
 
 from tests.conftest import make_settings
 from tests.faults.infra import TcpProxy, ThrowawayPostgres, check_invariants
 from tests.faults.report import TALLY
 from tests.sidecar.helpers import Stubs, channel
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
+
+pytestmark = pytest.mark.postgres_only(
+    reason="PostgreSQL server faults (restarts, kill -9 of the server, network faults between sidecar and server, "
+           "pool and max_connections exhaustion): the embedded database has no server, network or pool")
 
 
 @pytest.fixture(scope="module")

@@ -129,14 +129,18 @@ def channel(port: int) -> grpc.aio.Channel:
 class SidecarProcess:
     """`durable-sidecar serve` in a child process, for crash tests (kill -9)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], *, unset: tuple[str, ...] = (), cwd: str | None = None) -> None:
+        """env adds to (and unset removes from) this process's environment; cwd is the child's working directory."""
         self.port = free_port()
         self.env = {**os.environ, **env, "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{self.port}",
                     "DURABLE_METRICS_ADDRESS": "", "DURABLE_LOG_FORMAT": "text"}
+        for name in unset:
+            self.env.pop(name, None)
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "durable_sidecar", "serve"], env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "durable_sidecar", "serve"], env=self.env, cwd=self.cwd,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

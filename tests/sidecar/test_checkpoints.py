@@ -1,4 +1,4 @@
-"""Checkpoints through the real gRPC server, PostgreSQL and Redis."""
+"""Checkpoints through the real gRPC server, on PostgreSQL with Redis and on the embedded database."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import json
 import uuid
 
 import grpc
-import psycopg
 import pytest
 from durable.v1 import checkpoint_pb2, instance_pb2
 
 from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs
+from tests.sidecar.storage import count_checkpoints
 
 WF = "wf-orders"
 
@@ -45,11 +45,7 @@ async def latest(s: Stubs, key: str) -> checkpoint_pb2.Checkpoint:
 
 
 async def count_rows(database_url: str, key: str) -> int:
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        cur = await conn.execute("SELECT count(*) FROM durable_checkpoints WHERE instance_key = %s", (key,))
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row[0])
+    return await count_checkpoints(database_url, key)
 
 
 async def test_checkpoint_round_trip(harness: Harness) -> None:

@@ -1,4 +1,4 @@
-"""Idempotency keys through the real gRPC server, PostgreSQL and Redis."""
+"""Idempotency keys through the real gRPC server, on PostgreSQL with Redis and on the embedded database."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-import psycopg
 import pytest
 import redis as redis_lib
 from durable.v1 import idempotency_pb2 as pb
@@ -24,6 +23,7 @@ from prometheus_client import REGISTRY
 
 from tests.conftest import Harness, make_settings
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database, redis_server
+from tests.sidecar.storage import ago, fetch
 
 SCOPE = "payment"
 ACQUIRED, DUPLICATE, IN_PROGRESS = pb.CLAIM_OUTCOME_ACQUIRED, pb.CLAIM_OUTCOME_DUPLICATE, pb.CLAIM_OUTCOME_IN_PROGRESS
@@ -70,9 +70,7 @@ async def refused(call: Awaitable[object]) -> tuple[grpc.StatusCode, str]:
 
 
 async def sql(database_url: str, query: str, *params: object) -> list[tuple[Any, ...]]:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        cur = await conn.execute(query, params)
-        return await cur.fetchall() if cur.description else []
+    return await fetch(database_url, query, *params)
 
 
 def namespace(h: Harness, s: Stubs) -> str:
@@ -132,6 +130,8 @@ async def test_claim_acquires_once_then_replays_the_stored_result(harness: Harne
     assert other.outcome == ACQUIRED and other.key.attempt == 1 and other.key.derived_key != first.key.derived_key
 
 
+@pytest.mark.postgres_only(reason="two sidecar processes on one database: the embedded database has one owner "
+                                   "(a second sidecar is refused, see test_embedded.py)")
 async def test_64_concurrent_claims_over_two_sidecar_processes_acquire_exactly_once() -> None:
     url = create_database()
     token = "two-procs-token"
@@ -369,7 +369,7 @@ async def test_expired_key_starts_a_new_life_and_forgets_the_old_cached_result(h
     old = await claim_one(s, key, {"v": "old"})
     await complete(s, key, old.key.attempt, {"charge": "ch_old"})
     assert (await claim_one(s, key, {"v": "old"})).outcome == DUPLICATE  # now cached
-    await sql(database_url, "UPDATE durable_idempotency_keys SET expires_at = now() - interval '1 second' "
+    await sql(database_url, f"UPDATE durable_idempotency_keys SET expires_at = {ago(database_url, 1)} "
                             "WHERE namespace = %s AND key = %s", namespace(harness, s), key)
     code, _ = await refused(get_key(s, key))
     assert code == grpc.StatusCode.NOT_FOUND
@@ -397,10 +397,10 @@ async def test_reaper_removes_only_expired_keys_that_are_not_in_progress(harness
             await release(s, key, got.key.attempt)
     assert (await claim_one(s, names["done"], {"k": "done"})).outcome == DUPLICATE  # cached
     reaped_before = REGISTRY.get_sample_value("durable_idempotency_keys_reaped_total") or 0.0
-    expire = "UPDATE durable_idempotency_keys SET expires_at = now() - interval '1 second' WHERE namespace = %s AND key = %s"
     for n in ("done", "failed", "done2", "alive", "stuck"):
-        await sql(database_url, expire, ns, names[n])
-    await sql(database_url, "UPDATE durable_idempotency_keys SET lease_expires_at = now() - interval '1 second' "
+        await sql(database_url, f"UPDATE durable_idempotency_keys SET expires_at = {ago(database_url, 1)} "
+                                "WHERE namespace = %s AND key = %s", ns, names[n])
+    await sql(database_url, f"UPDATE durable_idempotency_keys SET lease_expires_at = {ago(database_url, 1)} "
                             "WHERE namespace = %s AND key = %s", ns, names["stuck"])
 
     async def left() -> set[str]:

@@ -6,13 +6,13 @@ import asyncio
 import json
 
 import grpc
-import psycopg
 import pytest
 from durable.v1 import common_pb2, instance_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs
+from tests.sidecar.storage import expire_instance_lease, fetch
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
 
 
@@ -24,9 +24,7 @@ async def get(s: Stubs, key: str) -> common_pb2.Instance:
 
 async def expire_lease(database_url: str, key: str) -> None:
     """Simulates the holder dying: its lease lapses (database time moves past it)."""
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        await conn.execute("UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' "
-                           "WHERE instance_key = %s", (key,))
+    await expire_instance_lease(database_url, key)
 
 
 async def test_start_then_resume_restores_the_latest_checkpoint(harness: Harness, database_url: str) -> None:
@@ -63,9 +61,7 @@ async def test_concurrent_starts_of_one_key_create_one_instance(harness: Harness
     outcomes = [r.outcome for r in replies]
     assert outcomes.count(instance_pb2.START_OUTCOME_STARTED) == 1
     assert outcomes.count(instance_pb2.START_OUTCOME_BUSY) == 19
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        cur = await conn.execute("SELECT count(*) FROM durable_instances WHERE instance_key = %s", (key,))
-        assert (await cur.fetchone()) == (1,)
+    assert await fetch(database_url, "SELECT count(*) FROM durable_instances WHERE instance_key = %s", key) == [(1,)]
 
 
 async def test_completed_instance_answers_finished_and_stays_completed(harness: Harness) -> None:
@@ -238,7 +234,5 @@ async def test_bad_instance_input_is_invalid_argument_and_changes_nothing(harnes
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await get(s, new_key())
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        cur = await conn.execute("SELECT count(*) FROM durable_instances WHERE instance_key IN (%s, %s)",
-                                 (key, "k" * 256))
-        assert (await cur.fetchone()) == (1,)
+    assert await fetch(database_url, "SELECT count(*) FROM durable_instances WHERE instance_key IN (%s, %s)",
+                       key, "k" * 256) == [(1,)]

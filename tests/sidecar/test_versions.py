@@ -1,4 +1,4 @@
-"""Version binding through the real gRPC server and PostgreSQL, with a local fake of n8n's REST API."""
+"""Version binding through the real gRPC server, on both storage backends, with a local fake of n8n's REST API."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from itertools import pairwise
 from typing import Any
 
 import grpc
-import psycopg
 import pytest
 from durable.v1 import checkpoint_pb2, common_pb2, instance_pb2, version_pb2
 from durable_sidecar import app
 
 from tests.conftest import Harness, make_settings
 from tests.sidecar.helpers import Stubs, channel, free_port
+from tests.sidecar.storage import ago, fetch
 
 WF = "wf-orders"
 N8N_KEY = "n8n-api-key-for-tests"
@@ -309,6 +309,8 @@ async def test_registering_an_earlier_definition_again_makes_it_current(harness:
     assert (await change_log(s, workflow_id=WF))[0].id == latest.id
 
 
+@pytest.mark.postgres_only(reason="two sidecar replicas on one database: the embedded database has one owner "
+                                   "(a second sidecar is refused, see test_embedded.py)")
 async def test_concurrent_registrations_on_two_replicas_give_one_version_per_content_and_gapless_numbers(
         harness: Harness, database_url: str) -> None:
     s = harness.alpha
@@ -615,10 +617,8 @@ async def test_start_or_resume_reads_n8n_while_the_workflow_has_no_version_then_
         second = await start(s, new_key())
         assert second.instance.bound_version == 1 and len(n8n.requests) == 1
         # Once the interval has passed (database time), the next start reads n8n again.
-        async with await psycopg.AsyncConnection.connect(database_url) as conn:
-            await conn.execute("UPDATE durable_workflows SET n8n_checked_at = now() - interval '1 hour' "
-                               "WHERE namespace = %s AND workflow_id = %s", (f"ns-{s.token}", WF))
-            await conn.commit()
+        await fetch(database_url, f"UPDATE durable_workflows SET n8n_checked_at = {ago(database_url, 3600)} "
+                                  "WHERE namespace = %s AND workflow_id = %s", f"ns-{s.token}", WF)
         third = await start(s, new_key())
         assert third.instance.bound_version == 2 and third.current_version == 2 and len(n8n.requests) == 2
         # A definition sent by the caller wins and needs no HTTP call.

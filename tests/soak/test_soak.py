@@ -16,7 +16,8 @@ from tests.faults.report import TALLY
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel
 from tests.sidecar.test_checkpoints import item, latest, new_key, save, start
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.postgres_only(
+    reason="the soak measures the production backend for 10 minutes; the embedded database is for a first run")]
 
 WORKERS = 16
 STATE = {"order": "x" * 900}

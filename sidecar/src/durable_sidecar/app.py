@@ -29,14 +29,10 @@ from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
 from .services.versions import VersionService
 from .settings import Settings
+from .stores.backend import Backend, make_cache, open_backend
+from .stores.base import Database
 from .stores.cache import Cache
-from .stores.checkpoints import CheckpointStore
-from .stores.db import Database
-from .stores.idempotency import IdempotencyStore
-from .stores.instances import InstanceStore
-from .stores.migrate import migrate
 from .stores.n8n import N8nClient
-from .stores.versions import VersionStore
 from .transport.auth import Authenticator
 from .transport.checkpoints import CheckpointServicer
 from .transport.idempotency import IdempotencyServicer
@@ -107,41 +103,45 @@ def _credentials(settings: Settings) -> grpc.ServerCredentials:
                                        require_client_auth=client_ca is not None)
 
 
-def version_service(settings: Settings, db: Database, instance_store: InstanceStore) -> VersionService:
+def version_service(settings: Settings, backend: Backend) -> VersionService:
     """The version service with its n8n client, as the server and the CLI build it."""
     n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
                     max_bytes=settings.max_state_bytes)
-    return VersionService(db, VersionStore(), instance_store, n8n,
+    return VersionService(backend.db, backend.versions, backend.instances, n8n,
                           sync_interval_seconds=settings.n8n_sync_interval_seconds,
                           max_batch_items=settings.max_batch_items)
 
 
 async def start(settings: Settings) -> Sidecar:
-    """Builds, registers, binds and starts the server; fails fast when PostgreSQL is unreachable."""
+    """Builds, registers, binds and starts the server; fails fast when the database cannot be used."""
     failpoints.enable(parse_failpoints(settings.failpoints))
+    backend = await open_backend(settings, owner=True, migrate=settings.auto_migrate)
     if settings.auto_migrate:
-        applied = await migrate(settings.database_url)
-        log.info("migrations checked", extra={"applied": applied})
-    db = Database(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
-                  connect_timeout=settings.db_connect_timeout_seconds, retry_attempts=settings.db_retry_attempts,
-                  pool_timeout=settings.db_pool_timeout_seconds)
-    await db.open()
-    cache = Cache(settings.redis_url, max_connections=settings.redis_pool_max,
-                  timeout_seconds=settings.redis_timeout_seconds, ttl_seconds=settings.cache_ttl_seconds,
-                  max_item_bytes=settings.cache_max_item_bytes)
-    if cache.enabled and not await cache.ping():
-        log.warning("Redis not reachable at start-up; serving from PostgreSQL until it is")
+        log.info("migrations checked", extra={"applied": list(backend.applied)})
+    cache = make_cache(settings)
+    try:
+        return await _serve(settings, backend, cache)
+    except BaseException:
+        # Nothing may stay open: the embedded database's file lock goes with its connection.
+        await cache.close()
+        await backend.db.close()
+        raise
 
-    instance_store = InstanceStore()
-    checkpoint_store = CheckpointStore(compress_threshold_bytes=settings.compress_threshold_bytes)
+
+async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
+    db = backend.db
+    if settings.redis_url and not await cache.ping():
+        log.warning("Redis not reachable at start-up; serving from the database until it is")
+
+    instance_store, checkpoint_store = backend.instances, backend.checkpoints
     checkpoints = CheckpointService(db, instance_store, checkpoint_store, cache,
                                     max_state_bytes=settings.max_state_bytes,
                                     max_batch_items=settings.max_batch_items,
                                     default_lease_seconds=settings.lease_seconds)
-    versions = version_service(settings, db, instance_store)
+    versions = version_service(settings, backend)
     instances = InstanceService(db, instance_store, checkpoint_store, checkpoints, versions,
                                 default_lease_seconds=settings.lease_seconds)
-    idempotency = IdempotencyService(db, IdempotencyStore(), cache,
+    idempotency = IdempotencyService(db, backend.idempotency, cache,
                                      default_lease_seconds=settings.idempotency_lease_seconds,
                                      default_ttl_seconds=settings.idempotency_ttl_seconds,
                                      max_batch_items=settings.max_batch_items,
@@ -171,14 +171,7 @@ async def start(settings: Settings) -> Sidecar:
         port = server.add_insecure_port(settings.listen_address)
     if port == 0:
         raise OSError(f"could not bind {settings.listen_address}")
-    await server.start()
-    for name in ["", *SERVICE_NAMES]:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-
-    sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
-                      stopping=stopping, drains=[checkpoints.drain])
-    sidecar.background.append(asyncio.create_task(idempotency.run_reaper(settings.reaper_interval_seconds),
-                                                  name="idempotency-reaper"))
+    metrics_server = None
     if settings.metrics_address:
         loop = asyncio.get_running_loop()
 
@@ -193,10 +186,21 @@ async def start(settings: Settings) -> Sidecar:
             metrics.POOL_SIZE.labels("available").set(stats.get("pool_available", 0))
             metrics.POOL_SIZE.labels("waiting").set(stats.get("requests_waiting", 0))
 
-        sidecar.metrics_server = metrics.MetricsServer(settings.metrics_address, ready=ready, refresh=refresh)
-        sidecar.metrics_server.start()
+        # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
+        metrics_server = metrics.MetricsServer(settings.metrics_address, ready=ready, refresh=refresh)
+    await server.start()
+    for name in ["", *SERVICE_NAMES]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
+                      stopping=stopping, metrics_server=metrics_server, drains=[checkpoints.drain])
+    sidecar.background.append(asyncio.create_task(idempotency.run_reaper(settings.reaper_interval_seconds),
+                                                  name="idempotency-reaper"))
+    if metrics_server is not None:
+        metrics_server.start()
     log.info("sidecar serving", extra={"address": settings.listen_address, "port": port,
-                                       "tls": settings.tls_enabled})
+                                       "tls": settings.tls_enabled, "storage": backend.dialect,
+                                       "cache": "redis" if settings.redis_url else "in-process" if cache.enabled else "off"})
     return sidecar
 
 

@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from . import logs
@@ -31,12 +31,8 @@ from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
 from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
-from .stores.cache import Cache
-from .stores.checkpoints import CheckpointStore
-from .stores.db import Database
-from .stores.idempotency import IdempotencyStore
-from .stores.instances import InstanceStore
-from .stores.migrate import migrate
+from .stores.backend import make_cache, migrate, open_backend
+from .stores.memory_cache import MemoryCache
 
 
 @dataclass
@@ -49,25 +45,24 @@ class Services:
 
 @asynccontextmanager
 async def _services(settings: Settings) -> AsyncIterator[Services]:
-    db = Database(settings.database_url, min_size=1, max_size=2,
-                  connect_timeout=settings.db_connect_timeout_seconds, retry_attempts=settings.db_retry_attempts)
-    await db.open()
-    cache = Cache("", max_connections=1, timeout_seconds=1, ttl_seconds=1, max_item_bytes=0)
-    # `keys release` forgets the key's cache entry, so it talks to the sidecars' Redis.
-    keys_cache = Cache(settings.redis_url, max_connections=1, timeout_seconds=settings.redis_timeout_seconds,
-                       ttl_seconds=settings.cache_ttl_seconds, max_item_bytes=settings.cache_max_item_bytes)
+    # Operator commands never own the embedded database: they work beside a running sidecar.
+    backend = await open_backend(replace(settings, db_pool_min=1, db_pool_max=2), owner=False, migrate=False)
+    db = backend.db
+    cache = MemoryCache(max_bytes=0, ttl_seconds=1, max_item_bytes=0)
+    # `keys release` forgets the key's cache entry, so it talks to the sidecars' Redis (an in-process one is theirs).
+    keys_cache = make_cache(settings, shared_only=True)
     try:
-        istore, cstore = InstanceStore(), CheckpointStore(compress_threshold_bytes=settings.compress_threshold_bytes)
+        istore, cstore = backend.instances, backend.checkpoints
         cps = CheckpointService(db, istore, cstore, cache, max_state_bytes=settings.max_state_bytes,
                                 max_batch_items=settings.max_batch_items, default_lease_seconds=settings.lease_seconds)
-        keys = IdempotencyService(db, IdempotencyStore(), keys_cache,
+        keys = IdempotencyService(db, backend.idempotency, keys_cache,
                                   default_lease_seconds=settings.idempotency_lease_seconds,
                                   default_ttl_seconds=settings.idempotency_ttl_seconds,
                                   max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
                                   reaper_batch_size=settings.reaper_batch_size)
         from .app import version_service
 
-        versions = version_service(settings, db, istore)
+        versions = version_service(settings, backend)
         yield Services(InstanceService(db, istore, cstore, cps, versions, default_lease_seconds=settings.lease_seconds),
                        cps, keys, versions)
     finally:
@@ -116,7 +111,7 @@ async def _run(args: argparse.Namespace) -> int:
     settings = _settings(args, need_auth=False)
     logs.configure("WARNING", "text")
     if cmd == "migrate":
-        applied = await migrate(settings.database_url)
+        applied = await migrate(settings.storage_url)
         print("applied: " + ", ".join(applied) if applied else "schema is up to date")
         return 0
     async with _services(settings) as svc:

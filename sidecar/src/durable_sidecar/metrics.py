@@ -20,7 +20,8 @@ RPC_SECONDS = Histogram(
 )
 CACHE_REQUESTS = Counter("durable_cache_requests_total", "Cache lookups, by kind and result.", ["op", "result"])
 CACHE_ERRORS = Counter("durable_cache_errors_total", "Cache calls that failed (Redis down or slow).", ["op"])
-POOL_SIZE = Gauge("durable_db_pool_connections", "PostgreSQL pool connections.", ["state"])
+POOL_SIZE = Gauge("durable_db_pool_connections", "Database connections (the PostgreSQL pool; embedded: its one).",
+                  ["state"])
 CHECKPOINTS_SAVED = Counter("durable_checkpoints_saved_total", "Checkpoint items saved, by result.", ["result"])
 IDEMPOTENCY_CLAIMS = Counter("durable_idempotency_claims_total", "Idempotency claims, by outcome.", ["outcome"])
 KEYS_REAPED = Counter("durable_idempotency_keys_reaped_total", "Expired idempotency keys deleted.")

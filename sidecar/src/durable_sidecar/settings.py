@@ -9,6 +9,17 @@ from typing import Any
 
 from .failpoints import parse as parse_failpoints
 
+EMBEDDED_FILE_NAME = "durable.sqlite3"
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_SQLITE_SCHEME = "sqlite://"
+# SQLite's default limit on one value is 1e9 bytes; the row around the state needs a little room.
+_SQLITE_MAX_STATE_BYTES = 900_000_000
+
+
+def sqlite_path_of(url: str) -> str:
+    """The absolute file path of a sqlite:///absolute/path URL."""
+    return "/" + url[len(_SQLITE_SCHEME):].lstrip("/")
+
 
 class SettingsError(Exception):
     """Every invalid setting, reported together so one start-up shows them all."""
@@ -27,12 +38,34 @@ class Settings:
     """Documented settings; each field's metadata names its variable and unit."""
 
     database_url: str = field(
-        default="postgresql://postgres@127.0.0.1:5432/durable",
-        metadata=_meta("DURABLE_DATABASE_URL", "PostgreSQL connection URL (libpq form)."),
+        default="",
+        metadata=_meta(
+            "DURABLE_DATABASE_URL",
+            "PostgreSQL connection URL (libpq form). Empty: the embedded SQLite database in DURABLE_DATA_DIR, "
+            "owned by this one process; sqlite:///absolute/path.sqlite3 names its file.",
+        ),
+    )
+    data_dir: str = field(
+        default=".durable-data",
+        metadata=_meta(
+            "DURABLE_DATA_DIR",
+            f"Folder of the embedded database ({EMBEDDED_FILE_NAME}) when DURABLE_DATABASE_URL is empty; "
+            "relative to the working directory; created when missing.",
+        ),
     )
     redis_url: str = field(
-        default="redis://127.0.0.1:6379/0",
-        metadata=_meta("DURABLE_REDIS_URL", "Redis URL of the cache; empty disables the cache."),
+        default="",
+        metadata=_meta(
+            "DURABLE_REDIS_URL",
+            "Redis URL of a cache the replicas share; empty: an in-process cache (DURABLE_LOCAL_CACHE_MAX_BYTES).",
+        ),
+    )
+    local_cache_max_bytes: int = field(
+        default=67_108_864,
+        metadata=_meta(
+            "DURABLE_LOCAL_CACHE_MAX_BYTES",
+            "Size of the in-process cache used when DURABLE_REDIS_URL is empty; 0 disables it (bytes).",
+        ),
     )
     listen_address: str = field(
         default="127.0.0.1:50051",
@@ -45,17 +78,21 @@ class Settings:
             "host:port of the HTTP server for /metrics, /livez and /readyz; empty disables it.",
         ),
     )
-    db_pool_min: int = field(default=2, metadata=_meta("DURABLE_DB_POOL_MIN", "Minimum PostgreSQL connections."))
-    db_pool_max: int = field(default=10, metadata=_meta("DURABLE_DB_POOL_MAX", "Maximum PostgreSQL connections."))
+    db_pool_min: int = field(
+        default=2, metadata=_meta("DURABLE_DB_POOL_MIN", "Minimum PostgreSQL connections (the embedded database has one)."))
+    db_pool_max: int = field(
+        default=10, metadata=_meta("DURABLE_DB_POOL_MAX", "Maximum PostgreSQL connections (the embedded database has one)."))
     db_connect_timeout_seconds: float = field(
         default=10.0,
-        metadata=_meta("DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "How long start-up waits for PostgreSQL (seconds)."),
+        metadata=_meta("DURABLE_DB_CONNECT_TIMEOUT_SECONDS",
+                       "How long start-up waits for PostgreSQL; unused by the embedded database (seconds)."),
     )
     db_retry_attempts: int = field(
         default=5,
         metadata=_meta(
             "DURABLE_DB_RETRY_ATTEMPTS",
-            "Attempts for a transaction that hits a transient PostgreSQL error (SQLSTATE 08, 40001, 40P01, 53, 57).",
+            "Attempts for a transaction that hits a transient error (PostgreSQL SQLSTATE 08, 40001, 40P01, 53, 57; "
+            "SQLite busy or full).",
         ),
     )
     redis_pool_max: int = field(default=32, metadata=_meta("DURABLE_REDIS_POOL_MAX", "Maximum Redis connections."))
@@ -143,7 +180,8 @@ class Settings:
         default=5.0,
         metadata=_meta(
             "DURABLE_DB_POOL_TIMEOUT_SECONDS",
-            "How long a call waits for a free PostgreSQL connection before UNAVAILABLE (seconds).",
+            "How long a call waits for a free PostgreSQL connection (embedded: for its turn at the database file) "
+            "before UNAVAILABLE (seconds).",
         ),
     )
     failpoints: str = field(
@@ -176,6 +214,23 @@ class Settings:
     @property
     def tls_enabled(self) -> bool:
         return bool(self.tls_cert_file)
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the state lives in the embedded SQLite database (no PostgreSQL URL configured)."""
+        return not self.database_url.startswith(_POSTGRES_SCHEMES)
+
+    @property
+    def sqlite_path(self) -> str:
+        """The absolute path of the embedded database file."""
+        if self.database_url.startswith(_SQLITE_SCHEME):
+            return sqlite_path_of(self.database_url)
+        return os.path.abspath(os.path.join(self.data_dir, EMBEDDED_FILE_NAME))
+
+    @property
+    def storage_url(self) -> str:
+        """The PostgreSQL URL, or sqlite:// and the embedded database's absolute path."""
+        return self.database_url if not self.embedded else _SQLITE_SCHEME + self.sqlite_path
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -210,8 +265,12 @@ class Settings:
             if not cond:
                 out.append(f"{env}: {msg}")
 
-        need(self.database_url.startswith(("postgresql://", "postgres://")), "DURABLE_DATABASE_URL",
-             "must be a postgresql:// URL")
+        need(self.database_url == "" or self.database_url.startswith(_POSTGRES_SCHEMES)
+             or (self.database_url.startswith(_SQLITE_SCHEME + "/") and len(self.database_url) > len(_SQLITE_SCHEME) + 1),
+             "DURABLE_DATABASE_URL",
+             "must be a postgresql:// URL, sqlite:///absolute/path.sqlite3, or empty (the embedded database)")
+        need(bool(self.data_dir.strip()), "DURABLE_DATA_DIR", "must not be empty")
+        need(self.local_cache_max_bytes >= 0, "DURABLE_LOCAL_CACHE_MAX_BYTES", "must not be negative")
         need(self.redis_url == "" or self.redis_url.startswith(("redis://", "rediss://", "unix://")),
              "DURABLE_REDIS_URL", "must be a redis:// or rediss:// URL, or empty")
         need(_is_host_port(self.listen_address), "DURABLE_LISTEN_ADDRESS", "must be host:port")
@@ -232,6 +291,9 @@ class Settings:
         need(self.cache_max_item_bytes >= 0, "DURABLE_CACHE_MAX_ITEM_BYTES", "must not be negative")
         need(1 <= self.lease_seconds <= 86_400, "DURABLE_LEASE_SECONDS", "must be 1 to 86400")
         need(1 <= self.max_state_bytes <= 1_073_741_824, "DURABLE_MAX_STATE_BYTES", "must be 1 to 1 GiB")
+        need(not self.embedded or self.max_state_bytes <= _SQLITE_MAX_STATE_BYTES, "DURABLE_MAX_STATE_BYTES",
+             f"must be at most {_SQLITE_MAX_STATE_BYTES} with the embedded database (SQLite stores at most 1 GB "
+             "in one value)")
         need(self.compress_threshold_bytes >= 0, "DURABLE_COMPRESS_THRESHOLD_BYTES", "must not be negative")
         need(self.max_message_bytes >= self.max_state_bytes + 1_048_576, "DURABLE_MAX_MESSAGE_BYTES",
              "must be at least DURABLE_MAX_STATE_BYTES + 1 MiB")

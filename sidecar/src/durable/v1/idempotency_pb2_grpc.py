@@ -81,8 +81,9 @@ class IdempotencyServiceServicer:
         (another holder's lease is alive). A key used before with a different
         fingerprint fails the whole call with FAILED_PRECONDITION naming the key,
         and nothing in the batch is claimed. Retrying a claim whose answer was
-        lost answers IN_PROGRESS until the lease lapses (the lost holder is
-        indistinguishable from a live one), then ACQUIRED with the next attempt.
+        lost with the same non-empty `holder` answers ACQUIRED with the same
+        attempt while its lease is alive; without a holder the retry answers
+        IN_PROGRESS until the lease lapses, then ACQUIRED with the next attempt.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -78,8 +78,12 @@ class VersionServiceServicer:
     def RegisterVersion(self, request, context):
         """Stores a snapshot. Content-addressed: the same nodes and connections
         (whatever the JSON key order) return the existing version with
-        `created` false, so retries are safe. The newest registered version
-        becomes the workflow's current version.
+        `created` false, so retries are safe. The most recently registered
+        content becomes the workflow's current version: registering a new
+        definition makes it current, and registering an earlier definition again
+        (a revert in n8n) makes that earlier version current again (logged).
+        INVALID_ARGUMENT when the definition has no `nodes` array or the label is
+        not a semantic version.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -10,10 +10,8 @@ from dataclasses import dataclass, replace
 from .. import failpoints, metrics, validation
 from ..domain import Checkpoint, InstanceRef, NewCheckpoint, Page, PrunePolicy, PruneResult, SavedCheckpoint
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
+from ..stores.base import CheckpointStore, Conn, Database, EncodedState, InstanceStore
 from ..stores.cache import Cache
-from ..stores.checkpoints import CheckpointStore, EncodedState
-from ..stores.db import Conn, Database
-from ..stores.instances import InstanceStore
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +185,7 @@ class CheckpointService:
         return SavedCheckpoint(saved, deduplicated=False)
 
     async def with_state(self, namespace: str, cp: Checkpoint) -> Checkpoint:
-        """Fills in the state from the cache, or from PostgreSQL on a miss (then caches it)."""
+        """Fills in the state from the cache, or from the database on a miss (then caches it)."""
         state = await self.cache.get_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence)
         if state is not None and hashlib.sha256(state).hexdigest() == cp.sha256:
             return replace(cp, state=state)

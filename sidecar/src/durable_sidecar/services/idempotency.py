@@ -1,9 +1,9 @@
 """IdempotencyService: claim, complete and release keys (the Stripe / IETF Idempotency-Key contract), and the reaper.
 
-Every decision is made inside one PostgreSQL transaction on a locked row and
-judged by database time. Redis only answers the replay of a completed key whose
-fingerprint matches; any other answer, and every miss or doubt, comes from
-PostgreSQL, so a cache problem can cost speed but never change an outcome.
+Every decision is made inside one database transaction on a locked row and
+judged by database time. The cache only answers the replay of a completed key
+whose fingerprint matches; any other answer, and every miss or doubt, comes
+from the database, so a cache problem can cost speed but never change an outcome.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
+from ..stores.base import Conn, Database, IdempotencyStore
 from ..stores.cache import Cache
-from ..stores.db import Conn, Database
-from ..stores.idempotency import IdempotencyStore
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,7 @@ MIN_TTL_SECONDS, MAX_TTL_SECONDS = 60, 31_622_400
 _OFFLOAD_BYTES = 256 * 1024
 # A cached entry is dropped this long before the key expires, so neither the
 # time a cache write takes nor a modest clock difference between this host and
-# PostgreSQL can make Redis answer for a key PostgreSQL already holds expired.
+# the database can make the cache answer for a key the database already holds expired.
 _CACHE_MARGIN = timedelta(seconds=2)
 # How often a claim retries when the row it conflicted with vanished before it
 # could lock it (deleted by the reaper in between).
@@ -288,7 +287,7 @@ class IdempotencyService:
             key = _from_cache(raw) if raw is not None else None
             if (key is None or key.ref != claim.ref or key.fingerprint != claim.fingerprint
                     or key.expires_at <= horizon):
-                return None  # PostgreSQL decides, including every mismatch
+                return None  # the database decides, including every mismatch
             out.append(Claimed(ClaimOutcome.DUPLICATE, key))
         return out
 

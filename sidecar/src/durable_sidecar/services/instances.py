@@ -24,9 +24,7 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..logs import instance_key_var
-from ..stores.checkpoints import CheckpointStore
-from ..stores.db import Conn, Database
-from ..stores.instances import InstanceStore
+from ..stores.base import CheckpointStore, Conn, Database, InstanceStore
 from .checkpoints import CheckpointService
 from .versions import VersionService
 

@@ -19,10 +19,8 @@ from ..domain import (
     Version,
 )
 from ..errors import DomainError, InvalidArgument, NotFound
-from ..stores.db import Conn, Database
-from ..stores.instances import InstanceStore
+from ..stores.base import Conn, Database, InstanceStore, VersionStore
 from ..stores.n8n import N8nClient
-from ..stores.versions import VersionStore
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,12 @@
-"""Redis cache of checkpoint states and completed idempotency results; a cache only.
+"""The cache of checkpoint states and completed idempotency results (a cache only), and its Redis implementation.
 
 Only immutable facts are cached: a checkpoint (instance, sequence) never changes
 once written, and a completed key's result never changes before it expires. So
-an entry can be missing but never wrong, and losing, flushing or stopping Redis
-changes no answer, only speed. Mutable rows (instances, in-progress keys) are
-always read from PostgreSQL. Every failure is logged, counted and swallowed.
+an entry can be missing but never wrong, and losing, flushing or stopping the
+cache changes no answer, only speed. Mutable rows (instances, in-progress keys)
+are always read from the database. Every failure is logged, counted and
+swallowed. Redis is the cache replicas share; without it each process keeps
+its own (stores/memory_cache.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import json
 import logging
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -33,47 +36,106 @@ def _key(kind: str, *parts: object) -> str:
     return f"durable:v1:{kind}:{digest}"
 
 
-class Cache:
+class Cache(ABC):
     """Best-effort cache; every method returns None/False instead of raising."""
+
+    def __init__(self, *, enabled: bool, ttl_seconds: int, max_item_bytes: int) -> None:
+        self.enabled = enabled
+        self.ttl_seconds = ttl_seconds
+        self.max_item_bytes = max_item_bytes
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Releases connections; the cache is empty afterwards."""
+
+    async def ping(self) -> bool:
+        """Whether the cache answers now."""
+        return True
+
+    # What an implementation provides: raw get, set and delete, counting hits and failures.
+    @abstractmethod
+    async def _get(self, op: str, key: str) -> bytes | None: ...
+
+    @abstractmethod
+    async def _get_many(self, op: str, keys: list[str]) -> list[bytes | None]: ...
+
+    @abstractmethod
+    async def _set(self, op: str, key: str, value: bytes, ttl_seconds: int) -> None: ...
+
+    @abstractmethod
+    async def _delete(self, op: str, keys: list[str]) -> None: ...
+
+    async def _put(self, op: str, key: str, value: bytes, ttl_seconds: int) -> None:
+        if self.enabled and len(value) <= self.max_item_bytes and ttl_seconds > 0:
+            await self._set(op, key, value, ttl_seconds)
+
+    # Checkpoint states, keyed by their immutable identity.
+    async def get_state(self, ns: str, wf: str, key: str, sequence: int) -> bytes | None:
+        if not self.enabled:
+            return None
+        return await self._get("checkpoint_state", _key("cp", ns, wf, key, sequence))
+
+    async def put_state(self, ns: str, wf: str, key: str, sequence: int, state: bytes) -> None:
+        await self._put("checkpoint_state", _key("cp", ns, wf, key, sequence), state, self.ttl_seconds)
+
+    # Completed idempotency keys: (fingerprint, attempt, result) frozen until expiry.
+    async def get_completed_key(self, ns: str, scope: str, key: str) -> bytes | None:
+        if not self.enabled:
+            return None
+        return await self._get("idempotency_completed", _key("idem", ns, scope, key))
+
+    async def put_completed_key(self, ns: str, scope: str, key: str, value: bytes, ttl_seconds: int) -> None:
+        await self._put("idempotency_completed", _key("idem", ns, scope, key), value, ttl_seconds)
+
+    async def forget_completed_key(self, ns: str, scope: str, key: str) -> None:
+        if self.enabled:
+            await self._delete("idempotency_completed", [_key("idem", ns, scope, key)])
+
+    async def get_completed_keys(self, keys: list[tuple[str, str, str]]) -> list[bytes | None]:
+        """One round trip for a batch of (namespace, scope, key); all None when the cache is unusable."""
+        if not self.enabled or not keys:
+            return [None] * len(keys)
+        return await self._get_many("idempotency_completed", [_key("idem", *k) for k in keys])
+
+    async def forget_completed_keys(self, keys: list[tuple[str, str, str]]) -> None:
+        if self.enabled and keys:
+            await self._delete("idempotency_completed", [_key("idem", *k) for k in keys])
+
+
+class RedisCache(Cache):
+    """Redis, shared by every replica; a failure skips it for a second."""
 
     def __init__(self, url: str, *, max_connections: int, timeout_seconds: float, ttl_seconds: int,
                  max_item_bytes: int) -> None:
-        self.enabled = bool(url)
-        self.ttl_seconds = ttl_seconds
-        self.max_item_bytes = max_item_bytes
+        super().__init__(enabled=True, ttl_seconds=ttl_seconds, max_item_bytes=max_item_bytes)
         self._down_until = 0.0
-        self._client: aioredis.Redis | None = None
-        if url:
-            self._client = aioredis.Redis.from_url(
-                url,
-                max_connections=max_connections,
-                socket_timeout=timeout_seconds,
-                socket_connect_timeout=timeout_seconds,
-                retry_on_timeout=False,
-                health_check_interval=0,
-            )
+        self._client: aioredis.Redis = aioredis.Redis.from_url(
+            url,
+            max_connections=max_connections,
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        await self._client.aclose()
 
     async def ping(self) -> bool:
-        if self._client is None:
-            return True
         try:
             return bool(await self._client.ping())
         except (RedisError, OSError):
             return False
 
     def _usable(self) -> aioredis.Redis | None:
-        if self._client is None or time.monotonic() < self._down_until:
+        if time.monotonic() < self._down_until:
             return None
         return self._client
 
     def _failed(self, op: str, exc: BaseException) -> None:
         self._down_until = time.monotonic() + _BACKOFF_SECONDS
         metrics.CACHE_ERRORS.labels(op).inc()
-        log.warning("cache unavailable, falling back to PostgreSQL", extra={"op": op, "error": repr(exc)})
+        log.warning("cache unavailable, falling back to the database", extra={"op": op, "error": repr(exc)})
 
     async def _get(self, op: str, key: str) -> bytes | None:
         client = self._usable()
@@ -87,9 +149,22 @@ class Cache:
         metrics.CACHE_REQUESTS.labels(op, "hit" if value is not None else "miss").inc()
         return bytes(value) if value is not None else None
 
+    async def _get_many(self, op: str, keys: list[str]) -> list[bytes | None]:
+        client = self._usable()
+        if client is None:
+            return [None] * len(keys)
+        try:
+            values: list[Any] = await client.mget(keys)
+        except (RedisError, OSError) as exc:
+            self._failed(op, exc)
+            return [None] * len(keys)
+        for value in values:
+            metrics.CACHE_REQUESTS.labels(op, "hit" if value is not None else "miss").inc()
+        return [bytes(v) if v is not None else None for v in values]
+
     async def _set(self, op: str, key: str, value: bytes, ttl_seconds: int) -> None:
         client = self._usable()
-        if client is None or len(value) > self.max_item_bytes or ttl_seconds <= 0:
+        if client is None:
             return
         try:
             await client.set(key, value, ex=ttl_seconds)
@@ -98,43 +173,9 @@ class Cache:
 
     async def _delete(self, op: str, keys: list[str]) -> None:
         client = self._usable()
-        if client is None or not keys:
+        if client is None:
             return
         try:
             await client.delete(*keys)
         except (RedisError, OSError) as exc:
             self._failed(op, exc)
-
-    # Checkpoint states, keyed by their immutable identity.
-    async def get_state(self, ns: str, wf: str, key: str, sequence: int) -> bytes | None:
-        return await self._get("checkpoint_state", _key("cp", ns, wf, key, sequence))
-
-    async def put_state(self, ns: str, wf: str, key: str, sequence: int, state: bytes) -> None:
-        await self._set("checkpoint_state", _key("cp", ns, wf, key, sequence), state, self.ttl_seconds)
-
-    # Completed idempotency keys: (fingerprint, attempt, result) frozen until expiry.
-    async def get_completed_key(self, ns: str, scope: str, key: str) -> bytes | None:
-        return await self._get("idempotency_completed", _key("idem", ns, scope, key))
-
-    async def put_completed_key(self, ns: str, scope: str, key: str, value: bytes, ttl_seconds: int) -> None:
-        await self._set("idempotency_completed", _key("idem", ns, scope, key), value, ttl_seconds)
-
-    async def forget_completed_key(self, ns: str, scope: str, key: str) -> None:
-        await self._delete("idempotency_completed", [_key("idem", ns, scope, key)])
-
-    async def get_completed_keys(self, keys: list[tuple[str, str, str]]) -> list[bytes | None]:
-        """One round trip for a batch of (namespace, scope, key); all None when the cache is unusable."""
-        client = self._usable()
-        if client is None or not keys:
-            return [None] * len(keys)
-        try:
-            values: list[Any] = await client.mget([_key("idem", *k) for k in keys])
-        except (RedisError, OSError) as exc:
-            self._failed("idempotency_completed", exc)
-            return [None] * len(keys)
-        for value in values:
-            metrics.CACHE_REQUESTS.labels("idempotency_completed", "hit" if value is not None else "miss").inc()
-        return [bytes(v) if v is not None else None for v in values]
-
-    async def forget_completed_keys(self, keys: list[tuple[str, str, str]]) -> None:
-        await self._delete("idempotency_completed", [_key("idem", *k) for k in keys])

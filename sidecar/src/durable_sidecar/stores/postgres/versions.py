@@ -7,8 +7,10 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from ..domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
-from .db import Conn, decode_cursor, encode_cursor
+from ...domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
+from .. import base
+from ..base import Conn, decode_cursor, encode_cursor
+from .db import pg
 
 _META = """namespace, workflow_id, version, content_hash, n8n_version_id, label, note, node_names, created_by,
     created_at"""
@@ -46,11 +48,11 @@ def _change(row: DictRow) -> ChangeLogEntry:
     )
 
 
-class VersionStore:
+class VersionStore(base.VersionStore):
     """Reads and writes versions; every method runs inside the caller's transaction."""
 
     async def head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead | None:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"SELECT latest_version, current_version FROM durable_workflows WHERE {_WF}",
             {"ns": namespace, "wf": workflow_id},
         )
@@ -59,7 +61,7 @@ class VersionStore:
 
     async def lock_head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead:
         """Creates the head row if needed and locks it until the transaction ends."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             """INSERT INTO durable_workflows (namespace, workflow_id) VALUES (%(ns)s, %(wf)s)
                ON CONFLICT (namespace, workflow_id) DO UPDATE SET namespace = EXCLUDED.namespace
                RETURNING latest_version, current_version""",
@@ -70,7 +72,7 @@ class VersionStore:
         return WorkflowHead(row["latest_version"], row["current_version"])
 
     async def set_head_txn(self, conn: Conn, namespace: str, workflow_id: str, *, latest: int, current: int) -> None:
-        await conn.execute(
+        await pg(conn).execute(
             f"""UPDATE durable_workflows SET latest_version = %(latest)s, current_version = %(current)s,
                        updated_at = now()
                 WHERE {_WF}""",
@@ -84,7 +86,7 @@ class VersionStore:
         else true for one caller per interval (0: never), who records the time.
         """
         params = {"ns": namespace, "wf": workflow_id, "interval": interval_seconds}
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""SELECT current_version,
                        coalesce(n8n_checked_at < now() - make_interval(secs => %(interval)s), true) AS due
                 FROM durable_workflows WHERE {_WF}""",
@@ -97,7 +99,7 @@ class VersionStore:
         if interval_seconds <= 0 or not row["due"]:
             return False
         # Concurrent callers re-check the condition after the first commits: one wins.
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_workflows SET n8n_checked_at = now()
                 WHERE {_WF} AND (n8n_checked_at IS NULL
                                  OR n8n_checked_at < now() - make_interval(secs => %(interval)s))
@@ -107,7 +109,7 @@ class VersionStore:
         return await cur.fetchone() is not None
 
     async def mark_n8n_checked_txn(self, conn: Conn, namespace: str, workflow_id: str) -> None:
-        await conn.execute(
+        await pg(conn).execute(
             """INSERT INTO durable_workflows (namespace, workflow_id, n8n_checked_at) VALUES (%(ns)s, %(wf)s, now())
                ON CONFLICT (namespace, workflow_id) DO UPDATE SET n8n_checked_at = now()""",
             {"ns": namespace, "wf": workflow_id},
@@ -116,7 +118,7 @@ class VersionStore:
     async def find_by_hash_txn(self, conn: Conn, namespace: str, workflow_id: str,
                                content_hash: str) -> tuple[Version, int] | None:
         """The version with this content and the workflow's current version number."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""SELECT {", ".join("v." + c.strip() for c in _META.split(","))}, w.current_version
                 FROM durable_versions v JOIN durable_workflows w USING (namespace, workflow_id)
                 WHERE v.namespace = %(ns)s AND v.workflow_id = %(wf)s AND v.content_hash = %(hash)s""",
@@ -126,7 +128,7 @@ class VersionStore:
         return (_version(row), row["current_version"]) if row else None
 
     async def insert_txn(self, conn: Conn, new: NewVersion, version: int) -> Version:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""INSERT INTO durable_versions
                     (namespace, workflow_id, version, content_hash, n8n_version_id, label, note, definition_json,
                      node_names, created_by)
@@ -144,7 +146,7 @@ class VersionStore:
     async def get_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int, *,
                       with_definition: bool) -> Version | None:
         cols = _META + (", definition_json" if with_definition else "")
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"SELECT {cols} FROM durable_versions WHERE {_WF} AND version = %(version)s",
             {"ns": namespace, "wf": workflow_id, "version": version},
         )
@@ -153,7 +155,7 @@ class VersionStore:
 
     async def node_names_txn(self, conn: Conn, namespace: str, workflow_id: str,
                              versions: list[int]) -> dict[int, frozenset[str]]:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"SELECT version, node_names FROM durable_versions WHERE {_WF} AND version = ANY(%(versions)s)",
             {"ns": namespace, "wf": workflow_id, "versions": versions},
         )
@@ -166,7 +168,7 @@ class VersionStore:
             (before,) = decode_cursor(page.token, 1)
             params["before"] = before if isinstance(before, int) else 0
             after = " AND version < %(before)s"
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"SELECT {_META} FROM durable_versions WHERE {_WF}{after} ORDER BY version DESC LIMIT %(limit)s",
             params,
         )
@@ -179,7 +181,7 @@ class VersionStore:
 
     async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
                                    reason: str) -> None:
-        await conn.execute(
+        await pg(conn).execute(
             """INSERT INTO durable_version_changes (namespace, workflow_id, kind, from_version, to_version, actor, reason)
                VALUES (%(ns)s, %(wf)s, %(kind)s, %(from)s, %(to)s, %(actor)s, %(reason)s)""",
             {"ns": new.namespace, "wf": new.workflow_id, "kind": ChangeKind.VERSION_REGISTERED.value,
@@ -189,7 +191,7 @@ class VersionStore:
     async def log_moves_txn(self, conn: Conn, namespace: str, workflow_id: str, moves: list[InstanceMove], *,
                             actor: str, reason: str) -> None:
         """One change-log row per moved instance, in one statement."""
-        await conn.execute(
+        await pg(conn).execute(
             """INSERT INTO durable_version_changes
                    (namespace, workflow_id, kind, instance_key, from_version, to_version, actor, reason)
                SELECT %(ns)s, %(wf)s, %(kind)s, m.key, m.from_v, m.to_v, %(actor)s, %(reason)s
@@ -217,7 +219,7 @@ class VersionStore:
             "SELECT id, kind, workflow_id, instance_key, from_version, to_version, actor, reason, created_at "
             "FROM durable_version_changes WHERE {where} ORDER BY id DESC LIMIT %(limit)s"
         ).format(where=sql.SQL(" AND ").join(where))
-        cur = await conn.execute(query, params)
+        cur = await pg(conn).execute(query, params)
         rows = [_change(r) for r in await cur.fetchall()]
         token = ""
         if len(rows) > page.size:

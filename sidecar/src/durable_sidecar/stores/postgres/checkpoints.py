@@ -2,43 +2,27 @@
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
 from typing import Any
 
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from ..domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
-from .db import Conn, decode_cursor, encode_cursor
+from ...domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
+from .. import base
+from ..base import Conn, EncodedState, decode_cursor, decode_state, encode_cursor
+from .db import pg
 
 _META = "workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, node_name, created_at"
 _KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
-
-ENCODING_IDENTITY = 0
-ENCODING_ZLIB = 1
-
-
-@dataclass(frozen=True)
-class EncodedState:
-    """A state ready to store: encoded outside the transaction so no row lock waits on CPU work."""
-
-    data: bytes
-    encoding: int
-
 
 def _key(ref: InstanceRef) -> dict[str, Any]:
     return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
 
 
-def _decode(data: bytes, encoding: int) -> bytes:
-    return zlib.decompress(data) if encoding == ENCODING_ZLIB else data
-
-
 def _checkpoint(row: DictRow, *, with_state: bool) -> Checkpoint:
     state = None
     if with_state and row.get("state") is not None:
-        state = _decode(bytes(row["state"]), row["encoding"])
+        state = decode_state(bytes(row["state"]), row["encoding"])
     return Checkpoint(
         workflow_id=row["workflow_id"],
         instance_key=row["instance_key"],
@@ -54,18 +38,7 @@ def _checkpoint(row: DictRow, *, with_state: bool) -> Checkpoint:
     )
 
 
-class CheckpointStore:
-    def __init__(self, *, compress_threshold_bytes: int) -> None:
-        self.compress_threshold_bytes = compress_threshold_bytes
-
-    def encode(self, state: bytes) -> EncodedState:
-        """Compresses large states (zlib level 1: most of the gain for JSON at a fraction of the CPU)."""
-        if len(state) >= self.compress_threshold_bytes:
-            packed = zlib.compress(state, 1)
-            if len(packed) < len(state):
-                return EncodedState(packed, ENCODING_ZLIB)
-        return EncodedState(state, ENCODING_IDENTITY)
-
+class CheckpointStore(base.CheckpointStore):
     async def insert_txn(
         self,
         conn: Conn,
@@ -79,7 +52,7 @@ class CheckpointStore:
         execution_id: str,
         node_name: str,
     ) -> Checkpoint:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""INSERT INTO durable_checkpoints
                     (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
                      size_bytes, stored_bytes, execution_id, node_name)
@@ -96,7 +69,7 @@ class CheckpointStore:
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
         cols = _META + (", encoding, state" if with_state else "")
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = %(seq)s",
             {**_key(ref), "seq": sequence},
         )
@@ -112,7 +85,7 @@ class CheckpointStore:
             if not isinstance(after, int):
                 after = 0
         cols = _META + (", encoding, state" if with_state else "")
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > %(after)s
                 ORDER BY sequence LIMIT %(limit)s""",
             {**_key(ref), "after": after, "limit": page.size + 1},
@@ -169,7 +142,7 @@ class CheckpointStore:
                        RETURNING 1)
                    SELECT coalesce(sum(n), 0)::bigint AS n, count(*) AS m FROM per"""
             ).format(victims=victims)
-        cur = await conn.execute(query, params)
+        cur = await pg(conn).execute(query, params)
         row = await cur.fetchone()
         assert row is not None
         return PruneResult(deleted_count=int(row["n"]), instance_count=int(row["m"]))

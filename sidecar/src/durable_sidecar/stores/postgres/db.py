@@ -1,28 +1,41 @@
-"""PostgreSQL access: the connection pool, transactions with transient-error retry, paging cursors."""
+"""PostgreSQL access: the connection pool and transactions with transient-error retry."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
-from ..errors import InvalidArgument, Unavailable
+from ...errors import Unavailable
+from ..base import Conn, Database
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Conn = psycopg.AsyncConnection[DictRow]
-"""A connection inside an open transaction; services pass it through, never use it."""
+Connection = psycopg.AsyncConnection[DictRow]
+
+
+class PgConn(Conn):
+    """A pooled connection inside an open transaction."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+
+def pg(conn: Conn) -> Connection:
+    """The psycopg connection behind a store call's transaction handle."""
+    if not isinstance(conn, PgConn):
+        raise TypeError(f"a PostgreSQL store was given a {type(conn).__name__}, not a PostgreSQL transaction")
+    return conn.connection
 
 # SQLSTATE classes and codes worth retrying: connection exceptions, serialization
 # failures, deadlocks, insufficient resources, operator intervention.
@@ -49,7 +62,7 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-class Database:
+class PostgresDatabase(Database):
     """Owns the pool; `transaction` runs a function in one retried transaction."""
 
     def __init__(self, url: str, *, min_size: int, max_size: int, connect_timeout: float, retry_attempts: int,
@@ -57,7 +70,7 @@ class Database:
         self.url = url
         self.retry_attempts = retry_attempts
         self._connect_timeout = connect_timeout
-        self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+        self.pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
@@ -101,7 +114,7 @@ class Database:
             try:
                 async with self.pool.connection() as conn:
                     async with conn.transaction():
-                        return await fn(conn)
+                        return await fn(PgConn(conn))
             except PoolTimeout:
                 # Every connection is busy or PostgreSQL is down: waiting longer
                 # would only hold the caller past its deadline.
@@ -120,25 +133,6 @@ class Database:
                     extra={"attempt": attempt, "delay_s": round(delay, 3), "error": str(exc)},
                 )
                 await asyncio.sleep(delay)
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Conn]:
-        async with self.pool.connection() as conn:
-            yield conn
-
-
-def encode_cursor(values: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(values, default=str).encode()).decode()
-
-
-def decode_cursor(token: str, length: int) -> list[Any]:
-    try:
-        values = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except ValueError:
-        raise InvalidArgument("page_token is not a token this server issued") from None
-    if not isinstance(values, list) or len(values) != length:
-        raise InvalidArgument("page_token is not a token this server issued")
-    return values
 
 
 def redact(url: str) -> str:

@@ -8,8 +8,10 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from ..domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
-from .db import Conn, decode_cursor, encode_cursor
+from ...domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
+from .. import base
+from ..base import Conn, decode_cursor, encode_cursor
+from .db import pg
 
 _COLUMNS = """namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, result_json,
     error_message, expires_at, created_at, updated_at"""
@@ -48,12 +50,12 @@ def _record(row: DictRow) -> IdempotencyKey:
     )
 
 
-class IdempotencyStore:
+class IdempotencyStore(base.IdempotencyStore):
     """Reads and writes idempotency keys; every method runs inside the caller's transaction."""
 
     async def now_txn(self, conn: Conn) -> datetime:
         """The transaction's database time: the same now() every statement of it uses."""
-        cur = await conn.execute("SELECT now() AS now")
+        cur = await pg(conn).execute("SELECT now() AS now")
         row = await cur.fetchone()
         assert row is not None
         now: datetime = row["now"]
@@ -61,13 +63,13 @@ class IdempotencyStore:
 
     async def get_txn(self, conn: Conn, ref: KeyRef, *, for_update: bool = False) -> IdempotencyKey | None:
         lock = " FOR UPDATE" if for_update else ""
-        cur = await conn.execute(f"SELECT {_COLUMNS} FROM durable_idempotency_keys WHERE {_KEY}{lock}", _key(ref))
+        cur = await pg(conn).execute(f"SELECT {_COLUMNS} FROM durable_idempotency_keys WHERE {_KEY}{lock}", _key(ref))
         row = await cur.fetchone()
         return _record(row) if row else None
 
     async def insert_txn(self, conn: Conn, claim: NewClaim) -> IdempotencyKey | None:
         """Inserts the key in progress with attempt 1; None when it exists (the unique key decides)."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""INSERT INTO durable_idempotency_keys
                     (namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, expires_at)
                 VALUES (%(ns)s, %(scope)s, %(key)s, 'in_progress', %(fp)s, 1, %(holder)s,
@@ -85,7 +87,7 @@ class IdempotencyStore:
         A new life (the key had expired) also takes the claim's fingerprint and
         starts its age again; a take-over keeps both.
         """
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_idempotency_keys
                 SET status = 'in_progress', attempt = attempt + 1, holder = %(holder)s,
                     lease_expires_at = now() + make_interval(secs => %(lease)s),
@@ -102,7 +104,7 @@ class IdempotencyStore:
         return _record(row)
 
     async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_idempotency_keys
                 SET status = 'completed', result_json = %(result)s, lease_expires_at = NULL, updated_at = now()
                 WHERE {_KEY}
@@ -114,7 +116,7 @@ class IdempotencyStore:
         return _record(row)
 
     async def release_txn(self, conn: Conn, ref: KeyRef, *, error_message: str) -> IdempotencyKey:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_idempotency_keys
                 SET status = 'failed', error_message = %(error)s, lease_expires_at = NULL, updated_at = now()
                 WHERE {_KEY}
@@ -146,7 +148,7 @@ class IdempotencyStore:
             "SELECT {cols} FROM durable_idempotency_keys WHERE {where} "
             "ORDER BY created_at DESC, scope DESC, key DESC LIMIT %(limit)s"
         ).format(cols=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(where))
-        cur = await conn.execute(query, params)
+        cur = await pg(conn).execute(query, params)
         rows = [_record(r) for r in await cur.fetchall()]
         token = ""
         if len(rows) > page.size:
@@ -157,7 +159,7 @@ class IdempotencyStore:
 
     async def reap_expired_txn(self, conn: Conn, *, limit: int) -> list[KeyRef]:
         """Deletes up to `limit` expired keys that are not in progress, skipping rows a claim has locked."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             """WITH victims AS (
                    SELECT namespace, scope, key FROM durable_idempotency_keys
                    WHERE status <> 'in_progress' AND expires_at <= now()

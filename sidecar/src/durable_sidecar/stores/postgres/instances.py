@@ -8,8 +8,10 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import DictRow
 
-from ..domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
-from .db import Conn, decode_cursor, encode_cursor
+from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
+from .. import base
+from ..base import Conn, decode_cursor, encode_cursor
+from .db import pg
 
 _COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
     lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
@@ -47,7 +49,7 @@ def _key(ref: InstanceRef) -> dict[str, Any]:
     return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
 
 
-class InstanceStore:
+class InstanceStore(base.InstanceStore):
     """Reads and writes instances; every method runs inside the caller's transaction."""
 
     async def create_txn(
@@ -61,7 +63,7 @@ class InstanceStore:
         version_label: str,
     ) -> Instance | None:
         """Inserts a new running instance leased to execution_id; None when the key exists."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""INSERT INTO durable_instances
                     (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
                      lease_expires_at, created_by_execution_id)
@@ -77,13 +79,13 @@ class InstanceStore:
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
         lock = " FOR UPDATE" if for_update else ""
-        cur = await conn.execute(f"SELECT {_COLUMNS} FROM durable_instances WHERE {_KEY}{lock}", _key(ref))
+        cur = await pg(conn).execute(f"SELECT {_COLUMNS} FROM durable_instances WHERE {_KEY}{lock}", _key(ref))
         row = await cur.fetchone()
         return _instance(row) if row else None
 
     async def lease_state_txn(self, conn: Conn, ref: InstanceRef) -> tuple[bool, bool]:
         """(lease alive, wake-up in the future) judged by database time."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""SELECT coalesce(lease_expires_at > now(), false) AS lease_alive,
                        coalesce(wake_at > now(), false) AS wake_pending
                 FROM durable_instances WHERE {_KEY}""",
@@ -97,7 +99,7 @@ class InstanceStore:
     async def take_lease_txn(
         self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int, count_resume: bool
     ) -> Instance:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_instances
                 SET lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
                     wake_at = NULL, resume_count = resume_count + %(inc)s, updated_at = now()
@@ -113,7 +115,7 @@ class InstanceStore:
         self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str, lease_seconds: int
     ) -> None:
         """Advances the newest sequence and renews the lease for the saving execution."""
-        await conn.execute(
+        await pg(conn).execute(
             f"""UPDATE durable_instances
                 SET last_sequence = %(seq)s, last_step = %(step)s, checkpoint_count = checkpoint_count + 1,
                     lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
@@ -131,7 +133,7 @@ class InstanceStore:
         error_message: str = "",
         result_json: bytes | None = None,
     ) -> Instance:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_instances
                 SET status = %(status)s, error_message = %(error)s, result_json = %(result)s,
                     lease_owner = '', lease_expires_at = NULL, wake_at = NULL,
@@ -147,7 +149,7 @@ class InstanceStore:
     async def schedule_wake_txn(
         self, conn: Conn, ref: InstanceRef, *, wake_at: datetime | None, delay_seconds: int | None
     ) -> Instance:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             f"""UPDATE durable_instances
                 SET wake_at = coalesce(%(at)s, now() + make_interval(secs => %(delay)s)),
                     lease_owner = '', lease_expires_at = NULL, updated_at = now()
@@ -170,7 +172,7 @@ class InstanceStore:
         token_prefix: str,
     ) -> list[tuple[Instance, ResumeReason, str]]:
         """Locks stalled and due instances with SKIP LOCKED and leases them to fresh claim tokens."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             """WITH candidates AS (
                    SELECT namespace, workflow_id, instance_key,
                           CASE WHEN wake_at IS NULL THEN 'stalled' ELSE 'wake_up' END AS reason
@@ -224,7 +226,7 @@ class InstanceStore:
             "SELECT {cols} FROM durable_instances WHERE {where} "
             "ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT %(limit)s"
         ).format(cols=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(where))
-        cur = await conn.execute(query, params)
+        cur = await pg(conn).execute(query, params)
         rows = [_instance(r) for r in await cur.fetchall()]
         next_token = ""
         if len(rows) > page.size:
@@ -260,12 +262,12 @@ class InstanceStore:
                WHERE {where}
                ORDER BY i.instance_key{lock}"""
         ).format(where=sql.SQL(" AND ").join(where), lock=sql.SQL(" FOR UPDATE OF i" if lock else ""))
-        cur = await conn.execute(query, params)
+        cur = await pg(conn).execute(query, params)
         return [MoveCandidate(r["instance_key"], r["bound_version"], r["last_step"], r["last_node"])
                 for r in await cur.fetchall()]
 
     async def existing_keys_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str]) -> set[str]:
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             """SELECT instance_key FROM durable_instances
                WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = ANY(%(keys)s)""",
             {"ns": namespace, "wf": workflow_id, "keys": keys},
@@ -275,7 +277,7 @@ class InstanceStore:
     async def rebind_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str], *,
                          to_version: int) -> int:
         """Binds the (locked) instances to another version; returns how many rows changed."""
-        cur = await conn.execute(
+        cur = await pg(conn).execute(
             """UPDATE durable_instances SET bound_version = %(to)s, updated_at = now()
                WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = ANY(%(keys)s)""",
             {"ns": namespace, "wf": workflow_id, "keys": keys, "to": to_version},
@@ -283,16 +285,8 @@ class InstanceStore:
         return cur.rowcount
 
     async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "", detail: str = "") -> None:
-        await conn.execute(
+        await pg(conn).execute(
             """INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail)
                VALUES (%(ns)s, %(wf)s, %(key)s, %(kind)s, %(actor)s, %(detail)s)""",
             {**_key(ref), "kind": kind, "actor": actor, "detail": detail},
         )
-
-    async def events_txn(self, conn: Conn, ref: InstanceRef, limit: int = 100) -> list[dict[str, Any]]:
-        cur = await conn.execute(
-            f"""SELECT id, kind, actor, detail, created_at FROM durable_instance_events
-                WHERE {_KEY} ORDER BY id DESC LIMIT %(limit)s""",
-            {**_key(ref), "limit": limit},
-        )
-        return [dict(r) for r in await cur.fetchall()]

@@ -1,0 +1,342 @@
+"""The store interface both backends implement: a Database that runs transactions, and one store per table group.
+
+Services hold these abstract types only. A `*_txn` method does its work inside
+the transaction whose handle (`Conn`) it is given, so several store calls share
+one transaction; `Database.transaction` opens it, retries it on transient
+errors and commits it. Every time a store writes or compares is database time:
+PostgreSQL's `now()`, or the sidecar's clock for the embedded SQLite file that
+one sidecar process owns. Each method states the contract both backends keep;
+tests/sidecar runs the same suite against both.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ..domain import (
+    ChangeLogEntry,
+    Checkpoint,
+    IdempotencyKey,
+    Instance,
+    InstanceFilter,
+    InstanceMove,
+    InstanceRef,
+    InstanceStatus,
+    KeyFilter,
+    KeyRef,
+    MoveCandidate,
+    MoveSelector,
+    NewClaim,
+    NewVersion,
+    Page,
+    PrunePolicy,
+    PruneResult,
+    ResumeReason,
+    Version,
+    WorkflowHead,
+)
+from ..errors import InvalidArgument
+
+T = TypeVar("T")
+
+
+class Conn:
+    """An open transaction of one backend: services pass it through to store methods and never look inside.
+
+    Each backend subclasses it; its stores refuse a handle of another backend.
+    """
+
+    __slots__ = ()
+
+
+class Database(ABC):
+    """The connection (pool, or the one embedded connection) and its transactions."""
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connects; fails fast (Unavailable, FailedPrecondition) with a message naming what is wrong."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Waits for the running transaction, if any, and releases every connection (and lock)."""
+
+    @abstractmethod
+    async def ping(self) -> bool:
+        """Whether the database answers now (readiness); never raises."""
+
+    @abstractmethod
+    def pool_stats(self) -> dict[str, int]:
+        """pool_size, pool_available and requests_waiting, for the metrics gauges."""
+
+    @abstractmethod
+    async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Runs fn in one transaction and commits; on a transient error the whole fn runs again.
+
+        A domain error raised by fn rolls everything back. Unavailable when the
+        database cannot serve within the configured time or attempts.
+        """
+
+
+# --- checkpoint states at rest ----------------------------------------------
+
+ENCODING_IDENTITY = 0
+ENCODING_ZLIB = 1
+
+
+@dataclass(frozen=True)
+class EncodedState:
+    """A state ready to store: encoded outside the transaction so no row lock waits on CPU work."""
+
+    data: bytes
+    encoding: int
+
+
+def decode_state(data: bytes, encoding: int) -> bytes:
+    return zlib.decompress(data) if encoding == ENCODING_ZLIB else data
+
+
+# --- paging cursors -----------------------------------------------------------
+
+
+def encode_cursor(values: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values, default=str).encode()).decode()
+
+
+def decode_cursor(token: str, length: int) -> list[Any]:
+    try:
+        values = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except ValueError:
+        raise InvalidArgument("page_token is not a token this server issued") from None
+    if not isinstance(values, list) or len(values) != length:
+        raise InvalidArgument("page_token is not a token this server issued")
+    return values
+
+
+# --- stores ---------------------------------------------------------------------
+
+
+class InstanceStore(ABC):
+    """Rows of durable_instances and their audit events."""
+
+    @abstractmethod
+    async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
+                         bound_version: int, version_label: str) -> Instance | None:
+        """Inserts a new running instance leased to execution_id; None when the key exists."""
+
+    @abstractmethod
+    async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
+        """The instance; with for_update its row stays locked until the transaction ends."""
+
+    @abstractmethod
+    async def lease_state_txn(self, conn: Conn, ref: InstanceRef) -> tuple[bool, bool]:
+        """(lease alive, wake-up in the future) judged by database time."""
+
+    @abstractmethod
+    async def take_lease_txn(self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int,
+                             count_resume: bool) -> Instance:
+        """Leases the (locked) instance to owner and clears any wake-up."""
+
+    @abstractmethod
+    async def record_checkpoint_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str,
+                                    lease_seconds: int) -> None:
+        """Advances the newest sequence and renews the lease for the saving execution."""
+
+    @abstractmethod
+    async def finish_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, error_message: str = "",
+                         result_json: bytes | None = None) -> Instance:
+        """Moves the (locked) instance to a final status, dropping its lease and wake-up."""
+
+    @abstractmethod
+    async def schedule_wake_txn(self, conn: Conn, ref: InstanceRef, *, wake_at: datetime | None,
+                                delay_seconds: int | None) -> Instance:
+        """Parks the (locked) instance until wake_at (or now + delay): lease released."""
+
+    @abstractmethod
+    async def claim_resumable_txn(self, conn: Conn, namespace: str, *, workflow_ids: list[str], limit: int,
+                                  lease_seconds: int, token_prefix: str) -> list[tuple[Instance, ResumeReason, str]]:
+        """Leases up to `limit` stalled and due instances, oldest first, to fresh claim tokens.
+
+        An instance another transaction is claiming is skipped, never handed out twice.
+        """
+
+    @abstractmethod
+    async def list_txn(self, conn: Conn, namespace: str, flt: InstanceFilter,
+                       page: Page) -> tuple[list[Instance], str]:
+        """Newest first, keyset-paged; returns the rows and the next page token ('' at the end)."""
+
+    @abstractmethod
+    async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
+                                  lock: bool) -> list[MoveCandidate]:
+        """Instances matching every criterion of the selector, by key, with their last checkpoint's node.
+
+        With lock, the rows stay locked (in key order, like batched checkpoint
+        saves, so the two cannot deadlock) until the transaction ends.
+        """
+
+    @abstractmethod
+    async def existing_keys_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str]) -> set[str]:
+        """Which of the keys exist in the workflow."""
+
+    @abstractmethod
+    async def rebind_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str], *,
+                         to_version: int) -> int:
+        """Binds the (locked) instances to another version; returns how many rows changed."""
+
+    @abstractmethod
+    async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "",
+                            detail: str = "") -> None:
+        """Appends a lifecycle event to the instance's audit trail."""
+
+
+class CheckpointStore(ABC):
+    """Append-only rows of durable_checkpoints, compressed above a threshold."""
+
+    def __init__(self, *, compress_threshold_bytes: int) -> None:
+        self.compress_threshold_bytes = compress_threshold_bytes
+
+    def encode(self, state: bytes) -> EncodedState:
+        """Compresses large states (zlib level 1: most of the gain for JSON at a fraction of the CPU)."""
+        if len(state) >= self.compress_threshold_bytes:
+            packed = zlib.compress(state, 1)
+            if len(packed) < len(state):
+                return EncodedState(packed, ENCODING_ZLIB)
+        return EncodedState(state, ENCODING_IDENTITY)
+
+    @abstractmethod
+    async def insert_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str,
+                         encoded: EncodedState, sha256: str, size_bytes: int, execution_id: str,
+                         node_name: str) -> Checkpoint:
+        """Appends the checkpoint; returns its metadata (without the state)."""
+
+    @abstractmethod
+    async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,
+                      with_state: bool) -> Checkpoint | None:
+        """One checkpoint, its state decoded when asked for."""
+
+    @abstractmethod
+    async def list_txn(self, conn: Conn, ref: InstanceRef, page: Page, *,
+                       with_state: bool) -> tuple[list[Checkpoint], str]:
+        """In sequence order, keyset-paged."""
+
+    @abstractmethod
+    async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
+        """Deletes by policy, always keeping each instance's newest checkpoint; updates counters."""
+
+
+class IdempotencyStore(ABC):
+    """Rows of durable_idempotency_keys; every time is database time."""
+
+    @abstractmethod
+    async def now_txn(self, conn: Conn) -> datetime:
+        """The transaction's database time: the same now() every statement of it uses."""
+
+    @abstractmethod
+    async def get_txn(self, conn: Conn, ref: KeyRef, *, for_update: bool = False) -> IdempotencyKey | None:
+        """The key, expired or not; with for_update its row stays locked until the transaction ends."""
+
+    @abstractmethod
+    async def insert_txn(self, conn: Conn, claim: NewClaim) -> IdempotencyKey | None:
+        """Inserts the key in progress with attempt 1; None when it exists (the unique key decides).
+
+        It lives `ttl` after its acquisition, and never ends before the lease it was given.
+        """
+
+    @abstractmethod
+    async def acquire_txn(self, conn: Conn, claim: NewClaim, *, new_life: bool) -> IdempotencyKey:
+        """Gives the locked key to a new holder with the next attempt number.
+
+        A new life (the key had expired) also takes the claim's fingerprint and
+        starts its age again; a take-over keeps both.
+        """
+
+    @abstractmethod
+    async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
+        """Marks the locked key completed with its result."""
+
+    @abstractmethod
+    async def release_txn(self, conn: Conn, ref: KeyRef, *, error_message: str) -> IdempotencyKey:
+        """Marks the locked key failed: the next claim acquires it."""
+
+    @abstractmethod
+    async def list_txn(self, conn: Conn, namespace: str, flt: KeyFilter,
+                       page: Page) -> tuple[list[IdempotencyKey], str]:
+        """Newest first, keyset-paged."""
+
+    @abstractmethod
+    async def reap_expired_txn(self, conn: Conn, *, limit: int) -> list[KeyRef]:
+        """Deletes up to `limit` expired keys that are not in progress, skipping rows a claim has locked."""
+
+
+class VersionStore(ABC):
+    """Workflow snapshots, the per-workflow head row and the version change log."""
+
+    @abstractmethod
+    async def head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead | None:
+        """The workflow's head row, when it has one."""
+
+    @abstractmethod
+    async def lock_head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead:
+        """Creates the head row if needed and locks it until the transaction ends."""
+
+    @abstractmethod
+    async def set_head_txn(self, conn: Conn, namespace: str, workflow_id: str, *, latest: int, current: int) -> None:
+        """Sets the (locked) head's latest and current version numbers."""
+
+    @abstractmethod
+    async def claim_n8n_check_txn(self, conn: Conn, namespace: str, workflow_id: str, *,
+                                  interval_seconds: int) -> bool:
+        """Whether this caller should ask n8n now, judged by database time.
+
+        Always true while the workflow has no version (nothing to bind otherwise);
+        else true for one caller per interval (0: never), who records the time.
+        """
+
+    @abstractmethod
+    async def mark_n8n_checked_txn(self, conn: Conn, namespace: str, workflow_id: str) -> None:
+        """Records that n8n was asked now (creating the head row if needed)."""
+
+    @abstractmethod
+    async def find_by_hash_txn(self, conn: Conn, namespace: str, workflow_id: str,
+                               content_hash: str) -> tuple[Version, int] | None:
+        """The version with this content and the workflow's current version number."""
+
+    @abstractmethod
+    async def insert_txn(self, conn: Conn, new: NewVersion, version: int) -> Version:
+        """Stores the snapshot as the given version number."""
+
+    @abstractmethod
+    async def get_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int, *,
+                      with_definition: bool) -> Version | None:
+        """One version, with its definition JSON when asked for."""
+
+    @abstractmethod
+    async def node_names_txn(self, conn: Conn, namespace: str, workflow_id: str,
+                             versions: list[int]) -> dict[int, frozenset[str]]:
+        """The step names of each of the versions that exist."""
+
+    @abstractmethod
+    async def list_txn(self, conn: Conn, namespace: str, workflow_id: str,
+                       page: Page) -> tuple[list[Version], str]:
+        """Newest first, without definitions, keyset-paged."""
+
+    @abstractmethod
+    async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
+                                   reason: str) -> None:
+        """Appends a version_registered entry to the change log."""
+
+    @abstractmethod
+    async def log_moves_txn(self, conn: Conn, namespace: str, workflow_id: str, moves: list[InstanceMove], *,
+                            actor: str, reason: str) -> None:
+        """One instance_moved change-log entry per moved instance."""
+
+    @abstractmethod
+    async def changes_txn(self, conn: Conn, namespace: str, workflow_id: str, instance_key: str,
+                          page: Page) -> tuple[list[ChangeLogEntry], str]:
+        """The change log, newest first, optionally of one workflow or one instance."""

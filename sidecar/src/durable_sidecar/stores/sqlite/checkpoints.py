@@ -1,0 +1,117 @@
+"""CheckpointStore on SQLite: append-only rows of durable_checkpoints, compressed above a threshold."""
+
+from __future__ import annotations
+
+from ...domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
+from .. import base
+from ..base import Conn, EncodedState, decode_cursor, decode_state, encode_cursor
+from .db import Row, from_micros, lite
+
+_META = "workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, node_name, created_at"
+_KEY = "namespace = :ns AND workflow_id = :wf AND instance_key = :key"
+
+
+def _key(ref: InstanceRef) -> dict[str, object]:
+    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+
+
+def _checkpoint(row: Row, *, with_state: bool) -> Checkpoint:
+    state = None
+    if with_state and row["state"] is not None:
+        state = decode_state(bytes(row["state"]), row["encoding"])
+    return Checkpoint(
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        sequence=row["sequence"],
+        step_name=row["step_name"],
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        stored_bytes=row["stored_bytes"],
+        execution_id=row["execution_id"],
+        node_name=row["node_name"],
+        created_at=from_micros(row["created_at"]),
+        state=state,
+    )
+
+
+class CheckpointStore(base.CheckpointStore):
+    async def insert_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str,
+                         encoded: EncodedState, sha256: str, size_bytes: int, execution_id: str,
+                         node_name: str) -> Checkpoint:
+        c = lite(conn)
+        row = await c.one(
+            f"""INSERT INTO durable_checkpoints
+                    (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
+                     size_bytes, stored_bytes, execution_id, node_name, created_at)
+                VALUES (:ns, :wf, :key, :seq, :step, :enc, :state, :sha, :size, :stored, :exec, :node, :now)
+                RETURNING {_META}""",
+            {**_key(ref), "seq": sequence, "step": step_name, "enc": encoded.encoding, "state": encoded.data,
+             "sha": sha256, "size": size_bytes, "stored": len(encoded.data), "exec": execution_id,
+             "node": node_name, "now": c.now_us},
+        )
+        assert row is not None
+        return _checkpoint(row, with_state=False)
+
+    async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,
+                      with_state: bool) -> Checkpoint | None:
+        cols = _META + (", encoding, state" if with_state else "")
+        row = await lite(conn).one(f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = :seq",
+                                   {**_key(ref), "seq": sequence})
+        return _checkpoint(row, with_state=with_state) if row else None
+
+    async def list_txn(self, conn: Conn, ref: InstanceRef, page: Page, *,
+                       with_state: bool) -> tuple[list[Checkpoint], str]:
+        after = 0
+        if page.token:
+            (after,) = decode_cursor(page.token, 1)
+            if not isinstance(after, int):
+                after = 0
+        cols = _META + (", encoding, state" if with_state else "")
+        found = await lite(conn).all(
+            f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > :after
+                ORDER BY sequence LIMIT :limit""",
+            {**_key(ref), "after": after, "limit": page.size + 1},
+        )
+        rows = [_checkpoint(r, with_state=with_state) for r in found]
+        token = ""
+        if len(rows) > page.size:
+            rows = rows[: page.size]
+            token = encode_cursor([rows[-1].sequence])
+        return rows, token
+
+    async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
+        """Counts the victims per instance, deletes them and lowers each instance's counter (one transaction)."""
+        c = lite(conn)
+        where = ["c.namespace = :ns", "c.sequence < i.last_sequence"]
+        params: dict[str, object] = {"ns": namespace}
+        if policy.workflow_id:
+            where.append("c.workflow_id = :wf")
+            params["wf"] = policy.workflow_id
+        if policy.instance_key:
+            where.append("c.instance_key = :key")
+            params["key"] = policy.instance_key
+        if policy.keep_last:
+            where.append("c.sequence <= i.last_sequence - :keep")
+            params["keep"] = policy.keep_last
+        if policy.older_than_seconds:
+            where.append("c.created_at < :cutoff")
+            params["cutoff"] = c.after(-policy.older_than_seconds)
+        joined = f"""durable_instances i
+                     WHERE i.namespace = c.namespace AND i.workflow_id = c.workflow_id
+                       AND i.instance_key = c.instance_key AND {" AND ".join(where)}"""
+        per = await c.all(
+            f"""SELECT c.workflow_id, c.instance_key, count(*) AS n
+                FROM durable_checkpoints c, {joined}
+                GROUP BY c.workflow_id, c.instance_key""",
+            params,
+        )
+        result = PruneResult(deleted_count=sum(int(r["n"]) for r in per), instance_count=len(per))
+        if policy.dry_run or not per:
+            return result
+        await c.run(f"DELETE FROM durable_checkpoints AS c WHERE EXISTS (SELECT 1 FROM {joined})", params)
+        await c.run_many(
+            """UPDATE durable_instances SET checkpoint_count = checkpoint_count - :n
+               WHERE namespace = :ns AND workflow_id = :wf AND instance_key = :key""",
+            [{"ns": namespace, "wf": r["workflow_id"], "key": r["instance_key"], "n": r["n"]} for r in per],
+        )
+        return result

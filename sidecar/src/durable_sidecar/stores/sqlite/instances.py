@@ -1,0 +1,271 @@
+"""InstanceStore on SQLite: rows of durable_instances and their audit events.
+
+Transactions run one at a time on the embedded database, so "lock the row"
+(FOR UPDATE) needs no SQL and a claim never meets a row another claim holds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
+from ...errors import InvalidArgument
+from .. import base
+from ..base import Conn, decode_cursor, encode_cursor
+from .db import Row, from_micros, from_micros_or_none, lite, to_micros
+
+_COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
+    lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
+    result_json, created_by_execution_id, created_at, updated_at, finished_at"""
+
+
+def _instance(row: Row) -> Instance:
+    return Instance(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        status=InstanceStatus(row["status"]),
+        bound_version=row["bound_version"],
+        version_label=row["version_label"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=from_micros_or_none(row["lease_expires_at"]),
+        wake_at=from_micros_or_none(row["wake_at"]),
+        last_sequence=row["last_sequence"],
+        last_step=row["last_step"],
+        checkpoint_count=row["checkpoint_count"],
+        resume_count=row["resume_count"],
+        error_message=row["error_message"],
+        result_json=bytes(row["result_json"]) if row["result_json"] is not None else None,
+        created_by_execution_id=row["created_by_execution_id"],
+        created_at=from_micros(row["created_at"]),
+        updated_at=from_micros(row["updated_at"]),
+        finished_at=from_micros_or_none(row["finished_at"]),
+    )
+
+
+_KEY = "namespace = :ns AND workflow_id = :wf AND instance_key = :key"
+
+
+def _key(ref: InstanceRef) -> dict[str, object]:
+    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+
+
+def _keys_json(keys: list[str]) -> str:
+    return json.dumps(keys)
+
+
+class InstanceStore(base.InstanceStore):
+    """Reads and writes instances; every method runs inside the caller's transaction."""
+
+    async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
+                         bound_version: int, version_label: str) -> Instance | None:
+        c = lite(conn)
+        row = await c.one(
+            f"""INSERT INTO durable_instances
+                    (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
+                     lease_expires_at, created_by_execution_id, created_at, updated_at)
+                VALUES (:ns, :wf, :key, :version, :label, :exec, :lease_until, :exec, :now, :now)
+                ON CONFLICT DO NOTHING
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "version": bound_version, "label": version_label, "exec": execution_id,
+             "lease_until": c.after(lease_seconds), "now": c.now_us},
+        )
+        return _instance(row) if row else None
+
+    async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
+        row = await lite(conn).one(f"SELECT {_COLUMNS} FROM durable_instances WHERE {_KEY}", _key(ref))
+        return _instance(row) if row else None
+
+    async def lease_state_txn(self, conn: Conn, ref: InstanceRef) -> tuple[bool, bool]:
+        c = lite(conn)
+        row = await c.one(
+            f"""SELECT coalesce(lease_expires_at > :now, 0) AS lease_alive,
+                       coalesce(wake_at > :now, 0) AS wake_pending
+                FROM durable_instances WHERE {_KEY}""",
+            {**_key(ref), "now": c.now_us},
+        )
+        if row is None:
+            return False, False
+        return bool(row["lease_alive"]), bool(row["wake_pending"])
+
+    async def take_lease_txn(self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int,
+                             count_resume: bool) -> Instance:
+        c = lite(conn)
+        row = await c.one(
+            f"""UPDATE durable_instances
+                SET lease_owner = :owner, lease_expires_at = :lease_until,
+                    wake_at = NULL, resume_count = resume_count + :inc, updated_at = :now
+                WHERE {_KEY}
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "owner": owner, "lease_until": c.after(lease_seconds), "inc": 1 if count_resume else 0,
+             "now": c.now_us},
+        )
+        assert row is not None, "caller locked the row"
+        return _instance(row)
+
+    async def record_checkpoint_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str,
+                                    lease_seconds: int) -> None:
+        c = lite(conn)
+        await c.run(
+            f"""UPDATE durable_instances
+                SET last_sequence = :seq, last_step = :step, checkpoint_count = checkpoint_count + 1,
+                    lease_owner = :owner, lease_expires_at = :lease_until, updated_at = :now
+                WHERE {_KEY}""",
+            {**_key(ref), "seq": sequence, "step": step_name, "owner": owner, "lease_until": c.after(lease_seconds),
+             "now": c.now_us},
+        )
+
+    async def finish_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, error_message: str = "",
+                         result_json: bytes | None = None) -> Instance:
+        c = lite(conn)
+        row = await c.one(
+            f"""UPDATE durable_instances
+                SET status = :status, error_message = :error, result_json = :result,
+                    lease_owner = '', lease_expires_at = NULL, wake_at = NULL,
+                    finished_at = :now, updated_at = :now
+                WHERE {_KEY}
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "status": status.value, "error": error_message, "result": result_json, "now": c.now_us},
+        )
+        assert row is not None, "caller locked the row"
+        return _instance(row)
+
+    async def schedule_wake_txn(self, conn: Conn, ref: InstanceRef, *, wake_at: datetime | None,
+                                delay_seconds: int | None) -> Instance:
+        c = lite(conn)
+        at = to_micros(wake_at) if wake_at is not None else c.after(delay_seconds or 0)
+        row = await c.one(
+            f"""UPDATE durable_instances
+                SET wake_at = :at, lease_owner = '', lease_expires_at = NULL, updated_at = :now
+                WHERE {_KEY}
+                RETURNING {_COLUMNS}""",
+            {**_key(ref), "at": at, "now": c.now_us},
+        )
+        assert row is not None, "caller locked the row"
+        return _instance(row)
+
+    async def claim_resumable_txn(self, conn: Conn, namespace: str, *, workflow_ids: list[str], limit: int,
+                                  lease_seconds: int, token_prefix: str) -> list[tuple[Instance, ResumeReason, str]]:
+        """Leases stalled and due instances to fresh claim tokens (the transaction has the file to itself)."""
+        c = lite(conn)
+        candidates = await c.all(
+            """SELECT workflow_id, instance_key,
+                      CASE WHEN wake_at IS NULL THEN 'stalled' ELSE 'wake_up' END AS reason
+               FROM durable_instances
+               WHERE namespace = :ns AND status = 'running'
+                 AND ((wake_at IS NULL AND lease_expires_at < :now) OR wake_at <= :now)
+                 AND (:any_wf OR workflow_id IN (SELECT value FROM json_each(:wfs)))
+               ORDER BY coalesce(wake_at, lease_expires_at)
+               LIMIT :limit""",
+            {"ns": namespace, "now": c.now_us, "any_wf": not workflow_ids, "wfs": _keys_json(workflow_ids),
+             "limit": limit},
+        )
+        if not candidates:
+            return []
+        reasons = {(r["workflow_id"], r["instance_key"]): ResumeReason(r["reason"]) for r in candidates}
+        order = {k: i for i, k in enumerate(reasons)}
+        rows = await c.all(
+            f"""UPDATE durable_instances
+                SET lease_owner = :prefix || lower(hex(randomblob(16))), lease_expires_at = :lease_until,
+                    wake_at = NULL, updated_at = :now
+                WHERE namespace = :ns AND (workflow_id, instance_key) IN
+                      (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys))
+                RETURNING {_COLUMNS}""",
+            {"ns": namespace, "prefix": token_prefix, "lease_until": c.after(lease_seconds), "now": c.now_us,
+             "keys": json.dumps([list(k) for k in reasons])},
+        )
+        out = []
+        for row in sorted(rows, key=lambda r: order[(r["workflow_id"], r["instance_key"])]):
+            inst = _instance(row)
+            out.append((inst, reasons[(inst.workflow_id, inst.instance_key)], inst.lease_owner))
+        return out
+
+    async def list_txn(self, conn: Conn, namespace: str, flt: InstanceFilter,
+                       page: Page) -> tuple[list[Instance], str]:
+        c = lite(conn)
+        where = ["namespace = :ns"]
+        params: dict[str, object] = {"ns": namespace, "limit": page.size + 1}
+        if flt.workflow_id:
+            where.append("workflow_id = :wf")
+            params["wf"] = flt.workflow_id
+        if flt.statuses:
+            where.append("status IN (SELECT value FROM json_each(:statuses))")
+            params["statuses"] = json.dumps([s.value for s in flt.statuses])
+        if flt.bound_version:
+            where.append("bound_version = :bv")
+            params["bv"] = flt.bound_version
+        if flt.stalled_only:
+            where.append("status = 'running' AND wake_at IS NULL AND lease_expires_at < :now")
+            params["now"] = c.now_us
+        if flt.key_prefix:
+            where.append("substr(instance_key, 1, length(:prefix)) = :prefix")
+            params["prefix"] = flt.key_prefix
+        if page.token:
+            created, wf, key = decode_cursor(page.token, 3)
+            if not isinstance(created, int):
+                raise InvalidArgument("page_token is not a token this server issued")
+            where.append("(created_at, workflow_id, instance_key) < (:c_at, :c_wf, :c_key)")
+            params.update({"c_at": created, "c_wf": wf, "c_key": key})
+        rows = [_instance(r) for r in await c.all(
+            f"""SELECT {_COLUMNS} FROM durable_instances WHERE {" AND ".join(where)}
+                ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT :limit""",
+            params,
+        )]
+        next_token = ""
+        if len(rows) > page.size:
+            rows = rows[: page.size]
+            last = rows[-1]
+            next_token = encode_cursor([to_micros(last.created_at), last.workflow_id, last.instance_key])
+        return rows, next_token
+
+    async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
+                                  lock: bool) -> list[MoveCandidate]:
+        where = ["i.namespace = :ns", "i.workflow_id = :wf"]
+        params: dict[str, object] = {"ns": namespace, "wf": selector.workflow_id}
+        if selector.instance_keys:
+            where.append("i.instance_key IN (SELECT value FROM json_each(:keys))")
+            params["keys"] = _keys_json(list(selector.instance_keys))
+        if selector.statuses:
+            where.append("i.status IN (SELECT value FROM json_each(:statuses))")
+            params["statuses"] = json.dumps([s.value for s in selector.statuses])
+        if selector.from_version:
+            where.append("i.bound_version = :from_v")
+            params["from_v"] = selector.from_version
+        rows = await lite(conn).all(
+            f"""SELECT i.instance_key, i.bound_version, i.last_step, coalesce(c.node_name, '') AS last_node
+                FROM durable_instances i
+                LEFT JOIN durable_checkpoints c
+                  ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id
+                 AND c.instance_key = i.instance_key AND c.sequence = i.last_sequence
+                WHERE {" AND ".join(where)}
+                ORDER BY i.instance_key""",
+            params,
+        )
+        return [MoveCandidate(r["instance_key"], r["bound_version"], r["last_step"], r["last_node"]) for r in rows]
+
+    async def existing_keys_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str]) -> set[str]:
+        rows = await lite(conn).all(
+            """SELECT instance_key FROM durable_instances
+               WHERE namespace = :ns AND workflow_id = :wf AND instance_key IN (SELECT value FROM json_each(:keys))""",
+            {"ns": namespace, "wf": workflow_id, "keys": _keys_json(keys)},
+        )
+        return {r["instance_key"] for r in rows}
+
+    async def rebind_txn(self, conn: Conn, namespace: str, workflow_id: str, keys: list[str], *,
+                         to_version: int) -> int:
+        c = lite(conn)
+        return await c.run(
+            """UPDATE durable_instances SET bound_version = :to, updated_at = :now
+               WHERE namespace = :ns AND workflow_id = :wf AND instance_key IN (SELECT value FROM json_each(:keys))""",
+            {"ns": namespace, "wf": workflow_id, "keys": _keys_json(keys), "to": to_version, "now": c.now_us},
+        )
+
+    async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "",
+                            detail: str = "") -> None:
+        c = lite(conn)
+        await c.run(
+            """INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail, created_at)
+               VALUES (:ns, :wf, :key, :kind, :actor, :detail, :now)""",
+            {**_key(ref), "kind": kind, "actor": actor, "detail": detail, "now": c.now_us},
+        )
