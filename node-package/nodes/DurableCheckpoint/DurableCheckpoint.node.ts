@@ -1,0 +1,504 @@
+import {
+	NodeConnectionTypes,
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+	type INodeType,
+	type INodeTypeDescription,
+} from 'n8n-workflow';
+
+import { batched, perItem, type NodeError } from '../../shared/batch';
+import { testSidecarCredential } from '../../shared/credential-test';
+import {
+	asNodeError,
+	errorItem,
+	executionIdOf,
+	fieldList,
+	jsonParameter,
+	pickFields,
+	sidecarFor,
+	toJsonBytes,
+	userJson,
+	withDurable,
+	workflowIdOf,
+} from '../../shared/node-helpers';
+import { InstanceStatus, type Instance, type SaveCheckpointItem } from '../../shared/transport';
+
+type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume';
+
+const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
+
+function instanceSummary(inst: Instance | undefined): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		lastSequence: inst.lastSequence,
+		lastStep: inst.lastStep,
+		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
+		finishedAt: inst.finishedAt ? inst.finishedAt.toISOString() : null,
+	};
+}
+
+export class DurableCheckpoint implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Durable Checkpoint',
+		name: 'durableCheckpoint',
+		icon: { light: 'file:durableCheckpoint.svg', dark: 'file:durableCheckpoint.dark.svg' },
+		group: ['transform'],
+		version: 1,
+		subtitle:
+			'={{$parameter["operation"] === "save" ? "save: " + $parameter["stepName"] : $parameter["operation"]}}',
+		description:
+			'Save the state after a step so the instance resumes here after a crash; complete, fail or schedule a durable wake-up of an instance',
+		defaults: { name: 'Durable Checkpoint' },
+		usableAsTool: true,
+		inputs: [NodeConnectionTypes.Main],
+		outputs: [NodeConnectionTypes.Main],
+		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+		properties: [
+			{
+				displayName: 'Operation',
+				name: 'operation',
+				type: 'options',
+				noDataExpression: true,
+				default: 'save',
+				options: [
+					{
+						name: 'Save',
+						value: 'save',
+						description: 'Save the state after a step (and renew the instance lease)',
+						action: 'Save a checkpoint',
+					},
+					{
+						name: 'Complete Instance',
+						value: 'complete',
+						description:
+							'Mark the instance finished; a re-delivered trigger then leaves the Resume Point by Completed',
+						action: 'Complete an instance',
+					},
+					{
+						name: 'Fail Instance',
+						value: 'fail',
+						description: 'Mark the instance failed with a reason; it is not resumed again',
+						action: 'Fail an instance',
+					},
+					{
+						name: 'Schedule Resume',
+						value: 'scheduleResume',
+						description:
+							'Wake the instance later (durably, surviving restarts) through the Resume Trigger; replaces long Wait nodes',
+						action: 'Schedule a resume',
+					},
+				],
+			},
+			{
+				displayName: 'Instance Key',
+				name: 'instanceKey',
+				type: 'string',
+				default: '={{ $json.durable?.instanceKey }}',
+				required: true,
+				description:
+					'The instance to act on. The Resume Point puts it on the item as durable.instanceKey.',
+				hint: "If a node since the Resume Point replaced the item, use {{ $('Resume Point').item.json.durable.instanceKey }}",
+			},
+			{
+				displayName: 'Step Name',
+				name: 'stepName',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. payment-captured',
+				description:
+					'Name of the step that has just finished. The Resume Point can route resumed instances by it (Step Outputs).',
+				displayOptions: { show: { operation: ['save'] } },
+			},
+			{
+				displayName: 'State to Save',
+				name: 'saveWhat',
+				type: 'options',
+				default: 'item',
+				options: [
+					{
+						name: 'Whole Item',
+						value: 'item',
+						description: 'All fields of the item, without the durable metadata',
+					},
+					{ name: 'Chosen Fields', value: 'fields', description: 'Only the fields you list' },
+					{
+						name: 'Custom JSON',
+						value: 'json',
+						description: 'A JSON value built with an expression',
+					},
+				],
+				displayOptions: { show: { operation: ['save'] } },
+			},
+			{
+				displayName: 'Fields',
+				name: 'fields',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. orderId, payment.reference, customer.email',
+				description: 'Comma-separated field names; dots reach into nested objects',
+				displayOptions: { show: { operation: ['save'], saveWhat: ['fields'] } },
+			},
+			{
+				displayName: 'State (JSON)',
+				name: 'stateJson',
+				type: 'json',
+				default: '{}',
+				required: true,
+				displayOptions: { show: { operation: ['save'], saveWhat: ['json'] } },
+			},
+			{
+				displayName: 'Result',
+				name: 'resultWhat',
+				type: 'options',
+				default: 'none',
+				options: [
+					{ name: 'None', value: 'none' },
+					{ name: 'Whole Item', value: 'item' },
+					{ name: 'Custom JSON', value: 'json' },
+				],
+				description: "What to store as the instance's result",
+				displayOptions: { show: { operation: ['complete'] } },
+			},
+			{
+				displayName: 'Result (JSON)',
+				name: 'resultJson',
+				type: 'json',
+				default: '{}',
+				displayOptions: { show: { operation: ['complete'], resultWhat: ['json'] } },
+			},
+			{
+				displayName: 'Reason',
+				name: 'errorMessage',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. payment declined',
+				description: 'Why the instance failed (kept on the instance, up to 4096 characters)',
+				displayOptions: { show: { operation: ['fail'] } },
+			},
+			{
+				displayName: 'Resume',
+				name: 'resumeWhen',
+				type: 'options',
+				default: 'after',
+				options: [
+					{ name: 'After a Duration', value: 'after' },
+					{ name: 'At a Time', value: 'at' },
+				],
+				displayOptions: { show: { operation: ['scheduleResume'] } },
+			},
+			{
+				displayName: 'Amount',
+				name: 'amount',
+				type: 'number',
+				default: 1,
+				typeOptions: { minValue: 0 },
+				displayOptions: { show: { operation: ['scheduleResume'], resumeWhen: ['after'] } },
+			},
+			{
+				displayName: 'Unit',
+				name: 'unit',
+				type: 'options',
+				default: 'hours',
+				options: [
+					{ name: 'Seconds', value: 'seconds' },
+					{ name: 'Minutes', value: 'minutes' },
+					{ name: 'Hours', value: 'hours' },
+					{ name: 'Days', value: 'days' },
+				],
+				displayOptions: { show: { operation: ['scheduleResume'], resumeWhen: ['after'] } },
+			},
+			{
+				displayName: 'Date and Time',
+				name: 'wakeAt',
+				type: 'dateTime',
+				default: '',
+				required: true,
+				description: 'When to resume the instance (a past time resumes it at once)',
+				displayOptions: { show: { operation: ['scheduleResume'], resumeWhen: ['at'] } },
+			},
+			{
+				displayName:
+					'Save a checkpoint before this node: when the wake-up is due, the Resume Trigger emits the instance and the Resume Point routes it by its last step.',
+				name: 'scheduleNotice',
+				type: 'notice',
+				default: '',
+				displayOptions: { show: { operation: ['scheduleResume'] } },
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				displayOptions: { show: { operation: ['save'] } },
+				options: [
+					{
+						displayName: 'Expected Sequence',
+						name: 'expectedSequence',
+						type: 'number',
+						default: 0,
+						description:
+							"Refuse the save (ABORTED) unless this is the newest checkpoint's sequence, so an execution that lost the instance to another cannot overwrite its progress. 0 means no checkpoint yet.",
+						hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
+					},
+					{
+						displayName: 'Lease (Seconds)',
+						name: 'leaseSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 86400 },
+						description:
+							'How long the saved instance stays leased to this execution. 0 uses the sidecar default.',
+					},
+				],
+			},
+		],
+	};
+
+	methods = {
+		credentialTest: {
+			durableSidecarApiTest: testSidecarCredential,
+		},
+	};
+
+	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+		const items = this.getInputData();
+		if (items.length === 0) return [[]];
+		const node = this.getNode();
+		const operation = this.getNodeParameter('operation', 0) as Operation;
+		const client = await sidecarFor(this);
+		const workflowId = workflowIdOf(this);
+		const executionId = executionIdOf(this);
+		const out: INodeExecutionData[] = [];
+		const fail = (i: number, error: NodeError) => {
+			if (!this.continueOnFail()) throw error;
+			out.push(errorItem(items[i], error, i));
+		};
+		const keyOf = (i: number): string => {
+			const raw: unknown = this.getNodeParameter('instanceKey', i, '');
+			const key =
+				typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : String(raw);
+			if (!key) {
+				throw new NodeOperationError(node, 'Instance Key is empty for this item', {
+					itemIndex: i,
+					description:
+						"The item carries no durable.instanceKey (a node since the Resume Point replaced it). Set Instance Key to {{ $('Resume Point').item.json.durable.instanceKey }}.",
+				});
+			}
+			return key;
+		};
+
+		if (operation === 'save') {
+			const prepared = new Map<number, SaveCheckpointItem>();
+			const problems = new Map<number, NodeError>();
+			for (let i = 0; i < items.length; i++) {
+				try {
+					const stepName = (this.getNodeParameter('stepName', i, '') as string).trim();
+					if (!stepName) {
+						throw new NodeOperationError(node, 'Step Name is empty', {
+							itemIndex: i,
+							description: 'Name the step that has just finished, e.g. payment-captured.',
+						});
+					}
+					const saveWhat = this.getNodeParameter('saveWhat', i, 'item') as string;
+					let state: unknown;
+					if (saveWhat === 'fields') {
+						state = pickFields(
+							userJson(items[i]),
+							fieldList(this.getNodeParameter('fields', i, '') as string),
+						);
+					} else if (saveWhat === 'json') {
+						state = jsonParameter(
+							node,
+							this.getNodeParameter('stateJson', i, '{}'),
+							'State (JSON)',
+							i,
+						);
+					} else {
+						state = userJson(items[i]);
+					}
+					// n8n treats an undefined fallback as "required": '' marks "option not added".
+					const expected = this.getNodeParameter('options.expectedSequence', i, '') as
+						| number
+						| string;
+					const expectedSequence =
+						expected === '' || expected === null ? undefined : Number(expected);
+					if (expectedSequence !== undefined && !Number.isInteger(expectedSequence)) {
+						throw new NodeOperationError(
+							node,
+							`Expected Sequence must be a whole number, got ${String(expected)}`,
+							{
+								itemIndex: i,
+							},
+						);
+					}
+					prepared.set(i, {
+						workflowId,
+						instanceKey: keyOf(i),
+						stepName,
+						stateJson: toJsonBytes(state),
+						executionId,
+						nodeName: node.name,
+						expectedSequence,
+						leaseSeconds: this.getNodeParameter('options.leaseSeconds', i, 0) as number,
+					});
+				} catch (error) {
+					problems.set(i, asNodeError(node, error, i));
+				}
+			}
+			const indexes = [...prepared.keys()];
+			// Parameter problems are reported before anything is saved.
+			if (problems.size > 0 && !this.continueOnFail())
+				throw problems.values().next().value as NodeError;
+			const results = indexes.length
+				? await batched(this, client, 'Saving the checkpoint', indexes, async (batch) => {
+						const response = await client.saveCheckpoints({
+							items: batch.map((i) => prepared.get(i)!),
+						});
+						return response.results;
+					})
+				: new Map();
+			for (let i = 0; i < items.length; i++) {
+				const problem = problems.get(i);
+				if (problem) {
+					fail(i, problem);
+					continue;
+				}
+				const result = results.get(i);
+				if (!result) continue;
+				if (!result.ok) {
+					fail(i, result.error);
+					continue;
+				}
+				const cp = result.value.checkpoint;
+				const sent = prepared.get(i)!;
+				out.push(
+					withDurable(
+						items[i],
+						{
+							workflowId,
+							instanceKey: sent.instanceKey,
+							lastSequence: cp?.sequence ?? 0,
+							lastStep: cp?.stepName ?? sent.stepName,
+							checkpoint: {
+								sequence: cp?.sequence ?? 0,
+								stepName: cp?.stepName ?? sent.stepName,
+								sha256: cp?.sha256 ?? '',
+								sizeBytes: cp?.sizeBytes ?? 0,
+								deduplicated: result.value.deduplicated,
+								createdAt: cp?.createdAt ? cp.createdAt.toISOString() : null,
+							},
+						},
+						i,
+					),
+				);
+			}
+			return [out];
+		}
+
+		const action =
+			operation === 'complete'
+				? 'Completing the instance'
+				: operation === 'fail'
+					? 'Failing the instance'
+					: 'Scheduling the resume';
+		const keys: Array<string | NodeError> = items.map((_, i) => {
+			try {
+				return keyOf(i);
+			} catch (error) {
+				return asNodeError(node, error, i);
+			}
+		});
+		const settled = await perItem(this, client, action, items.length, async (i) => {
+			const key = keys[i];
+			if (typeof key !== 'string') throw key;
+			if (operation === 'complete') {
+				const what = this.getNodeParameter('resultWhat', i, 'none') as string;
+				const result =
+					what === 'item'
+						? userJson(items[i])
+						: what === 'json'
+							? jsonParameter(
+									node,
+									this.getNodeParameter('resultJson', i, '{}'),
+									'Result (JSON)',
+									i,
+								)
+							: undefined;
+				const response = await client.completeInstance({
+					workflowId,
+					instanceKey: key,
+					executionId,
+					resultJson: result === undefined ? Buffer.alloc(0) : toJsonBytes(result),
+				});
+				return response.instance;
+			}
+			if (operation === 'fail') {
+				const message = (this.getNodeParameter('errorMessage', i, '') as string).trim();
+				if (!message) {
+					throw new NodeOperationError(node, 'Reason is empty', {
+						itemIndex: i,
+						description: 'Say why the instance failed, e.g. {{ $json.error }}.',
+					});
+				}
+				const response = await client.failInstance({
+					workflowId,
+					instanceKey: key,
+					executionId,
+					errorMessage: message,
+				});
+				return response.instance;
+			}
+			const when = this.getNodeParameter('resumeWhen', i, 'after') as string;
+			if (when === 'at') {
+				const raw = this.getNodeParameter('wakeAt', i, '') as string;
+				const at = new Date(raw);
+				if (!raw || Number.isNaN(at.getTime())) {
+					throw new NodeOperationError(node, `Date and Time is not a valid time: '${raw}'`, {
+						itemIndex: i,
+						description: 'Give an ISO date and time, e.g. 2026-05-01T09:00:00Z.',
+					});
+				}
+				const response = await client.scheduleWakeUp({
+					workflowId,
+					instanceKey: key,
+					executionId,
+					when: { $case: 'wakeAt', value: at },
+				});
+				return response.instance;
+			}
+			const amount = Number(this.getNodeParameter('amount', i, 0));
+			const unit = this.getNodeParameter('unit', i, 'hours') as string;
+			const seconds = Math.round(amount * (UNIT_SECONDS[unit] ?? 1));
+			if (!Number.isFinite(seconds) || seconds < 0) {
+				throw new NodeOperationError(node, `Amount must be zero or more, got ${String(amount)}`, {
+					itemIndex: i,
+				});
+			}
+			const response = await client.scheduleWakeUp({
+				workflowId,
+				instanceKey: key,
+				executionId,
+				when: { $case: 'delaySeconds', value: seconds },
+			});
+			return response.instance;
+		});
+		for (let i = 0; i < items.length; i++) {
+			const result = settled[i];
+			if (!result.ok) {
+				fail(i, result.error);
+				continue;
+			}
+			out.push(withDurable(items[i], instanceSummary(result.value), i));
+		}
+		return [out];
+	}
+}

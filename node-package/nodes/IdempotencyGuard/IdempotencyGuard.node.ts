@@ -1,0 +1,442 @@
+import {
+	NodeConnectionTypes,
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+	type INodeParameters,
+	type INodeType,
+	type INodeTypeDescription,
+} from 'n8n-workflow';
+
+import { batched, perItem, type NodeError } from '../../shared/batch';
+import { testSidecarCredential } from '../../shared/credential-test';
+import {
+	asNodeError,
+	errorItem,
+	executionIdOf,
+	fieldList,
+	fromJsonBytes,
+	IDEMPOTENCY_FIELD,
+	isObject,
+	jsonParameter,
+	pickFields,
+	sidecarFor,
+	toJsonBytes,
+	userJson,
+} from '../../shared/node-helpers';
+import {
+	ClaimOutcome,
+	KeyStatus,
+	type ClaimItem,
+	type IdempotencyKey,
+} from '../../shared/transport';
+
+type Operation = 'claim' | 'recordResult' | 'release';
+
+export const OUTPUT_FIRST_RUN = 0;
+export const OUTPUT_ALREADY_DONE = 1;
+export const OUTPUT_IN_PROGRESS = 2;
+
+/** Claim has three outputs; the other operations pass items through one. Self-contained: n8n evaluates it. */
+const configuredOutputs = (parameters: INodeParameters) => {
+	if (parameters.operation === 'recordResult' || parameters.operation === 'release') {
+		return [{ type: 'main', displayName: 'Done' }];
+	}
+	return [
+		{ type: 'main', displayName: 'First Run' },
+		{ type: 'main', displayName: 'Already Done' },
+		{ type: 'main', displayName: 'In Progress' },
+	];
+};
+
+function keyMeta(key: IdempotencyKey | undefined): IDataObject {
+	if (!key) return {};
+	return {
+		scope: key.scope,
+		key: key.key,
+		status: (KeyStatus[key.status] ?? 'UNSPECIFIED').replace('KEY_STATUS_', '').toLowerCase(),
+		attempt: key.attempt,
+		derivedKey: key.derivedKey,
+		leaseExpiresAt: key.leaseExpiresAt ? key.leaseExpiresAt.toISOString() : null,
+		expiresAt: key.expiresAt ? key.expiresAt.toISOString() : null,
+	};
+}
+
+function withIdempotency(
+	item: INodeExecutionData,
+	meta: IDataObject,
+	i: number,
+): INodeExecutionData {
+	const previous = item.json[IDEMPOTENCY_FIELD];
+	return {
+		json: {
+			...item.json,
+			[IDEMPOTENCY_FIELD]: { ...(isObject(previous) ? previous : {}), ...meta },
+		},
+		binary: item.binary,
+		pairedItem: { item: i },
+	};
+}
+
+export class IdempotencyGuard implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Idempotency Guard',
+		name: 'idempotencyGuard',
+		icon: { light: 'file:idempotencyGuard.svg', dark: 'file:idempotencyGuard.dark.svg' },
+		group: ['transform'],
+		version: 1,
+		subtitle: '={{$parameter["operation"] + ": " + $parameter["key"]}}',
+		description:
+			'Run a side effect (a charge, an email, a write to another system) at most once per key, however often the workflow is retried or re-delivered',
+		defaults: { name: 'Idempotency Guard' },
+		usableAsTool: true,
+		inputs: [NodeConnectionTypes.Main],
+		outputs: `={{(${configuredOutputs})($parameter)}}`,
+		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+		properties: [
+			{
+				displayName: 'Operation',
+				name: 'operation',
+				type: 'options',
+				noDataExpression: true,
+				default: 'claim',
+				options: [
+					{
+						name: 'Claim',
+						value: 'claim',
+						description:
+							'Claim the key before the side effect: First Run runs it, Already Done replays the stored result, In Progress runs nothing',
+						action: 'Claim a key',
+					},
+					{
+						name: 'Record Result',
+						value: 'recordResult',
+						description:
+							"Store the side effect's result after it succeeded; later claims replay it",
+						action: 'Record the result of a key',
+					},
+					{
+						name: 'Release',
+						value: 'release',
+						description:
+							'Give the key back after the side effect failed, so a retry can claim it again',
+						action: 'Release a key',
+					},
+				],
+			},
+			{
+				displayName: 'Scope',
+				name: 'scope',
+				type: 'string',
+				default: '={{ $json.idempotency?.scope ?? $workflow.id }}',
+				required: true,
+				description:
+					"Groups keys, e.g. payment or email. The same key in two scopes is two keys. Defaults to this workflow's ID.",
+			},
+			{
+				displayName: 'Key',
+				name: 'key',
+				type: 'string',
+				default: '={{ $json.idempotency?.key }}',
+				required: true,
+				placeholder: 'e.g. {{ $json.orderId }}-charge',
+				description:
+					'The key of the side effect: the same key never runs twice. Record Result and Release find it on the item as idempotency.key.',
+			},
+			{
+				displayName: 'Fingerprint From',
+				name: 'fingerprintFrom',
+				type: 'options',
+				default: 'item',
+				options: [
+					{
+						name: 'Whole Item',
+						value: 'item',
+						description: "The item's JSON: reusing the key with different data is an error",
+					},
+					{ name: 'Chosen Fields', value: 'fields', description: 'Only the listed fields' },
+					{ name: 'Custom JSON', value: 'json', description: 'A JSON value you build' },
+					{ name: 'Nothing', value: 'none', description: 'Do not compare payloads' },
+				],
+				description:
+					'What the request fingerprint is computed from. A key claimed again with a different fingerprint is refused (FAILED_PRECONDITION), so a reused key cannot replay the wrong result.',
+				displayOptions: { show: { operation: ['claim'] } },
+			},
+			{
+				displayName: 'Fields',
+				name: 'fingerprintFields',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. orderId, amount, currency',
+				description: 'Comma-separated field names; dots reach into nested objects',
+				displayOptions: { show: { operation: ['claim'], fingerprintFrom: ['fields'] } },
+			},
+			{
+				displayName: 'Fingerprint (JSON)',
+				name: 'fingerprintJson',
+				type: 'json',
+				default: '{}',
+				displayOptions: { show: { operation: ['claim'], fingerprintFrom: ['json'] } },
+			},
+			{
+				displayName: 'Attempt',
+				name: 'attempt',
+				type: 'number',
+				default: 0,
+				typeOptions: { minValue: 0 },
+				description:
+					'The attempt number the Claim returned. 0 reads it from the item (idempotency.attempt). A holder whose lease was taken over is refused, so it cannot overwrite a newer result.',
+				displayOptions: { show: { operation: ['recordResult', 'release'] } },
+			},
+			{
+				displayName: 'Result',
+				name: 'resultWhat',
+				type: 'options',
+				default: 'item',
+				options: [
+					{
+						name: 'Whole Item',
+						value: 'item',
+						description: "The item's JSON (the side effect's response)",
+					},
+					{ name: 'Custom JSON', value: 'json' },
+				],
+				description: 'What later duplicates get replayed',
+				displayOptions: { show: { operation: ['recordResult'] } },
+			},
+			{
+				displayName: 'Result (JSON)',
+				name: 'resultJson',
+				type: 'json',
+				default: '{}',
+				displayOptions: { show: { operation: ['recordResult'], resultWhat: ['json'] } },
+			},
+			{
+				displayName: 'Reason',
+				name: 'errorMessage',
+				type: 'string',
+				default: '',
+				placeholder: 'e.g. {{ $json.error }}',
+				description: 'Why the side effect failed (kept on the key)',
+				displayOptions: { show: { operation: ['release'] } },
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				displayOptions: { show: { operation: ['claim'] } },
+				options: [
+					{
+						displayName: 'Lease (Seconds)',
+						name: 'leaseSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 86400 },
+						description:
+							'How long the claim blocks others while the side effect runs. If this execution dies, the key can be claimed again after it. 0 uses the sidecar default (60).',
+					},
+					{
+						displayName: 'Keep Key For (Seconds)',
+						name: 'ttlSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 31622400 },
+						description:
+							'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
+					},
+				],
+			},
+		],
+	};
+
+	methods = {
+		credentialTest: {
+			durableSidecarApiTest: testSidecarCredential,
+		},
+	};
+
+	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+		const items = this.getInputData();
+		const operation = this.getNodeParameter('operation', 0) as Operation;
+		if (items.length === 0) return operation === 'claim' ? [[], [], []] : [[]];
+		const node = this.getNode();
+		const client = await sidecarFor(this);
+		const executionId = executionIdOf(this);
+		const text = (name: string, i: number): string => {
+			const raw: unknown = this.getNodeParameter(name, i, '');
+			const value =
+				typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : String(raw);
+			if (!value) {
+				throw new NodeOperationError(
+					node,
+					`${name === 'scope' ? 'Scope' : 'Key'} is empty for this item`,
+					{
+						itemIndex: i,
+						description:
+							name === 'key'
+								? 'Set Key to an expression that names the side effect, e.g. {{ $json.orderId }}-charge.'
+								: 'Set Scope, e.g. payment.',
+					},
+				);
+			}
+			return value;
+		};
+
+		if (operation === 'claim') {
+			const outputs: INodeExecutionData[][] = [[], [], []];
+			const prepared = new Map<number, ClaimItem>();
+			const problems = new Map<number, NodeError>();
+			const duplicates = new Map<number, { scope: string; key: string }>();
+			const seen = new Set<string>();
+			for (let i = 0; i < items.length; i++) {
+				try {
+					const scope = text('scope', i);
+					const key = text('key', i);
+					const id = JSON.stringify([scope, key]);
+					if (seen.has(id)) {
+						duplicates.set(i, { scope, key });
+						continue;
+					}
+					seen.add(id);
+					const from = this.getNodeParameter('fingerprintFrom', i, 'item') as string;
+					let payload: unknown;
+					if (from === 'fields') {
+						payload = pickFields(
+							userJson(items[i]),
+							fieldList(this.getNodeParameter('fingerprintFields', i, '') as string),
+						);
+					} else if (from === 'json') {
+						payload = jsonParameter(
+							node,
+							this.getNodeParameter('fingerprintJson', i, '{}'),
+							'Fingerprint (JSON)',
+							i,
+						);
+					} else if (from === 'item') {
+						payload = userJson(items[i]);
+					}
+					prepared.set(i, {
+						scope,
+						key,
+						payloadJson: payload === undefined ? Buffer.alloc(0) : toJsonBytes(payload),
+						fingerprint: '',
+						leaseSeconds: this.getNodeParameter('options.leaseSeconds', i, 0) as number,
+						ttlSeconds: this.getNodeParameter('options.ttlSeconds', i, 0) as number,
+						holder: executionId,
+					});
+				} catch (error) {
+					problems.set(i, asNodeError(node, error, i));
+				}
+			}
+			if (problems.size > 0 && !this.continueOnFail())
+				throw problems.values().next().value as NodeError;
+			const indexes = [...prepared.keys()];
+			const results = indexes.length
+				? await batched(this, client, 'Claiming the idempotency key', indexes, async (batch) => {
+						const response = await client.claim({ items: batch.map((i) => prepared.get(i)!) });
+						return response.results;
+					})
+				: new Map();
+			for (let i = 0; i < items.length; i++) {
+				const problem = problems.get(i);
+				const result = results.get(i);
+				const failure = problem ?? (result && !result.ok ? result.error : undefined);
+				if (failure) {
+					if (!this.continueOnFail()) throw failure;
+					// In Progress runs nothing: a failed claim must never take the First Run path.
+					outputs[OUTPUT_IN_PROGRESS].push(errorItem(items[i], failure, i));
+					continue;
+				}
+				const duplicate = duplicates.get(i);
+				if (duplicate) {
+					outputs[OUTPUT_IN_PROGRESS].push(
+						withIdempotency(
+							items[i],
+							{
+								...duplicate,
+								outcome: 'in_progress',
+								reason: 'An earlier item of this execution claimed the same key',
+							},
+							i,
+						),
+					);
+					continue;
+				}
+				if (!result || !result.ok) continue;
+				const meta: IDataObject = {
+					...keyMeta(result.value.key),
+					outcome: (ClaimOutcome[result.value.outcome] ?? 'UNSPECIFIED')
+						.replace('CLAIM_OUTCOME_', '')
+						.toLowerCase(),
+				};
+				switch (result.value.outcome) {
+					case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
+						outputs[OUTPUT_FIRST_RUN].push(withIdempotency(items[i], meta, i));
+						break;
+					case ClaimOutcome.CLAIM_OUTCOME_DUPLICATE:
+						meta.result = (fromJsonBytes(result.value.key?.resultJson) ?? null) as IDataObject;
+						outputs[OUTPUT_ALREADY_DONE].push(withIdempotency(items[i], meta, i));
+						break;
+					default:
+						outputs[OUTPUT_IN_PROGRESS].push(withIdempotency(items[i], meta, i));
+				}
+			}
+			return outputs;
+		}
+
+		const out: INodeExecutionData[] = [];
+		const action = operation === 'recordResult' ? 'Recording the result' : 'Releasing the key';
+		const settled = await perItem(this, client, action, items.length, async (i) => {
+			const scope = text('scope', i);
+			const key = text('key', i);
+			const given = Number(this.getNodeParameter('attempt', i, 0));
+			const fromItem = items[i].json[IDEMPOTENCY_FIELD];
+			const attempt = given || Number(isObject(fromItem) ? fromItem.attempt : 0);
+			if (!Number.isInteger(attempt) || attempt < 1) {
+				throw new NodeOperationError(
+					node,
+					`Attempt must be the claim's attempt number (1 or more), got ${String(attempt)}`,
+					{
+						itemIndex: i,
+						description:
+							"Set Attempt to {{ $json.idempotency.attempt }} from the Claim, or reach it with $('Idempotency Guard').item.json.idempotency.attempt.",
+					},
+				);
+			}
+			if (operation === 'recordResult') {
+				const what = this.getNodeParameter('resultWhat', i, 'item') as string;
+				const result =
+					what === 'json'
+						? jsonParameter(node, this.getNodeParameter('resultJson', i, '{}'), 'Result (JSON)', i)
+						: userJson(items[i]);
+				return (await client.completeKey({ scope, key, attempt, resultJson: toJsonBytes(result) }))
+					.key;
+			}
+			const message = this.getNodeParameter('errorMessage', i, '') as string;
+			return (await client.releaseKey({ scope, key, attempt, errorMessage: message })).key;
+		});
+		for (let i = 0; i < items.length; i++) {
+			const result = settled[i];
+			if (!result.ok) {
+				if (!this.continueOnFail()) throw result.error;
+				out.push(errorItem(items[i], result.error, i));
+				continue;
+			}
+			out.push(
+				withIdempotency(
+					items[i],
+					{
+						...keyMeta(result.value),
+						outcome: operation === 'recordResult' ? 'recorded' : 'released',
+					},
+					i,
+				),
+			);
+		}
+		return [out];
+	}
+}

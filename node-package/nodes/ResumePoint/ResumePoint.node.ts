@@ -1,0 +1,458 @@
+import {
+	NodeConnectionTypes,
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+	type INodeParameters,
+	type INodeType,
+	type INodeTypeDescription,
+	type NodeApiError,
+} from 'n8n-workflow';
+
+import { testSidecarCredential } from '../../shared/credential-test';
+import {
+	asNodeError,
+	callContext,
+	DURABLE_FIELD,
+	durableOf,
+	errorItem,
+	executionIdOf,
+	fieldList,
+	fromJsonBytes,
+	isObject,
+	mapLimited,
+	sidecarError,
+	sidecarFor,
+	workflowIdOf,
+} from '../../shared/node-helpers';
+import {
+	InstanceStatus,
+	StartOutcome,
+	type Instance,
+	type StartOrResumeResponse,
+} from '../../shared/transport';
+
+/** Fixed outputs, in this order; step outputs and Version Mismatch follow. */
+export const OUTPUT_START = 0;
+export const OUTPUT_RESUME = 1;
+export const OUTPUT_COMPLETED = 2;
+export const OUTPUT_IN_PROGRESS = 3;
+const FIXED_OUTPUTS = 4;
+
+/** StartOrResume calls in flight at once (one per item; the contract has no batch form). */
+const CONCURRENCY = 8;
+
+/**
+ * The node's outputs from its parameters. Evaluated by n8n as an expression,
+ * so it must be self-contained (no imports, no closures).
+ */
+const configuredOutputs = (parameters: INodeParameters) => {
+	const outputs: Array<{ type: 'main'; displayName: string }> = [
+		{ type: 'main', displayName: 'Start' },
+		{ type: 'main', displayName: 'Resume' },
+		{ type: 'main', displayName: 'Completed' },
+		{ type: 'main', displayName: 'In Progress' },
+	];
+	const steps = String(parameters.stepOutputs ?? '')
+		.split(',')
+		.map((s) => s.trim())
+		.filter((s, i, all) => s.length > 0 && all.indexOf(s) === i);
+	for (const step of steps) outputs.push({ type: 'main', displayName: `Resume at ${step}` });
+	if (parameters.versionMismatchOutput === true) {
+		outputs.push({ type: 'main', displayName: 'Version Mismatch' });
+	}
+	return outputs;
+};
+
+type StateMerge = 'merge' | 'replace' | 'field';
+
+function instanceMeta(inst: Instance | undefined): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		boundVersion: inst.boundVersion,
+		versionLabel: inst.versionLabel,
+		lastSequence: inst.lastSequence,
+		lastStep: inst.lastStep,
+		resumeCount: inst.resumeCount,
+		leaseOwner: inst.leaseOwner,
+		leaseExpiresAt: inst.leaseExpiresAt ? inst.leaseExpiresAt.toISOString() : null,
+		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
+		createdAt: inst.createdAt ? inst.createdAt.toISOString() : null,
+	};
+}
+
+function outcomeName(outcome: StartOutcome): string {
+	return (StartOutcome[outcome] ?? 'UNSPECIFIED').replace('START_OUTCOME_', '').toLowerCase();
+}
+
+export class ResumePoint implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Resume Point',
+		name: 'resumePoint',
+		icon: { light: 'file:resumePoint.svg', dark: 'file:resumePoint.dark.svg' },
+		group: ['transform'],
+		version: 1,
+		subtitle: '={{"key: " + $parameter["instanceKey"]}}',
+		description:
+			'Start a long-running instance for a business key, or continue it from its last checkpoint after a crash or wake-up',
+		defaults: { name: 'Resume Point' },
+		usableAsTool: true,
+		inputs: [NodeConnectionTypes.Main],
+		outputs: `={{(${configuredOutputs})($parameter)}}`,
+		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+		properties: [
+			{
+				displayName:
+					'Place this node right after the trigger. New keys leave by Start, running instances by Resume (with their saved state), finished ones by Completed, and keys another execution is working on right now by In Progress.',
+				name: 'notice',
+				type: 'notice',
+				default: '',
+			},
+			{
+				displayName: 'Instance Key',
+				name: 'instanceKey',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. {{ $json.body.orderId }}',
+				description:
+					'The business key of the instance, such as an order ID. The same key always means the same instance. Items from a Resume Trigger carry their own key and ignore this.',
+			},
+			{
+				displayName: 'Version Label',
+				name: 'versionLabel',
+				type: 'string',
+				default: '',
+				placeholder: 'e.g. 1.4.0',
+				description:
+					'Optional label of this workflow version, recorded on new instances. Change it when you change the workflow in a way running instances must not see.',
+			},
+			{
+				displayName: 'Step Outputs',
+				name: 'stepOutputs',
+				type: 'string',
+				default: '',
+				noDataExpression: true,
+				placeholder: 'e.g. payment-captured, shipped',
+				description:
+					'Comma-separated step names. A resumed instance whose last checkpoint has one of these step names leaves by its own output, so the flow continues at the right place without a Switch node.',
+			},
+			{
+				displayName: 'Version Mismatch Output',
+				name: 'versionMismatchOutput',
+				type: 'boolean',
+				default: false,
+				noDataExpression: true,
+				description:
+					"Whether resumed instances bound to an older workflow version leave by a separate output, carrying the bound version's workflow JSON (for an Execute Workflow node)",
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				options: [
+					{
+						displayName: 'Lease (Seconds)',
+						name: 'leaseSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 86400 },
+						description:
+							'How long this execution holds the instance without saving a checkpoint. If the execution dies, the Resume Trigger picks the instance up after the lease lapses. 0 uses the sidecar default (DURABLE_LEASE_SECONDS, 300).',
+					},
+					{
+						displayName: 'Restore State',
+						name: 'stateMerge',
+						type: 'options',
+						default: 'merge',
+						options: [
+							{
+								name: 'Merge Into Item',
+								value: 'merge',
+								description: 'Saved fields are added to the item; saved values win',
+							},
+							{
+								name: 'Replace Item',
+								value: 'replace',
+								description: 'The item becomes the saved state',
+							},
+							{
+								name: 'Under Durable.state',
+								value: 'field',
+								description: 'The item stays as it is; the saved state is put under durable.state',
+							},
+						],
+						description: "How the last checkpoint's state is put into a resumed item",
+					},
+					{
+						displayName: 'Pinned Version',
+						name: 'pinnedVersion',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0 },
+						description:
+							'Bind new instances to this registered version number instead of the current one (gray release). 0 binds the current version.',
+					},
+					{
+						displayName: 'Register Current Version',
+						name: 'registerVersion',
+						type: 'boolean',
+						default: false,
+						description:
+							"Whether the sidecar fetches this workflow from n8n's API and registers it as a version first (needs DURABLE_N8N_BASE_URL and DURABLE_N8N_API_KEY on the sidecar)",
+					},
+				],
+			},
+		],
+	};
+
+	methods = {
+		credentialTest: {
+			durableSidecarApiTest: testSidecarCredential,
+		},
+	};
+
+	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+		const items = this.getInputData();
+		const node = this.getNode();
+		const stepNames = fieldList(this.getNodeParameter('stepOutputs', 0, '') as string).filter(
+			(s, i, all) => all.indexOf(s) === i,
+		);
+		const mismatchOutput = this.getNodeParameter('versionMismatchOutput', 0, false) as boolean;
+		const outputs: INodeExecutionData[][] = Array.from(
+			{ length: FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) },
+			() => [],
+		);
+		const mismatchIndex = mismatchOutput ? FIXED_OUTPUTS + stepNames.length : -1;
+		if (items.length === 0) return outputs;
+
+		const client = await sidecarFor(this);
+		const workflowId = workflowIdOf(this);
+		const executionId = executionIdOf(this);
+
+		if (this.getNodeParameter('options.registerVersion', 0, false) as boolean) {
+			try {
+				await client.syncVersionFromN8n({ workflowId, actor: `execution ${executionId}` });
+			} catch (error) {
+				throw sidecarError(node, error, callContext(client, 'Registering the workflow version', 0));
+			}
+		}
+
+		type Prepared =
+			| { kind: 'call'; key: string; claimToken: string }
+			| { kind: 'duplicate'; key: string }
+			| { kind: 'error'; error: NodeOperationError | NodeApiError };
+		const seen = new Set<string>();
+		const prepared: Prepared[] = items.map((item, i) => {
+			try {
+				const meta = durableOf(item);
+				let key: string;
+				let claimToken = '';
+				if (
+					typeof meta.claimToken === 'string' &&
+					meta.claimToken &&
+					typeof meta.instanceKey === 'string'
+				) {
+					// An item from the Resume Trigger: its claim names the instance.
+					if (meta.workflowId !== undefined && String(meta.workflowId) !== workflowId) {
+						throw new NodeOperationError(
+							node,
+							`The item was claimed for workflow ${String(meta.workflowId)}, not this one (${workflowId})`,
+							{
+								itemIndex: i,
+								description:
+									'Connect a Resume Trigger only to the Resume Point of the workflow it watches.',
+							},
+						);
+					}
+					key = meta.instanceKey;
+					claimToken = meta.claimToken;
+				} else {
+					const raw: unknown = this.getNodeParameter('instanceKey', i, '');
+					key =
+						typeof raw === 'string'
+							? raw.trim()
+							: raw === undefined || raw === null
+								? ''
+								: String(raw);
+					if (!key) {
+						throw new NodeOperationError(node, 'Instance Key is empty for this item', {
+							itemIndex: i,
+							description:
+								'Set Instance Key to an expression that gives the business key, e.g. {{ $json.body.orderId }}.',
+						});
+					}
+				}
+				if (seen.has(key)) return { kind: 'duplicate', key };
+				seen.add(key);
+				return { kind: 'call', key, claimToken };
+			} catch (error) {
+				return { kind: 'error', error: asNodeError(node, error, i) };
+			}
+		});
+
+		const versionLabel = this.getNodeParameter('versionLabel', 0, '') as string;
+		const results = await mapLimited(items.length, CONCURRENCY, async (i) => {
+			const prep = prepared[i];
+			if (prep.kind !== 'call') return undefined;
+			const leaseSeconds = this.getNodeParameter('options.leaseSeconds', i, 0) as number;
+			const pinnedVersion = this.getNodeParameter('options.pinnedVersion', i, 0) as number;
+			try {
+				return await client.startOrResume({
+					workflowId,
+					instanceKey: prep.key,
+					executionId,
+					leaseSeconds,
+					versionLabel: versionLabel.trim(),
+					pinnedVersion,
+					claimToken: prep.claimToken,
+					includeState: true,
+				});
+			} catch (error) {
+				return sidecarError(
+					node,
+					error,
+					callContext(client, 'Starting or resuming the instance', i),
+				);
+			}
+		});
+
+		for (let i = 0; i < items.length; i++) {
+			const item = items[i];
+			const prep = prepared[i];
+			const result = results[i];
+			const failure =
+				prep.kind === 'error' ? prep.error : result instanceof Error ? result : undefined;
+			if (failure) {
+				if (this.continueOnFail()) {
+					// In Progress runs nothing: a failed item must never take the Start path.
+					outputs[OUTPUT_IN_PROGRESS].push(errorItem(item, failure, i));
+					continue;
+				}
+				throw failure;
+			}
+			if (prep.kind === 'duplicate') {
+				outputs[OUTPUT_IN_PROGRESS].push(
+					route(item, i, {
+						instanceKey: prep.key,
+						workflowId,
+						outcome: 'busy',
+						reason: 'An earlier item of this execution has the same instance key',
+					}),
+				);
+				continue;
+			}
+			const response = result as StartOrResumeResponse;
+			routeResponse(this, item, i, response, outputs, stepNames, mismatchIndex);
+		}
+		return outputs;
+	}
+}
+
+/** The routed item: input JSON (or `replaceJson`) with fresh `durable` metadata; the used claim is dropped. */
+function route(
+	item: INodeExecutionData,
+	i: number,
+	meta: IDataObject,
+	replaceJson?: IDataObject,
+): INodeExecutionData {
+	const previous = { ...durableOf(item) };
+	delete previous.claimToken;
+	delete previous.state;
+	const base = replaceJson ?? item.json;
+	return {
+		json: { ...base, [DURABLE_FIELD]: { ...previous, ...meta } },
+		binary: item.binary,
+		pairedItem: { item: i },
+	};
+}
+
+/** Puts one StartOrResume answer on its output. */
+function routeResponse(
+	ctx: IExecuteFunctions,
+	item: INodeExecutionData,
+	i: number,
+	response: StartOrResumeResponse,
+	outputs: INodeExecutionData[][],
+	stepNames: string[],
+	mismatchIndex: number,
+): void {
+	const meta: IDataObject = {
+		...instanceMeta(response.instance),
+		outcome: outcomeName(response.outcome),
+		currentVersion: response.currentVersion,
+		versionMismatch: response.versionMismatch,
+	};
+	switch (response.outcome) {
+		case StartOutcome.START_OUTCOME_STARTED:
+			outputs[OUTPUT_START].push(route(item, i, meta));
+			return;
+		case StartOutcome.START_OUTCOME_FINISHED:
+			meta.result = (fromJsonBytes(response.instance?.resultJson) ?? null) as IDataObject;
+			meta.errorMessage = response.instance?.errorMessage ?? '';
+			outputs[OUTPUT_COMPLETED].push(route(item, i, meta));
+			return;
+		case StartOutcome.START_OUTCOME_BUSY:
+			outputs[OUTPUT_IN_PROGRESS].push(route(item, i, meta));
+			return;
+		case StartOutcome.START_OUTCOME_RESUMED:
+			break;
+		default:
+			throw new NodeOperationError(
+				ctx.getNode(),
+				`The sidecar answered an unknown outcome ${response.outcome}`,
+				{
+					itemIndex: i,
+					description: "Upgrade this node package to the sidecar's version.",
+				},
+			);
+	}
+
+	const latest = response.latestCheckpoint;
+	const state = fromJsonBytes(latest?.stateJson);
+	const mode = ctx.getNodeParameter('options.stateMerge', i, 'merge') as StateMerge;
+	let json: IDataObject | undefined;
+	if (state !== undefined) {
+		if (mode === 'replace') {
+			json = isObject(state) ? state : { state: state as IDataObject[string] };
+		} else if (mode === 'merge') {
+			json = isObject(state)
+				? { ...item.json, ...state }
+				: { ...item.json, state: state as IDataObject[string] };
+		} else {
+			meta.state = state as IDataObject[string];
+		}
+	}
+	if (latest) {
+		meta.lastCheckpoint = {
+			sequence: latest.sequence,
+			stepName: latest.stepName,
+			sha256: latest.sha256,
+			executionId: latest.executionId,
+			createdAt: latest.createdAt ? latest.createdAt.toISOString() : null,
+		};
+	}
+	if (response.versionMismatch && mismatchIndex >= 0) {
+		const bound = response.boundVersion;
+		meta.boundVersionSnapshot = bound
+			? {
+					version: bound.version,
+					label: bound.label,
+					contentHash: bound.contentHash,
+					n8nVersionId: bound.n8nVersionId,
+					workflow: (fromJsonBytes(bound.definitionJson) ?? null) as IDataObject,
+				}
+			: null;
+		outputs[mismatchIndex].push(route(item, i, meta, json));
+		return;
+	}
+	const stepIndex = stepNames.indexOf(response.instance?.lastStep ?? '');
+	const target = stepIndex >= 0 ? FIXED_OUTPUTS + stepIndex : OUTPUT_RESUME;
+	outputs[target].push(route(item, i, meta, json));
+}

@@ -1,0 +1,332 @@
+import { randomUUID } from 'crypto';
+import {
+	NodeConnectionTypes,
+	NodeOperationError,
+	sleep,
+	type IDataObject,
+	type INodeExecutionData,
+	type INodeType,
+	type INodeTypeDescription,
+	type ITriggerFunctions,
+	type ITriggerResponse,
+} from 'n8n-workflow';
+
+import { testSidecarCredential } from '../../shared/credential-test';
+import { GrpcStatus, hintFor, isGrpcFailure } from '../../shared/errors';
+import { CREDENTIAL_NAME, DURABLE_FIELD } from '../../shared/node-helpers';
+import {
+	connectionFromCredentials,
+	getSidecarClient,
+	ResumeReason,
+	targetOf,
+	type ResumableInstance,
+	type SidecarClient,
+} from '../../shared/transport';
+
+/** Reconnect backoff after the stream broke: doubles from 1 s up to 30 s, with jitter. */
+const BACKOFF_INITIAL_MS = 1000;
+const BACKOFF_MAX_MS = 30_000;
+
+/** Codes no reconnect can fix: the workflow is reported failed instead of retried in silence. */
+const FATAL = new Set<number>([
+	GrpcStatus.UNAUTHENTICATED,
+	GrpcStatus.PERMISSION_DENIED,
+	GrpcStatus.INVALID_ARGUMENT,
+	GrpcStatus.UNIMPLEMENTED,
+]);
+
+export interface WatchSettings {
+	workflowId: string;
+	claimant: string;
+	pollIntervalMs: number;
+	claimLeaseSeconds: number;
+	maxInstances: number;
+	/** No message (not even a heartbeat) for this long means the stream is dead. */
+	silenceMs: number;
+}
+
+/** The item emitted for one claimed instance; the Resume Point reads durable.claimToken from it. */
+export function resumableItem(
+	resumable: ResumableInstance,
+	settings: WatchSettings,
+): INodeExecutionData {
+	const inst = resumable.instance;
+	const durable: IDataObject = {
+		source: 'resumeTrigger',
+		claimToken: resumable.claimToken,
+		workflowId: inst?.workflowId ?? settings.workflowId,
+		instanceKey: inst?.instanceKey ?? '',
+		reason: resumable.reason === ResumeReason.RESUME_REASON_WAKE_UP ? 'wakeUp' : 'stalled',
+		lastStep: inst?.lastStep ?? '',
+		lastSequence: inst?.lastSequence ?? 0,
+		resumeCount: inst?.resumeCount ?? 0,
+		boundVersion: inst?.boundVersion ?? 0,
+		versionLabel: inst?.versionLabel ?? '',
+		wakeAt: inst?.wakeAt ? inst.wakeAt.toISOString() : null,
+		claimLeaseSeconds: settings.claimLeaseSeconds,
+		claimant: settings.claimant,
+	};
+	return { json: { [DURABLE_FIELD]: durable } };
+}
+
+/**
+ * Holds WatchResumable open and hands every claimed instance to `onInstance`,
+ * reconnecting with backoff until stopped. One object per activation.
+ */
+export class ResumableWatcher {
+	private stopped = false;
+	private wake: () => void = () => {};
+	private readonly stoppedSignal: Promise<void>;
+	private current: ReturnType<SidecarClient['watchResumable']> | undefined;
+	private loop: Promise<void> | undefined;
+	/** Number of streams opened (for tests and logs). */
+	connections = 0;
+
+	constructor(
+		private readonly client: SidecarClient,
+		private readonly settings: WatchSettings,
+		private readonly onInstance: (resumable: ResumableInstance) => void,
+		private readonly onFatal: (error: Error) => void,
+		private readonly log: (
+			level: 'debug' | 'info' | 'warn',
+			message: string,
+			meta?: IDataObject,
+		) => void,
+	) {
+		this.stoppedSignal = new Promise<void>((resolve) => {
+			this.wake = resolve;
+		});
+	}
+
+	start(): void {
+		this.loop ??= this.run();
+	}
+
+	/** Cancels the stream and waits for the loop to end. */
+	async stop(): Promise<void> {
+		this.stopped = true;
+		this.current?.cancel();
+		this.wake();
+		await this.loop;
+	}
+
+	private async pause(ms: number): Promise<void> {
+		await Promise.race([sleep(ms), this.stoppedSignal]);
+	}
+
+	private async run(): Promise<void> {
+		let backoff = BACKOFF_INITIAL_MS;
+		while (!this.stopped) {
+			const { received, error } = await this.watchOnce();
+			if (this.stopped) break;
+			if (received) backoff = BACKOFF_INITIAL_MS;
+			if (error && isGrpcFailure(error) && FATAL.has(error.code)) {
+				const target = targetOf(this.client.connection);
+				this.onFatal(
+					new Error(
+						`Resume Trigger: the sidecar at ${target} refused the watch: ${error.details}. ${hintFor(error.code, error.details, target, this.client.connection.deadlineSeconds)}`,
+					),
+				);
+				return;
+			}
+			const delay = Math.round(backoff * (0.5 + Math.random() / 2));
+			this.log('warn', `Resume Trigger: stream to the sidecar ended; reconnecting in ${delay} ms`, {
+				error: error
+					? isGrpcFailure(error)
+						? `${GrpcStatus[error.code] ?? error.code}: ${error.details}`
+						: error.message
+					: 'ended',
+			});
+			await this.pause(delay);
+			backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+		}
+	}
+
+	/** One stream's life: resolves when it ends, fails or falls silent. */
+	private watchOnce(): Promise<{ received: boolean; error?: Error }> {
+		return new Promise((resolve) => {
+			let received = false;
+			let done = false;
+			let lastSeen = Date.now();
+			const finish = (error?: Error) => {
+				if (done) return;
+				done = true;
+				this.current = undefined;
+				resolve({ received, error });
+			};
+			const call = this.client.watchResumable({
+				workflowIds: [this.settings.workflowId],
+				claimant: this.settings.claimant,
+				maxInstances: this.settings.maxInstances,
+				leaseSeconds: this.settings.claimLeaseSeconds,
+				pollIntervalMs: this.settings.pollIntervalMs,
+			});
+			this.current = call;
+			this.connections++;
+			call.on('data', (message: { instances: ResumableInstance[] }) => {
+				lastSeen = Date.now();
+				if (!received) this.log('debug', 'Resume Trigger: watching the sidecar');
+				received = true;
+				for (const resumable of message.instances) this.onInstance(resumable);
+			});
+			call.on('error', (error: Error) => finish(error));
+			call.on('end', () => finish());
+			// Heartbeats arrive every poll interval; silence means a dead connection.
+			void (async () => {
+				while (!done && !this.stopped) {
+					await this.pause(Math.min(1000, this.settings.silenceMs));
+					if (!done && Date.now() - lastSeen > this.settings.silenceMs) {
+						this.log('warn', 'Resume Trigger: no heartbeat from the sidecar; reconnecting');
+						call.cancel();
+					}
+				}
+			})();
+		});
+	}
+}
+
+export class ResumeTrigger implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Resume Trigger',
+		name: 'resumeTrigger',
+		icon: { light: 'file:resumeTrigger.svg', dark: 'file:resumeTrigger.dark.svg' },
+		group: ['trigger'],
+		version: 1,
+		subtitle: '=every {{$parameter["pollIntervalSeconds"]}} s',
+		description:
+			'Starts an execution for every instance of this workflow whose execution died (its lease lapsed) or whose scheduled wake-up is due',
+		defaults: { name: 'Resume Trigger' },
+		inputs: [],
+		outputs: [NodeConnectionTypes.Main],
+		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+		properties: [
+			{
+				displayName:
+					'Connect this trigger to the Resume Point of the same workflow. Each claimed instance starts one execution; the Resume Point takes the claim over (from durable.claimToken) and routes the instance by its last checkpoint.',
+				name: 'notice',
+				type: 'notice',
+				default: '',
+			},
+			{
+				displayName: 'Poll Interval (Seconds)',
+				name: 'pollIntervalSeconds',
+				type: 'number',
+				default: 5,
+				typeOptions: { minValue: 0.1, maxValue: 600 },
+				description:
+					"How often the sidecar looks for stalled instances and due wake-ups. A crashed execution's instance resumes at most its lease (Resume Point option, default 300 s) plus this long after its last checkpoint.",
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				options: [
+					{
+						displayName: 'Claim Lease (Seconds)',
+						name: 'claimLeaseSeconds',
+						type: 'number',
+						default: 60,
+						typeOptions: { minValue: 1, maxValue: 86400 },
+						description:
+							'How long a claimed instance waits for its execution to reach the Resume Point; after that another n8n process may claim it again',
+					},
+					{
+						displayName: 'Max Instances per Poll',
+						name: 'maxInstances',
+						type: 'number',
+						default: 10,
+						typeOptions: { minValue: 1, maxValue: 1000 },
+						description: 'Most instances claimed at once (more are claimed right after)',
+					},
+				],
+			},
+		],
+	};
+
+	methods = {
+		credentialTest: {
+			durableSidecarApiTest: testSidecarCredential,
+		},
+	};
+
+	async trigger(this: ITriggerFunctions): Promise<ITriggerResponse> {
+		const node = this.getNode();
+		const workflowId = this.getWorkflow().id;
+		if (!workflowId) {
+			throw new NodeOperationError(node, 'This workflow has no id yet', {
+				description: 'Save the workflow before activating the Resume Trigger.',
+			});
+		}
+		let client: SidecarClient;
+		try {
+			client = getSidecarClient(
+				connectionFromCredentials(await this.getCredentials(CREDENTIAL_NAME)),
+			);
+		} catch (error) {
+			throw new NodeOperationError(node, error as Error, {
+				description: 'Fix the Durable Sidecar API credential.',
+			});
+		}
+		const pollSeconds = Number(this.getNodeParameter('pollIntervalSeconds', 5));
+		const pollIntervalMs = Math.min(600_000, Math.max(100, Math.round(pollSeconds * 1000)));
+		const settings: WatchSettings = {
+			workflowId: String(workflowId),
+			claimant: `n8n ${this.getInstanceId()} ${randomUUID().slice(0, 8)}`,
+			pollIntervalMs,
+			claimLeaseSeconds: Number(this.getNodeParameter('options.claimLeaseSeconds', 60)),
+			maxInstances: Number(this.getNodeParameter('options.maxInstances', 10)),
+			silenceMs: Math.max(15_000, 3 * pollIntervalMs),
+		};
+		const log = (level: 'debug' | 'info' | 'warn', message: string, meta?: IDataObject) =>
+			this.logger[level](message, { workflowId: settings.workflowId, ...meta });
+		const emitOne = (resumable: ResumableInstance) => {
+			// One execution per instance; the claim token deduplicates a repeated emit.
+			this.emit([[resumableItem(resumable, settings)]], undefined, undefined, resumable.claimToken);
+		};
+
+		if (this.getMode() === 'manual') {
+			// "Test step": emit the first instance that is due, then stop watching.
+			let watcher: ResumableWatcher | undefined;
+			const manualTriggerFunction = async () =>
+				await new Promise<void>((resolve, reject) => {
+					watcher = new ResumableWatcher(
+						client,
+						settings,
+						(resumable) => {
+							emitOne(resumable);
+							resolve();
+							void watcher?.stop();
+						},
+						(error) => {
+							reject(new NodeOperationError(node, error));
+							void watcher?.stop();
+						},
+						log,
+					);
+					watcher.start();
+				});
+			return {
+				manualTriggerFunction,
+				closeFunction: async () => {
+					await watcher?.stop();
+				},
+			};
+		}
+
+		const watcher = new ResumableWatcher(
+			client,
+			settings,
+			emitOne,
+			(error) => this.emitError(new NodeOperationError(node, error)),
+			log,
+		);
+		watcher.start();
+		return {
+			closeFunction: async () => {
+				await watcher.stop();
+			},
+		};
+	}
+}

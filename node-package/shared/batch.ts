@@ -1,0 +1,91 @@
+/**
+ * Running a node's items through the sidecar: batched calls that fall back to
+ * one call per item to attribute an item's error (under Continue On Fail), and
+ * per-item calls for RPCs the contract does not batch.
+ */
+import type { IExecuteFunctions, NodeApiError, NodeOperationError } from 'n8n-workflow';
+
+import { batchItemIndex, isGrpcFailure, ITEM_SCOPED, sidecarError } from './errors';
+import { callContext, chunks, mapLimited, MAX_BATCH_ITEMS } from './node-helpers';
+import type { SidecarClient } from './transport';
+
+export type NodeError = NodeOperationError | NodeApiError;
+
+/** Per input index: the result, or the n8n error for that item. */
+export type Settled<T> = Array<{ ok: true; value: T } | { ok: false; error: NodeError }>;
+
+/**
+ * Calls `call` with all `indexes` (in chunks of MAX_BATCH_ITEMS) and returns a
+ * result per index. The contract makes a batch all-or-nothing, so when an item
+ * of a batch is refused and Continue On Fail is on, the batch is retried item
+ * by item (safe: nothing of the failed batch was written) so that every other
+ * item still gets its answer. Without Continue On Fail the error is thrown
+ * with the failing item's index.
+ */
+export async function batched<T>(
+	ctx: IExecuteFunctions,
+	client: SidecarClient,
+	action: string,
+	indexes: number[],
+	call: (batch: number[]) => Promise<T[]>,
+): Promise<Map<number, { ok: true; value: T } | { ok: false; error: NodeError }>> {
+	const node = ctx.getNode();
+	const out = new Map<number, { ok: true; value: T } | { ok: false; error: NodeError }>();
+	for (const positions of chunks(indexes.length, MAX_BATCH_ITEMS)) {
+		const batch = positions.map((p) => indexes[p]);
+		try {
+			const values = await call(batch);
+			batch.forEach((index, k) => out.set(index, { ok: true, value: values[k] }));
+			continue;
+		} catch (error) {
+			const at = isGrpcFailure(error) ? batchItemIndex(error.details) : undefined;
+			const itemIndex = at !== undefined && at < batch.length ? batch[at] : batch[0];
+			const mapped = sidecarError(node, error, callContext(client, action, itemIndex));
+			if (!ctx.continueOnFail()) throw mapped;
+			if (!(isGrpcFailure(error) && ITEM_SCOPED.has(error.code)) || batch.length === 1) {
+				// Not about one item (sidecar down, wrong token): every item failed alike.
+				for (const index of batch) {
+					out.set(index, {
+						ok: false,
+						error: sidecarError(node, error, callContext(client, action, index)),
+					});
+				}
+				continue;
+			}
+		}
+		for (const index of batch) {
+			try {
+				const [value] = await call([index]);
+				out.set(index, { ok: true, value });
+			} catch (error) {
+				out.set(index, {
+					ok: false,
+					error: sidecarError(node, error, callContext(client, action, index)),
+				});
+			}
+		}
+	}
+	return out;
+}
+
+/** One call per item, a few in flight at once; a failure is that item's error. */
+export async function perItem<T>(
+	ctx: IExecuteFunctions,
+	client: SidecarClient,
+	action: string,
+	count: number,
+	call: (index: number) => Promise<T>,
+	concurrency = 8,
+): Promise<Settled<T>> {
+	const node = ctx.getNode();
+	return await mapLimited(count, concurrency, async (index) => {
+		try {
+			return { ok: true as const, value: await call(index) };
+		} catch (error) {
+			return {
+				ok: false as const,
+				error: sidecarError(node, error, callContext(client, action, index)),
+			};
+		}
+	});
+}

@@ -1,0 +1,234 @@
+/**
+ * Helpers every node shares: the credential's client, this workflow and
+ * execution, the `durable` metadata on items, JSON fields and error items.
+ */
+import {
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INode,
+	type INodeExecutionData,
+	type NodeApiError,
+} from 'n8n-workflow';
+
+import { sidecarError, type ErrorContext } from './errors';
+import {
+	connectionFromCredentials,
+	getSidecarClient,
+	targetOf,
+	type SidecarClient,
+} from './transport';
+
+export const CREDENTIAL_NAME = 'durableSidecarApi';
+
+/** Largest batch sent in one call (the sidecar's default DURABLE_MAX_BATCH_ITEMS). */
+export const MAX_BATCH_ITEMS = 1000;
+
+/** The field the nodes write their metadata to (and the Resume Point reads the claim from). */
+export const DURABLE_FIELD = 'durable';
+/** The field the Idempotency Guard writes to. */
+export const IDEMPOTENCY_FIELD = 'idempotency';
+
+export async function sidecarFor(ctx: IExecuteFunctions): Promise<SidecarClient> {
+	const data = await ctx.getCredentials(CREDENTIAL_NAME);
+	try {
+		return getSidecarClient(connectionFromCredentials(data));
+	} catch (error) {
+		throw new NodeOperationError(ctx.getNode(), error as Error, {
+			description: 'Fix the Durable Sidecar API credential.',
+		});
+	}
+}
+
+/** Error context for a call made through `client`. */
+export function callContext(
+	client: SidecarClient,
+	action: string,
+	itemIndex?: number,
+): ErrorContext {
+	return {
+		action,
+		target: targetOf(client.connection),
+		deadlineSeconds: client.connection.deadlineSeconds,
+		itemIndex,
+	};
+}
+
+/** This workflow's id; instances are keyed by it, so an unsaved workflow cannot have any. */
+export function workflowIdOf(ctx: IExecuteFunctions): string {
+	const id = ctx.getWorkflow().id;
+	if (!id) {
+		throw new NodeOperationError(ctx.getNode(), 'This workflow has no id yet', {
+			description:
+				'Save the workflow once before running durable nodes: instances belong to a workflow id.',
+		});
+	}
+	return String(id);
+}
+
+/** This execution's id (the lease owner of the instances it runs). */
+export function executionIdOf(ctx: IExecuteFunctions): string {
+	const id = ctx.getExecutionId();
+	if (!id) {
+		throw new NodeOperationError(ctx.getNode(), 'This execution has no id', {
+			description: 'Durable nodes need an execution id as lease owner; run the workflow normally.',
+		});
+	}
+	return String(id);
+}
+
+export function isObject(value: unknown): value is IDataObject {
+	return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The `durable` metadata object on an item, or an empty one. */
+export function durableOf(item: INodeExecutionData): IDataObject {
+	const meta = item.json[DURABLE_FIELD];
+	return isObject(meta) ? meta : {};
+}
+
+/** A copy of the item with its `durable` metadata extended by `patch`. */
+export function withDurable(
+	item: INodeExecutionData,
+	patch: IDataObject,
+	itemIndex: number,
+): INodeExecutionData {
+	return {
+		json: { ...item.json, [DURABLE_FIELD]: { ...durableOf(item), ...patch } },
+		binary: item.binary,
+		pairedItem: { item: itemIndex },
+	};
+}
+
+/** The item's JSON without our own metadata fields (what a checkpoint saves). */
+export function userJson(item: INodeExecutionData): IDataObject {
+	const out: IDataObject = { ...item.json };
+	delete out[DURABLE_FIELD];
+	delete out[IDEMPOTENCY_FIELD];
+	return out;
+}
+
+/** Reads dotted paths (`order.id`) from the item JSON into a new object with the same paths. */
+export function pickFields(json: IDataObject, fields: string[]): IDataObject {
+	const out: IDataObject = {};
+	for (const path of fields) {
+		const parts = path.split('.');
+		let value: unknown = json;
+		for (const part of parts) {
+			value = isObject(value) ? value[part] : undefined;
+		}
+		if (value === undefined) continue;
+		let target = out;
+		for (const part of parts.slice(0, -1)) {
+			if (!isObject(target[part])) target[part] = {};
+			target = target[part] as IDataObject;
+		}
+		target[parts[parts.length - 1]] = value as IDataObject[string];
+	}
+	return out;
+}
+
+/** "a, b.c ,d" → ["a", "b.c", "d"] */
+export function fieldList(value: string): string[] {
+	return value
+		.split(',')
+		.map((f) => f.trim())
+		.filter((f) => f.length > 0);
+}
+
+/** A JSON parameter: n8n hands it over as a string or as an already-parsed value. */
+export function jsonParameter(
+	node: INode,
+	value: unknown,
+	name: string,
+	itemIndex: number,
+): unknown {
+	if (typeof value !== 'string') return value;
+	try {
+		return JSON.parse(value);
+	} catch {
+		throw new NodeOperationError(node, `${name} is not valid JSON`, {
+			itemIndex,
+			description: `Give ${name} as a JSON object, e.g. {"status": "paid"}.`,
+		});
+	}
+}
+
+export function toJsonBytes(value: unknown): Buffer {
+	return Buffer.from(JSON.stringify(value ?? null), 'utf8');
+}
+
+/** Parses bytes the sidecar returns as JSON; empty means undefined. */
+export function fromJsonBytes(bytes: Uint8Array | undefined): unknown {
+	if (!bytes || bytes.length === 0) return undefined;
+	try {
+		return JSON.parse(Buffer.from(bytes).toString('utf8'));
+	} catch {
+		return Buffer.from(bytes).toString('utf8');
+	}
+}
+
+/**
+ * The item Continue On Fail emits for a failure: the input JSON plus `error`,
+ * with the error attached so "Continue (using error output)" routes it.
+ */
+export function errorItem(
+	item: INodeExecutionData,
+	error: NodeOperationError | NodeApiError,
+	itemIndex: number,
+): INodeExecutionData {
+	return {
+		json: { ...item.json, error: error.message, errorDescription: error.description ?? null },
+		error,
+		pairedItem: { item: itemIndex },
+	};
+}
+
+/** Any failure while preparing an item, as the n8n error for that item. */
+export function asNodeError(
+	node: INode,
+	error: unknown,
+	itemIndex: number,
+): NodeOperationError | NodeApiError {
+	if (error instanceof NodeOperationError) return error;
+	if (
+		typeof error === 'object' &&
+		error !== null &&
+		(error as { name?: unknown }).name === 'NodeApiError'
+	) {
+		return error as NodeApiError;
+	}
+	return new NodeOperationError(node, error instanceof Error ? error : String(error), {
+		itemIndex,
+	});
+}
+
+/** Runs `work` for every index with at most `limit` in flight; results keep input order. */
+export async function mapLimited<T>(
+	count: number,
+	limit: number,
+	work: (index: number) => Promise<T>,
+): Promise<T[]> {
+	const results = new Array<T>(count);
+	let next = 0;
+	async function lane(): Promise<void> {
+		while (next < count) {
+			const index = next++;
+			results[index] = await work(index);
+		}
+	}
+	await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
+	return results;
+}
+
+/** Splits `count` indexes into consecutive chunks of at most `size`. */
+export function chunks(count: number, size: number): number[][] {
+	const out: number[][] = [];
+	for (let start = 0; start < count; start += size) {
+		out.push(Array.from({ length: Math.min(size, count - start) }, (_, k) => start + k));
+	}
+	return out;
+}
+
+export { sidecarError };
+export type { ErrorContext };

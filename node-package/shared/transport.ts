@@ -1,0 +1,380 @@
+/**
+ * The one gRPC transport of the package: a channel per credential (reused by
+ * every node and execution of this n8n process), bearer-token metadata and a
+ * deadline on every unary call.
+ *
+ * This module and the generated code under ./gen are the only code that
+ * imports @grpc/grpc-js; the build bundles them into dist/shared/transport.js
+ * so the installed package has no runtime dependencies.
+ */
+import {
+	Channel,
+	ChannelCredentials,
+	Client,
+	Metadata,
+	type CallOptions,
+	type ClientReadableStream,
+	type ServiceError,
+} from '@grpc/grpc-js';
+import { createHash } from 'crypto';
+
+import {
+	CheckpointServiceClient,
+	SaveCheckpointsRequest,
+	type SaveCheckpointsResponse,
+} from './gen/durable/v1/checkpoint';
+import {
+	ClaimRequest,
+	CompleteRequest,
+	IdempotencyServiceClient,
+	ReleaseRequest,
+	type ClaimResponse,
+	type CompleteResponse,
+	type ReleaseResponse,
+} from './gen/durable/v1/idempotency';
+import {
+	CompleteInstanceRequest,
+	FailInstanceRequest,
+	InstanceServiceClient,
+	ListInstancesRequest,
+	ScheduleWakeUpRequest,
+	StartOrResumeRequest,
+	WatchResumableRequest,
+	type CompleteInstanceResponse,
+	type FailInstanceResponse,
+	type ListInstancesResponse,
+	type ScheduleWakeUpResponse,
+	type StartOrResumeResponse,
+	type DeepPartial,
+	type WatchResumableResponse,
+} from './gen/durable/v1/instance';
+import {
+	SyncVersionFromN8nRequest,
+	VersionServiceClient,
+	type SyncVersionFromN8nResponse,
+} from './gen/durable/v1/version';
+
+export { InstanceStatus } from './gen/durable/v1/common';
+export type { Checkpoint, Instance } from './gen/durable/v1/common';
+export { ClaimOutcome, KeyStatus } from './gen/durable/v1/idempotency';
+export type { IdempotencyKey, ClaimItem } from './gen/durable/v1/idempotency';
+export { ResumeReason, StartOutcome } from './gen/durable/v1/instance';
+export type {
+	ResumableInstance,
+	StartOrResumeResponse,
+	WatchResumableResponse,
+} from './gen/durable/v1/instance';
+export type { SaveCheckpointItem } from './gen/durable/v1/checkpoint';
+export type { Version } from './gen/durable/v1/version';
+
+/** What a node needs from the "Durable Sidecar API" credential. */
+export interface SidecarConnection {
+	host: string;
+	port: number;
+	tls: boolean;
+	/** PEM CA bundle; empty means the system roots. */
+	caCertificate: string;
+	token: string;
+	/** Deadline of each unary call, in seconds. */
+	deadlineSeconds: number;
+}
+
+export const DEFAULT_DEADLINE_SECONDS = 30;
+
+/** Reads the credential's fields with defaults; throws on a value no call could use. */
+export function connectionFromCredentials(data: Record<string, unknown>): SidecarConnection {
+	const host = String(data.host ?? '').trim();
+	const port = Number(data.port ?? 0);
+	const deadline = Number(data.deadlineSeconds ?? DEFAULT_DEADLINE_SECONDS);
+	if (!host) {
+		throw new Error('The Durable Sidecar API credential has no host');
+	}
+	if (!Number.isInteger(port) || port < 1 || port > 65535) {
+		throw new Error(
+			`The Durable Sidecar API credential's port must be 1 to 65535, got ${String(data.port)}`,
+		);
+	}
+	return {
+		host,
+		port,
+		tls: data.tls === true,
+		caCertificate: data.tls === true ? String(data.caCertificate ?? '').trim() : '',
+		token: String(data.token ?? '').trim(),
+		deadlineSeconds:
+			Number.isFinite(deadline) && deadline > 0 ? deadline : DEFAULT_DEADLINE_SECONDS,
+	};
+}
+
+/** The target in gRPC's name syntax; IPv6 literals need brackets. */
+export function targetOf(conn: Pick<SidecarConnection, 'host' | 'port'>): string {
+	const host = conn.host.includes(':') && !conn.host.startsWith('[') ? `[${conn.host}]` : conn.host;
+	return `${host}:${conn.port}`;
+}
+
+/** grpc.health.v1.HealthCheckResponse.ServingStatus */
+export enum ServingStatus {
+	UNKNOWN = 0,
+	SERVING = 1,
+	NOT_SERVING = 2,
+	SERVICE_UNKNOWN = 3,
+}
+
+/**
+ * grpc.health.v1 is two one-field messages: encoded by hand rather than
+ * generated, because its .proto is not part of our contract.
+ */
+function encodeHealthRequest(service: string): Buffer {
+	const name = Buffer.from(service, 'utf8');
+	if (name.length === 0) return Buffer.alloc(0);
+	if (name.length > 127) throw new Error('health service name too long');
+	return Buffer.concat([Buffer.from([0x0a, name.length]), name]);
+}
+
+function decodeHealthResponse(buf: Buffer): ServingStatus {
+	// Field 1 (status), wire type 0 (varint); absent means UNKNOWN.
+	for (let i = 0; i < buf.length - 1; i++) {
+		if (buf[i] === 0x08) return buf[i + 1] as ServingStatus;
+	}
+	return ServingStatus.UNKNOWN;
+}
+
+type UnaryMethod<Req, Res> = (
+	request: Req,
+	metadata: Metadata,
+	options: Partial<CallOptions>,
+	callback: (error: ServiceError | null, response: Res) => void,
+) => unknown;
+
+/** One sidecar endpoint: the service clients share a single channel. */
+export class SidecarClient {
+	readonly instances: InstanceServiceClient;
+	readonly checkpoints: CheckpointServiceClient;
+	readonly idempotency: IdempotencyServiceClient;
+	readonly versions: VersionServiceClient;
+	private readonly generic: Client;
+	private readonly channel: Channel;
+
+	constructor(readonly connection: SidecarConnection) {
+		const target = targetOf(connection);
+		const creds = connection.tls
+			? ChannelCredentials.createSsl(
+					connection.caCertificate ? Buffer.from(connection.caCertificate, 'utf8') : null,
+				)
+			: ChannelCredentials.createInsecure();
+		this.channel = new Channel(target, creds, {
+			// Checkpoint states may be large; the sidecar's own limit applies.
+			'grpc.max_receive_message_length': 64 * 1024 * 1024,
+			'grpc.max_send_message_length': 64 * 1024 * 1024,
+			'grpc.initial_reconnect_backoff_ms': 500,
+			'grpc.max_reconnect_backoff_ms': 10_000,
+		});
+		const shared = { channelOverride: this.channel };
+		this.instances = new InstanceServiceClient(target, creds, shared);
+		this.checkpoints = new CheckpointServiceClient(target, creds, shared);
+		this.idempotency = new IdempotencyServiceClient(target, creds, shared);
+		this.versions = new VersionServiceClient(target, creds, shared);
+		this.generic = new Client(target, creds, shared);
+	}
+
+	/** Bearer token metadata for an authenticated call. */
+	metadata(): Metadata {
+		const md = new Metadata();
+		if (this.connection.token) md.set('authorization', `Bearer ${this.connection.token}`);
+		return md;
+	}
+
+	/** Call options with the credential's deadline (or an explicit one, in seconds). */
+	options(deadlineSeconds?: number): Partial<CallOptions> {
+		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
+		return { deadline: new Date(Date.now() + seconds * 1000) };
+	}
+
+	private unary<Req, Res>(
+		service: Client,
+		method: UnaryMethod<Req, Res>,
+		request: Req,
+		deadlineSeconds?: number,
+	): Promise<Res> {
+		return new Promise<Res>((resolve, reject) => {
+			method.call(
+				service,
+				request,
+				this.metadata(),
+				this.options(deadlineSeconds),
+				(error, response) => {
+					if (error) reject(error);
+					else resolve(response);
+				},
+			);
+		});
+	}
+
+	startOrResume(request: DeepPartial<StartOrResumeRequest>): Promise<StartOrResumeResponse> {
+		return this.unary(
+			this.instances,
+			this.instances.startOrResume,
+			StartOrResumeRequest.fromPartial(request),
+		);
+	}
+
+	completeInstance(
+		request: DeepPartial<CompleteInstanceRequest>,
+	): Promise<CompleteInstanceResponse> {
+		return this.unary(
+			this.instances,
+			this.instances.completeInstance,
+			CompleteInstanceRequest.fromPartial(request),
+		);
+	}
+
+	failInstance(request: DeepPartial<FailInstanceRequest>): Promise<FailInstanceResponse> {
+		return this.unary(
+			this.instances,
+			this.instances.failInstance,
+			FailInstanceRequest.fromPartial(request),
+		);
+	}
+
+	scheduleWakeUp(request: DeepPartial<ScheduleWakeUpRequest>): Promise<ScheduleWakeUpResponse> {
+		return this.unary(
+			this.instances,
+			this.instances.scheduleWakeUp,
+			ScheduleWakeUpRequest.fromPartial(request),
+		);
+	}
+
+	listInstances(
+		request: DeepPartial<ListInstancesRequest>,
+		deadlineSeconds?: number,
+	): Promise<ListInstancesResponse> {
+		return this.unary(
+			this.instances,
+			this.instances.listInstances,
+			ListInstancesRequest.fromPartial(request),
+			deadlineSeconds,
+		);
+	}
+
+	saveCheckpoints(request: DeepPartial<SaveCheckpointsRequest>): Promise<SaveCheckpointsResponse> {
+		return this.unary(
+			this.checkpoints,
+			this.checkpoints.saveCheckpoints,
+			SaveCheckpointsRequest.fromPartial(request),
+		);
+	}
+
+	claim(request: DeepPartial<ClaimRequest>): Promise<ClaimResponse> {
+		return this.unary(this.idempotency, this.idempotency.claim, ClaimRequest.fromPartial(request));
+	}
+
+	completeKey(request: DeepPartial<CompleteRequest>): Promise<CompleteResponse> {
+		return this.unary(
+			this.idempotency,
+			this.idempotency.complete,
+			CompleteRequest.fromPartial(request),
+		);
+	}
+
+	releaseKey(request: DeepPartial<ReleaseRequest>): Promise<ReleaseResponse> {
+		return this.unary(
+			this.idempotency,
+			this.idempotency.release,
+			ReleaseRequest.fromPartial(request),
+		);
+	}
+
+	syncVersionFromN8n(
+		request: DeepPartial<SyncVersionFromN8nRequest>,
+	): Promise<SyncVersionFromN8nResponse> {
+		return this.unary(
+			this.versions,
+			this.versions.syncVersionFromN8N,
+			SyncVersionFromN8nRequest.fromPartial(request),
+		);
+	}
+
+	/**
+	 * Opens the WatchResumable server stream. It has no deadline of its own: it
+	 * lives until the caller cancels it; the Resume Trigger watches the
+	 * sidecar's heartbeats instead and reconnects when they stop.
+	 */
+	watchResumable(
+		request: DeepPartial<WatchResumableRequest>,
+	): ClientReadableStream<WatchResumableResponse> {
+		return this.instances.watchResumable(
+			WatchResumableRequest.fromPartial(request),
+			this.metadata(),
+			{},
+		);
+	}
+
+	/** grpc.health.v1.Health/Check without a token (the sidecar needs none for it). */
+	healthCheck(service = '', deadlineSeconds?: number): Promise<ServingStatus> {
+		return new Promise<ServingStatus>((resolve, reject) => {
+			this.generic.makeUnaryRequest<string, ServingStatus>(
+				'/grpc.health.v1.Health/Check',
+				encodeHealthRequest,
+				decodeHealthResponse,
+				service,
+				new Metadata(),
+				this.options(deadlineSeconds),
+				(error, response) => {
+					if (error) reject(error);
+					else resolve(response ?? ServingStatus.UNKNOWN);
+				},
+			);
+		});
+	}
+
+	close(): void {
+		this.instances.close();
+		this.checkpoints.close();
+		this.idempotency.close();
+		this.versions.close();
+		this.generic.close();
+		this.channel.close();
+	}
+}
+
+const clients = new Map<string, SidecarClient>();
+
+function cacheKey(conn: SidecarConnection): string {
+	// The token is part of the key so that editing a credential never reuses a
+	// client built with the old one; hashed so it is not kept as plain text.
+	return createHash('sha256')
+		.update(
+			JSON.stringify([
+				conn.host,
+				conn.port,
+				conn.tls,
+				conn.caCertificate,
+				conn.token,
+				conn.deadlineSeconds,
+			]),
+		)
+		.digest('hex');
+}
+
+/** The process-wide client for a credential: built once, then reused. */
+export function getSidecarClient(conn: SidecarConnection): SidecarClient {
+	const key = cacheKey(conn);
+	let client = clients.get(key);
+	if (!client) {
+		client = new SidecarClient(conn);
+		clients.set(key, client);
+	}
+	return client;
+}
+
+/** A throwaway client (credential tests), closed by the caller. */
+export function newSidecarClient(conn: SidecarConnection): SidecarClient {
+	return new SidecarClient(conn);
+}
+
+/** Closes every cached client (tests, and n8n shutting the process down). */
+export function closeAllSidecarClients(): void {
+	for (const client of clients.values()) client.close();
+	clients.clear();
+}
+
+export type { ServiceError, ClientReadableStream };

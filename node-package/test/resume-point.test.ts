@@ -1,0 +1,329 @@
+import { NodeOperationError, type IDataObject, type INodeExecutionData } from 'n8n-workflow';
+
+import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
+import {
+	OUTPUT_COMPLETED,
+	OUTPUT_IN_PROGRESS,
+	OUTPUT_RESUME,
+	OUTPUT_START,
+	ResumePoint,
+} from '../nodes/ResumePoint/ResumePoint.node';
+import { closeAllSidecarClients, getSidecarClient } from '../shared/transport';
+import { executeContext, unary, type ParamValue } from './support/n8n';
+import { TestSidecar } from './support/sidecar';
+
+let sidecar: TestSidecar;
+const node = new ResumePoint();
+const checkpoint = new DurableCheckpoint();
+
+beforeAll(async () => {
+	sidecar = await TestSidecar.start();
+});
+
+afterAll(async () => {
+	closeAllSidecarClients();
+	await sidecar?.stop();
+});
+
+function durable(item: INodeExecutionData): IDataObject {
+	return item.json.durable as IDataObject;
+}
+
+async function runResumePoint(
+	items: IDataObject[],
+	params: Record<string, ParamValue>,
+	opts: { executionId: string; workflowId?: string; continueOnFail?: boolean },
+): Promise<INodeExecutionData[][]> {
+	const ctx = executeContext({
+		items,
+		params: { instanceKey: (_i: number, item: INodeExecutionData) => item.json.orderId, ...params },
+		credentials: sidecar.credentials(),
+		...opts,
+	});
+	return await node.execute.call(ctx);
+}
+
+async function save(
+	workflowId: string,
+	executionId: string,
+	key: string,
+	step: string,
+	state: IDataObject,
+	leaseSeconds = 0,
+): Promise<void> {
+	const ctx = executeContext({
+		items: [{ ...state, durable: { instanceKey: key } }],
+		params: {
+			operation: 'save',
+			instanceKey: key,
+			stepName: step,
+			saveWhat: 'item',
+			options: leaseSeconds ? { leaseSeconds } : {},
+		},
+		credentials: sidecar.credentials(),
+		workflowId,
+		executionId,
+	});
+	await checkpoint.execute.call(ctx);
+}
+
+/** Lets an instance's lease lapse without waiting for it. */
+async function expireLease(workflowId: string, key: string): Promise<void> {
+	await sidecar.sql(
+		"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
+		[workflowId, key],
+	);
+}
+
+describe('Resume Point', () => {
+	test('a new key leaves by Start with its instance metadata and paired item', async () => {
+		const out = await runResumePoint(
+			[{ orderId: 'order-1', amount: 10 }],
+			{},
+			{ executionId: 'e1', workflowId: 'wf-start' },
+		);
+		expect(out).toHaveLength(4);
+		expect(out[OUTPUT_START]).toHaveLength(1);
+		const item = out[OUTPUT_START][0];
+		expect(item.pairedItem).toEqual({ item: 0 });
+		expect(item.json.amount).toBe(10);
+		expect(durable(item)).toMatchObject({
+			instanceKey: 'order-1',
+			workflowId: 'wf-start',
+			outcome: 'started',
+			status: 'running',
+			leaseOwner: 'e1',
+		});
+	});
+
+	test('a re-delivered trigger while another execution holds the lease leaves by In Progress (BUSY), not Start', async () => {
+		const wf = 'wf-busy';
+		await runResumePoint([{ orderId: 'order-b' }], {}, { executionId: 'e1', workflowId: wf });
+		const out = await runResumePoint(
+			[{ orderId: 'order-b' }],
+			{},
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(out[OUTPUT_START]).toHaveLength(0);
+		expect(out[OUTPUT_IN_PROGRESS]).toHaveLength(1);
+		expect(durable(out[OUTPUT_IN_PROGRESS][0])).toMatchObject({
+			outcome: 'busy',
+			leaseOwner: 'e1',
+		});
+	});
+
+	test('the same key twice in one execution: the second item leaves by In Progress', async () => {
+		const out = await runResumePoint(
+			[{ orderId: 'dup-1' }, { orderId: 'dup-1' }, { orderId: 'dup-2' }],
+			{},
+			{ executionId: 'e1', workflowId: 'wf-dup' },
+		);
+		expect(out[OUTPUT_START].map((i) => i.pairedItem)).toEqual([{ item: 0 }, { item: 2 }]);
+		expect(out[OUTPUT_IN_PROGRESS]).toHaveLength(1);
+		expect(out[OUTPUT_IN_PROGRESS][0].pairedItem).toEqual({ item: 1 });
+	});
+
+	test('a crashed instance resumes with its saved state merged into the item', async () => {
+		const wf = 'wf-resume';
+		await runResumePoint([{ orderId: 'order-r' }], {}, { executionId: 'e1', workflowId: wf });
+		await save(wf, 'e1', 'order-r', 'payment-captured', { paymentId: 'pay-9', total: 42 });
+		await expireLease(wf, 'order-r');
+		const out = await runResumePoint(
+			[{ orderId: 'order-r', total: 1 }],
+			{},
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(out[OUTPUT_RESUME]).toHaveLength(1);
+		const item = out[OUTPUT_RESUME][0];
+		expect(item.json).toMatchObject({ orderId: 'order-r', paymentId: 'pay-9', total: 42 });
+		expect(durable(item)).toMatchObject({
+			outcome: 'resumed',
+			lastStep: 'payment-captured',
+			lastSequence: 1,
+			resumeCount: 1,
+		});
+	});
+
+	test('restore modes: replace the item, or keep it and put the state under durable.state', async () => {
+		const wf = 'wf-modes';
+		for (const key of ['m-replace', 'm-field']) {
+			await runResumePoint([{ orderId: key }], {}, { executionId: 'e1', workflowId: wf });
+			await save(wf, 'e1', key, 'step-a', { saved: true, orderId: key });
+			await expireLease(wf, key);
+		}
+		const replaced = await runResumePoint(
+			[{ orderId: 'm-replace', extra: 1 }],
+			{ options: { stateMerge: 'replace' } },
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(replaced[OUTPUT_RESUME][0].json.extra).toBeUndefined();
+		expect(replaced[OUTPUT_RESUME][0].json.saved).toBe(true);
+		const field = await runResumePoint(
+			[{ orderId: 'm-field', extra: 1 }],
+			{ options: { stateMerge: 'field' } },
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(field[OUTPUT_RESUME][0].json.extra).toBe(1);
+		expect(field[OUTPUT_RESUME][0].json.saved).toBeUndefined();
+		expect(durable(field[OUTPUT_RESUME][0]).state).toEqual({ saved: true, orderId: 'm-field' });
+	});
+
+	test('step outputs route a resumed instance by its last step; other steps leave by Resume', async () => {
+		const wf = 'wf-steps';
+		await runResumePoint(
+			[{ orderId: 's-1' }, { orderId: 's-2' }],
+			{},
+			{ executionId: 'e1', workflowId: wf },
+		);
+		await save(wf, 'e1', 's-1', 'shipped', { a: 1 });
+		await save(wf, 'e1', 's-2', 'unlisted', { a: 2 });
+		await expireLease(wf, 's-1');
+		await expireLease(wf, 's-2');
+		const out = await runResumePoint(
+			[{ orderId: 's-1' }, { orderId: 's-2' }],
+			{ stepOutputs: 'paid, shipped' },
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(out).toHaveLength(6);
+		expect(out[5].map((i) => i.json.orderId)).toEqual(['s-1']); // "Resume at shipped"
+		expect(out[4]).toHaveLength(0); // "Resume at paid"
+		expect(out[OUTPUT_RESUME].map((i) => i.json.orderId)).toEqual(['s-2']);
+	});
+
+	test('a completed instance leaves by Completed with its result, and nothing changes', async () => {
+		const wf = 'wf-done';
+		await runResumePoint([{ orderId: 'done-1' }], {}, { executionId: 'e1', workflowId: wf });
+		await checkpoint.execute.call(
+			executeContext({
+				items: [{ durable: { instanceKey: 'done-1' } }],
+				params: {
+					operation: 'complete',
+					instanceKey: 'done-1',
+					resultWhat: 'json',
+					resultJson: '{"invoice":"inv-1"}',
+				},
+				credentials: sidecar.credentials(),
+				workflowId: wf,
+				executionId: 'e1',
+			}),
+		);
+		const out = await runResumePoint(
+			[{ orderId: 'done-1' }],
+			{},
+			{ executionId: 'e9', workflowId: wf },
+		);
+		expect(out[OUTPUT_COMPLETED]).toHaveLength(1);
+		expect(durable(out[OUTPUT_COMPLETED][0])).toMatchObject({
+			outcome: 'finished',
+			status: 'completed',
+			result: { invoice: 'inv-1' },
+		});
+	});
+
+	test('an item from the Resume Trigger takes over the claim named by durable.claimToken', async () => {
+		const wf = 'wf-claim';
+		await runResumePoint([{ orderId: 'c-1' }], {}, { executionId: 'e1', workflowId: wf });
+		await save(wf, 'e1', 'c-1', 'waiting', { x: 1 });
+		await expireLease(wf, 'c-1');
+		const client = getSidecarClient(sidecar.connection());
+		const claimed = (
+			await unary(client.instances, client.instances.claimResumable, client, {
+				workflowIds: [wf],
+				claimant: 'test',
+				maxInstances: 10,
+				leaseSeconds: 60,
+			})
+		).instances[0];
+		expect(claimed.claimToken).toBeTruthy();
+		// Without the token another execution is told BUSY (the claim holds the lease) ...
+		const busy = await runResumePoint(
+			[{ orderId: 'c-1' }],
+			{},
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(busy[OUTPUT_IN_PROGRESS]).toHaveLength(1);
+		// ... with it, the instance resumes, whatever the Instance Key expression gives.
+		const out = await runResumePoint(
+			[
+				{
+					durable: {
+						source: 'resumeTrigger',
+						claimToken: claimed.claimToken,
+						instanceKey: 'c-1',
+						workflowId: wf,
+					},
+				},
+			],
+			{ instanceKey: 'ignored' },
+			{ executionId: 'e3', workflowId: wf },
+		);
+		expect(out[OUTPUT_RESUME]).toHaveLength(1);
+		expect(durable(out[OUTPUT_RESUME][0])).toMatchObject({
+			instanceKey: 'c-1',
+			leaseOwner: 'e3',
+			outcome: 'resumed',
+		});
+		expect(durable(out[OUTPUT_RESUME][0]).claimToken).toBeUndefined();
+		expect(out[OUTPUT_RESUME][0].json.x).toBe(1);
+	});
+
+	test('Continue On Fail off: an empty key throws a NodeOperationError naming the item', async () => {
+		await expect(
+			runResumePoint(
+				[{ orderId: 'ok' }, { orderId: '' }],
+				{},
+				{ executionId: 'e1', workflowId: 'wf-err' },
+			),
+		).rejects.toMatchObject({ constructor: NodeOperationError, context: { itemIndex: 1 } });
+	});
+
+	test('Continue On Fail on: failed items leave by In Progress with the error; the others are routed', async () => {
+		const tooLong = 'k'.repeat(300);
+		const out = await runResumePoint(
+			[{ orderId: 'cof-ok' }, { orderId: '' }, { orderId: tooLong }],
+			{},
+			{ executionId: 'e1', workflowId: 'wf-cof', continueOnFail: true },
+		);
+		expect(out[OUTPUT_START].map((i) => i.pairedItem)).toEqual([{ item: 0 }]);
+		expect(out[OUTPUT_IN_PROGRESS].map((i) => i.pairedItem)).toEqual([{ item: 1 }, { item: 2 }]);
+		expect(out[OUTPUT_IN_PROGRESS][1].json.error).toMatch(/instance_key/);
+		expect(out[OUTPUT_IN_PROGRESS][1].error).toBeInstanceOf(NodeOperationError);
+	});
+
+	test('Version Mismatch output carries the bound snapshot for an instance on an older version', async () => {
+		const wf = 'wf-versions';
+		const client = getSidecarClient(sidecar.connection());
+		const register = async (nodes: string[], label: string) =>
+			await unary(client.versions, client.versions.registerVersion, client, {
+				workflowId: wf,
+				definitionJson: Buffer.from(
+					JSON.stringify({ nodes: nodes.map((name) => ({ name, type: 'x' })), connections: {} }),
+				),
+				n8nVersionId: '',
+				label,
+				note: '',
+				actor: 'test',
+			});
+		await register(['Webhook', 'Resume Point'], '1.0.0');
+		await runResumePoint(
+			[{ orderId: 'v-1' }],
+			{ versionMismatchOutput: true },
+			{ executionId: 'e1', workflowId: wf },
+		);
+		await register(['Webhook', 'Resume Point', 'Charge'], '1.1.0');
+		await expireLease(wf, 'v-1');
+		const out = await runResumePoint(
+			[{ orderId: 'v-1' }],
+			{ versionMismatchOutput: true },
+			{ executionId: 'e2', workflowId: wf },
+		);
+		expect(out).toHaveLength(5);
+		expect(out[4]).toHaveLength(1);
+		const meta = durable(out[4][0]);
+		expect(meta).toMatchObject({ versionMismatch: true, boundVersion: 1, currentVersion: 2 });
+		expect(meta.boundVersionSnapshot).toMatchObject({ version: 1, label: '1.0.0' });
+		expect((meta.boundVersionSnapshot as IDataObject).workflow).toMatchObject({
+			nodes: [{ name: 'Webhook' }, { name: 'Resume Point' }],
+		});
+	});
+});
