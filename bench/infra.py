@@ -1,0 +1,325 @@
+"""What the benchmark runs against: throwaway databases, a throwaway redis-server, child servers, RSS and CPU probes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+
+ADMIN_URL = os.environ.get("DURABLE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+TOKEN = "bench-token-0001"
+NAMESPACE = "bench"
+MAX_MESSAGE = 64 * 1024 * 1024
+GRPC_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _db_url(name: str) -> str:
+    base, _, _ = ADMIN_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+@contextlib.contextmanager
+def throwaway_database(prefix: str) -> Iterator[str]:
+    """A new empty database on the machine's PostgreSQL, dropped (FORCE) afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _db_url(name)
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class RedisServer:
+    """A redis-server the benchmark owns on a free port: the machine's shared Redis is never stopped."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not on PATH: the benchmark starts its own")
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("throwaway redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+class ChildServer:
+    """A gRPC server in a child process (the sidecar or the no-op floor) with its log in a file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log_dir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.port = port
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
+            with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(f"127.0.0.1:{self.port}") as ch:
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not become healthy within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def sidecar_server(database_url: str, redis_url: str, log_dir: Path, **env: str) -> ChildServer:
+    """`durable-sidecar serve` with its default settings, except addresses, the token and the cache."""
+    port = free_port()
+    child_env = {
+        **os.environ,
+        "DURABLE_DATABASE_URL": database_url,
+        "DURABLE_REDIS_URL": redis_url,
+        "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{port}",
+        "DURABLE_METRICS_ADDRESS": "",
+        "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE}",
+        **env,
+    }
+    return ChildServer("sidecar", [sys.executable, "-m", "durable_sidecar", "serve"], child_env, port, log_dir)
+
+
+def noop_server(log_dir: Path) -> ChildServer:
+    port = free_port()
+    return ChildServer("noop", [sys.executable, "-m", "bench.noop_server", str(port)],
+                       {**os.environ, "PYTHONPATH": _repo_pythonpath()}, port, log_dir)
+
+
+def _repo_pythonpath() -> str:
+    root = str(Path(__file__).resolve().parent.parent)
+    current = os.environ.get("PYTHONPATH", "")
+    return f"{root}{os.pathsep}{current}" if current else root
+
+
+def child_env() -> dict[str, str]:
+    """Environment for a child Python process that imports `bench`."""
+    return {**os.environ, "PYTHONPATH": _repo_pythonpath()}
+
+
+class RssSampler:
+    """Samples one process's resident set every few milliseconds; `peak()` since the last `reset()`."""
+
+    def __init__(self, pid: int, interval_s: float = 0.005) -> None:
+        self._proc = psutil.Process(pid)
+        self._interval_s = interval_s
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(psutil.Error):
+                self._peak = max(self._peak, self._proc.memory_info().rss)
+            self._stop.wait(self._interval_s)
+
+    def rss(self) -> int:
+        return int(self._proc.memory_info().rss)
+
+    def reset(self) -> None:
+        self._peak = self.rss()
+
+    def peak(self) -> int:
+        return self._peak
+
+    def __enter__(self) -> RssSampler:
+        self.reset()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
+class CpuMeter:
+    """CPU seconds used by the client (this process), the server child and all PostgreSQL processes."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self._me = psutil.Process()
+        self._server = psutil.Process(server_pid) if server_pid else None
+        self._start: dict[str, float] = {}
+
+    @staticmethod
+    def _postgres() -> float:
+        total = 0.0
+        for p in psutil.process_iter(["name"]):
+            if (p.info.get("name") or "").startswith("postgres"):
+                with contextlib.suppress(psutil.Error):
+                    total += _cpu_seconds(p)
+        return total
+
+    def _now(self) -> dict[str, float]:
+        out = {"client": _cpu_seconds(self._me), "postgres": self._postgres()}
+        if self._server is not None:
+            with contextlib.suppress(psutil.Error):
+                out["server"] = _cpu_seconds(self._server)
+        return out
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def used(self) -> dict[str, float]:
+        now = self._now()
+        return {k: now[k] - self._start.get(k, now[k]) for k in now}
+
+
+class OtherLoad:
+    """CPU used during the run by processes outside the benchmark's tree, to say what else was running."""
+
+    def __init__(self) -> None:
+        self._start = self._snapshot()
+        self._t0 = time.monotonic()
+        self._load0 = os.getloadavg()
+
+    @staticmethod
+    def _snapshot() -> dict[int, tuple[str, float]]:
+        out = {}
+        for p in psutil.process_iter(["name", "cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                cmd = " ".join(" ".join(p.info.get("cmdline") or []).split())[:80] or (p.info.get("name") or "?")
+                out[p.pid] = (cmd, _cpu_seconds(p))
+        return out
+
+    def report(self) -> dict[str, Any]:
+        mine = {psutil.Process().pid} | {c.pid for c in psutil.Process().children(recursive=True)}
+        end = self._snapshot()
+        elapsed = time.monotonic() - self._t0
+        by_cmd: dict[str, float] = {}
+        for pid, (cmd, cpu) in end.items():
+            if pid in mine:
+                continue
+            before = self._start.get(pid, (cmd, 0.0))[1]
+            key = "postgres (all backends: ours and others')" if cmd.startswith("postgres") else cmd
+            by_cmd[key] = by_cmd.get(key, 0.0) + max(0.0, cpu - before)
+        top = sorted(by_cmd.items(), key=lambda kv: -kv[1])[:8]
+        return {
+            "elapsed_s": elapsed,
+            "loadavg_start": self._load0,
+            "loadavg_end": os.getloadavg(),
+            "other_cpu_s": [{"process": k, "cpu_s": round(v, 1)} for k, v in top if v >= 1.0],
+        }
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe_code(root: Path) -> dict[str, Any]:
+    """The commit measured and how many sidecar files differed from it (read-only git)."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    changed = [ln for ln in git("status", "--porcelain", "--", "sidecar", "proto").splitlines() if ln.strip()]
+    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown", "uncommitted_sidecar_files": len(changed)}
+
+
+def describe_machine() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        pg = conn.execute("SELECT version()").fetchone()
+        settings = dict(conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('synchronous_commit', 'fsync', 'shared_buffers', 'wal_level', 'max_wal_size', 'full_page_writes')"
+        ).fetchall())
+    redis_version = "unknown"
+    exe = shutil.which("redis-server")
+    if exe:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            redis_version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=5).stdout.strip()
+    return {
+        "cpu": cpu,
+        "cores": psutil.cpu_count(logical=True),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "postgresql": pg[0] if pg else "unknown",
+        "postgresql_settings": settings,
+        "redis": redis_version,
+        "packages": {p: _version(p) for p in ("grpcio", "protobuf", "psycopg", "psycopg-pool", "redis", "dbos")},
+    }

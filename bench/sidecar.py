@@ -1,0 +1,215 @@
+"""Sidecar scenarios through the generated durable.v1 stubs: save, load, batched save, claim, start-or-resume."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+from durable.v1 import (
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
+    idempotency_pb2,
+    idempotency_pb2_grpc,
+    instance_pb2,
+    instance_pb2_grpc,
+)
+
+from bench.floors import METADATA
+from bench.loadgen import WorkerBody, timed
+
+WORKFLOW = "bench-wf"
+BATCH_ITEMS = 100
+SCOPE = "bench-payment"
+# Worker set-up (creating instances, completing keys) runs at most this many calls at once.
+_SETUP_PARALLEL = 32
+
+T = TypeVar("T")
+
+
+class WrongOutcome(Exception):
+    """The sidecar answered, but not with the outcome the scenario measures."""
+
+
+async def _bounded(factories: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    gate = asyncio.Semaphore(_SETUP_PARALLEL)
+
+    async def one(factory: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await factory()
+
+    return list(await asyncio.gather(*(one(f) for f in factories)))
+
+
+class SidecarClient:
+    """Stubs over a few channels; worker i uses channel i mod n."""
+
+    def __init__(self, channels: Sequence[grpc.aio.Channel]) -> None:
+        self.channels = channels
+        self._run = uuid.uuid4().hex[:8]
+        self._serial = itertools.count()
+
+    def unique(self, kind: str) -> str:
+        return f"{kind}-{self._run}-{next(self._serial)}"
+
+    def instances(self, worker: int) -> instance_pb2_grpc.InstanceServiceStub:
+        return instance_pb2_grpc.InstanceServiceStub(self.channels[worker % len(self.channels)])
+
+    def checkpoints(self, worker: int) -> checkpoint_pb2_grpc.CheckpointServiceStub:
+        return checkpoint_pb2_grpc.CheckpointServiceStub(self.channels[worker % len(self.channels)])
+
+    def idempotency(self, worker: int) -> idempotency_pb2_grpc.IdempotencyServiceStub:
+        return idempotency_pb2_grpc.IdempotencyServiceStub(self.channels[worker % len(self.channels)])
+
+    async def start_instance(self, worker: int, key: str, execution_id: str) -> None:
+        reply = await self.instances(worker).StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=WORKFLOW, instance_key=key, execution_id=execution_id), metadata=METADATA)
+        if reply.outcome != instance_pb2.START_OUTCOME_STARTED:
+            raise WrongOutcome(f"StartOrResume of a new key answered {reply.outcome}")
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+
+    async def save_setup(self, concurrency: int) -> list[str]:
+        """One new instance per worker."""
+        keys = [self.unique("save") for _ in range(concurrency)]
+        await _bounded([lambda w=w: self.start_instance(w, keys[w], f"exec-{keys[w]}") for w in range(concurrency)])
+        return keys
+
+    def save_bodies(self, keys: list[str], payload: bytes) -> list[WorkerBody]:
+        """Each worker appends checkpoints to its own instance, a new step name every call (never deduplicated)."""
+        bodies = []
+        for worker, key in enumerate(keys):
+            stub, counter = self.checkpoints(worker), itertools.count()
+
+            async def save(stub: checkpoint_pb2_grpc.CheckpointServiceStub = stub, key: str = key,
+                           counter: itertools.count[int] = counter) -> None:
+                reply = await stub.SaveCheckpoints(checkpoint_pb2.SaveCheckpointsRequest(items=[
+                    checkpoint_pb2.SaveCheckpointItem(
+                        workflow_id=WORKFLOW, instance_key=key, step_name=f"step-{next(counter)}", state_json=payload,
+                        execution_id=f"exec-{key}", node_name="Durable Checkpoint")]), metadata=METADATA)
+                if reply.results[0].deduplicated:
+                    raise WrongOutcome("a new step was deduplicated")
+
+            bodies.append(timed(save))
+        return bodies
+
+    async def load_setup(self, payload: bytes, concurrency: int) -> list[str]:
+        """One instance per worker with one checkpoint of `payload`."""
+        keys = [self.unique("load") for _ in range(concurrency)]
+
+        async def prepare(worker: int) -> None:
+            await self.start_instance(worker, keys[worker], f"exec-{keys[worker]}")
+            await self.checkpoints(worker).SaveCheckpoints(checkpoint_pb2.SaveCheckpointsRequest(items=[
+                checkpoint_pb2.SaveCheckpointItem(workflow_id=WORKFLOW, instance_key=keys[worker], step_name="loaded",
+                                                  state_json=payload, execution_id=f"exec-{keys[worker]}")]),
+                metadata=METADATA)
+
+        await _bounded([lambda w=w: prepare(w) for w in range(concurrency)])
+        return keys
+
+    def load_bodies(self, keys: list[str], payload: bytes) -> list[WorkerBody]:
+        """Each worker reads the newest checkpoint of its own instance with its state (the resume read)."""
+        bodies = []
+        for worker, key in enumerate(keys):
+            stub = self.checkpoints(worker)
+
+            async def load(stub: checkpoint_pb2_grpc.CheckpointServiceStub = stub, key: str = key) -> None:
+                reply = await stub.GetLatestCheckpoint(checkpoint_pb2.GetLatestCheckpointRequest(
+                    workflow_id=WORKFLOW, instance_key=key, include_state=True), metadata=METADATA)
+                if len(reply.checkpoint.state_json) != len(payload):
+                    raise WrongOutcome("the loaded state has the wrong size")
+
+            bodies.append(timed(load))
+        return bodies
+
+    async def batch_bodies(self, payload: bytes, concurrency: int) -> list[WorkerBody]:
+        """Each call saves BATCH_ITEMS checkpoints, one to each of the worker's own instances, in one RPC."""
+        keys = [[self.unique("batch") for _ in range(BATCH_ITEMS)] for _ in range(concurrency)]
+        await _bounded([lambda w=w, k=k: self.start_instance(w, k, f"exec-batch-w{w}")
+                        for w in range(concurrency) for k in keys[w]])
+        bodies = []
+        for worker in range(concurrency):
+            stub, mine, counter = self.checkpoints(worker), keys[worker], itertools.count()
+
+            async def save_batch(stub: checkpoint_pb2_grpc.CheckpointServiceStub = stub, mine: list[str] = mine,
+                                 counter: itertools.count[int] = counter, worker: int = worker) -> None:
+                step = f"step-{next(counter)}"
+                reply = await stub.SaveCheckpoints(checkpoint_pb2.SaveCheckpointsRequest(items=[
+                    checkpoint_pb2.SaveCheckpointItem(workflow_id=WORKFLOW, instance_key=key, step_name=step,
+                                                      state_json=payload, execution_id=f"exec-batch-w{worker}",
+                                                      node_name="Durable Checkpoint")
+                    for key in mine]), metadata=METADATA)
+                if len(reply.results) != len(mine):
+                    raise WrongOutcome("a batch answered the wrong number of results")
+
+            bodies.append(timed(save_batch))
+        return bodies
+
+    # -- instances -----------------------------------------------------------------------------------
+
+    def start_bodies(self, concurrency: int) -> list[WorkerBody]:
+        """StartOrResume of a new business key each call: what every new order's first node does."""
+        bodies = []
+        for worker in range(concurrency):
+
+            async def start(worker: int = worker) -> None:
+                key = self.unique("start")
+                await self.start_instance(worker, key, f"exec-{key}")
+
+            bodies.append(timed(start))
+        return bodies
+
+    # -- idempotency ---------------------------------------------------------------------------------
+
+    def _claim(self, key: str, payload: bytes) -> idempotency_pb2.ClaimRequest:
+        return idempotency_pb2.ClaimRequest(items=[idempotency_pb2.ClaimItem(
+            scope=SCOPE, key=key, payload_json=payload, holder="bench-exec")])
+
+    def claim_new_bodies(self, payload: bytes, concurrency: int) -> list[WorkerBody]:
+        """Claim of a key nobody used before: ACQUIRED, attempt 1."""
+        bodies = []
+        for worker in range(concurrency):
+            stub = self.idempotency(worker)
+
+            async def claim(stub: idempotency_pb2_grpc.IdempotencyServiceStub = stub) -> None:
+                reply = await stub.Claim(self._claim(self.unique("key"), payload), metadata=METADATA)
+                if reply.results[0].outcome != idempotency_pb2.CLAIM_OUTCOME_ACQUIRED:
+                    raise WrongOutcome(f"a new key answered {reply.results[0].outcome}")
+
+            bodies.append(timed(claim))
+        return bodies
+
+    async def completed_keys(self, payload: bytes, result: bytes, concurrency: int) -> list[str]:
+        """One completed key per worker: claimed, then completed with `result`."""
+        keys = [self.unique("done") for _ in range(concurrency)]
+
+        async def complete(worker: int) -> None:
+            stub = self.idempotency(worker)
+            reply = await stub.Claim(self._claim(keys[worker], payload), metadata=METADATA)
+            if reply.results[0].outcome != idempotency_pb2.CLAIM_OUTCOME_ACQUIRED:
+                raise WrongOutcome(f"a new key answered {reply.results[0].outcome}")
+            await stub.Complete(idempotency_pb2.CompleteRequest(
+                scope=SCOPE, key=keys[worker], attempt=reply.results[0].key.attempt, result_json=result),
+                metadata=METADATA)
+
+        await _bounded([lambda w=w: complete(w) for w in range(concurrency)])
+        return keys
+
+    def claim_done_bodies(self, keys: list[str], payload: bytes, result: bytes) -> list[WorkerBody]:
+        """Claim of a completed key with the same payload: DUPLICATE, the stored result replayed."""
+        bodies = []
+        for worker, key in enumerate(keys):
+            stub, request = self.idempotency(worker), self._claim(key, payload)
+
+            async def claim(stub: idempotency_pb2_grpc.IdempotencyServiceStub = stub,
+                            request: idempotency_pb2.ClaimRequest = request) -> None:
+                reply = await stub.Claim(request, metadata=METADATA)
+                got = reply.results[0]
+                if got.outcome != idempotency_pb2.CLAIM_OUTCOME_DUPLICATE or len(got.key.result_json) != len(result):
+                    raise WrongOutcome(f"a completed key answered {got.outcome}")
+
+            bodies.append(timed(claim))
+        return bodies
