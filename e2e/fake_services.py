@@ -52,7 +52,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the caller (an n8n we killed) is gone
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:
         if self.path == "/stats":
             with self.ledger.lock:
                 self._reply(200, {
@@ -64,7 +64,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(404, {"error": "not found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -109,10 +109,10 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeServices:
     """The fake in a daemon thread on a free loopback port."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.ledger = Ledger()
         handler = type("Handler", (_Handler,), {"ledger": self.ledger})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="fake-services", daemon=True)
 

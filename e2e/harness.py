@@ -34,6 +34,8 @@ REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 TOKEN = "e2e-token-" + uuid.uuid4().hex[:8]
 NAMESPACE = "e2e"
 CREDENTIAL_ID = "durableSidecarE2E"
+OWNER_EMAIL = "owner@example.com"
+OWNER_PASSWORD = "E2e-Passw0rd!"
 
 
 def free_port() -> int:
@@ -70,6 +72,13 @@ def n8n_base_env() -> dict[str, str]:
     return env
 
 
+def _bcrypt(env: dict[str, str], password: str) -> str:
+    """n8n wants the owner password as a bcrypt hash; n8n's own bcryptjs makes it."""
+    out = subprocess.run(["node", "-e", "console.log(require('bcryptjs').hashSync(process.argv[1], 10))", password],
+                         env=env, cwd=env["N8N_E2E_APP_DIR"], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
 def tail(path: Path, lines: int = 40) -> str:
     if not path.exists():
         return f"({path} missing)"
@@ -84,7 +93,7 @@ class Process:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        fh = open(self.log, "ab")  # noqa: SIM115 - the child owns it
+        fh = open(self.log, "ab")
         fh.write(f"\n==== start {time.strftime('%H:%M:%S')} ====\n".encode())
         fh.flush()
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, cwd=self.cwd,
@@ -209,6 +218,10 @@ class N8n:
             "EXECUTIONS_DATA_PRUNE": "false",
             "N8N_COMMUNITY_PACKAGES_ENABLED": "true",
             "N8N_BLOCK_ENV_ACCESS_IN_NODE": "false",
+            # An owner from the environment, so the REST API can be used to look at what loaded.
+            "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true",
+            "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL,
+            "N8N_INSTANCE_OWNER_PASSWORD_HASH": _bcrypt(base, OWNER_PASSWORD),
             **(extra_env or {}),
         }
         self.processes: list[Process] = []
@@ -269,6 +282,19 @@ class N8n:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"webhook {path} not registered in {timeout} s")
+
+    def rest_session(self) -> urllib.request.OpenerDirector:
+        """An opener logged in as the owner (cookie auth), for n8n's internal REST API."""
+        import http.cookiejar
+
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        req = urllib.request.Request(f"{self.url}/rest/login", method="POST",
+                                     data=json.dumps({"emailOrLdapLoginId": OWNER_EMAIL,
+                                                      "password": OWNER_PASSWORD}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with opener.open(req, timeout=30) as resp:
+            assert resp.status == 200
+        return opener
 
     def stop_all(self) -> None:
         for p in self.processes:
