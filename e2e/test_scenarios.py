@@ -47,6 +47,29 @@ def post_all(stack: Stack, keys: list[str], base_url: str | None = None) -> None
         assert stack.post_order(k, base_url=base_url) == 200
 
 
+def test_0_package_loads_in_n8n_with_every_node_icon_and_parameters(stack: Stack) -> None:
+    """Our package, installed from its packed tarball, shows every node and the credential in a real n8n."""
+    opener = stack.n8n.rest_session()
+    with opener.open(f"{stack.n8n.url}/types/nodes.json", timeout=60) as resp:
+        types = json.loads(resp.read())
+    # usableAsTool nodes also appear as "<name>Tool" variants for AI agents.
+    ours = {t["name"]: t for t in types
+            if t["name"].startswith("n8n-nodes-durable.") and not t["name"].endswith("Tool")}
+    expected = {"resumePoint", "durableCheckpoint", "idempotencyGuard", "resumeTrigger"}
+    assert {n.split(".", 1)[1] for n in ours} == expected, sorted(ours)
+    for name, t in ours.items():
+        assert t.get("icon") or t.get("iconUrl"), f"{name} has no icon"
+        assert len(t["properties"]) >= 2, f"{name} has no parameters"
+        assert t["credentials"][0]["name"] == "durableSidecarApi"
+    with opener.open(f"{stack.n8n.url}/types/credentials.json", timeout=60) as resp:
+        creds = {c["name"]: c for c in json.loads(resp.read())}
+    assert "durableSidecarApi" in creds
+    props = {p["name"] for p in creds["durableSidecarApi"]["properties"]}
+    assert {"host", "port", "tls", "token", "deadlineSeconds"} <= props
+    REPORT.add("0. package loads: 4 nodes + credential", 0, 0, 0, 0,
+               note=", ".join(sorted(n.split(".", 1)[1] for n in ours)))
+
+
 def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> None:
     t0 = time.monotonic()
     keys = orders("plain", 20)
@@ -142,7 +165,10 @@ def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
 
 
 def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
-    """n8n in queue mode (main plus two workers on Redis): kill -9 one worker with calls in flight."""
+    """n8n in queue mode (main plus two workers on Redis): kill -9 one worker with calls in flight.
+
+    Runs last: it stops the regular n8n of the shared stack (two cores: one n8n at a time).
+    """
     from conftest import customise
     from harness import REPO, N8n, create_db, drop_db, import_credential, import_workflow
 
@@ -185,26 +211,3 @@ def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack:
     finally:
         n8n.stop_all()
         drop_db(database)
-
-
-def test_0_package_loads_in_n8n_with_every_node_icon_and_parameters(stack: Stack) -> None:
-    """Our package, installed from its packed tarball, shows every node and the credential in a real n8n."""
-    opener = stack.n8n.rest_session()
-    with opener.open(f"{stack.n8n.url}/types/nodes.json", timeout=60) as resp:
-        types = json.loads(resp.read())
-    # usableAsTool nodes also appear as "<name>Tool" variants for AI agents.
-    ours = {t["name"]: t for t in types
-            if t["name"].startswith("n8n-nodes-durable.") and not t["name"].endswith("Tool")}
-    expected = {"resumePoint", "durableCheckpoint", "idempotencyGuard", "resumeTrigger"}
-    assert {n.split(".", 1)[1] for n in ours} == expected, sorted(ours)
-    for name, t in ours.items():
-        assert t.get("icon") or t.get("iconUrl"), f"{name} has no icon"
-        assert len(t["properties"]) >= 2, f"{name} has no parameters"
-        assert t["credentials"][0]["name"] == "durableSidecarApi"
-    with opener.open(f"{stack.n8n.url}/types/credentials.json", timeout=60) as resp:
-        creds = {c["name"]: c for c in json.loads(resp.read())}
-    assert "durableSidecarApi" in creds
-    props = {p["name"] for p in creds["durableSidecarApi"]["properties"]}
-    assert {"host", "port", "tls", "token", "deadlineSeconds"} <= props
-    REPORT.add("0. package loads: 4 nodes + credential", 0, 0, 0, 0,
-               note=", ".join(sorted(n.split(".", 1)[1] for n in ours)))
