@@ -22,6 +22,7 @@ from typing import Any
 from dbos import DBOS
 
 from bench import payloads
+from bench.infra import CpuMeter
 from bench.loadgen import Window, WorkerBody, run
 
 STEPS = 10
@@ -97,11 +98,19 @@ async def measure(variants: list[str], sizes: list[int], concurrencies: list[int
                     continue
                 executor = ThreadPoolExecutor(max_workers=concurrency) if variant == "sync" else None
                 _window = Window(warmup_s, duration_s, min_samples=max(1, concurrency * min_rounds), max_s=max_s)
+                cpu = CpuMeter(None)
+                cpu.start()
                 stats = await run(_bodies(variant, size, concurrency, executor), _window)
+                used = cpu.used()
+                calls = max(1, _window.completed)
                 if executor is not None:
                     executor.shutdown(wait=True)
+                # The DBOS process is client and engine at once: its CPU is reported as the client's.
                 results.append({"system": "dbos", "op": f"step_{variant}", "size_bytes": size,
-                                "concurrency": concurrency, "items_per_call": 1, **stats.as_dict()})
+                                "concurrency": concurrency, "items_per_call": 1, **stats.as_dict(),
+                                "cpu_ms_per_call": {k: round(v * 1000 / calls, 4) for k, v in used.items()
+                                                    if k != "others"},
+                                "others_cpu_pct": round(cpu.others_pct(used), 1)})
                 print(f"  dbos step ({variant}) {payloads.label(size)} c{concurrency}: p50 {stats.p50_ms:.2f} ms, "
                       f"{stats.calls_per_s:.0f} steps/s", flush=True)
             _states.pop(size, None)

@@ -206,71 +206,119 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine spent not idle, all cores together."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))
+
+
+def _tree() -> dict[int, psutil.Process]:
+    me = psutil.Process()
+    return {p.pid: p for p in [me, *me.children(recursive=True)]}
+
+
+def _postgres_cpu() -> dict[int, float]:
+    out = {}
+    for p in psutil.process_iter(["name"]):
+        if (p.info.get("name") or "").startswith("postgres"):
+            with contextlib.suppress(psutil.Error):
+                out[p.pid] = _cpu_seconds(p)
+    return out
+
+
+def _delta(start: dict[int, float], end: dict[int, float]) -> float:
+    # Per process, so a backend that exits mid-run drops out instead of making the sum go negative;
+    # a process that started mid-run counts from zero.
+    return sum(max(0.0, cpu - start.get(pid, 0.0)) for pid, cpu in end.items())
+
+
 class CpuMeter:
-    """CPU seconds used by the client (this process), the server child and all PostgreSQL processes."""
+    """CPU seconds of one run: the client (this process), the server child, all PostgreSQL processes, and
+    everything else on the machine ("others": what else was running while this run was measured)."""
 
     def __init__(self, server_pid: int | None) -> None:
-        self._me = psutil.Process()
-        self._server = psutil.Process(server_pid) if server_pid else None
-        self._start: dict[str, float] = {}
+        self._server_pid = server_pid
+        self._t0 = 0.0
+        self._start: dict[str, Any] = {}
 
-    @staticmethod
-    def _postgres() -> float:
-        total = 0.0
-        for p in psutil.process_iter(["name"]):
-            if (p.info.get("name") or "").startswith("postgres"):
-                with contextlib.suppress(psutil.Error):
-                    total += _cpu_seconds(p)
-        return total
-
-    def _now(self) -> dict[str, float]:
-        out = {"client": _cpu_seconds(self._me), "postgres": self._postgres()}
-        if self._server is not None:
+    def _now(self) -> dict[str, Any]:
+        tree: dict[int, float] = {}
+        for pid, proc in _tree().items():
             with contextlib.suppress(psutil.Error):
-                out["server"] = _cpu_seconds(self._server)
-        return out
+                tree[pid] = _cpu_seconds(proc)
+        return {"tree": tree, "postgres": _postgres_cpu(), "busy": _busy_seconds()}
 
     def start(self) -> None:
+        self._t0 = time.monotonic()
         self._start = self._now()
 
     def used(self) -> dict[str, float]:
-        now = self._now()
-        return {k: now[k] - self._start.get(k, now[k]) for k in now}
+        now, start = self._now(), self._start
+        me = os.getpid()
+        out = {"client": now["tree"].get(me, 0.0) - start["tree"].get(me, 0.0)}
+        if self._server_pid in now["tree"]:
+            out["server"] = now["tree"][self._server_pid] - start["tree"].get(self._server_pid, 0.0)
+        out["postgres"] = _delta(start["postgres"], now["postgres"])
+        ours = _delta(start["tree"], now["tree"]) + out["postgres"]
+        out["others"] = max(0.0, now["busy"] - start["busy"] - ours)
+        return out
+
+    def others_pct(self, used: dict[str, float]) -> float:
+        """Share of the machine's CPU used by processes outside this run (the noise), in per cent."""
+        wall = max(time.monotonic() - self._t0, 1e-9)
+        return 100.0 * used["others"] / (wall * (psutil.cpu_count() or 1))
 
 
 class OtherLoad:
-    """CPU used during the run by processes outside the benchmark's tree, to say what else was running."""
+    """What else ran during the whole benchmark: CPU of processes outside the benchmark's tree, sampled
+    every two seconds so that short-lived processes (a colleague's test run) are seen too."""
 
-    def __init__(self) -> None:
-        self._start = self._snapshot()
+    def __init__(self, interval_s: float = 2.0) -> None:
         self._t0 = time.monotonic()
         self._load0 = os.getloadavg()
+        self._busy0 = _busy_seconds()
+        self._mine: set[int] = set()
+        self._seen: dict[int, tuple[str, float, float]] = {}  # pid -> (command, first cpu, last cpu)
+        self._sample(first=True)
+        self._stop = threading.Event()
+        self._interval_s = interval_s
+        self._thread = threading.Thread(target=self._loop, name="other-load", daemon=True)
+        self._thread.start()
 
-    @staticmethod
-    def _snapshot() -> dict[int, tuple[str, float]]:
-        out = {}
+    def _sample(self, first: bool = False) -> None:
+        self._mine |= set(_tree())
         for p in psutil.process_iter(["name", "cmdline"]):
             with contextlib.suppress(psutil.Error):
-                cmd = " ".join(" ".join(p.info.get("cmdline") or []).split())[:80] or (p.info.get("name") or "?")
-                out[p.pid] = (cmd, _cpu_seconds(p))
-        return out
+                cpu = _cpu_seconds(p)
+                if p.pid in self._seen:
+                    cmd, base, _ = self._seen[p.pid]
+                    self._seen[p.pid] = (cmd, base, cpu)
+                else:
+                    cmd = " ".join(" ".join(p.info.get("cmdline") or []).split())[:80] or (p.info.get("name") or "?")
+                    self._seen[p.pid] = (cmd, cpu if first else 0.0, cpu)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
 
     def report(self) -> dict[str, Any]:
-        mine = {psutil.Process().pid} | {c.pid for c in psutil.Process().children(recursive=True)}
-        end = self._snapshot()
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sample()
         elapsed = time.monotonic() - self._t0
         by_cmd: dict[str, float] = {}
-        for pid, (cmd, cpu) in end.items():
-            if pid in mine:
+        for pid, (cmd, base, last) in self._seen.items():
+            if pid in self._mine:
                 continue
-            before = self._start.get(pid, (cmd, 0.0))[1]
             key = "postgres (all backends: ours and others')" if cmd.startswith("postgres") else cmd
-            by_cmd[key] = by_cmd.get(key, 0.0) + max(0.0, cpu - before)
+            by_cmd[key] = by_cmd.get(key, 0.0) + max(0.0, last - base)
         top = sorted(by_cmd.items(), key=lambda kv: -kv[1])[:8]
+        cores = psutil.cpu_count() or 1
         return {
             "elapsed_s": elapsed,
             "loadavg_start": self._load0,
             "loadavg_end": os.getloadavg(),
+            "machine_busy_pct": round(100.0 * (_busy_seconds() - self._busy0) / (elapsed * cores), 1),
             "other_cpu_s": [{"process": k, "cpu_s": round(v, 1)} for k, v in top if v >= 1.0],
         }
 
