@@ -81,7 +81,7 @@ proto-check: setup node-setup
 	  echo "proto-check: generated TypeScript matches proto/"
 
 lint: setup node-lint
-	$(BIN)/ruff check sidecar/src tests bench
+	$(BIN)/ruff check sidecar/src tests bench e2e examples
 	$(BIN)/mypy
 
 # bench-setup: tests/bench runs the benchmark once as a smoke check (no timing assertions).
