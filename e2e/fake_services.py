@@ -33,6 +33,8 @@ class Ledger:
     stalled: set[str] = field(default_factory=set)
     release: threading.Event = field(default_factory=threading.Event)
     routes: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    # The `logic` a caller sent with each effect (workflow versions mark their calls with it).
+    logic: dict[str, dict[str, list[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -85,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
         order = str(body.get("orderId", ""))
         key = self.headers.get("Idempotency-Key", "")
         with self.ledger.lock:
-            self.ledger.calls.append({"service": path, "order": order, "key": key, "at": time.time()})
+            self.ledger.calls.append({"service": path, "order": order, "key": key, "at": time.time(), "body": body})
             self.ledger.in_flight[path] += 1
             stall = path in self.ledger.stalled
         try:
@@ -96,6 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
                     reply = {**self.ledger.responses[(path, key)], "replayed": True}
                 else:
                     self.ledger.effects[path][order] += 1
+                    self.ledger.logic[path][order].append(str(body.get("logic", "")))
                     reply = {"id": f"{path}_{uuid.uuid4().hex[:12]}", "orderId": order, "service": path,
                              "status": "ok"}
                     if key:
@@ -146,6 +149,11 @@ class FakeServices:
     def effects(self, service: str, order: str) -> int:
         with self.ledger.lock:
             return self.ledger.effects[service][order]
+
+    def logic(self, service: str, order: str) -> list[str]:
+        """The `logic` field of the body of each effect the order had on the service ("" when absent)."""
+        with self.ledger.lock:
+            return list(self.ledger.logic[service][order])
 
     def calls(self, service: str, order: str) -> int:
         with self.ledger.lock:

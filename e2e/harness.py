@@ -25,7 +25,15 @@ from typing import Any
 
 import grpc
 import psycopg
-from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2, instance_pb2, instance_pb2_grpc
+from durable.v1 import (
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
+    common_pb2,
+    instance_pb2,
+    instance_pb2_grpc,
+    version_pb2,
+    version_pb2_grpc,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,14 +157,46 @@ class Sidecar:
                "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE}",
                "DURABLE_LEASE_SECONDS": str(lease_seconds),
                "DURABLE_LOG_FORMAT": "text"}
-        command = os.environ.get("DURABLE_E2E_SIDECAR", str(REPO / ".venv/bin/durable-sidecar"))
-        self.process = Process("sidecar", [command, "serve"], env,
+        self.base_env = env
+        self.command = os.environ.get("DURABLE_E2E_SIDECAR", str(REPO / ".venv/bin/durable-sidecar"))
+        self.process = Process("sidecar", [self.command, "serve"], env,
                                work / "sidecar.log")
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
                                              options=[("grpc.use_local_subchannel_pool", 1)])
         self.instances = instance_pb2_grpc.InstanceServiceStub(self.channel)
         self.checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(self.channel)
+        self.versions = version_pb2_grpc.VersionServiceStub(self.channel)
         self.md = (("authorization", f"Bearer {TOKEN}"),)
+
+    def reconfigure(self, extra_env: dict[str, str]) -> None:
+        """Restarts the sidecar (SIGTERM, drained) with these settings on top of the harness's own."""
+        self.process.stop()
+        self.process.env = {**self.base_env, **extra_env}
+        self.start()
+
+    def cli(self, *args: str) -> str:
+        """`durable-sidecar ARGS` on this sidecar's database and settings, as an operator runs it."""
+        out = subprocess.run([self.command, *args], env=self.process.env, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"durable-sidecar {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n"
+                               f"{out.stderr}")
+        return out.stdout
+
+    def current_version(self, workflow_id: str) -> int:
+        try:
+            reply = self.versions.GetVersion(version_pb2.GetVersionRequest(workflow_id=workflow_id),
+                                             metadata=self.md, timeout=5)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                return 0
+            raise
+        return int(reply.version.version)
+
+    def change_log(self, workflow_id: str) -> list[version_pb2.ChangeLogEntry]:
+        reply = self.versions.ListChangeLog(version_pb2.ListChangeLogRequest(workflow_id=workflow_id,
+                                                                             page_size=1000),
+                                            metadata=self.md, timeout=5)
+        return list(reply.entries)
 
     def start(self) -> None:
         self.process.start()
@@ -295,6 +335,51 @@ class N8n:
         with opener.open(req, timeout=30) as resp:
             assert resp.status == 200
         return opener
+
+    def create_api_key(self, label: str) -> str:
+        """An n8n public-API key for the owner, made as *Settings → n8n API → Create an API key* does."""
+        opener = self.rest_session()
+
+        def call(method: str, path: str, body: Any = None) -> Any:
+            req = urllib.request.Request(f"{self.url}/rest{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with opener.open(req, timeout=30) as resp:
+                return json.loads(resp.read())["data"]
+
+        scopes = call("GET", "/api-keys/scopes")
+        made = call("POST", "/api-keys", {"label": label, "scopes": scopes, "expiresAt": None})
+        return str(made["rawApiKey"])
+
+    def update_workflow(self, api_key: str, workflow: dict[str, Any]) -> dict[str, Any]:
+        """Saves a changed workflow through n8n's public API; a published workflow is re-published with it.
+
+        (n8n 2.41's `publish:workflow` CLI only moves the workflow's activeVersionId: webhooks keep
+        running the version the publication service recorded, so a change must go through the API.)
+        """
+        body = {k: workflow[k] for k in ("name", "nodes", "connections", "settings")}
+        req = urllib.request.Request(f"{self.url}/api/v1/workflows/{workflow['id']}", method="PUT",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", "X-N8N-API-KEY": api_key})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return dict(json.loads(resp.read()))
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"PUT workflow {workflow['id']}: HTTP {exc.code}: {exc.read()[:2000]!r}") from None
+
+    def wait_published(self, workflow_id: str, version_id: str, timeout: float = 60) -> None:
+        """Waits until n8n's publication service serves `version_id` to webhooks and triggers.
+
+        n8n 2.41 applies a publication asynchronously (an outbox in its database); the public API
+        already reports the new activeVersionId while webhooks still run the previous version.
+        """
+        def live() -> bool:
+            with psycopg.connect(db_url(self.database)) as conn:
+                row = conn.execute('SELECT "publishedVersionId" FROM workflow_published_version '
+                                   'WHERE "workflowId" = %s', (workflow_id,)).fetchone()
+            return row is not None and row[0] == version_id
+
+        wait_until(f"n8n to publish version {version_id} of {workflow_id}", live, timeout, interval=0.2)
 
     def stop_all(self) -> None:
         for p in self.processes:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
 import uuid
+from typing import Any
 
 from conftest import ORDER_WF, RENEWAL_WF, REPORT, Stack
-from durable.v1 import common_pb2
-from harness import wait_until
+from durable.v1 import common_pb2, version_pb2
+from harness import NAMESPACE, wait_until
 
 SIDE_EFFECTS = ("payment", "inventory", "shipping", "coupon")
 FULL_TRAIL = ["received", "paid", "reserved", "shipped", "couponed"]
@@ -144,6 +146,91 @@ def test_4_redelivered_order_runs_once_and_later_deliveries_take_completed(stack
     dups = check_exactly_once(stack, [key])
     REPORT.add("4. same order 5x concurrently + 3x after completion", 1, 1, dups, time.monotonic() - t0,
                note=f"in-progress route {stack.services.route('in-progress', key)}x, completed route 3x")
+
+
+def order_tracking_v2(v1: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 of the order workflow: the coupon call carries `logic: "v2"` (the services record it)."""
+    wf = copy.deepcopy(v1)
+    (coupon,) = [n for n in wf["nodes"] if n["name"] == "Call Coupon"]
+    coupon["parameters"]["jsonBody"] = (
+        "={{ JSON.stringify({ orderId: $json.orderId, amount: $json.amount, logic: 'v2' }) }}")
+    return wf
+
+
+def test_5_version_binding_in_flight_orders_keep_v1_moved_one_and_new_orders_run_v2(stack: Stack) -> None:
+    """Orders start on v1; v2 is published; one in-flight order is moved on purpose.
+
+    The sidecar reads versions from n8n's public API with an API key made for it.
+    n8n is restarted (kill -9, as a crash during the deploy would) while the
+    v1 orders stand inside the shipping call; they resume through the v2
+    workflow, whose Resume Point sends the v1-bound ones by Version Mismatch to
+    Execute Workflow with their v1 JSON. The coupon call tells which logic ran.
+    """
+    t0 = time.monotonic()
+    n8n, sidecar = stack.n8n, stack.sidecar
+    api_key = n8n.create_api_key("durable sidecar (e2e)")
+    sidecar.reconfigure({"DURABLE_N8N_BASE_URL": n8n.url, "DURABLE_N8N_API_KEY": api_key})
+    ns = ("--namespace", NAMESPACE)
+    try:
+        sidecar.cli("versions", "sync", *ns, ORDER_WF)
+        v1 = sidecar.current_version(ORDER_WF)
+        assert v1 >= 1
+        in_flight, new = orders("ver-old", 3), orders("ver-new", 2)
+        moved = in_flight[0]
+        stack.services.stall("shipping")
+        try:
+            post_all(stack, in_flight)
+            wait_until("every v1 order to be inside the shipping call",
+                       lambda: stack.services.in_flight("shipping") >= len(in_flight), timeout=90)
+            for k in in_flight:
+                inst = sidecar.instance(ORDER_WF, k)
+                assert inst is not None and inst.bound_version == v1, f"{k} is bound to {inst}"
+            # The author saves v2 in n8n (its public API, as the editor's Publish does) and it goes
+            # live; the operator syncs it into the sidecar and moves one in-flight order to it,
+            # with a dry run first.
+            saved = n8n.update_workflow(api_key, order_tracking_v2(stack.workflows[ORDER_WF]))
+            n8n.wait_published(ORDER_WF, saved["versionId"])
+            sidecar.cli("versions", "sync", *ns, ORDER_WF)
+            v2 = sidecar.current_version(ORDER_WF)
+            assert v2 == v1 + 1, f"v2 not registered: current {v2}"
+            diff = sidecar.cli("versions", "diff", *ns, ORDER_WF, str(v1), str(v2))
+            assert "~ Call Coupon" in diff and diff.count("\n~ ") + diff.count("\n+ ") + diff.count("\n- ") == 1, diff
+            dry = sidecar.cli("instances", "move", *ns, ORDER_WF, "--to", str(v2), "--key", moved, "--dry-run")
+            assert moved in dry and sidecar.instance(ORDER_WF, moved).bound_version == v1  # type: ignore[union-attr]
+            sidecar.cli("instances", "move", *ns, ORDER_WF, "--to", str(v2), "--key", moved,
+                        "--reason", "customer asked for the v2 coupon", "--actor", "e2e-operator")
+            stack.main.kill9()  # the deploy restarts n8n while the v1 executions are mid-flight
+        finally:
+            stack.services.unstall()
+        stack.restart_n8n()
+        post_all(stack, new)
+        everyone = in_flight + new
+        wait_completed(stack, everyone, timeout=240)
+
+        expect = {k: (v1, "") for k in in_flight[1:]} | {k: (v2, "v2") for k in [moved, *new]}
+        for k, (version, logic) in expect.items():
+            inst = sidecar.instance(ORDER_WF, k)
+            assert inst is not None and inst.bound_version == version, f"{k}: bound {inst and inst.bound_version}"
+            assert stack.services.logic("coupon", k) == [logic], (
+                f"{k} (bound to v{version}) ran coupon logic {stack.services.logic('coupon', k)}, expected "
+                f"[{logic!r}]\n{stack.diagnose([k])}")
+            assert sidecar.trail(ORDER_WF, k) == FULL_TRAIL, f"{k}: {sidecar.trail(ORDER_WF, k)}"
+        for k in in_flight:
+            inst = sidecar.instance(ORDER_WF, k)
+            assert inst is not None and inst.resume_count >= 1, f"{k} was not resumed"
+            if k != moved:
+                # Resumed by the v2 execution, then taken over by the v1 sub-workflow (the hand-off).
+                assert inst.resume_count >= 2, f"{k} was not handed to its v1 sub-workflow: {inst}"
+        moves = [e for e in sidecar.change_log(ORDER_WF) if e.kind == version_pb2.CHANGE_KIND_INSTANCE_MOVED]
+        assert [(e.instance_key, e.from_version, e.to_version, e.actor, e.reason) for e in moves] == [
+            (moved, v1, v2, "e2e-operator", "customer asked for the v2 coupon")], moves
+        dups = check_exactly_once(stack, everyone)
+    finally:
+        sidecar.reconfigure({})
+    REPORT.add("5. version binding: v1 in flight, v2 published", len(everyone), len(everyone), dups,
+               time.monotonic() - t0,
+               note=f"{len(in_flight) - 1} finished on v{v1} via Execute Workflow, 1 moved + {len(new)} new on v{v2}; "
+                    "1 move in the change log")
 
 
 def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:

@@ -97,12 +97,25 @@ def order_tracking() -> None:
         "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
     }, (0, 300), creds=True)
     steps = ["received", "paid", "reserved", "shipped", "couponed"]
+    handoff = f.node("Bound Version Hand-off", "n8n-nodes-base.executeWorkflowTrigger", 1.1, {
+        "inputSource": "passthrough",
+    }, (0, 600))
     rp = f.node("Resume Point", f"{PKG}.resumePoint", 1, {
         "instanceKey": "={{ $json.body.orderId }}", "stepOutputs": ", ".join(steps[:-1]) + ", couponed",
+        "versionMismatchOutput": True,
         "options": {"leaseSeconds": 120, "stateMerge": "merge"},
     }, (250, 100), creds=True)
     f.link(webhook, rp)
     f.link(trigger, rp)
+    # Version binding: an order started on an older version of this workflow leaves the Resume Point
+    # by Version Mismatch carrying that version's JSON; Execute Workflow runs it, and its copy of
+    # "Bound Version Hand-off" feeds its own Resume Point, which takes the order's lease over.
+    f.link(handoff, rp)
+    run_bound = f.node("Run Bound Version", "n8n-nodes-base.executeWorkflow", 1.2, {
+        "source": "parameter",
+        "workflowJson": "={{ JSON.stringify($json.durable.boundVersionSnapshot.workflow) }}",
+        "mode": "once", "options": {"waitForSubWorkflow": True},
+    }, (550, 450))
     order = f.node("Order", "n8n-nodes-base.set", 3.4, {
         "mode": "manual", "includeOtherFields": False, "options": {},
         "assignments": {"assignments": [
@@ -135,6 +148,7 @@ def order_tracking() -> None:
     f.link(rp, ship_claim, 6)  # reserved → shipping
     f.link(rp, coup_claim, 7)  # shipped → coupon
     f.link(rp, complete, 8)    # couponed → delivery confirmation
+    f.link(rp, run_bound, 9)   # Version Mismatch → the bound version runs the rest
     f.link(order, received)
     f.link(received, pay_claim)
     f.link(pay_save, inv_claim)
@@ -144,7 +158,9 @@ def order_tracking() -> None:
     f.write("order-tracking.json",
             "New order by webhook → Resume Point → payment → inventory → shipping → coupon → delivery "
             "confirmation; a Durable Checkpoint after each step, an Idempotency Guard before each side effect, "
-            "and a Resume Trigger feeding the same Resume Point so crashed orders continue.")
+            "and a Resume Trigger feeding the same Resume Point so crashed orders continue. Orders keep the "
+            "version they started on: after you publish a changed version, an older order resumes through "
+            "Version Mismatch → Run Bound Version, which runs its version's JSON as a sub-workflow.")
 
 
 def renewal_reminder() -> None:

@@ -325,5 +325,38 @@ describe('Resume Point', () => {
 		expect((meta.boundVersionSnapshot as IDataObject).workflow).toMatchObject({
 			nodes: [{ name: 'Webhook' }, { name: 'Resume Point' }],
 		});
+		// The lease goes with the item: e2 holds it and hands it over for version 1.
+		expect(meta).toMatchObject({ claimToken: 'e2', runsBoundVersion: 1 });
+
+		// The sub-workflow that runs version 1 (Execute Workflow, JSON source) feeds the item to
+		// its own Resume Point: it takes the lease and routes by step, not to Version Mismatch again.
+		await save(wf, 'e2', 'v-1', 'paid', { orderId: 'v-1', paid: true });
+		const sub = await runResumePoint(
+			[out[4][0].json],
+			{ versionMismatchOutput: true, stepOutputs: 'paid' },
+			{ executionId: 'e3', workflowId: wf },
+		);
+		expect(sub[4]).toHaveLength(1); // the "paid" step output
+		expect(sub[5]).toHaveLength(0); // Version Mismatch
+		const handed = durable(sub[4][0]);
+		expect(handed).toMatchObject({
+			outcome: 'resumed',
+			boundVersion: 1,
+			versionMismatch: true,
+			runsBoundVersion: 1,
+			leaseOwner: 'e3',
+		});
+		expect(handed.claimToken).toBeUndefined();
+		expect(handed.boundVersionSnapshot).toBeUndefined();
+		expect(sub[4][0].json.paid).toBe(true);
+
+		// A plain re-delivery (no hand-off) while e3 holds the lease is In Progress, and the
+		// used claim cannot be replayed by another execution: e2 no longer owns the lease.
+		const again = await runResumePoint(
+			[out[4][0].json],
+			{ versionMismatchOutput: true, stepOutputs: 'paid' },
+			{ executionId: 'e4', workflowId: wf },
+		);
+		expect(again[OUTPUT_IN_PROGRESS]).toHaveLength(1);
 	});
 });

@@ -580,6 +580,28 @@ async def test_sync_from_n8n_registers_the_workflow_with_the_api_key(database_ur
         assert logged.actor == "tester" and "synced from n8n" in logged.reason
 
 
+async def test_sync_from_n8n_registers_the_published_version_not_the_draft(database_url: str,
+                                                                           n8n: FakeN8n) -> None:
+    """n8n 2.x answers with the edited draft at the top and the published version in `activeVersion`."""
+    published = workflow(amount=10)
+    n8n.publish(WF, workflow(amount=99), "n8n-v-draft")  # the draft someone is still editing
+    n8n.workflows[WF]["activeVersion"] = {"versionId": "n8n-v-live", "workflowId": WF, **published}
+    async with sidecar_with(database_url, n8n_base_url=n8n.url, n8n_api_key=N8N_KEY) as s:
+        async def stored(version: int) -> bytes:
+            return (await s.versions.GetVersion(version_pb2.GetVersionRequest(workflow_id=WF, version=version),
+                                                metadata=s.metadata)).version.definition_json
+
+        got = await sync(s)
+        assert got.created and got.version.n8n_version_id == "n8n-v-live"
+        doc = charge_amount(await stored(got.version.version), expected=10)
+        assert doc["id"] == WF and doc["settings"] == {"executionOrder": "v1"}
+        # Unpublished (activeVersion null): the draft is all there is.
+        n8n.workflows[WF]["activeVersion"] = None
+        draft = await sync(s)
+        assert draft.created and draft.version.n8n_version_id == "n8n-v-draft"
+        charge_amount(await stored(draft.version.version), expected=99)
+
+
 async def test_sync_from_n8n_without_api_access_is_a_failed_precondition(harness: Harness) -> None:
     s = harness.alpha
     await expect_error(grpc.StatusCode.FAILED_PRECONDITION, sync(s), contains="DURABLE_N8N_BASE_URL")

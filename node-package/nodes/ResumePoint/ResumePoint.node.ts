@@ -148,7 +148,7 @@ export class ResumePoint implements INodeType {
 				default: false,
 				noDataExpression: true,
 				description:
-					"Whether resumed instances bound to an older workflow version leave by a separate output, carrying the bound version's workflow JSON (for an Execute Workflow node)",
+					"Whether resumed instances bound to an older workflow version leave by a separate output, carrying the bound version's workflow JSON and this execution's lease, for an Execute Workflow node that runs that JSON (its Execute Workflow Trigger feeds its own Resume Point, which takes the lease over)",
 			},
 			{
 				displayName: 'Options',
@@ -349,13 +349,16 @@ export class ResumePoint implements INodeType {
 				continue;
 			}
 			const response = result as StartOrResumeResponse;
-			routeResponse(this, item, i, response, outputs, stepNames, mismatchIndex);
+			routeResponse(this, item, i, response, outputs, stepNames, mismatchIndex, executionId);
 		}
 		return outputs;
 	}
 }
 
-/** The routed item: input JSON (or `replaceJson`) with fresh `durable` metadata; the used claim is dropped. */
+/**
+ * The routed item: input JSON (or `replaceJson`) with fresh `durable` metadata.
+ * The used claim, a restored state and an earlier hand-off are dropped; `meta` sets them anew when they apply.
+ */
 function route(
 	item: INodeExecutionData,
 	i: number,
@@ -365,6 +368,8 @@ function route(
 	const previous = { ...durableOf(item) };
 	delete previous.claimToken;
 	delete previous.state;
+	delete previous.boundVersionSnapshot;
+	delete previous.runsBoundVersion;
 	const base = replaceJson ?? item.json;
 	return {
 		json: { ...base, [DURABLE_FIELD]: { ...previous, ...meta } },
@@ -373,7 +378,16 @@ function route(
 	};
 }
 
-/** Puts one StartOrResume answer on its output. */
+/**
+ * Puts one StartOrResume answer on its output.
+ *
+ * Version hand-off: an instance bound to an older version leaves by Version
+ * Mismatch with that version's workflow JSON, and with this execution's lease
+ * handed over (`claimToken`, `runsBoundVersion`). An Execute Workflow node runs
+ * the JSON as a sub-workflow whose own Resume Point (fed by its Execute Workflow
+ * Trigger) takes the lease with that claim and, since it runs the bound version,
+ * routes the instance by its step instead of sending it to Version Mismatch again.
+ */
 function routeResponse(
 	ctx: IExecuteFunctions,
 	item: INodeExecutionData,
@@ -382,7 +396,13 @@ function routeResponse(
 	outputs: INodeExecutionData[][],
 	stepNames: string[],
 	mismatchIndex: number,
+	executionId: string,
 ): void {
+	const handedOver = durableOf(item).runsBoundVersion;
+	const runsBound =
+		typeof handedOver === 'number' &&
+		handedOver > 0 &&
+		handedOver === (response.instance?.boundVersion ?? 0);
 	const meta: IDataObject = {
 		...instanceMeta(response.instance),
 		outcome: outcomeName(response.outcome),
@@ -438,8 +458,14 @@ function routeResponse(
 			createdAt: latest.createdAt ? latest.createdAt.toISOString() : null,
 		};
 	}
-	if (response.versionMismatch && mismatchIndex >= 0) {
+	if (runsBound) meta.runsBoundVersion = handedOver;
+	if (response.versionMismatch && mismatchIndex >= 0 && !runsBound) {
 		const bound = response.boundVersion;
+		if (bound) {
+			// This execution holds the lease; the sub-workflow running `bound` takes it over.
+			meta.claimToken = executionId;
+			meta.runsBoundVersion = bound.version;
+		}
 		meta.boundVersionSnapshot = bound
 			? {
 					version: bound.version,

@@ -68,6 +68,13 @@ class N8nClient:
                                      "is DURABLE_N8N_BASE_URL the n8n base URL?")
         definition = {k: doc[k] for k in _DEFINITION_FIELDS if k in doc}
         version_id = doc.get("versionId")
+        published = doc.get("activeVersion")
+        if isinstance(published, dict) and isinstance(published.get("nodes"), list):
+            # n8n 2.x keeps an edited draft beside the published version; production executions
+            # (webhooks, triggers, the Resume Trigger) run the published one, so that is the version.
+            definition["nodes"] = published["nodes"]
+            definition["connections"] = published.get("connections", {})
+            version_id = published.get("versionId", version_id)
         return N8nWorkflow(
             definition_json=json.dumps(definition, ensure_ascii=False, separators=(",", ":")).encode(),
             version_id=version_id if isinstance(version_id, str) else "",
