@@ -77,3 +77,19 @@ def test_both_dialects_have_the_same_numbered_migrations() -> None:
 
 def test_both_dialects_create_the_same_tables_and_columns(postgres_url: str, sqlite_url: str) -> None:
     assert columns(postgres_url) == columns(sqlite_url)
+
+
+async def test_sidecar_on_a_schema_older_than_itself_refuses_to_start_and_says_migrate(empty_db: str) -> None:
+    from durable_sidecar import app
+
+    from tests.conftest import make_settings
+
+    migrations = load_migrations(_dialect(empty_db))
+    await migrate(empty_db, migrations[:3])  # the schema before durable_installation
+    with pytest.raises(FailedPrecondition, match="durable-sidecar migrate"):
+        await app.start(make_settings(empty_db, auto_migrate=False, auth_tokens="migrate-token=ns"))
+    await migrate(empty_db)
+    ids = [r[0] for r in fetch_sync(empty_db, "SELECT id FROM durable_installation")]
+    assert len(ids) == 1 and len(ids[0]) == 32
+    sidecar = await app.start(make_settings(empty_db, auto_migrate=False, auth_tokens="migrate-token=ns"))
+    await sidecar.stop(grace=0.1)

@@ -70,7 +70,7 @@ async def test_flushed_cache_changes_no_answer(database_url: str) -> None:
             client.flushall()
             assert await _answers(s, key) == before
             # A corrupted cache entry is ignored too (the SHA-256 must match).
-            for k in client.keys("durable:v1:cp:*"):
+            for k in client.keys("durable:v1:*:cp:*"):
                 client.set(k, b'{"tampered": true}')
             assert await _answers(s, key) == before
             client.close()
@@ -107,3 +107,43 @@ async def test_checkpoint_acknowledged_before_kill9_survives_restart(database_ur
         assert proc.terminate() == 0  # SIGTERM: graceful stop exits cleanly
     finally:
         proc.stop()
+
+
+async def test_one_redis_shared_by_two_databases_never_answers_for_the_other() -> None:
+    """Same namespace, same key, one Redis, two databases (a database recreated from scratch, or
+    staging beside production): the second database's first claim runs the side effect."""
+    from durable.v1 import idempotency_pb2 as pb
+    from durable_sidecar.stores.backend import migrate
+
+    from tests.sidecar.helpers import create_database, drop_database
+    from tests.sidecar.test_idempotency import claim_one, complete
+
+    urls = [create_database(), create_database()]
+    try:
+        for url in urls:
+            await migrate(url)
+        with redis_server() as redis:
+            sidecars = [await app.start(make_settings(url, redis_url=redis.url, auth_tokens="shared-token=ns-shared"))
+                        for url in urls]
+            channels = [channel(s.port) for s in sidecars]
+            a, b = (Stubs(ch, "shared-token") for ch in channels)
+            try:
+                key = new_key()
+                first = await claim_one(a, key, {"amount": 5})
+                assert first.outcome == pb.CLAIM_OUTCOME_ACQUIRED
+                await complete(a, key, first.key.attempt, {"charge": "ch_1"})
+                replay = await claim_one(a, key, {"amount": 5})  # answered from Redis from now on
+                assert replay.outcome == pb.CLAIM_OUTCOME_DUPLICATE
+                import redis as redis_lib
+
+                assert len(redis_lib.Redis.from_url(redis.url).keys("durable:v1:*:idem:*")) == 1
+                other = await claim_one(b, key, {"amount": 5})
+                assert other.outcome == pb.CLAIM_OUTCOME_ACQUIRED, "the other database's completed key was replayed"
+            finally:
+                for ch in channels:
+                    await ch.close()
+                for s in sidecars:
+                    await s.stop(grace=0.5)
+    finally:
+        for url in urls:
+            drop_database(url)

@@ -120,6 +120,7 @@ async def start(settings: Settings) -> Sidecar:
         log.info("migrations checked", extra={"applied": list(backend.applied)})
     cache = make_cache(settings)
     try:
+        cache.bind(await backend.db.installation_id())
         return await _serve(settings, backend, cache)
     except BaseException:
         # Nothing may stay open: the embedded database's file lock goes with its connection.

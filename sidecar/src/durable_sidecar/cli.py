@@ -52,6 +52,7 @@ async def _services(settings: Settings) -> AsyncIterator[Services]:
     # `keys release` forgets the key's cache entry, so it talks to the sidecars' Redis (an in-process one is theirs).
     keys_cache = make_cache(settings, shared_only=True)
     try:
+        keys_cache.bind(await db.installation_id())
         istore, cstore = backend.instances, backend.checkpoints
         cps = CheckpointService(db, istore, cstore, cache, max_state_bytes=settings.max_state_bytes,
                                 max_batch_items=settings.max_batch_items, default_lease_seconds=settings.lease_seconds)

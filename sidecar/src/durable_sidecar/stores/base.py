@@ -76,6 +76,10 @@ class Database(ABC):
         """pool_size, pool_available and requests_waiting, for the metrics gauges."""
 
     @abstractmethod
+    async def installation_id(self) -> str:
+        """This database's identity (made by a migration); FailedPrecondition when the schema predates it."""
+
+    @abstractmethod
     async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Runs fn in one transaction and commits; on a transient error the whole fn runs again.
 

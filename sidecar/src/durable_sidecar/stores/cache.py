@@ -3,7 +3,8 @@
 Only immutable facts are cached: a checkpoint (instance, sequence) never changes
 once written, and a completed key's result never changes before it expires. So
 an entry can be missing but never wrong, and losing, flushing or stopping the
-cache changes no answer, only speed. Mutable rows (instances, in-progress keys)
+cache changes no answer, only speed. Keys carry the database's installation id
+(Cache.bind), so one Redis never answers for another database. Mutable rows (instances, in-progress keys)
 are always read from the database. Every failure is logged, counted and
 swallowed. Redis is the cache replicas share; without it each process keeps
 its own (stores/memory_cache.py).
@@ -30,10 +31,7 @@ log = logging.getLogger(__name__)
 _BACKOFF_SECONDS = 1.0
 
 
-def _key(kind: str, *parts: object) -> str:
-    # Hash the parts: identifiers may contain ':' or be long.
-    digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16).hexdigest()
-    return f"durable:v1:{kind}:{digest}"
+_PREFIX = "durable:v1:"
 
 
 class Cache(ABC):
@@ -43,6 +41,21 @@ class Cache(ABC):
         self.enabled = enabled
         self.ttl_seconds = ttl_seconds
         self.max_item_bytes = max_item_bytes
+        self._prefix = _PREFIX
+
+    def bind(self, installation_id: str) -> None:
+        """Scopes every key to one database (its durable_installation id).
+
+        A Redis outlives and can be shared beyond one database: without this, a
+        database recreated from scratch (or a second deployment on the same
+        Redis, same namespace) would be answered with the other's completed keys.
+        """
+        self._prefix = f"{_PREFIX}{installation_id}:"
+
+    def _key(self, kind: str, *parts: object) -> str:
+        # Hash the parts: identifiers may contain ':' or be long.
+        digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16).hexdigest()
+        return f"{self._prefix}{kind}:{digest}"
 
     @abstractmethod
     async def close(self) -> None:
@@ -73,33 +86,33 @@ class Cache(ABC):
     async def get_state(self, ns: str, wf: str, key: str, sequence: int) -> bytes | None:
         if not self.enabled:
             return None
-        return await self._get("checkpoint_state", _key("cp", ns, wf, key, sequence))
+        return await self._get("checkpoint_state", self._key("cp", ns, wf, key, sequence))
 
     async def put_state(self, ns: str, wf: str, key: str, sequence: int, state: bytes) -> None:
-        await self._put("checkpoint_state", _key("cp", ns, wf, key, sequence), state, self.ttl_seconds)
+        await self._put("checkpoint_state", self._key("cp", ns, wf, key, sequence), state, self.ttl_seconds)
 
     # Completed idempotency keys: (fingerprint, attempt, result) frozen until expiry.
     async def get_completed_key(self, ns: str, scope: str, key: str) -> bytes | None:
         if not self.enabled:
             return None
-        return await self._get("idempotency_completed", _key("idem", ns, scope, key))
+        return await self._get("idempotency_completed", self._key("idem", ns, scope, key))
 
     async def put_completed_key(self, ns: str, scope: str, key: str, value: bytes, ttl_seconds: int) -> None:
-        await self._put("idempotency_completed", _key("idem", ns, scope, key), value, ttl_seconds)
+        await self._put("idempotency_completed", self._key("idem", ns, scope, key), value, ttl_seconds)
 
     async def forget_completed_key(self, ns: str, scope: str, key: str) -> None:
         if self.enabled:
-            await self._delete("idempotency_completed", [_key("idem", ns, scope, key)])
+            await self._delete("idempotency_completed", [self._key("idem", ns, scope, key)])
 
     async def get_completed_keys(self, keys: list[tuple[str, str, str]]) -> list[bytes | None]:
         """One round trip for a batch of (namespace, scope, key); all None when the cache is unusable."""
         if not self.enabled or not keys:
             return [None] * len(keys)
-        return await self._get_many("idempotency_completed", [_key("idem", *k) for k in keys])
+        return await self._get_many("idempotency_completed", [self._key("idem", *k) for k in keys])
 
     async def forget_completed_keys(self, keys: list[tuple[str, str, str]]) -> None:
         if self.enabled and keys:
-            await self._delete("idempotency_completed", [_key("idem", *k) for k in keys])
+            await self._delete("idempotency_completed", [self._key("idem", *k) for k in keys])
 
 
 class RedisCache(Cache):

@@ -13,7 +13,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
-from ...errors import Unavailable
+from ...errors import FailedPrecondition, Unavailable
 from ..base import Conn, Database
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,20 @@ class PostgresDatabase(Database):
 
     def pool_stats(self) -> dict[str, int]:
         return self.pool.get_stats()
+
+    async def installation_id(self) -> str:
+        async def read(conn: Conn) -> str:
+            try:
+                cur = await pg(conn).execute("SELECT id FROM durable_installation")
+            except psycopg.errors.UndefinedTable:
+                raise FailedPrecondition("the database schema is older than this sidecar: run "
+                                         "`durable-sidecar migrate` (or start with DURABLE_AUTO_MIGRATE=true)") from None
+            row = await cur.fetchone()
+            if row is None:
+                raise FailedPrecondition("durable_installation has no row: the database was changed by hand")
+            return str(row["id"])
+
+        return await self.transaction(read)
 
     async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Runs fn inside one transaction; retries the whole transaction on transient errors."""

@@ -277,6 +277,21 @@ class SqliteDatabase(Database):
                 "pool_available": 0 if self._turn.locked() or self._conn is None else 1,
                 "requests_waiting": self._waiting}
 
+    async def installation_id(self) -> str:
+        async def read(conn: Conn) -> str:
+            try:
+                row = await lite(conn).one("SELECT id FROM durable_installation")
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                raise FailedPrecondition("the database schema is older than this sidecar: run "
+                                         "`durable-sidecar migrate` (or start with DURABLE_AUTO_MIGRATE=true)") from None
+            if row is None:
+                raise FailedPrecondition("durable_installation has no row: the database was changed by hand")
+            return str(row["id"])
+
+        return await self.transaction(read)
+
     def _begin(self) -> int:
         conn = self.connection
         if conn.in_transaction:
