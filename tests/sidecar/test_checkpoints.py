@@ -139,6 +139,52 @@ async def test_batch_is_one_transaction(harness: Harness, database_url: str) -> 
     assert await count_rows(database_url, key_b) == 1
 
 
+async def test_batch_numbers_deduplicates_and_advances_each_instance_once(harness: Harness,
+                                                                           database_url: str) -> None:
+    s = harness.alpha
+    key_a, key_b = new_key(), new_key()
+    await start(s, key_a)
+    await start(s, key_b)
+    await save(s, item(key_a, "paid", {"p": 1}))
+    reply = await save(s,
+                       item(key_a, "paid", {"p": 1}),                    # the stored newest, again
+                       item(key_b, "b1", {"b": 1}),
+                       item(key_a, "shipped", {"s": 1}),
+                       item(key_a, "shipped", {"s": 1}, execution="exec-2"),  # repeats the batch's own item
+                       item(key_b, "b2", {"b": 2}, execution="exec-3"))
+    got = [(r.checkpoint.instance_key, r.checkpoint.sequence, r.deduplicated) for r in reply.results]
+    assert got == [(key_a, 1, True), (key_b, 1, False), (key_a, 2, False), (key_a, 2, True), (key_b, 2, False)]
+    assert all(r.checkpoint.HasField("created_at") for r in reply.results)
+    a = (await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=key_a),
+                                       metadata=s.metadata)).instance
+    b = (await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=key_b),
+                                       metadata=s.metadata)).instance
+    assert (a.last_sequence, a.last_step, a.checkpoint_count, a.lease_owner) == (2, "shipped", 2, "exec-1")
+    assert (b.last_sequence, b.last_step, b.checkpoint_count, b.lease_owner) == (2, "b2", 2, "exec-3")
+    assert await count_rows(database_url, key_a) == 2 and await count_rows(database_url, key_b) == 2
+
+
+async def test_concurrent_batches_over_the_same_instances_neither_deadlock_nor_skip(harness: Harness,
+                                                                                   database_url: str) -> None:
+    import asyncio
+
+    s = harness.alpha
+    keys = [new_key() for _ in range(6)]
+    for k in keys:
+        await start(s, k)
+
+    async def batch(n: int) -> None:
+        order = keys if n % 2 else list(reversed(keys))  # opposite orders: a deadlock if locks followed them
+        await save(s, *[item(k, f"step-{n}", {"n": n, "k": k}) for k in order])
+
+    await asyncio.gather(*[batch(n) for n in range(12)])
+    for k in keys:
+        trail = (await s.checkpoints.ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+            workflow_id=WF, instance_key=k, page_size=100), metadata=s.metadata)).checkpoints
+        assert [c.sequence for c in trail] == list(range(1, 13))
+        assert sorted(c.step_name for c in trail) == sorted(f"step-{n}" for n in range(12))
+
+
 async def test_bad_checkpoint_input_is_invalid_argument_and_changes_nothing(harness: Harness, database_url: str) -> None:
     s = harness.alpha
     key = new_key()

@@ -10,7 +10,15 @@ from dataclasses import dataclass, replace
 from .. import failpoints, metrics, validation
 from ..domain import Checkpoint, InstanceRef, NewCheckpoint, Page, PrunePolicy, PruneResult, SavedCheckpoint
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
-from ..stores.base import CheckpointStore, Conn, Database, EncodedState, InstanceStore
+from ..stores.base import (
+    CheckpointAdvance,
+    CheckpointStore,
+    Conn,
+    Database,
+    EncodedState,
+    InstanceStore,
+    NewCheckpointRow,
+)
 from ..stores.cache import Cache
 
 log = logging.getLogger(__name__)
@@ -41,7 +49,21 @@ class _Locked:
     status_final: bool
     last_sequence: int
     last_step: str
-    latest: Checkpoint | None  # newest checkpoint's metadata, once read
+    latest: Checkpoint | None  # the stored newest checkpoint's metadata, once read
+    pending: int | None = None  # index (in the batch's rows) of its newest checkpoint not yet inserted
+    pending_sha256: str = ""
+    added: int = 0
+    owner: str = ""
+    lease_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """An item's outcome before the inserts: a stored checkpoint, or a row of the batch (new or repeated)."""
+
+    stored: Checkpoint | None
+    row: int
+    deduplicated: bool
 
 
 class CheckpointService:
@@ -107,20 +129,23 @@ class CheckpointService:
             prepared = self._prepare(namespace, items)
 
         async def txn(conn: Conn) -> list[SavedCheckpoint]:
-            # Lock every instance of the batch in one fixed order so that
-            # concurrent batches cannot deadlock each other.
-            locked: dict[InstanceRef, _Locked] = {}
-            for ref in sorted({new.ref for new, _ in prepared},
-                              key=lambda r: (r.workflow_id, r.instance_key)):
-                inst = await self.instances.get_txn(conn, ref, for_update=True)
-                if inst is not None:
-                    locked[ref] = _Locked(inst.status.final, inst.last_sequence, inst.last_step, None)
+            # Three statements per batch, whatever its size: lock the instances (in a
+            # fixed order, so concurrent batches cannot deadlock), insert the new
+            # checkpoints, advance the instances.
+            instances = await self.instances.lock_many_txn(conn, [new.ref for new, _ in prepared])
+            locked = {ref: _Locked(i.status.final, i.last_sequence, i.last_step, None)
+                      for ref, i in instances.items()}
             failpoints.hit("checkpoint.before_insert")
-            results = []
-            for i, (new, encoded) in enumerate(prepared):
-                results.append(await self._save_one(conn, i, new, encoded, locked))
+            rows: list[NewCheckpointRow] = []
+            plans = [await self._plan_one(conn, i, new, encoded, locked, rows)
+                     for i, (new, encoded) in enumerate(prepared)]
+            inserted = await self.checkpoints.insert_many_txn(conn, rows)
+            await self.instances.record_checkpoints_txn(conn, [
+                CheckpointAdvance(ref, st.last_sequence, st.last_step, st.added, st.owner, st.lease_seconds)
+                for ref, st in locked.items() if st.added])
             failpoints.hit("checkpoint.after_insert")
-            return results
+            return [SavedCheckpoint(p.stored, deduplicated=True) if p.stored is not None
+                    else SavedCheckpoint(inserted[p.row], deduplicated=p.deduplicated) for p in plans]
 
         results = await self.db.transaction(txn)
         failpoints.hit("checkpoint.after_commit")
@@ -140,16 +165,17 @@ class CheckpointService:
         if failpoints.enabled("checkpoint.before_cache"):
             await asyncio.sleep(0.2)  # test only: let the reply reach the client before dying
         failpoints.hit("checkpoint.before_cache")
-        for new, sequence in fresh:
-            await self.cache.put_state(namespace, new.ref.workflow_id, new.ref.instance_key, sequence, new.state)
+        await self.cache.put_states(namespace, [(new.ref.workflow_id, new.ref.instance_key, sequence, new.state)
+                                                for new, sequence in fresh])
 
     async def drain(self) -> None:
         """Waits for pending cache writes (at shutdown)."""
         if self._cache_writes:
             await asyncio.gather(*self._cache_writes, return_exceptions=True)
 
-    async def _save_one(self, conn: Conn, index: int, new: NewCheckpoint, encoded: EncodedState,
-                        locked: dict[InstanceRef, _Locked]) -> SavedCheckpoint:
+    async def _plan_one(self, conn: Conn, index: int, new: NewCheckpoint, encoded: EncodedState,
+                        locked: dict[InstanceRef, _Locked], rows: list[NewCheckpointRow]) -> _Planned:
+        """Checks one item against where its instance stands (earlier items of the batch included)."""
         ref = new.ref
         state = locked.get(ref)
         if state is None:
@@ -158,10 +184,15 @@ class CheckpointService:
                 "start it with StartOrResume (the Resume Point node) before saving checkpoints"
             )
         if state.last_sequence > 0 and state.last_step == new.step_name:
-            if state.latest is None:
-                state.latest = await self.checkpoints.get_txn(conn, ref, state.last_sequence, with_state=False)
-            if state.latest is not None and state.latest.sha256 == new.sha256:
-                return SavedCheckpoint(state.latest, deduplicated=True)
+            # The same step saved again with the same state (a retry) is the checkpoint already there.
+            if state.pending is not None:
+                if state.pending_sha256 == new.sha256:
+                    return _Planned(None, state.pending, deduplicated=True)
+            else:
+                if state.latest is None:
+                    state.latest = await self.checkpoints.get_txn(conn, ref, state.last_sequence, with_state=False)
+                if state.latest is not None and state.latest.sha256 == new.sha256:
+                    return _Planned(state.latest, -1, deduplicated=True)
         if state.status_final:
             raise FailedPrecondition(
                 f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} is finished; "
@@ -173,16 +204,13 @@ class CheckpointService:
                 f"{state.last_sequence}: another execution saved in between; re-read the instance"
             )
         sequence = state.last_sequence + 1
-        saved = await self.checkpoints.insert_txn(
-            conn, ref, sequence=sequence, step_name=new.step_name, encoded=encoded, sha256=new.sha256,
-            size_bytes=len(new.state), execution_id=new.execution_id, node_name=new.node_name,
-        )
-        await self.instances.record_checkpoint_txn(
-            conn, ref, sequence=sequence, step_name=new.step_name, owner=new.execution_id,
-            lease_seconds=new.lease_seconds,
-        )
-        state.last_sequence, state.last_step, state.latest = sequence, new.step_name, saved
-        return SavedCheckpoint(saved, deduplicated=False)
+        rows.append(NewCheckpointRow(ref, sequence, new.step_name, encoded, new.sha256, len(new.state),
+                                     new.execution_id, new.node_name))
+        state.last_sequence, state.last_step = sequence, new.step_name
+        state.pending, state.pending_sha256 = len(rows) - 1, new.sha256
+        state.added += 1
+        state.owner, state.lease_seconds = new.execution_id, new.lease_seconds
+        return _Planned(None, len(rows) - 1, deduplicated=False)
 
     async def with_state(self, namespace: str, cp: Checkpoint) -> Checkpoint:
         """Fills in the state from the cache, or from the database on a miss (then caches it)."""

@@ -102,6 +102,32 @@ class EncodedState:
     encoding: int
 
 
+@dataclass(frozen=True)
+class NewCheckpointRow:
+    """One checkpoint of a batch, numbered and encoded, ready to insert."""
+
+    ref: InstanceRef
+    sequence: int
+    step_name: str
+    encoded: EncodedState
+    sha256: str
+    size_bytes: int
+    execution_id: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class CheckpointAdvance:
+    """Where one instance stands after a batch: its newest checkpoint, and the lease of the execution that saved it."""
+
+    ref: InstanceRef
+    sequence: int
+    step_name: str
+    added: int
+    owner: str
+    lease_seconds: int
+
+
 def decode_state(data: bytes, encoding: int) -> bytes:
     return zlib.decompress(data) if encoding == ENCODING_ZLIB else data
 
@@ -148,9 +174,16 @@ class InstanceStore(ABC):
         """Leases the (locked) instance to owner and clears any wake-up."""
 
     @abstractmethod
-    async def record_checkpoint_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str,
-                                    lease_seconds: int) -> None:
-        """Advances the newest sequence and renews the lease for the saving execution."""
+    async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
+        """The existing instances among refs (one namespace), locked until the transaction ends.
+
+        Locks are taken in (workflow_id, instance_key) order, so concurrent
+        batches over overlapping instances cannot deadlock each other.
+        """
+
+    @abstractmethod
+    async def record_checkpoints_txn(self, conn: Conn, advances: list[CheckpointAdvance]) -> None:
+        """Advances each (locked) instance to its newest sequence and renews the lease for the saving execution."""
 
     @abstractmethod
     async def finish_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, error_message: str = "",
@@ -214,10 +247,8 @@ class CheckpointStore(ABC):
         return EncodedState(state, ENCODING_IDENTITY)
 
     @abstractmethod
-    async def insert_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str,
-                         encoded: EncodedState, sha256: str, size_bytes: int, execution_id: str,
-                         node_name: str) -> Checkpoint:
-        """Appends the checkpoint; returns its metadata (without the state)."""
+    async def insert_many_txn(self, conn: Conn, rows: list[NewCheckpointRow]) -> list[Checkpoint]:
+        """Appends the checkpoints (one namespace); returns their metadata (without states) in the same order."""
 
     @abstractmethod
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,

@@ -78,6 +78,11 @@ class Cache(ABC):
     @abstractmethod
     async def _delete(self, op: str, keys: list[str]) -> None: ...
 
+    async def _set_many(self, op: str, entries: list[tuple[str, bytes, int]]) -> None:
+        """Several (key, value, ttl) at once; an implementation with round trips sends them together."""
+        for key, value, ttl_seconds in entries:
+            await self._set(op, key, value, ttl_seconds)
+
     async def _put(self, op: str, key: str, value: bytes, ttl_seconds: int) -> None:
         if self.enabled and len(value) <= self.max_item_bytes and ttl_seconds > 0:
             await self._set(op, key, value, ttl_seconds)
@@ -90,6 +95,15 @@ class Cache(ABC):
 
     async def put_state(self, ns: str, wf: str, key: str, sequence: int, state: bytes) -> None:
         await self._put("checkpoint_state", self._key("cp", ns, wf, key, sequence), state, self.ttl_seconds)
+
+    async def put_states(self, ns: str, states: list[tuple[str, str, int, bytes]]) -> None:
+        """A batch's new states, (workflow_id, instance_key, sequence, state) each, in one go."""
+        if not self.enabled or self.ttl_seconds <= 0:
+            return
+        entries = [(self._key("cp", ns, wf, key, seq), state, self.ttl_seconds)
+                   for wf, key, seq, state in states if len(state) <= self.max_item_bytes]
+        if entries:
+            await self._set_many("checkpoint_state", entries)
 
     # Completed idempotency keys: (fingerprint, attempt, result) frozen until expiry.
     async def get_completed_key(self, ns: str, scope: str, key: str) -> bytes | None:
@@ -181,6 +195,18 @@ class RedisCache(Cache):
             return
         try:
             await client.set(key, value, ex=ttl_seconds)
+        except (RedisError, OSError) as exc:
+            self._failed(op, exc)
+
+    async def _set_many(self, op: str, entries: list[tuple[str, bytes, int]]) -> None:
+        client = self._usable()
+        if client is None:
+            return
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for key, value, ttl_seconds in entries:
+                    pipe.set(key, value, ex=ttl_seconds)
+                await pipe.execute()
         except (RedisError, OSError) as exc:
             self._failed(op, exc)
 

@@ -9,7 +9,7 @@ from psycopg.rows import DictRow
 
 from ...domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
 from .. import base
-from ..base import Conn, EncodedState, decode_cursor, decode_state, encode_cursor
+from ..base import Conn, decode_cursor, decode_state, encode_cursor
 from .db import pg
 
 _META = "workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, node_name, created_at"
@@ -39,33 +39,34 @@ def _checkpoint(row: DictRow, *, with_state: bool) -> Checkpoint:
 
 
 class CheckpointStore(base.CheckpointStore):
-    async def insert_txn(
-        self,
-        conn: Conn,
-        ref: InstanceRef,
-        *,
-        sequence: int,
-        step_name: str,
-        encoded: EncodedState,
-        sha256: str,
-        size_bytes: int,
-        execution_id: str,
-        node_name: str,
-    ) -> Checkpoint:
+    async def insert_many_txn(self, conn: Conn, rows: list[base.NewCheckpointRow]) -> list[Checkpoint]:
+        if not rows:
+            return []
+        namespaces = {r.ref.namespace for r in rows}
+        if len(namespaces) != 1:
+            raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
+        # One statement for the whole batch: PostgreSQL parses, plans and round-trips once.
         cur = await pg(conn).execute(
             f"""INSERT INTO durable_checkpoints
                     (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
                      size_bytes, stored_bytes, execution_id, node_name)
-                VALUES (%(ns)s, %(wf)s, %(key)s, %(seq)s, %(step)s, %(enc)s, %(state)s, %(sha)s,
-                        %(size)s, %(stored)s, %(exec)s, %(node)s)
+                SELECT %(ns)s, * FROM unnest(%(wfs)s::text[], %(keys)s::text[], %(seqs)s::bigint[],
+                                             %(steps)s::text[], %(encs)s::smallint[], %(states)s::bytea[],
+                                             %(shas)s::text[], %(sizes)s::bigint[], %(stored)s::bigint[],
+                                             %(execs)s::text[], %(nodes)s::text[])
                 RETURNING {_META}""",
-            {**_key(ref), "seq": sequence, "step": step_name, "enc": encoded.encoding, "state": encoded.data,
-             "sha": sha256, "size": size_bytes, "stored": len(encoded.data), "exec": execution_id,
-             "node": node_name},
+            {"ns": namespaces.pop(),
+             "wfs": [r.ref.workflow_id for r in rows], "keys": [r.ref.instance_key for r in rows],
+             "seqs": [r.sequence for r in rows], "steps": [r.step_name for r in rows],
+             "encs": [r.encoded.encoding for r in rows], "states": [r.encoded.data for r in rows],
+             "shas": [r.sha256 for r in rows], "sizes": [r.size_bytes for r in rows],
+             "stored": [len(r.encoded.data) for r in rows], "execs": [r.execution_id for r in rows],
+             "nodes": [r.node_name for r in rows]},
         )
-        row = await cur.fetchone()
-        assert row is not None
-        return _checkpoint(row, with_state=False)
+        # RETURNING order is not promised by SQL: match the rows by their primary key.
+        by_key = {(c.workflow_id, c.instance_key, c.sequence): c
+                  for c in (_checkpoint(row, with_state=False) for row in await cur.fetchall())}
+        return [by_key[(r.ref.workflow_id, r.ref.instance_key, r.sequence)] for r in rows]
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
         cols = _META + (", encoding, state" if with_state else "")

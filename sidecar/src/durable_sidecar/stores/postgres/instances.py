@@ -18,6 +18,13 @@ _COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, versi
     result_json, created_by_execution_id, created_at, updated_at, finished_at"""
 
 
+def _one_namespace(refs: list[InstanceRef]) -> str:
+    namespaces = {r.namespace for r in refs}
+    if len(namespaces) != 1:
+        raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
+    return namespaces.pop()
+
+
 def _instance(row: DictRow) -> Instance:
     return Instance(
         namespace=row["namespace"],
@@ -111,17 +118,40 @@ class InstanceStore(base.InstanceStore):
         assert row is not None, "caller locked the row"
         return _instance(row)
 
-    async def record_checkpoint_txn(
-        self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str, lease_seconds: int
-    ) -> None:
-        """Advances the newest sequence and renews the lease for the saving execution."""
+    async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
+        if not refs:
+            return {}
+        namespace = _one_namespace(refs)
+        unique = sorted({(r.workflow_id, r.instance_key) for r in refs})
+        # FOR UPDATE locks rows as the sort hands them over: always in key order.
+        cur = await pg(conn).execute(
+            f"""SELECT {_COLUMNS} FROM durable_instances
+                WHERE namespace = %(ns)s
+                  AND (workflow_id, instance_key) IN (SELECT * FROM unnest(%(wfs)s::text[], %(keys)s::text[]))
+                ORDER BY workflow_id, instance_key
+                FOR UPDATE""",
+            {"ns": namespace, "wfs": [w for w, _ in unique], "keys": [k for _, k in unique]},
+        )
+        found = [_instance(row) for row in await cur.fetchall()]
+        return {i.ref: i for i in found}
+
+    async def record_checkpoints_txn(self, conn: Conn, advances: list[base.CheckpointAdvance]) -> None:
+        if not advances:
+            return
         await pg(conn).execute(
-            f"""UPDATE durable_instances
-                SET last_sequence = %(seq)s, last_step = %(step)s, checkpoint_count = checkpoint_count + 1,
-                    lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
+            """UPDATE durable_instances AS i
+                SET last_sequence = a.seq, last_step = a.step, checkpoint_count = i.checkpoint_count + a.added,
+                    lease_owner = a.owner, lease_expires_at = now() + make_interval(secs => a.lease),
                     updated_at = now()
-                WHERE {_KEY}""",
-            {**_key(ref), "seq": sequence, "step": step_name, "owner": owner, "lease": lease_seconds},
+                FROM unnest(%(wfs)s::text[], %(keys)s::text[], %(seqs)s::bigint[], %(steps)s::text[],
+                            %(added)s::int[], %(owners)s::text[], %(leases)s::int[])
+                     AS a(wf, key, seq, step, added, owner, lease)
+                WHERE i.namespace = %(ns)s AND i.workflow_id = a.wf AND i.instance_key = a.key""",
+            {"ns": _one_namespace([a.ref for a in advances]),
+             "wfs": [a.ref.workflow_id for a in advances], "keys": [a.ref.instance_key for a in advances],
+             "seqs": [a.sequence for a in advances], "steps": [a.step_name for a in advances],
+             "added": [a.added for a in advances], "owners": [a.owner for a in advances],
+             "leases": [a.lease_seconds for a in advances]},
         )
 
     async def finish_txn(

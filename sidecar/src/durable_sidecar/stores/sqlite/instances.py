@@ -104,16 +104,24 @@ class InstanceStore(base.InstanceStore):
         assert row is not None, "caller locked the row"
         return _instance(row)
 
-    async def record_checkpoint_txn(self, conn: Conn, ref: InstanceRef, *, sequence: int, step_name: str, owner: str,
-                                    lease_seconds: int) -> None:
+    async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
+        # The transaction already holds the database's only write lock.
+        out = {}
+        for ref in sorted(set(refs), key=lambda r: (r.workflow_id, r.instance_key)):
+            inst = await self.get_txn(conn, ref)
+            if inst is not None:
+                out[ref] = inst
+        return out
+
+    async def record_checkpoints_txn(self, conn: Conn, advances: list[base.CheckpointAdvance]) -> None:
         c = lite(conn)
-        await c.run(
+        await c.run_many(
             f"""UPDATE durable_instances
-                SET last_sequence = :seq, last_step = :step, checkpoint_count = checkpoint_count + 1,
+                SET last_sequence = :seq, last_step = :step, checkpoint_count = checkpoint_count + :added,
                     lease_owner = :owner, lease_expires_at = :lease_until, updated_at = :now
                 WHERE {_KEY}""",
-            {**_key(ref), "seq": sequence, "step": step_name, "owner": owner, "lease_until": c.after(lease_seconds),
-             "now": c.now_us},
+            [{**_key(a.ref), "seq": a.sequence, "step": a.step_name, "added": a.added, "owner": a.owner,
+              "lease_until": c.after(a.lease_seconds), "now": c.now_us} for a in advances],
         )
 
     async def finish_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, error_message: str = "",
