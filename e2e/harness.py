@@ -358,14 +358,11 @@ class N8n:
         running the version the publication service recorded, so a change must go through the API.)
         """
         body = {k: workflow[k] for k in ("name", "nodes", "connections", "settings")}
-        req = urllib.request.Request(f"{self.url}/api/v1/workflows/{workflow['id']}", method="PUT",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "X-N8N-API-KEY": api_key})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return dict(json.loads(resp.read()))
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"PUT workflow {workflow['id']}: HTTP {exc.code}: {exc.read()[:2000]!r}") from None
+        status, reply = http("PUT", f"{self.url}/api/v1/workflows/{workflow['id']}", body,
+                             headers={"X-N8N-API-KEY": api_key}, timeout=60)
+        if status != 200:
+            raise RuntimeError(f"PUT workflow {workflow['id']}: HTTP {status}: {reply[:2000]!r}")
+        return dict(json.loads(reply))
 
     def wait_published(self, workflow_id: str, version_id: str, timeout: float = 60) -> None:
         """Waits until n8n's publication service serves `version_id` to webhooks and triggers.

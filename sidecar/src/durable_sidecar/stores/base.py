@@ -102,6 +102,19 @@ class EncodedState:
     encoding: int
 
 
+def one_namespace(refs: list[InstanceRef]) -> str:
+    """The namespace of a batch; every RPC works in exactly one (its token's)."""
+    namespaces = {r.namespace for r in refs}
+    if len(namespaces) != 1:
+        raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
+    return namespaces.pop()
+
+
+SCHEMA_TOO_OLD = ("the database schema is older than this sidecar: run `durable-sidecar migrate` "
+                  "(or start with DURABLE_AUTO_MIGRATE=true)")
+NO_INSTALLATION_ROW = "durable_installation has no row: the database was changed by hand"
+
+
 @dataclass(frozen=True)
 class NewCheckpointRow:
     """One checkpoint of a batch, numbered and encoded, ready to insert."""

@@ -42,9 +42,6 @@ class CheckpointStore(base.CheckpointStore):
     async def insert_many_txn(self, conn: Conn, rows: list[base.NewCheckpointRow]) -> list[Checkpoint]:
         if not rows:
             return []
-        namespaces = {r.ref.namespace for r in rows}
-        if len(namespaces) != 1:
-            raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
         # One statement for the whole batch: PostgreSQL parses, plans and round-trips once.
         cur = await pg(conn).execute(
             f"""INSERT INTO durable_checkpoints
@@ -55,7 +52,7 @@ class CheckpointStore(base.CheckpointStore):
                                              %(shas)s::text[], %(sizes)s::bigint[], %(stored)s::bigint[],
                                              %(execs)s::text[], %(nodes)s::text[])
                 RETURNING {_META}""",
-            {"ns": namespaces.pop(),
+            {"ns": base.one_namespace([r.ref for r in rows]),
              "wfs": [r.ref.workflow_id for r in rows], "keys": [r.ref.instance_key for r in rows],
              "seqs": [r.sequence for r in rows], "steps": [r.step_name for r in rows],
              "encs": [r.encoded.encoding for r in rows], "states": [r.encoded.data for r in rows],

@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from psycopg_pool.base import AttemptWithBackoff
 
 from ...errors import FailedPrecondition, Unavailable
-from ..base import Conn, Database
+from ..base import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Conn, Database
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +111,10 @@ class PostgresDatabase(Database):
             try:
                 cur = await pg(conn).execute("SELECT id FROM durable_installation")
             except psycopg.errors.UndefinedTable:
-                raise FailedPrecondition("the database schema is older than this sidecar: run "
-                                         "`durable-sidecar migrate` (or start with DURABLE_AUTO_MIGRATE=true)") from None
+                raise FailedPrecondition(SCHEMA_TOO_OLD) from None
             row = await cur.fetchone()
             if row is None:
-                raise FailedPrecondition("durable_installation has no row: the database was changed by hand")
+                raise FailedPrecondition(NO_INSTALLATION_ROW)
             return str(row["id"])
 
         return await self.transaction(read)

@@ -18,13 +18,6 @@ _COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, versi
     result_json, created_by_execution_id, created_at, updated_at, finished_at"""
 
 
-def _one_namespace(refs: list[InstanceRef]) -> str:
-    namespaces = {r.namespace for r in refs}
-    if len(namespaces) != 1:
-        raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
-    return namespaces.pop()
-
-
 def _instance(row: DictRow) -> Instance:
     return Instance(
         namespace=row["namespace"],
@@ -121,7 +114,7 @@ class InstanceStore(base.InstanceStore):
     async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
         if not refs:
             return {}
-        namespace = _one_namespace(refs)
+        namespace = base.one_namespace(refs)
         unique = sorted({(r.workflow_id, r.instance_key) for r in refs})
         # FOR UPDATE locks rows as the sort hands them over: always in key order.
         cur = await pg(conn).execute(
@@ -147,7 +140,7 @@ class InstanceStore(base.InstanceStore):
                             %(added)s::int[], %(owners)s::text[], %(leases)s::int[])
                      AS a(wf, key, seq, step, added, owner, lease)
                 WHERE i.namespace = %(ns)s AND i.workflow_id = a.wf AND i.instance_key = a.key""",
-            {"ns": _one_namespace([a.ref for a in advances]),
+            {"ns": base.one_namespace([a.ref for a in advances]),
              "wfs": [a.ref.workflow_id for a in advances], "keys": [a.ref.instance_key for a in advances],
              "seqs": [a.sequence for a in advances], "steps": [a.step_name for a in advances],
              "added": [a.added for a in advances], "owners": [a.owner for a in advances],

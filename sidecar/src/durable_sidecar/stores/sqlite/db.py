@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from ...errors import FailedPrecondition, Unavailable
-from ..base import Conn, Database
+from ..base import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Conn, Database
 from ..schema import Migration, load_migrations
 from .migrate import apply
 
@@ -284,10 +284,9 @@ class SqliteDatabase(Database):
             except sqlite3.OperationalError as exc:
                 if "no such table" not in str(exc):
                     raise
-                raise FailedPrecondition("the database schema is older than this sidecar: run "
-                                         "`durable-sidecar migrate` (or start with DURABLE_AUTO_MIGRATE=true)") from None
+                raise FailedPrecondition(SCHEMA_TOO_OLD) from None
             if row is None:
-                raise FailedPrecondition("durable_installation has no row: the database was changed by hand")
+                raise FailedPrecondition(NO_INSTALLATION_ROW)
             return str(row["id"])
 
         return await self.transaction(read)
