@@ -1,5 +1,7 @@
 from durable.v1 import common_pb2 as _common_pb2
+from durable.v1 import idempotency_pb2 as _idempotency_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -7,8 +9,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class StateMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATE_MODE_UNSPECIFIED: _ClassVar[StateMode]
+    STATE_MODE_REPLACE: _ClassVar[StateMode]
+    STATE_MODE_ADD_STEP_RESULT: _ClassVar[StateMode]
+STATE_MODE_UNSPECIFIED: StateMode
+STATE_MODE_REPLACE: StateMode
+STATE_MODE_ADD_STEP_RESULT: StateMode
+
 class SaveCheckpointItem(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds")
+    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     STEP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +28,8 @@ class SaveCheckpointItem(_message.Message):
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_MODE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_KEY_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     step_name: str
@@ -25,7 +38,21 @@ class SaveCheckpointItem(_message.Message):
     node_name: str
     expected_sequence: int
     lease_seconds: int
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+    state_mode: StateMode
+    complete_key: KeyCompletion
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ...) -> None: ...
+
+class KeyCompletion(_message.Message):
+    __slots__ = ("scope", "key", "attempt", "result_json")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    key: str
+    attempt: int
+    result_json: bytes
+    def __init__(self, scope: _Optional[str] = ..., key: _Optional[str] = ..., attempt: _Optional[int] = ..., result_json: _Optional[bytes] = ...) -> None: ...
 
 class SaveCheckpointsRequest(_message.Message):
     __slots__ = ("items",)
@@ -34,12 +61,16 @@ class SaveCheckpointsRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[SaveCheckpointItem, _Mapping]]] = ...) -> None: ...
 
 class SaveCheckpointResult(_message.Message):
-    __slots__ = ("checkpoint", "deduplicated")
+    __slots__ = ("checkpoint", "deduplicated", "state_json", "completed_key")
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_KEY_FIELD_NUMBER: _ClassVar[int]
     checkpoint: _common_pb2.Checkpoint
     deduplicated: bool
-    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+    state_json: bytes
+    completed_key: _idempotency_pb2.IdempotencyKey
+    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ..., state_json: _Optional[bytes] = ..., completed_key: _Optional[_Union[_idempotency_pb2.IdempotencyKey, _Mapping]] = ...) -> None: ...
 
 class SaveCheckpointsResponse(_message.Message):
     __slots__ = ("results",)

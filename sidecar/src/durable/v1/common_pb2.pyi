@@ -23,7 +23,7 @@ INSTANCE_STATUS_FAILED: InstanceStatus
 INSTANCE_STATUS_CANCELLED: InstanceStatus
 
 class Instance(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "status", "bound_version", "version_label", "lease_owner", "lease_expires_at", "wake_at", "last_sequence", "last_step", "checkpoint_count", "resume_count", "error_message", "result_json", "created_by_execution_id", "created_at", "updated_at", "finished_at")
+    __slots__ = ("workflow_id", "instance_key", "status", "bound_version", "version_label", "lease_owner", "lease_expires_at", "wake_at", "last_sequence", "last_step", "checkpoint_count", "resume_count", "error_message", "result_json", "created_by_execution_id", "created_at", "updated_at", "finished_at", "lease_seconds")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class Instance(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     status: InstanceStatus
@@ -60,7 +61,8 @@ class Instance(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., bound_version: _Optional[int] = ..., version_label: _Optional[str] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., last_step: _Optional[str] = ..., checkpoint_count: _Optional[int] = ..., resume_count: _Optional[int] = ..., error_message: _Optional[str] = ..., result_json: _Optional[bytes] = ..., created_by_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    lease_seconds: int
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., bound_version: _Optional[int] = ..., version_label: _Optional[str] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., last_step: _Optional[str] = ..., checkpoint_count: _Optional[int] = ..., resume_count: _Optional[int] = ..., error_message: _Optional[str] = ..., result_json: _Optional[bytes] = ..., created_by_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("workflow_id", "instance_key", "sequence", "step_name", "state_json", "sha256", "size_bytes", "stored_bytes", "execution_id", "node_name", "created_at")

@@ -25,43 +25,43 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable/v1/idempotency.proto\x12\ndurable.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x03\n\x0eIdempotencyKey\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.durable.v1.KeyStatus\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x03\x12\x34\n\x10lease_expires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bresult_json\x18\x07 \x01(\x0c\x12\x15\n\rerror_message\x18\x08 \x01(\t\x12.\n\nexpires_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64\x65rived_key\x18\x0c \x01(\t\"\x8e\x01\n\tClaimItem\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x14\n\x0cpayload_json\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x12\x15\n\rlease_seconds\x18\x05 \x01(\x05\x12\x13\n\x0bttl_seconds\x18\x06 \x01(\x03\x12\x0e\n\x06holder\x18\x07 \x01(\t\"4\n\x0c\x43laimRequest\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.durable.v1.ClaimItem\"a\n\x0b\x43laimResult\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.durable.v1.ClaimOutcome\x12\'\n\x03key\x18\x02 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"9\n\rClaimResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.durable.v1.ClaimResult\"S\n\x0f\x43ompleteRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x03\x12\x13\n\x0bresult_json\x18\x04 \x01(\x0c\";\n\x10\x43ompleteResponse\x12\'\n\x03key\x18\x01 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"T\n\x0eReleaseRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x03\x12\x15\n\rerror_message\x18\x04 \x01(\t\":\n\x0fReleaseResponse\x12\'\n\x03key\x18\x01 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"+\n\rGetKeyRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"9\n\x0eGetKeyResponse\x12\'\n\x03key\x18\x01 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"p\n\x0fListKeysRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\'\n\x08statuses\x18\x02 \x03(\x0e\x32\x15.durable.v1.KeyStatus\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"U\n\x10ListKeysResponse\x12(\n\x04keys\x18\x01 \x03(\x0b\x32\x1a.durable.v1.IdempotencyKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*t\n\tKeyStatus\x12\x1a\n\x16KEY_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16KEY_STATUS_IN_PROGRESS\x10\x01\x12\x18\n\x14KEY_STATUS_COMPLETED\x10\x02\x12\x15\n\x11KEY_STATUS_FAILED\x10\x03*\x85\x01\n\x0c\x43laimOutcome\x12\x1d\n\x19\x43LAIM_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43LAIM_OUTCOME_ACQUIRED\x10\x01\x12\x1b\n\x17\x43LAIM_OUTCOME_DUPLICATE\x10\x02\x12\x1d\n\x19\x43LAIM_OUTCOME_IN_PROGRESS\x10\x03\x32\xe5\x02\n\x12IdempotencyService\x12<\n\x05\x43laim\x12\x18.durable.v1.ClaimRequest\x1a\x19.durable.v1.ClaimResponse\x12\x45\n\x08\x43omplete\x12\x1b.durable.v1.CompleteRequest\x1a\x1c.durable.v1.CompleteResponse\x12\x42\n\x07Release\x12\x1a.durable.v1.ReleaseRequest\x1a\x1b.durable.v1.ReleaseResponse\x12?\n\x06GetKey\x12\x19.durable.v1.GetKeyRequest\x1a\x1a.durable.v1.GetKeyResponse\x12\x45\n\x08ListKeys\x12\x1b.durable.v1.ListKeysRequest\x1a\x1c.durable.v1.ListKeysResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable/v1/idempotency.proto\x12\ndurable.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x03\n\x0eIdempotencyKey\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.durable.v1.KeyStatus\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x03\x12\x34\n\x10lease_expires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bresult_json\x18\x07 \x01(\x0c\x12\x15\n\rerror_message\x18\x08 \x01(\t\x12.\n\nexpires_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64\x65rived_key\x18\x0c \x01(\t\"\xb9\x01\n\tClaimItem\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x14\n\x0cpayload_json\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x12\x15\n\rlease_seconds\x18\x05 \x01(\x05\x12\x13\n\x0bttl_seconds\x18\x06 \x01(\x03\x12\x0e\n\x06holder\x18\x07 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x08 \x01(\t\x12\x14\n\x0cinstance_key\x18\t \x01(\t\"4\n\x0c\x43laimRequest\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.durable.v1.ClaimItem\"a\n\x0b\x43laimResult\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.durable.v1.ClaimOutcome\x12\'\n\x03key\x18\x02 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"9\n\rClaimResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.durable.v1.ClaimResult\"S\n\x0f\x43ompleteRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x03\x12\x13\n\x0bresult_json\x18\x04 \x01(\x0c\";\n\x10\x43ompleteResponse\x12\'\n\x03key\x18\x01 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"T\n\x0eReleaseRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x03\x12\x15\n\rerror_message\x18\x04 \x01(\t\":\n\x0fReleaseResponse\x12\'\n\x03key\x18\x01 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"+\n\rGetKeyRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"9\n\x0eGetKeyResponse\x12\'\n\x03key\x18\x01 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\"p\n\x0fListKeysRequest\x12\r\n\x05scope\x18\x01 \x01(\t\x12\'\n\x08statuses\x18\x02 \x03(\x0e\x32\x15.durable.v1.KeyStatus\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"U\n\x10ListKeysResponse\x12(\n\x04keys\x18\x01 \x03(\x0b\x32\x1a.durable.v1.IdempotencyKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*t\n\tKeyStatus\x12\x1a\n\x16KEY_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16KEY_STATUS_IN_PROGRESS\x10\x01\x12\x18\n\x14KEY_STATUS_COMPLETED\x10\x02\x12\x15\n\x11KEY_STATUS_FAILED\x10\x03*\x85\x01\n\x0c\x43laimOutcome\x12\x1d\n\x19\x43LAIM_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43LAIM_OUTCOME_ACQUIRED\x10\x01\x12\x1b\n\x17\x43LAIM_OUTCOME_DUPLICATE\x10\x02\x12\x1d\n\x19\x43LAIM_OUTCOME_IN_PROGRESS\x10\x03\x32\xe5\x02\n\x12IdempotencyService\x12<\n\x05\x43laim\x12\x18.durable.v1.ClaimRequest\x1a\x19.durable.v1.ClaimResponse\x12\x45\n\x08\x43omplete\x12\x1b.durable.v1.CompleteRequest\x1a\x1c.durable.v1.CompleteResponse\x12\x42\n\x07Release\x12\x1a.durable.v1.ReleaseRequest\x1a\x1b.durable.v1.ReleaseResponse\x12?\n\x06GetKey\x12\x19.durable.v1.GetKeyRequest\x1a\x1a.durable.v1.GetKeyResponse\x12\x45\n\x08ListKeys\x12\x1b.durable.v1.ListKeysRequest\x1a\x1c.durable.v1.ListKeysResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable.v1.idempotency_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_KEYSTATUS']._serialized_start=1418
-  _globals['_KEYSTATUS']._serialized_end=1534
-  _globals['_CLAIMOUTCOME']._serialized_start=1537
-  _globals['_CLAIMOUTCOME']._serialized_end=1670
+  _globals['_KEYSTATUS']._serialized_start=1461
+  _globals['_KEYSTATUS']._serialized_end=1577
+  _globals['_CLAIMOUTCOME']._serialized_start=1580
+  _globals['_CLAIMOUTCOME']._serialized_end=1713
   _globals['_IDEMPOTENCYKEY']._serialized_start=78
   _globals['_IDEMPOTENCYKEY']._serialized_end=462
   _globals['_CLAIMITEM']._serialized_start=465
-  _globals['_CLAIMITEM']._serialized_end=607
-  _globals['_CLAIMREQUEST']._serialized_start=609
-  _globals['_CLAIMREQUEST']._serialized_end=661
-  _globals['_CLAIMRESULT']._serialized_start=663
-  _globals['_CLAIMRESULT']._serialized_end=760
-  _globals['_CLAIMRESPONSE']._serialized_start=762
-  _globals['_CLAIMRESPONSE']._serialized_end=819
-  _globals['_COMPLETEREQUEST']._serialized_start=821
-  _globals['_COMPLETEREQUEST']._serialized_end=904
-  _globals['_COMPLETERESPONSE']._serialized_start=906
-  _globals['_COMPLETERESPONSE']._serialized_end=965
-  _globals['_RELEASEREQUEST']._serialized_start=967
-  _globals['_RELEASEREQUEST']._serialized_end=1051
-  _globals['_RELEASERESPONSE']._serialized_start=1053
-  _globals['_RELEASERESPONSE']._serialized_end=1111
-  _globals['_GETKEYREQUEST']._serialized_start=1113
-  _globals['_GETKEYREQUEST']._serialized_end=1156
-  _globals['_GETKEYRESPONSE']._serialized_start=1158
-  _globals['_GETKEYRESPONSE']._serialized_end=1215
-  _globals['_LISTKEYSREQUEST']._serialized_start=1217
-  _globals['_LISTKEYSREQUEST']._serialized_end=1329
-  _globals['_LISTKEYSRESPONSE']._serialized_start=1331
-  _globals['_LISTKEYSRESPONSE']._serialized_end=1416
-  _globals['_IDEMPOTENCYSERVICE']._serialized_start=1673
-  _globals['_IDEMPOTENCYSERVICE']._serialized_end=2030
+  _globals['_CLAIMITEM']._serialized_end=650
+  _globals['_CLAIMREQUEST']._serialized_start=652
+  _globals['_CLAIMREQUEST']._serialized_end=704
+  _globals['_CLAIMRESULT']._serialized_start=706
+  _globals['_CLAIMRESULT']._serialized_end=803
+  _globals['_CLAIMRESPONSE']._serialized_start=805
+  _globals['_CLAIMRESPONSE']._serialized_end=862
+  _globals['_COMPLETEREQUEST']._serialized_start=864
+  _globals['_COMPLETEREQUEST']._serialized_end=947
+  _globals['_COMPLETERESPONSE']._serialized_start=949
+  _globals['_COMPLETERESPONSE']._serialized_end=1008
+  _globals['_RELEASEREQUEST']._serialized_start=1010
+  _globals['_RELEASEREQUEST']._serialized_end=1094
+  _globals['_RELEASERESPONSE']._serialized_start=1096
+  _globals['_RELEASERESPONSE']._serialized_end=1154
+  _globals['_GETKEYREQUEST']._serialized_start=1156
+  _globals['_GETKEYREQUEST']._serialized_end=1199
+  _globals['_GETKEYRESPONSE']._serialized_start=1201
+  _globals['_GETKEYRESPONSE']._serialized_end=1258
+  _globals['_LISTKEYSREQUEST']._serialized_start=1260
+  _globals['_LISTKEYSREQUEST']._serialized_end=1372
+  _globals['_LISTKEYSRESPONSE']._serialized_start=1374
+  _globals['_LISTKEYSRESPONSE']._serialized_end=1459
+  _globals['_IDEMPOTENCYSERVICE']._serialized_start=1716
+  _globals['_IDEMPOTENCYSERVICE']._serialized_end=2073
 # @@protoc_insertion_point(module_scope)

@@ -61,7 +61,7 @@ class IdempotencyKey(_message.Message):
     def __init__(self, scope: _Optional[str] = ..., key: _Optional[str] = ..., status: _Optional[_Union[KeyStatus, str]] = ..., fingerprint: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result_json: _Optional[bytes] = ..., error_message: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., derived_key: _Optional[str] = ...) -> None: ...
 
 class ClaimItem(_message.Message):
-    __slots__ = ("scope", "key", "payload_json", "fingerprint", "lease_seconds", "ttl_seconds", "holder")
+    __slots__ = ("scope", "key", "payload_json", "fingerprint", "lease_seconds", "ttl_seconds", "holder", "workflow_id", "instance_key")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,8 @@ class ClaimItem(_message.Message):
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     scope: str
     key: str
     payload_json: bytes
@@ -76,7 +78,9 @@ class ClaimItem(_message.Message):
     lease_seconds: int
     ttl_seconds: int
     holder: str
-    def __init__(self, scope: _Optional[str] = ..., key: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., holder: _Optional[str] = ...) -> None: ...
+    workflow_id: str
+    instance_key: str
+    def __init__(self, scope: _Optional[str] = ..., key: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., fingerprint: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., holder: _Optional[str] = ..., workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
     __slots__ = ("items",)

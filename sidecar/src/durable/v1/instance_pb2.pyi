@@ -35,7 +35,7 @@ RESUME_REASON_STALLED: ResumeReason
 RESUME_REASON_WAKE_UP: ResumeReason
 
 class StartOrResumeRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class StartOrResumeRequest(_message.Message):
     DEFINITION_JSON_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
+    START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -54,23 +55,26 @@ class StartOrResumeRequest(_message.Message):
     definition_json: bytes
     claim_token: str
     include_state: bool
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ...) -> None: ...
+    start_item_json: bytes
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ...) -> None: ...
 
 class StartOrResumeResponse(_message.Message):
-    __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version")
+    __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     CURRENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSION_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
     outcome: StartOutcome
     instance: _common_pb2.Instance
     latest_checkpoint: _common_pb2.Checkpoint
     current_version: int
     version_mismatch: bool
     bound_version: _version_pb2.Version
-    def __init__(self, outcome: _Optional[_Union[StartOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., current_version: _Optional[int] = ..., version_mismatch: _Optional[bool] = ..., bound_version: _Optional[_Union[_version_pb2.Version, _Mapping]] = ...) -> None: ...
+    start_item_json: bytes
+    def __init__(self, outcome: _Optional[_Union[StartOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., current_version: _Optional[int] = ..., version_mismatch: _Optional[bool] = ..., bound_version: _Optional[_Union[_version_pb2.Version, _Mapping]] = ..., start_item_json: _Optional[bytes] = ...) -> None: ...
 
 class GetInstanceRequest(_message.Message):
     __slots__ = ("workflow_id", "instance_key")

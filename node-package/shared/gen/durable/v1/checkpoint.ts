@@ -19,12 +19,29 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Checkpoint } from "./common";
+import { IdempotencyKey } from "./idempotency";
 
 export const protobufPackage = "durable.v1";
 
 export const protobufFileName = "durable/v1/checkpoint.proto";
 
 /** CheckpointService: append-only, fenced, deduplicated state after each step. */
+
+/** How a saved item's state_json becomes the checkpoint's state. */
+export enum StateMode {
+  STATE_MODE_UNSPECIFIED = 0,
+  /** STATE_MODE_REPLACE - state_json is the whole new state. */
+  STATE_MODE_REPLACE = 1,
+  /**
+   * STATE_MODE_ADD_STEP_RESULT - state_json is the result of step_name: the stored state is the instance's
+   * current state (its newest checkpoint's state, else its start item, else
+   * {}) with the result set under the key step_name. A current state that is
+   * not a JSON object is kept under the key "state". Retry-safe: the same
+   * step and result again produce the same state and deduplicate.
+   */
+  STATE_MODE_ADD_STEP_RESULT = 2,
+  UNRECOGNIZED = -1,
+}
 
 export interface SaveCheckpointItem {
   /** Required: the instance (must exist: StartOrResume creates it). */
@@ -45,8 +62,38 @@ export interface SaveCheckpointItem {
   expectedSequence?:
     | number
     | undefined;
-  /** Lease renewal in seconds (1 to 86400); 0 takes DURABLE_LEASE_SECONDS. */
+  /**
+   * Lease renewal in seconds (1 to 86400); 0 keeps the instance's lease
+   * length (Instance.lease_seconds).
+   */
   leaseSeconds: number;
+  /**
+   * How state_json becomes the stored state. STATE_MODE_UNSPECIFIED and
+   * STATE_MODE_REPLACE store state_json as it is.
+   */
+  stateMode: StateMode;
+  /**
+   * Optional: completes an idempotency key this execution claimed, in the same
+   * transaction as the checkpoint, so a side effect is Claim → call → Save.
+   * Fenced like IdempotencyService.Complete: an attempt that is not the key's
+   * current one is ABORTED and nothing of the batch is written; a key already
+   * completed by the same attempt is a retry and is left as it is.
+   */
+  completeKey: KeyCompletion | undefined;
+}
+
+/** The idempotency key a save completes (see SaveCheckpointItem.complete_key). */
+export interface KeyCompletion {
+  /** Required: the key's scope and key, as claimed. */
+  scope: string;
+  key: string;
+  /** Required: the attempt the Claim answered (1 or more). */
+  attempt: number;
+  /**
+   * JSON result replayed to later duplicates; empty means the item's
+   * state_json.
+   */
+  resultJson: Buffer;
 }
 
 export interface SaveCheckpointsRequest {
@@ -61,6 +108,13 @@ export interface SaveCheckpointResult {
     | undefined;
   /** Whether this was an identical re-save of the newest checkpoint. */
   deduplicated: boolean;
+  /**
+   * The stored state, set for items saved with STATE_MODE_ADD_STEP_RESULT
+   * (the caller cannot compute it: it builds on the stored state).
+   */
+  stateJson: Buffer;
+  /** The key completed by complete_key, when the item had one. */
+  completedKey: IdempotencyKey | undefined;
 }
 
 export interface SaveCheckpointsResponse {
@@ -139,6 +193,8 @@ function createBaseSaveCheckpointItem(): SaveCheckpointItem {
     nodeName: "",
     expectedSequence: undefined,
     leaseSeconds: 0,
+    stateMode: 0,
+    completeKey: undefined,
   };
 }
 
@@ -167,6 +223,12 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     }
     if (message.leaseSeconds !== 0) {
       writer.uint32(64).int32(message.leaseSeconds);
+    }
+    if (message.stateMode !== 0) {
+      writer.uint32(72).int32(message.stateMode);
+    }
+    if (message.completeKey !== undefined) {
+      KeyCompletion.encode(message.completeKey, writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -248,6 +310,22 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
             message.leaseSeconds = reader.int32();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.stateMode = reader.int32() as any;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.completeKey = KeyCompletion.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -273,6 +351,101 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     message.nodeName = object.nodeName ?? "";
     message.expectedSequence = object.expectedSequence ?? undefined;
     message.leaseSeconds = object.leaseSeconds ?? 0;
+    message.stateMode = object.stateMode ?? 0;
+    message.completeKey = (object.completeKey !== undefined && object.completeKey !== null)
+      ? KeyCompletion.fromPartial(object.completeKey)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseKeyCompletion(): KeyCompletion {
+  return { scope: "", key: "", attempt: 0, resultJson: Buffer.alloc(0) };
+}
+
+export const KeyCompletion: MessageFns<KeyCompletion> = {
+  encode(message: KeyCompletion, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.scope !== "") {
+      writer.uint32(10).string(message.scope);
+    }
+    if (message.key !== "") {
+      writer.uint32(18).string(message.key);
+    }
+    if (message.attempt !== 0) {
+      writer.uint32(24).int64(message.attempt);
+    }
+    if (message.resultJson.length !== 0) {
+      writer.uint32(34).bytes(message.resultJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeyCompletion {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeyCompletion();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scope = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.attempt = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.resultJson = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<KeyCompletion>, I>>(base?: I): KeyCompletion {
+    return KeyCompletion.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<KeyCompletion>, I>>(object: I): KeyCompletion {
+    const message = createBaseKeyCompletion();
+    message.scope = object.scope ?? "";
+    message.key = object.key ?? "";
+    message.attempt = object.attempt ?? 0;
+    message.resultJson = object.resultJson ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -333,7 +506,7 @@ export const SaveCheckpointsRequest: MessageFns<SaveCheckpointsRequest> = {
 };
 
 function createBaseSaveCheckpointResult(): SaveCheckpointResult {
-  return { checkpoint: undefined, deduplicated: false };
+  return { checkpoint: undefined, deduplicated: false, stateJson: Buffer.alloc(0), completedKey: undefined };
 }
 
 export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
@@ -343,6 +516,12 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
     }
     if (message.deduplicated !== false) {
       writer.uint32(16).bool(message.deduplicated);
+    }
+    if (message.stateJson.length !== 0) {
+      writer.uint32(26).bytes(message.stateJson);
+    }
+    if (message.completedKey !== undefined) {
+      IdempotencyKey.encode(message.completedKey, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -376,6 +555,22 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
             message.deduplicated = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.stateJson = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.completedKey = IdempotencyKey.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -397,6 +592,10 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
       ? Checkpoint.fromPartial(object.checkpoint)
       : undefined;
     message.deduplicated = object.deduplicated ?? false;
+    message.stateJson = object.stateJson ?? Buffer.alloc(0);
+    message.completedKey = (object.completedKey !== undefined && object.completedKey !== null)
+      ? IdempotencyKey.fromPartial(object.completedKey)
+      : undefined;
     return message;
   },
 };

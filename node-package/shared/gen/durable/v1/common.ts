@@ -105,7 +105,15 @@ export interface Instance {
     | Date
     | undefined;
   /** Set when the instance reached a final status. */
-  finishedAt: Date | undefined;
+  finishedAt:
+    | Date
+    | undefined;
+  /**
+   * The instance's lease length in seconds: chosen by StartOrResume (its
+   * lease_seconds, else DURABLE_LEASE_SECONDS) and kept by every later call
+   * that renews the lease with lease_seconds 0 (saves, resumes).
+   */
+  leaseSeconds: number;
 }
 
 /** An append-only record of the state after one step. */
@@ -157,6 +165,7 @@ function createBaseInstance(): Instance {
     createdAt: undefined,
     updatedAt: undefined,
     finishedAt: undefined,
+    leaseSeconds: 0,
   };
 }
 
@@ -215,6 +224,9 @@ export const Instance: MessageFns<Instance> = {
     }
     if (message.finishedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.finishedAt), writer.uint32(146).fork()).join();
+    }
+    if (message.leaseSeconds !== 0) {
+      writer.uint32(152).int32(message.leaseSeconds);
     }
     return writer;
   },
@@ -376,6 +388,14 @@ export const Instance: MessageFns<Instance> = {
             message.finishedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.leaseSeconds = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -411,6 +431,7 @@ export const Instance: MessageFns<Instance> = {
     message.createdAt = object.createdAt ?? undefined;
     message.updatedAt = object.updatedAt ?? undefined;
     message.finishedAt = object.finishedAt ?? undefined;
+    message.leaseSeconds = object.leaseSeconds ?? 0;
     return message;
   },
 };

@@ -107,6 +107,16 @@ export interface ClaimItem {
    * acquisition back, so use one holder per execution, never a shared one.
    */
   holder: string;
+  /**
+   * Optional: the instance this claim works for (both or neither). When the
+   * key is IN_PROGRESS under another holder whose lease is still alive, but
+   * `holder` holds this instance's lease and the key's holder does not, the
+   * key's holder lost the instance (its execution died and the instance was
+   * resumed): the key is acquired again with attempt + 1 at once instead of
+   * after its lease. The old holder's attempt is fenced off as usual.
+   */
+  workflowId: string;
+  instanceKey: string;
 }
 
 export interface ClaimRequest {
@@ -383,6 +393,8 @@ function createBaseClaimItem(): ClaimItem {
     leaseSeconds: 0,
     ttlSeconds: 0,
     holder: "",
+    workflowId: "",
+    instanceKey: "",
   };
 }
 
@@ -408,6 +420,12 @@ export const ClaimItem: MessageFns<ClaimItem> = {
     }
     if (message.holder !== "") {
       writer.uint32(58).string(message.holder);
+    }
+    if (message.workflowId !== "") {
+      writer.uint32(66).string(message.workflowId);
+    }
+    if (message.instanceKey !== "") {
+      writer.uint32(74).string(message.instanceKey);
     }
     return writer;
   },
@@ -481,6 +499,22 @@ export const ClaimItem: MessageFns<ClaimItem> = {
             message.holder = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.workflowId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.instanceKey = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -505,6 +539,8 @@ export const ClaimItem: MessageFns<ClaimItem> = {
     message.leaseSeconds = object.leaseSeconds ?? 0;
     message.ttlSeconds = object.ttlSeconds ?? 0;
     message.holder = object.holder ?? "";
+    message.workflowId = object.workflowId ?? "";
+    message.instanceKey = object.instanceKey ?? "";
     return message;
   },
 };

@@ -71,8 +71,10 @@ export interface StartOrResumeRequest {
   /** Required: the calling n8n execution id; becomes the lease owner. */
   executionId: string;
   /**
-   * Lease length in seconds (1 to 86400); 0 takes the sidecar default
-   * (DURABLE_LEASE_SECONDS). Checkpoints renew it.
+   * Lease length in seconds (1 to 86400). On a new instance it becomes the
+   * instance's lease length (Instance.lease_seconds); on an existing one a
+   * non-zero value replaces it. 0 keeps the instance's length (the sidecar
+   * default, DURABLE_LEASE_SECONDS, for a new instance). Checkpoints renew it.
    */
   leaseSeconds: number;
   /**
@@ -96,8 +98,19 @@ export interface StartOrResumeRequest {
    * take over the lease that claim holds.
    */
   claimToken: string;
-  /** Whether to include the latest checkpoint's state in the response. */
+  /**
+   * Whether to include the latest checkpoint's state (and the start item) in
+   * the response.
+   */
   includeState: boolean;
+  /**
+   * Optional: the item that started the instance, as a JSON object (UTF-8, at
+   * most DURABLE_MAX_STATE_BYTES). Stored with a new instance in the same
+   * transaction as its STARTED event and never changed afterwards; ignored
+   * when the instance exists. Every later StartOrResume with include_state
+   * hands it back, so a resumed execution sees the delivery that started it.
+   */
+  startItemJson: Buffer;
 }
 
 export interface StartOrResumeResponse {
@@ -118,7 +131,14 @@ export interface StartOrResumeResponse {
    * The bound version's snapshot, set when version_mismatch is true, so the
    * caller can run the bound definition.
    */
-  boundVersion: Version | undefined;
+  boundVersion:
+    | Version
+    | undefined;
+  /**
+   * The instance's start item (see StartOrResumeRequest.start_item_json), when
+   * include_state is set and one was stored; empty otherwise.
+   */
+  startItemJson: Buffer;
 }
 
 export interface GetInstanceRequest {
@@ -263,6 +283,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     definitionJson: Buffer.alloc(0),
     claimToken: "",
     includeState: false,
+    startItemJson: Buffer.alloc(0),
   };
 }
 
@@ -294,6 +315,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.includeState !== false) {
       writer.uint32(72).bool(message.includeState);
+    }
+    if (message.startItemJson.length !== 0) {
+      writer.uint32(82).bytes(message.startItemJson);
     }
     return writer;
   },
@@ -383,6 +407,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.includeState = reader.bool();
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.startItemJson = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -409,6 +441,7 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     message.definitionJson = object.definitionJson ?? Buffer.alloc(0);
     message.claimToken = object.claimToken ?? "";
     message.includeState = object.includeState ?? false;
+    message.startItemJson = object.startItemJson ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -421,6 +454,7 @@ function createBaseStartOrResumeResponse(): StartOrResumeResponse {
     currentVersion: 0,
     versionMismatch: false,
     boundVersion: undefined,
+    startItemJson: Buffer.alloc(0),
   };
 }
 
@@ -443,6 +477,9 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
     }
     if (message.boundVersion !== undefined) {
       Version.encode(message.boundVersion, writer.uint32(50).fork()).join();
+    }
+    if (message.startItemJson.length !== 0) {
+      writer.uint32(58).bytes(message.startItemJson);
     }
     return writer;
   },
@@ -508,6 +545,14 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
             message.boundVersion = Version.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.startItemJson = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -537,6 +582,7 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
     message.boundVersion = (object.boundVersion !== undefined && object.boundVersion !== null)
       ? Version.fromPartial(object.boundVersion)
       : undefined;
+    message.startItemJson = object.startItemJson ?? Buffer.alloc(0);
     return message;
   },
 };
