@@ -105,7 +105,8 @@ def stack() -> Iterator[Stack]:
 
 @contextlib.contextmanager
 def build_stack() -> Iterator[Stack]:
-    package_dir = REPO / "node-package"
+    # DURABLE_E2E_PACKAGE_DIR: where the packed tarball is (default: where `make node-pack` writes it).
+    package_dir = Path(os.environ.get("DURABLE_E2E_PACKAGE_DIR", str(REPO / "node-package")))
     sidecar_db, n8n_db = create_db("durable_e2e"), create_db("n8n_e2e")
     services = FakeServices().start()
     with work_dir() as work:

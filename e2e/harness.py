@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import tempfile
 import time
 import urllib.error
@@ -87,6 +86,26 @@ def _bcrypt(env: dict[str, str], password: str) -> str:
     return out.stdout.strip()
 
 
+def install_node_package(nodes_dir: Path, tarball: Path, env: dict[str, str] | None = None) -> None:
+    """`cd ~/.n8n/nodes && npm install --legacy-peer-deps <tarball>`, as README tells a self-hosted user.
+
+    The folder gets the package.json n8n itself writes there. --legacy-peer-deps: the package's one
+    peer dependency (n8n-workflow) is n8n's own copy, which n8n provides when it loads the package;
+    a second copy installed beside it is what n8n's own installer avoids too (it drops peer
+    dependencies). The package has no dependencies, so this needs no network.
+    """
+    nodes_dir.mkdir(parents=True, exist_ok=True)
+    manifest = nodes_dir / "package.json"
+    if not manifest.exists():
+        manifest.write_text(json.dumps({"name": "installed-nodes", "private": True, "dependencies": {}}, indent=2))
+    out = subprocess.run(["npm", "install", "--legacy-peer-deps", "--no-audit", "--no-fund",
+                          "--no-update-notifier", str(tarball)],
+                         cwd=nodes_dir, env=env or dict(os.environ), capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"npm install {tarball} in {nodes_dir} failed ({out.returncode}):\n{out.stdout[-2000:]}\n"
+                           f"{out.stderr[-2000:]}")
+
+
 def tail(path: Path, lines: int = 40) -> str:
     if not path.exists():
         return f"({path} missing)"
@@ -118,15 +137,18 @@ class Process:
             self.proc.wait(timeout=30)
 
     def stop(self, timeout: float = 20) -> None:
-        if not self.alive:
+        """SIGTERM to the whole group, SIGKILL after `timeout`; also ends a group whose leader died alone."""
+        if self.proc is None:
             return
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill9()
+        # Children of the leader (n8n's task runner) that outlived it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
@@ -265,16 +287,11 @@ class N8n:
             **(extra_env or {}),
         }
         self.processes: list[Process] = []
-        # Install our package as a community package under its real name, from the packed tarball.
-        nodes = self.user_folder / ".n8n" / "nodes" / "node_modules"
-        nodes.mkdir(parents=True, exist_ok=True)
-        target = nodes / "n8n-nodes-durable"
-        with tempfile.TemporaryDirectory() as tmp:
-            tarballs = sorted(package_dir.glob("n8n-nodes-durable-*.tgz"))
-            assert tarballs, f"no packed tarball in {package_dir}: run make node-pack"
-            with tarfile.open(tarballs[-1]) as tar:
-                tar.extractall(tmp, filter="data")
-            shutil.move(str(Path(tmp) / "package"), target)
+        # Install our package the way README documents for self-hosted n8n: npm install of the
+        # packed tarball in <N8N_USER_FOLDER>/.n8n/nodes (the ~/.n8n/nodes of this n8n).
+        tarballs = sorted(package_dir.glob("n8n-nodes-durable-*.tgz"))
+        assert tarballs, f"no packed tarball in {package_dir}: run make node-pack"
+        install_node_package(self.user_folder / ".n8n" / "nodes", tarballs[-1], base)
 
     @property
     def url(self) -> str:

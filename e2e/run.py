@@ -5,47 +5,92 @@ data folder and n8n keeps its own in SQLite too, so nothing but Python and
 Node.js is needed. Set DURABLE_DATABASE_URL / DURABLE_REDIS_URL to use
 PostgreSQL / Redis for the sidecar instead. Ctrl-C stops everything.
 
-Prints `READY` on a line of its own once the order webhook answers (the
-automated first-run test waits for it).
+Prints `READY` on a line of its own once n8n is ready and the examples' webhooks
+are registered (the automated first-run test waits for it). Readiness is probed
+without running a workflow: n8n's /healthz/readiness, the REST API's list of
+active workflows, and an OPTIONS request to each example webhook, which n8n
+answers from its webhook registry without starting an execution.
+
+Ctrl-C (SIGINT), SIGTERM and SIGHUP stop every child: each runs in a process
+group of its own, and the whole group is stopped. Every line printed goes
+through say(), which survives a closed stdout (`make run | tee log` after
+Ctrl-C kills tee), so the cleanup always runs to the end. The process groups
+are also written to the data folder, so a run that was killed with -9 has its
+leftovers stopped by the next one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
+import subprocess
 import sys
-import tarfile
-import tempfile
 import time
+import urllib.request
+from http.cookiejar import CookieJar
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import grpc
+import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness import REPO, Process, free_port, http, n8n_base_env, tail
+from harness import REPO, Process, _bcrypt, free_port, http, install_node_package, n8n_base_env, tail
 
 OWNER_EMAIL = "admin@example.com"
+PREFIX = "[make run]"
+
+
+class Stop(Exception):
+    """A stop signal arrived (Ctrl-C, SIGTERM, SIGHUP): unwind to the cleanup."""
+
+
+class RunError(Exception):
+    """make run cannot go on; the message says why."""
+
+
+class _Output:
+    """Writes to stdout/stderr that never raise: a closed pipe turns the stream off, not the cleanup."""
+
+    def __init__(self) -> None:
+        self.closed: set[int] = set()
+
+    def write(self, text: str, stream: Any = None) -> None:
+        stream = stream or sys.stdout
+        fd = stream.fileno() if hasattr(stream, "fileno") else -1
+        if fd in self.closed:
+            return
+        try:
+            stream.write(text + "\n")
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.closed.add(fd)
+            # Point the dead descriptor at /dev/null, so that Python's own flush at exit
+            # does not complain about the broken pipe either.
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+
+
+OUT = _Output()
 
 
 def say(msg: str) -> None:
-    print(f"[make run] {msg}", flush=True)
+    OUT.write(f"{PREFIX} {msg}")
 
 
 def install_package(user_folder: Path) -> None:
-    """Installs the packed node package as a community package (replaced on every run: picks up rebuilds)."""
-    tarballs = sorted((REPO / "node-package").glob("n8n-nodes-durable-*.tgz"))
+    """Installs the packed tarball as README says: `npm install <tgz>` in ~/.n8n/nodes (picks up rebuilds)."""
+    package_dir = Path(os.environ.get("DURABLE_E2E_PACKAGE_DIR", str(REPO / "node-package")))
+    tarballs = sorted(package_dir.glob("n8n-nodes-durable-*.tgz"))
     if not tarballs:
-        sys.exit("no node package tarball: run `make node-pack` (make run does)")
-    target = user_folder / ".n8n" / "nodes" / "node_modules" / "n8n-nodes-durable"
-    shutil.rmtree(target, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(tarballs[-1]) as tar:
-            tar.extractall(tmp, filter="data")
-        shutil.move(str(Path(tmp) / "package"), target)
+        raise RunError("no node package tarball: run `make node-pack` (make run does)")
+    install_node_package(user_folder / ".n8n" / "nodes", tarballs[-1])
 
 
 def wait_sidecar(port: int, proc: Process, timeout: float = 60) -> None:
@@ -53,7 +98,7 @@ def wait_sidecar(port: int, proc: Process, timeout: float = 60) -> None:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         while time.monotonic() < deadline:
             if not proc.alive:
-                sys.exit(f"the sidecar exited:\n{tail(proc.log)}")
+                raise RunError(f"the sidecar exited:\n{tail(proc.log)}")
             try:
                 reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -61,7 +106,257 @@ def wait_sidecar(port: int, proc: Process, timeout: float = 60) -> None:
             except grpc.RpcError:
                 pass
             time.sleep(0.3)
-    sys.exit(f"the sidecar did not become healthy:\n{tail(proc.log)}")
+    raise RunError(f"the sidecar did not become healthy:\n{tail(proc.log)}")
+
+
+class Leftovers:
+    """The process groups of this data folder's run, on disk: a run killed with -9 leaves them behind."""
+
+    def __init__(self, data: Path) -> None:
+        self.path = data / "run.pids"
+
+    def stop_previous(self) -> None:
+        if not self.path.exists():
+            return
+        with contextlib.suppress(ValueError, OSError):
+            for entry in json.loads(self.path.read_text()):
+                try:
+                    proc = psutil.Process(entry["pid"])
+                    same = abs(proc.create_time() - entry["started"]) < 0.01
+                except psutil.Error:
+                    continue
+                if same:
+                    say(f"stopping {entry['name']} (process group {entry['pid']}) left running by an earlier make run")
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(entry["pid"], signal.SIGTERM)
+                    with contextlib.suppress(psutil.Error):
+                        proc.wait(timeout=20)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(entry["pid"], signal.SIGKILL)
+        self.path.unlink(missing_ok=True)
+
+    def record(self, processes: list[Process]) -> None:
+        entries = []
+        for p in processes:
+            if p.proc is not None and p.alive:
+                with contextlib.suppress(psutil.Error):
+                    entries.append({"name": p.name, "pid": p.proc.pid,
+                                    "started": psutil.Process(p.proc.pid).create_time()})
+        self.path.write_text(json.dumps(entries))
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def run_cli(argv: list[str], env: dict[str, str], timeout: float = 300) -> None:
+    """An n8n CLI command in a process group of its own, stopped with it on any exception (Ctrl-C too)."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RunError(f"{' '.join(argv[:2])} failed:\n{out[-2000:]}\n{err[-2000:]}")
+
+
+def example_workflows() -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((REPO / "examples").glob("*.json"))]
+
+
+def webhook_paths(workflow: dict[str, Any]) -> list[tuple[str, str]]:
+    """(HTTP method, path) of every Webhook trigger in a workflow."""
+    return [(str(n["parameters"].get("httpMethod", "GET")), str(n["parameters"]["path"]))
+            for n in workflow.get("nodes", [])
+            if n.get("type") == "n8n-nodes-base.webhook" and n.get("parameters", {}).get("path")]
+
+
+def n8n_login(base_url: str, email: str, password: str) -> urllib.request.OpenerDirector:
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    req = urllib.request.Request(f"{base_url}/rest/login", method="POST",
+                                 data=json.dumps({"emailOrLdapLoginId": email, "password": password}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with opener.open(req, timeout=10) as resp:
+        resp.read()
+    return opener
+
+
+def n8n_ready(base_url: str, email: str, password: str) -> tuple[bool, str]:
+    """Whether n8n serves the examples, found out without running them; with what it is still waiting for."""
+    status, _ = http("GET", f"{base_url}/healthz/readiness", timeout=3)
+    if status != 200:
+        return False, "n8n to answer /healthz/readiness"
+    try:
+        opener = n8n_login(base_url, email, password)
+        with opener.open(f"{base_url}/rest/active-workflows", timeout=10) as resp:
+            active = set(json.loads(resp.read())["data"])
+    except (OSError, ValueError, KeyError):
+        return False, "n8n's REST API (log in, active workflows)"
+    for wf in example_workflows():
+        if wf.get("id") not in active:
+            continue  # not published in this n8n (the user may have unpublished it): nothing to wait for
+        for method, path in webhook_paths(wf):
+            # An OPTIONS request with an Origin: n8n answers 204 and lists the methods its webhook
+            # registry holds for the path in Access-Control-Allow-Methods. No execution is started
+            # (a POST would start one) and nothing is logged (asking for one method would log an
+            # error while it is not registered yet).
+            req = urllib.request.Request(f"{base_url}/webhook/{path}", method="OPTIONS",
+                                         headers={"Origin": base_url})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    allowed = {m.strip() for m in resp.headers.get("Access-Control-Allow-Methods", "").split(",")}
+                    ok = resp.status == 204 and method in allowed
+            except OSError:
+                ok = False
+            if not ok:
+                return False, f"the webhook {method} /webhook/{path} of \"{wf.get('name')}\" to be registered"
+    return True, ""
+
+
+class Run:
+    """One `make run`: what it started, so that the cleanup can stop all of it whatever happened."""
+
+    def __init__(self, args: argparse.Namespace, data: Path) -> None:
+        self.args, self.data = args, data
+        self.stopping = False
+        self.processes: list[Process] = []
+        self.demo: Any = None
+        self.leftovers = Leftovers(data)
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stopping:
+            return  # the cleanup is running; it ends every child itself
+        self.stopping = True
+        raise Stop(signal.Signals(signum).name)
+
+    def cleanup(self) -> None:
+        self.stopping = True  # later signals only wait for the cleanup
+        started = [p for p in self.processes if p.proc is not None]
+        if started:
+            say("stopping n8n and the sidecar")
+        for p in reversed(started):
+            p.stop()
+        if self.demo is not None:
+            self.demo.stop()
+        self.leftovers.clear()
+        if started:
+            say("stopped")
+
+    def serve(self) -> int:
+        args, data = self.args, self.data
+        self.leftovers.stop_previous()
+        secrets_file = data / "run-secrets.json"
+        if secrets_file.exists():
+            conf = json.loads(secrets_file.read_text())
+        else:
+            conf = {"token": "run-" + secrets.token_urlsafe(24), "encryption_key": secrets.token_urlsafe(32),
+                    "password": "Durable-" + secrets.token_urlsafe(9)}
+            secrets_file.write_text(json.dumps(conf))
+            secrets_file.chmod(0o600)
+
+        # The sidecar: embedded SQLite and in-process cache unless URLs are set.
+        sidecar_env = {**os.environ, "DURABLE_AUTH_TOKENS": f"{conf['token']}=default",
+                       "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{args.sidecar_port}",
+                       "DURABLE_METRICS_ADDRESS": os.environ.get("DURABLE_METRICS_ADDRESS", "127.0.0.1:9464"),
+                       "DURABLE_DATA_DIR": str(data), "DURABLE_LOG_FORMAT": "text",
+                       "DURABLE_LEASE_SECONDS": os.environ.get("DURABLE_LEASE_SECONDS", "60")}
+        storage = "PostgreSQL" if os.environ.get("DURABLE_DATABASE_URL") else f"SQLite in {data / 'durable.sqlite3'}"
+        sidecar = Process("sidecar", [str(REPO / ".venv/bin/durable-sidecar"), "serve"], sidecar_env,
+                          data / "sidecar.log")
+
+        # n8n: its own state in SQLite under the data folder, our package, the examples.
+        base = n8n_base_env()
+        user = data / "n8n"
+        user.mkdir(exist_ok=True)
+        n8n_env = {**base, "DB_TYPE": "sqlite", "N8N_USER_FOLDER": str(user),
+                   "N8N_ENCRYPTION_KEY": conf["encryption_key"],
+                   "N8N_PORT": str(args.n8n_port), "N8N_RUNNERS_BROKER_PORT": str(free_port()),
+                   "N8N_WEBHOOK_URL": f"http://127.0.0.1:{args.n8n_port}/", "N8N_LOG_LEVEL": "warn",
+                   "DB_SQLITE_POOL_SIZE": "2",
+                   "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true", "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL}
+        n8n_env["N8N_INSTANCE_OWNER_PASSWORD_HASH"] = _bcrypt(base, conf["password"])
+        say("installing the node package into n8n (npm install of the packed tarball in ~/.n8n/nodes)")
+        install_package(user)
+        n8n = Process("n8n", ["n8n", "start"], n8n_env, data / "n8n.log")
+        self.processes += [sidecar, n8n]
+        # The demo order services the example calls (payment, inventory, shipping, coupon) on :8099.
+        from fake_services import FakeServices
+
+        try:
+            self.demo = FakeServices(args.services_port).start()
+        except OSError:
+            say(f"port {args.services_port} is taken: the example workflow calls whatever listens there")
+
+        say(f"starting the sidecar on 127.0.0.1:{args.sidecar_port} ({storage})")
+        sidecar.start()
+        self.leftovers.record(self.processes)
+        wait_sidecar(args.sidecar_port, sidecar)
+        marker = user / ".durable-imported"
+        if not marker.exists():
+            self.import_examples(data, n8n_env, conf["token"])
+            marker.write_text(time.strftime("%F %T"))
+        say(f"starting n8n {base.get('N8N_E2E_VERSION', '')} on http://127.0.0.1:{args.n8n_port} (10-60 s)")
+        n8n.start()
+        self.leftovers.record(self.processes)
+        base_url = f"http://127.0.0.1:{args.n8n_port}"
+        t0 = time.monotonic()
+        last_said = t0
+        while True:
+            if not n8n.alive:
+                raise RunError(f"n8n exited:\n{tail(n8n.log)}")
+            ready, waiting_for = n8n_ready(base_url, OWNER_EMAIL, conf["password"])
+            if ready:
+                break
+            if time.monotonic() - t0 > 300:
+                raise RunError(f"n8n did not come up in 300 s (waiting for {waiting_for}):\n{tail(n8n.log)}")
+            if time.monotonic() - last_said >= 15:
+                say(f"  ... waiting for {waiting_for} ({time.monotonic() - t0:.0f} s)")
+                last_said = time.monotonic()
+            time.sleep(1)
+        say(f"n8n is ready ({time.monotonic() - t0:.0f} s)")
+        OUT.write(f"""
+  n8n            {base_url}   (log in: {OWNER_EMAIL} / {conf['password']})
+  sidecar        127.0.0.1:{args.sidecar_port} ({storage}); token in {secrets_file}
+  metrics        http://{sidecar_env['DURABLE_METRICS_ADDRESS']}/metrics
+
+  Open the workflow "Order tracking (durable)"; it is published. Post an order:
+    curl -X POST {base_url}/webhook/orders -H 'Content-Type: application/json' \\
+         -d '{{"orderId": "A-1001", "amount": 42, "email": "ann@example.com"}}'
+  and look at it:   .venv/bin/durable-sidecar instances show durableOrderTracking A-1001
+  Demo order services (payment, inventory, shipping, coupon) answer on http://127.0.0.1:{args.services_port}
+  (GET /stats shows every call); point the example's Call nodes at your own services.
+
+  Ctrl-C stops everything. Logs: {data}/sidecar.log, {data}/n8n.log
+READY""")
+        while n8n.alive and sidecar.alive:
+            time.sleep(0.5)
+        failed = n8n if not n8n.alive else sidecar
+        raise RunError(f"{failed.name} exited unexpectedly:\n{tail(failed.log)}")
+
+    def import_examples(self, data: Path, n8n_env: dict[str, str], token: str) -> None:
+        """The credential and the example workflows, through n8n's own CLI (first run only)."""
+        say("importing the credential and the example workflows into n8n (first run only; ~20 s a command)")
+        creds = [{"id": "durableSidecarE2E", "name": "Durable Sidecar", "type": "durableSidecarApi",
+                  "data": {"host": "127.0.0.1", "port": self.args.sidecar_port, "tls": False, "token": token,
+                           "deadlineSeconds": 10}}]
+        cred_file = data / "credential.json"
+        cred_file.write_text(json.dumps(creds))
+        cli_env = {**n8n_env, "N8N_RUNNERS_BROKER_PORT": str(free_port())}
+        say("  n8n import:credentials (the first command also creates n8n's database)")
+        run_cli(["n8n", "import:credentials", f"--input={cred_file}"], cli_env)
+        cred_file.unlink()
+        for example in sorted((REPO / "examples").glob("*.json")):
+            text = example.read_text().replace("http://127.0.0.1:8099",
+                                               f"http://127.0.0.1:{self.args.services_port}")
+            wf = json.loads(text)
+            local = data / example.name
+            local.write_text(text)
+            say(f"  n8n import:workflow and publish:workflow: {example.name}")
+            run_cli(["n8n", "import:workflow", f"--input={local}"], cli_env)
+            run_cli(["n8n", "publish:workflow", f"--id={wf['id']}"], cli_env)
 
 
 def main() -> int:
@@ -73,126 +368,22 @@ def main() -> int:
     args = parser.parse_args()
     data = Path(args.data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
-    secrets_file = data / "run-secrets.json"
-    if secrets_file.exists():
-        conf = json.loads(secrets_file.read_text())
-    else:
-        conf = {"token": "run-" + secrets.token_urlsafe(24), "encryption_key": secrets.token_urlsafe(32),
-                "password": "Durable-" + secrets.token_urlsafe(9)}
-        secrets_file.write_text(json.dumps(conf))
-        secrets_file.chmod(0o600)
-
-    # The sidecar: embedded SQLite and in-process cache unless URLs are set.
-    sidecar_env = {**os.environ, "DURABLE_AUTH_TOKENS": f"{conf['token']}=default",
-                   "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{args.sidecar_port}",
-                   "DURABLE_METRICS_ADDRESS": os.environ.get("DURABLE_METRICS_ADDRESS", "127.0.0.1:9464"),
-                   "DURABLE_DATA_DIR": str(data), "DURABLE_LOG_FORMAT": "text",
-                   "DURABLE_LEASE_SECONDS": os.environ.get("DURABLE_LEASE_SECONDS", "60")}
-    storage = "PostgreSQL" if os.environ.get("DURABLE_DATABASE_URL") else f"SQLite in {data / 'durable.sqlite3'}"
-    sidecar = Process("sidecar", [str(REPO / ".venv/bin/durable-sidecar"), "serve"], sidecar_env,
-                      data / "sidecar.log")
-
-    # n8n: its own state in SQLite under the data folder, our package, the examples.
-    base = n8n_base_env()
-    user = data / "n8n"
-    user.mkdir(exist_ok=True)
-    n8n_env = {**base, "DB_TYPE": "sqlite", "N8N_USER_FOLDER": str(user), "N8N_ENCRYPTION_KEY": conf["encryption_key"],
-               "N8N_PORT": str(args.n8n_port), "N8N_RUNNERS_BROKER_PORT": str(free_port()),
-               "N8N_WEBHOOK_URL": f"http://127.0.0.1:{args.n8n_port}/", "N8N_LOG_LEVEL": "warn",
-               "DB_SQLITE_POOL_SIZE": "2",
-               "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true", "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL}
-    from harness import _bcrypt
-
-    n8n_env["N8N_INSTANCE_OWNER_PASSWORD_HASH"] = _bcrypt(base, conf["password"])
-    install_package(user)
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    n8n = Process("n8n", ["n8n", "start"], n8n_env, data / "n8n.log")
-    # The demo order services the example calls (payment, inventory, shipping, coupon) on :8099.
-    from fake_services import FakeServices
-
-    demo: FakeServices | None = None
+    run = Run(args, data)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, run.on_signal)
+    # A write to a closed pipe must raise (say() then turns that stream off), not end the process
+    # before it has stopped its children. Python ignores SIGPIPE already; this states it.
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
-        demo = FakeServices(args.services_port).start()
-    except OSError:
-        say(f"port {args.services_port} is taken: the example workflow calls whatever listens there")
-    try:
-        say(f"starting the sidecar on 127.0.0.1:{args.sidecar_port} ({storage})")
-        sidecar.start()
-        wait_sidecar(args.sidecar_port, sidecar)
-        marker = user / ".durable-imported"
-        if not marker.exists():
-            say("importing the credential and the example workflows into n8n (first run only)")
-            creds = [{"id": "durableSidecarE2E", "name": "Durable Sidecar", "type": "durableSidecarApi",
-                      "data": {"host": "127.0.0.1", "port": args.sidecar_port, "tls": False, "token": conf["token"],
-                               "deadlineSeconds": 10}}]
-            cred_file = data / "credential.json"
-            cred_file.write_text(json.dumps(creds))
-            cli_env = {**n8n_env, "N8N_RUNNERS_BROKER_PORT": str(free_port())}
-            import subprocess
-
-            def cli(*argv: str) -> None:
-                out = subprocess.run(["n8n", *argv], env=cli_env, capture_output=True, text=True, timeout=300)
-                if out.returncode != 0:
-                    sys.exit(f"n8n {' '.join(argv)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-
-            cli("import:credentials", f"--input={cred_file}")
-            cred_file.unlink()
-            for example in sorted((REPO / "examples").glob("*.json")):
-                text = example.read_text().replace("http://127.0.0.1:8099", f"http://127.0.0.1:{args.services_port}")
-                wf = json.loads(text)
-                local = data / example.name
-                local.write_text(text)
-                cli("import:workflow", f"--input={local}")
-                cli("publish:workflow", f"--id={wf['id']}")
-            marker.write_text(time.strftime("%F %T"))
-        say(f"starting n8n {base.get('N8N_E2E_VERSION', '')} on http://127.0.0.1:{args.n8n_port} (10-30 s)")
-        n8n.start()
-        deadline = time.monotonic() + 300
-        while not stopping:
-            if not n8n.alive:
-                sys.exit(f"n8n exited:\n{tail(n8n.log)}")
-            status, _ = http("POST", f"http://127.0.0.1:{args.n8n_port}/webhook/orders", {"probe": True}, timeout=5)
-            if status == 200:
-                break
-            if time.monotonic() > deadline:
-                sys.exit(f"n8n did not come up in 300 s:\n{tail(n8n.log)}")
-            time.sleep(1)
-        if not stopping:
-            print(f"""
-  n8n            http://127.0.0.1:{args.n8n_port}   (log in: {OWNER_EMAIL} / {conf['password']})
-  sidecar        127.0.0.1:{args.sidecar_port} ({storage}); token in {secrets_file}
-  metrics        http://{sidecar_env['DURABLE_METRICS_ADDRESS']}/metrics
-
-  Open the workflow "Order tracking (durable)"; it is published. Post an order:
-    curl -X POST http://127.0.0.1:{args.n8n_port}/webhook/orders -H 'Content-Type: application/json' \\
-         -d '{{"orderId": "A-1001", "amount": 42, "email": "ann@example.com"}}'
-  and look at it:   .venv/bin/durable-sidecar instances show durableOrderTracking A-1001
-  Demo order services (payment, inventory, shipping, coupon) answer on http://127.0.0.1:{args.services_port}
-  (GET /stats shows every call); point the example's Call nodes at your own services.
-
-  Ctrl-C stops everything. Logs: {data}/sidecar.log, {data}/n8n.log
-READY""", flush=True)
-        while not stopping and n8n.alive and sidecar.alive:
-            time.sleep(0.5)
-        if not stopping:
-            failed = n8n if not n8n.alive else sidecar
-            say(f"{failed.name} exited unexpectedly:\n{tail(failed.log)}")
-            return 1
+        return run.serve()
+    except Stop as sig:
+        say(f"{sig}: stopping")
         return 0
+    except RunError as exc:
+        OUT.write(f"{PREFIX} {exc}", sys.stderr)
+        return 1
     finally:
-        say("stopping n8n and the sidecar")
-        n8n.stop()
-        sidecar.stop()
-        if demo is not None:
-            demo.stop()
-        say("stopped")
+        run.cleanup()
 
 
 if __name__ == "__main__":
