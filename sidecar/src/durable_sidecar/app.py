@@ -34,6 +34,7 @@ from .stores.base import Database
 from .stores.cache import Cache
 from .stores.n8n import N8nClient
 from .transport.auth import Authenticator
+from .transport.boundary import Boundary, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
@@ -88,6 +89,50 @@ class Sidecar:
         await self.cache.close()
         await self.db.close()
         log.info("sidecar stopped")
+
+
+class HealthMonitor:
+    """Pings the database; gRPC health and /readyz say NOT_SERVING while it is unreachable.
+
+    Two failed pings in a row turn health NOT_SERVING (one slow ping under load
+    is not an outage); the first good ping turns it SERVING again, with no
+    restart. After stop() began, health stays NOT_SERVING.
+    """
+
+    def __init__(self, db: Database, health_servicer: health.aio.HealthServicer, stopping: asyncio.Event, *,
+                 interval_seconds: float) -> None:
+        self.db = db
+        self.health = health_servicer
+        self.stopping = stopping
+        self.interval_seconds = interval_seconds
+        self.serving = True
+        self._failures = 0
+
+    async def check_once(self) -> None:
+        ok = await self.db.ping()
+        self._failures = 0 if ok else self._failures + 1
+        serving = ok or self._failures < 2
+        if serving == self.serving or self.stopping.is_set():
+            return
+        self.serving = serving
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *SERVICE_NAMES]:
+            await self.health.set(name, status)
+        if serving:
+            log.info("database reachable again: health SERVING")
+        else:
+            log.warning("database unreachable: health NOT_SERVING until it answers again")
+
+    async def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                await self.check_once()
+            except Exception:  # the monitor must outlive any one failed check
+                log.exception("health check failed unexpectedly")
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=self.interval_seconds)
+            except TimeoutError:
+                pass
 
 
 def _credentials(settings: Settings) -> grpc.ServerCredentials:
@@ -150,16 +195,27 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
                                      reaper_batch_size=settings.reaper_batch_size)
     auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
     stopping = asyncio.Event()
+    boundary = Boundary(
+        max_json_bytes=settings.max_state_bytes, max_repeated=settings.max_batch_items,
+        tokens=PageTokens.derived(settings.page_token_secret, await db.installation_id()),
+        streams=StreamLimits(per_namespace=settings.watch_streams_per_namespace,
+                             min_poll_interval_ms=settings.watch_min_poll_interval_ms),
+    )
 
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.so_reuseport", 0),
     ])
-    instance_pb2_grpc.add_InstanceServiceServicer_to_server(InstanceServicer(instances, auth, stopping), server)
-    checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointServicer(checkpoints, auth), server)
-    idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server(IdempotencyServicer(idempotency, auth), server)
-    version_pb2_grpc.add_VersionServiceServicer_to_server(VersionServicer(versions, auth), server)
+    servicers = (InstanceServicer(instances, auth, stopping), CheckpointServicer(checkpoints, auth),
+                 IdempotencyServicer(idempotency, auth), VersionServicer(versions, auth))
+    for servicer in servicers:
+        # Every request passes the one input boundary first (transport/rpc.py).
+        setattr(servicer, "boundary", boundary)  # noqa: B010 - read by transport/rpc.py, not declared by the servicers
+    instance_pb2_grpc.add_InstanceServiceServicer_to_server(servicers[0], server)
+    checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(servicers[1], server)
+    idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server(servicers[2], server)
+    version_pb2_grpc.add_VersionServiceServicer_to_server(servicers[3], server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -172,14 +228,12 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         port = server.add_insecure_port(settings.listen_address)
     if port == 0:
         raise OSError(f"could not bind {settings.listen_address}")
+    monitor = HealthMonitor(db, health_servicer, stopping, interval_seconds=settings.health_check_interval_seconds)
     metrics_server = None
     if settings.metrics_address:
-        loop = asyncio.get_running_loop()
 
         def ready() -> bool:
-            if stopping.is_set():
-                return False
-            return asyncio.run_coroutine_threadsafe(db.ping(), loop).result(timeout=3)
+            return not stopping.is_set() and monitor.serving
 
         def refresh() -> None:
             stats = db.pool_stats()
@@ -197,6 +251,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
                       stopping=stopping, metrics_server=metrics_server, drains=[checkpoints.drain])
     sidecar.background.append(asyncio.create_task(idempotency.run_reaper(settings.reaper_interval_seconds),
                                                   name="idempotency-reaper"))
+    sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
     if metrics_server is not None:
         metrics_server.start()
     log.info("sidecar serving", extra={"address": settings.listen_address, "port": port,

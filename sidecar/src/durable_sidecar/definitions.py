@@ -1,7 +1,7 @@
 """n8n workflow definitions: parsing, the canonical content hash, step names and node diffs.
 
-The content hash is the SHA-256 of the canonical JSON (sorted keys, no
-whitespace, UTF-8) of ``{"nodes": [...], "connections": {...}}`` where:
+The content hash is the SHA-256 of the canonical JSON (RFC 8785, see
+canonical.py) of ``{"nodes": [...], "connections": {...}}`` where:
 
 - nodes are sorted by name: n8n addresses nodes by their (unique) name in
   connections and expressions, and reorders the array when it saves;
@@ -16,6 +16,10 @@ whitespace, UTF-8) of ``{"nodes": [...], "connections": {...}}`` where:
 Everything else (parameters, type, typeVersion, credentials, webhookId,
 disabled, notes, retry settings) is kept: when in doubt, a spurious new
 version is the safe mistake, a missed change is not.
+
+Node names are identifiers (1 to 255 characters, no control characters):
+they become step names and are stored as text. ``legacy_content_hash`` is the
+hash before RFC 8785; registering accepts a match on it (canonical.py, Migration).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import validation
+from . import canonical, validation
 from .errors import InvalidArgument
 
 STICKY_NOTE_TYPE = "n8n-nodes-base.stickyNote"
@@ -49,6 +53,7 @@ class Definition:
     node_names: tuple[str, ...]
     canonical_nodes: dict[str, Any]
     connections: dict[str, Any]
+    legacy_content_hash: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,13 +83,35 @@ def semver_label(field: str, value: str) -> str:
 
 
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    """RFC 8785 bytes of a parsed definition fragment."""
+    return canonical.canonical_value("definition_json", value)
 
 
 def parse(raw: bytes, field: str = "definition_json") -> Definition:
     """Checks the shape n8n gives a workflow and computes the content hash; InvalidArgument when malformed."""
-    validation.json_bytes(field, raw)
-    doc = json.loads(raw)
+    if not raw:
+        raise InvalidArgument(f"{field} is required (JSON)")
+    doc = canonical.parse(field, raw)
+    nodes, steps, conns = _shape(field, doc)
+    digest = hashlib.sha256(canonical.canonical_value(field, {"nodes": [nodes[n] for n in steps],
+                                                              "connections": conns})).hexdigest()
+    return Definition(raw=raw, content_hash=digest, node_names=tuple(steps),
+                      canonical_nodes={n: nodes[n] for n in steps}, connections=conns,
+                      legacy_content_hash=_legacy_hash(field, raw))
+
+
+def _legacy_hash(field: str, raw: bytes) -> str:
+    """The content hash as computed before RFC 8785 (Python numbers and spelling); "" when impossible."""
+    try:
+        nodes, steps, conns = _shape(field, json.loads(raw))
+        return hashlib.sha256(canonical.legacy_dumps({"nodes": [nodes[n] for n in steps],
+                                                      "connections": conns})).hexdigest()
+    except (ValueError, RecursionError):
+        return ""
+
+
+def _shape(field: str, doc: Any) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """(nodes by name without ignored fields, sorted executable node names, cleaned connections)."""
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{field} must be a JSON object with a 'nodes' array (an n8n workflow)")
     nodes = doc.get("nodes")
@@ -95,7 +122,7 @@ def parse(raw: bytes, field: str = "definition_json") -> Definition:
         connections = {}
     if not isinstance(connections, dict):
         raise InvalidArgument(f"{field}: 'connections' must be an object keyed by node name")
-    canonical: dict[str, Any] = {}
+    canonical_nodes: dict[str, Any] = {}
     steps: list[str] = []
     for i, node in enumerate(nodes):
         if not isinstance(node, dict):
@@ -103,21 +130,15 @@ def parse(raw: bytes, field: str = "definition_json") -> Definition:
         name = node.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"{field}: nodes[{i}] has no name")
+        validation.identifier(f"{field}: nodes[{i}].name", name)
         if not isinstance(node.get("type"), str) or not node["type"]:
             raise InvalidArgument(f"{field}: node {name[:64]!r} has no type")
-        if name in canonical:
+        if name in canonical_nodes:
             raise InvalidArgument(f"{field}: node name {name[:64]!r} appears twice; n8n node names are unique")
-        canonical[name] = {k: v for k, v in node.items() if k not in _IGNORED_NODE_FIELDS}
+        canonical_nodes[name] = {k: v for k, v in node.items() if k not in _IGNORED_NODE_FIELDS}
         if node["type"] != STICKY_NOTE_TYPE:
             steps.append(name)
-    conns = _canonical_connections(field, connections)
-    executable = [canonical[n] for n in sorted(steps)]
-    try:
-        digest = hashlib.sha256(canonical_json({"nodes": executable, "connections": conns})).hexdigest()
-    except ValueError:
-        raise InvalidArgument(f"{field} contains NaN or Infinity, which JSON does not allow") from None
-    return Definition(raw=raw, content_hash=digest, node_names=tuple(sorted(steps)),
-                      canonical_nodes={n: canonical[n] for n in steps}, connections=conns)
+    return canonical_nodes, sorted(steps), _canonical_connections(field, connections)
 
 
 def _canonical_connections(field: str, connections: dict[str, Any]) -> dict[str, Any]:

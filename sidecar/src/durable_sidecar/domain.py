@@ -224,6 +224,9 @@ class NewClaim:
     lease_seconds: int
     ttl_seconds: int
     holder: str
+    # The fingerprint of payload_json before RFC 8785 (canonical.py, Migration):
+    # a key claimed before the upgrade still matches it.
+    legacy_fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,9 @@ class NewVersion:
     note: str
     actor: str
     reason: str
+    # The content hash before RFC 8785: a snapshot registered before the upgrade
+    # still counts as the same content (canonical.py, Migration).
+    legacy_content_hash: str = ""
 
 
 @dataclass(frozen=True)

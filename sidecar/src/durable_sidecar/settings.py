@@ -130,6 +130,37 @@ class Settings:
     max_batch_items: int = field(
         default=1000, metadata=_meta("DURABLE_MAX_BATCH_ITEMS", "Most items in one batched RPC.")
     )
+    watch_streams_per_namespace: int = field(
+        default=16,
+        metadata=_meta(
+            "DURABLE_WATCH_STREAMS_PER_NAMESPACE",
+            "Most open WatchResumable streams of one namespace on one sidecar process; one more is "
+            "RESOURCE_EXHAUSTED (streams).",
+        ),
+    )
+    watch_min_poll_interval_ms: int = field(
+        default=250,
+        metadata=_meta(
+            "DURABLE_WATCH_MIN_POLL_INTERVAL_MS",
+            "Floor on a WatchResumable stream's poll interval; a shorter one asked for is raised to it (ms).",
+        ),
+    )
+    page_token_secret: str = field(
+        default="",
+        metadata=_meta(
+            "DURABLE_PAGE_TOKEN_SECRET",
+            "Key that signs page tokens (HMAC-SHA256); empty: derived from the database's installation id, "
+            "so every replica of one database shares it.",
+        ),
+    )
+    health_check_interval_seconds: float = field(
+        default=2.0,
+        metadata=_meta(
+            "DURABLE_HEALTH_CHECK_INTERVAL_SECONDS",
+            "How often the database is pinged for gRPC health and /readyz: NOT_SERVING while it is unreachable "
+            "(seconds).",
+        ),
+    )
     idempotency_lease_seconds: int = field(
         default=60,
         metadata=_meta("DURABLE_IDEMPOTENCY_LEASE_SECONDS", "Default lease of an acquired idempotency key (seconds)."),
@@ -299,6 +330,12 @@ class Settings:
              "must be at least DURABLE_MAX_STATE_BYTES + 1 MiB")
         need(self.max_message_bytes <= 2_147_483_647, "DURABLE_MAX_MESSAGE_BYTES", "must fit in 2 GiB")
         need(1 <= self.max_batch_items <= 100_000, "DURABLE_MAX_BATCH_ITEMS", "must be 1 to 100000")
+        need(1 <= self.watch_streams_per_namespace <= 100_000, "DURABLE_WATCH_STREAMS_PER_NAMESPACE",
+             "must be 1 to 100000")
+        need(100 <= self.watch_min_poll_interval_ms <= 600_000, "DURABLE_WATCH_MIN_POLL_INTERVAL_MS",
+             "must be 100 to 600000")
+        need(0 < self.health_check_interval_seconds <= 300, "DURABLE_HEALTH_CHECK_INTERVAL_SECONDS",
+             "must be in (0, 300]")
         need(1 <= self.idempotency_lease_seconds <= 86_400, "DURABLE_IDEMPOTENCY_LEASE_SECONDS",
              "must be 1 to 86400")
         need(60 <= self.idempotency_ttl_seconds <= 31_622_400, "DURABLE_IDEMPOTENCY_TTL_SECONDS",

@@ -1,51 +1,118 @@
-"""Input checks shared by the services: identifiers, JSON payloads, ranges."""
+"""Input checks shared by the boundary and the services: identifiers, text, JSON payloads, ranges.
+
+JSON follows RFC 8259 strictly: the bytes must be UTF-8 (not UTF-16/32, no
+byte-order mark, no encoded surrogates), no lone surrogate may hide in a
+``\\u`` escape, and NaN/Infinity are refused. Big numbers: any syntactically
+valid number is accepted and stored as sent (a 5,000-digit integer included);
+only where a number must become a value (fingerprints, definition hashes, see
+canonical.py) does it become an IEEE 754 double, as JavaScript reads it.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 from .errors import InvalidArgument
 
 MAX_ID_LENGTH = 255
 MAX_MESSAGE_LENGTH = 4096
 
+# C0 controls, DEL and C1 controls: never in an identifier.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Free text (error messages, reasons, notes) may keep tabs and line breaks.
+_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# A \u escape of a surrogate: only then can a lone surrogate hide in parsed JSON.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
 
 def identifier(field: str, value: str, *, required: bool = True) -> str:
-    """A 1-255 character identifier without control characters."""
+    """A 1-255 character identifier without control characters (C0, DEL, C1) or lone surrogates."""
     if not value:
         if required:
             raise InvalidArgument(f"{field} is required")
         return value
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(f"{field} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if _CONTROL.search(value):
         raise InvalidArgument(f"{field} contains control characters")
+    _no_surrogates(field, value)
     return value
 
 
 def text(field: str, value: str, *, required: bool = False, limit: int = MAX_MESSAGE_LENGTH) -> str:
+    """Free text: tabs and line breaks allowed, no NUL or other control characters."""
     if required and not value.strip():
         raise InvalidArgument(f"{field} is required")
     if len(value) > limit:
         raise InvalidArgument(f"{field} is {len(value)} characters long; the limit is {limit}")
+    if _TEXT_CONTROL.search(value):
+        raise InvalidArgument(f"{field} contains NUL or control characters (only tab and line breaks are allowed)")
+    _no_surrogates(field, value)
     return value
 
 
+def _no_surrogates(field: str, value: str) -> None:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{field} contains a lone surrogate (not Unicode text)") from None
+
+
+def parse_json(field: str, value: bytes, **hooks: Any) -> Any:
+    """The JSON value of strict UTF-8 JSON bytes; InvalidArgument naming the field otherwise."""
+    try:
+        decoded = value.decode("utf-8")  # strict: refuses UTF-16/32 and encoded surrogates
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{field} is not UTF-8 (JSON must be UTF-8, RFC 8259)") from None
+    if decoded.startswith("\ufeff"):
+        raise InvalidArgument(f"{field} starts with a byte-order mark; send JSON without one")
+    hooks.setdefault("parse_int", _big_int)
+    try:
+        parsed = json.loads(decoded, parse_constant=_reject_constant, **hooks)
+    except RecursionError:
+        raise InvalidArgument(f"{field} is nested too deeply to be a state (hundreds of levels)") from None
+    except ValueError as exc:
+        raise InvalidArgument(f"{field} is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(value) and _has_lone_surrogate(parsed):
+        raise InvalidArgument(f"{field} contains a lone surrogate escape (\\uD800-\\uDFFF without its pair)")
+    return parsed
+
+
 def json_bytes(field: str, value: bytes, *, required: bool = True) -> bytes:
-    """Checks the bytes are UTF-8 JSON; returns them unchanged (they are stored as sent)."""
+    """Checks the bytes are strict UTF-8 JSON; returns them unchanged (they are stored as sent)."""
     if not value:
         if required:
             raise InvalidArgument(f"{field} is required (JSON)")
         return value
-    try:
-        json.loads(value, parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"{field} is not UTF-8") from None
-    except ValueError as exc:
-        raise InvalidArgument(f"{field} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidArgument(f"{field} is nested too deeply to be a state (hundreds of levels)") from None
+    parse_json(field, value)
     return value
+
+
+def _big_int(digits: str) -> object:
+    # Python refuses int() of more than 4,300 digits; a valid JSON integer of any
+    # length is still JSON, so the check only needs its syntax (already matched).
+    return int(digits) if len(digits) <= 4000 else 0
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _reject_constant(name: str) -> object:

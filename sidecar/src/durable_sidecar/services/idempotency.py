@@ -9,15 +9,13 @@ from the database, so a cache problem can cost speed but never change an outcome
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from .. import failpoints, metrics, validation
+from .. import canonical, failpoints, metrics, validation
 from ..domain import (
     Claimed,
     ClaimOutcome,
@@ -64,40 +62,14 @@ class ClaimItem:
     holder: str
 
 
-def _normalise(value: Any) -> Any:
-    # JavaScript (n8n) has one number type: 1 and 1.0 are the same value there,
-    # so they must give the same fingerprint here.
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _normalise(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_normalise(v) for v in value]
-    return value
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def canonical_json(payload: bytes) -> bytes:
-    """UTF-8 JSON with keys sorted, no whitespace, and integral numbers written as integers."""
-    try:
-        value = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
-        text = json.dumps(_normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-    except UnicodeDecodeError:
-        raise InvalidArgument("payload_json is not UTF-8") from None
-    except RecursionError:
-        raise InvalidArgument("payload_json is nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidArgument(f"payload_json is not valid JSON: {exc}") from None
-    return text.encode("utf-8", "surrogatepass")
+    """RFC 8785 (JCS) form of the payload (see canonical.py): what the node package hashes too."""
+    return canonical.canonical_json(payload, "payload_json")
 
 
 def fingerprint_of(payload: bytes) -> str:
     """Lower-case hex SHA-256 of the payload's canonical JSON: key order and whitespace do not change it."""
-    return hashlib.sha256(canonical_json(payload)).hexdigest()
+    return canonical.fingerprint_of(payload, "payload_json")
 
 
 def _show_fp(fingerprint: str) -> str:
@@ -183,7 +155,9 @@ class IdempotencyService:
             fingerprint = self._fingerprint(item)
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"items[{index}]: {exc}") from None
-        return NewClaim(KeyRef(namespace, item.scope, item.key), fingerprint, lease, ttl, item.holder)
+        legacy = canonical.legacy_fingerprint_of(item.payload_json) if item.payload_json else ""
+        return NewClaim(KeyRef(namespace, item.scope, item.key), fingerprint, lease, ttl, item.holder,
+                        legacy_fingerprint=legacy)
 
     def _prepare(self, namespace: str, items: list[ClaimItem]) -> list[NewClaim]:
         claims = [self._validate(namespace, i, item) for i, item in enumerate(items)]
@@ -258,7 +232,7 @@ class IdempotencyService:
                 # An expired key counts as unseen, but its attempt number carries on
                 # (never back to 1) so a late call from the old life stays fenced out.
                 return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=True)), True
-            if row.fingerprint != claim.fingerprint:
+            if row.fingerprint != claim.fingerprint and not self._legacy_match(row.fingerprint, claim):
                 raise FailedPrecondition(
                     f"items[{index}]: key {_name(claim.ref)} was already used with a different payload "
                     f"(fingerprint {_show_fp(row.fingerprint)}, this request {_show_fp(claim.fingerprint)}); "
@@ -275,6 +249,11 @@ class IdempotencyService:
             # Failed, or in progress with a lapsed lease: the next attempt takes over.
             return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=False)), False
         raise Unavailable(f"items[{index}]: key {_name(claim.ref)} kept changing under the claim; retry")
+
+    @staticmethod
+    def _legacy_match(stored: str, claim: NewClaim) -> bool:
+        """A key claimed before RFC 8785 fingerprints holds the old form of the same payload."""
+        return bool(claim.legacy_fingerprint) and stored == claim.legacy_fingerprint
 
     async def _replay_from_cache(self, claims: list[NewClaim]) -> list[Claimed] | None:
         """Answers only when every item is a cached completed key with the same fingerprint."""
@@ -296,7 +275,14 @@ class IdempotencyService:
         left = int((key.expires_at - now - _CACHE_MARGIN).total_seconds())
         ttl = min(self.cache.ttl_seconds, left)
         if key.status is KeyStatus.COMPLETED and ttl > 0:
-            await self.cache.put_completed_key(key.namespace, key.scope, key.key, _to_cache(key), ttl)
+            try:
+                entry = _to_cache(key)
+            except (UnicodeDecodeError, ValueError):
+                # Runs after the commit, so it must not fail the call: a result stored
+                # before the boundary checked UTF-8 is served from the database alone.
+                log.warning("completed key not cached: its stored result is not UTF-8 JSON")
+                return
+            await self.cache.put_completed_key(key.namespace, key.scope, key.key, entry, ttl)
 
     # Outcomes.
 

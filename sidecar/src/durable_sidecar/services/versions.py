@@ -74,7 +74,8 @@ class VersionService:
         parsed = definitions.parse(definition_json)
         return NewVersion(namespace=namespace, workflow_id=workflow_id, content_hash=parsed.content_hash,
                           definition_json=parsed.raw, node_names=parsed.node_names, n8n_version_id=n8n_version_id,
-                          label=label, note=note, actor=actor, reason=reason)
+                          label=label, note=note, actor=actor, reason=reason,
+                          legacy_content_hash=parsed.legacy_content_hash)
 
     async def register_txn(self, conn: Conn, new: NewVersion) -> Registered:
         """Stores the snapshot unless its content exists; either way it becomes the current version.
@@ -84,11 +85,11 @@ class VersionService:
         again and the next number taken from the head, so concurrent callers
         get one version per content and numbers without duplicates.
         """
-        found = await self.versions.find_by_hash_txn(conn, new.namespace, new.workflow_id, new.content_hash)
+        found = await self._find_content_txn(conn, new)
         if found is not None and found[0].version == found[1]:
             return Registered(found[0], created=False)
         head = await self.versions.lock_head_txn(conn, new.namespace, new.workflow_id)
-        found = await self.versions.find_by_hash_txn(conn, new.namespace, new.workflow_id, new.content_hash)
+        found = await self._find_content_txn(conn, new)
         if found is not None:
             existing = found[0]
             if head.current_version != existing.version:
@@ -111,6 +112,14 @@ class VersionService:
         log.info("version registered", extra={"workflow_id": new.workflow_id, "version": number,
                                               "content_hash": new.content_hash})
         return Registered(version, created=True)
+
+    async def _find_content_txn(self, conn: Conn, new: NewVersion) -> tuple[Version, int] | None:
+        """The snapshot with this content, by its RFC 8785 hash or the hash from before it."""
+        found = await self.versions.find_by_hash_txn(conn, new.namespace, new.workflow_id, new.content_hash)
+        if found is None and new.legacy_content_hash and new.legacy_content_hash != new.content_hash:
+            found = await self.versions.find_by_hash_txn(conn, new.namespace, new.workflow_id,
+                                                         new.legacy_content_hash)
+        return found
 
     async def register(self, namespace: str, workflow_id: str, definition_json: bytes, *, n8n_version_id: str = "",
                        label: str = "", note: str = "", actor: str = "") -> Registered:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -15,6 +16,7 @@ import grpc
 from .. import errors, metrics
 from ..logs import instance_key_var, namespace_var, request_id_var
 from .auth import Authenticator
+from .boundary import Boundary
 from .errors import status_for
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,26 @@ Resp = TypeVar("Resp")
 
 class HasAuth(Protocol):
     auth: Authenticator
+
+
+# Above this many JSON bytes in one request, the boundary's checks run off the event loop.
+_OFFLOAD_JSON_BYTES = 256 * 1024
+
+
+def _boundary(servicer: object) -> Boundary | None:
+    # app.start gives every servicer the sidecar's one Boundary (attribute `boundary`).
+    found = getattr(servicer, "boundary", None)
+    return found if isinstance(found, Boundary) else None
+
+
+async def _admit(boundary: Boundary | None, method: str, namespace: str, request: Any) -> None:
+    """The input boundary: the whole request is checked before the handler (and any service) runs."""
+    if boundary is None:
+        return
+    if boundary.json_bytes(request) > _OFFLOAD_JSON_BYTES:
+        await asyncio.to_thread(boundary.admit, method, namespace, request)
+    else:
+        boundary.admit(method, namespace, request)
 
 
 def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> str:
@@ -66,7 +88,12 @@ def unary(method: str) -> Callable[
             message = ""
             try:
                 namespace = _begin(context, self.auth)
-                return await handler(self, request, namespace)
+                boundary = _boundary(self)
+                await _admit(boundary, method, namespace, request)
+                response = await handler(self, request, namespace)
+                if boundary is not None:
+                    boundary.seal(method, namespace, response)
+                return response
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED  # the client went away or its deadline passed
                 raise
@@ -97,8 +124,12 @@ def server_stream(method: str) -> Callable[
             message = ""
             try:
                 namespace = _begin(context, self.auth)
-                async for item in handler(self, request, namespace):
-                    yield item
+                boundary = _boundary(self)
+                await _admit(boundary, method, namespace, request)
+                # One tenant's streams are limited so they cannot slow the other namespaces.
+                with boundary.streams.stream(namespace) if boundary is not None else contextlib.nullcontext():
+                    async for item in handler(self, request, namespace):
+                        yield item
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
                 raise

@@ -1,0 +1,225 @@
+"""The one input boundary: every field of every request is checked before any service runs.
+
+The rules follow the field's type and name in the proto descriptor, so a field
+added to the contract is checked without touching this file:
+
+- ``*_json`` bytes: strict UTF-8 JSON (validation.parse_json), at most
+  DURABLE_MAX_STATE_BYTES (RESOURCE_EXHAUSTED above it);
+- other bytes: at most DURABLE_MAX_STATE_BYTES;
+- strings: identifiers (at most 255 characters, no C0/DEL/C1 control
+  characters, no lone surrogates); free text (``error_message``, ``reason``,
+  ``note``): at most 4,096 characters, tabs and line breaks allowed, no other
+  control characters; ``version_label``/``label``: a semantic version;
+  ``page_token``: a token this server signed (see PageTokens);
+- integers: 0 to 2^53 - 1 (what JavaScript and every store hold exactly;
+  no field of the contract means anything negative), and the durations
+  below in range;
+- Timestamps: inside the Timestamp range (years 1 to 9999), nanos 0 to 999,999,999;
+- enums: a value the contract defines;
+- repeated fields: at most DURABLE_MAX_BATCH_ITEMS entries.
+
+Requiredness and the ranges one RPC gives a field (lease lengths, page sizes)
+stay with the services; this module guarantees that nothing a service,
+store or database driver receives can make it fail in a way that is not a
+DomainError, before anything is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from .. import validation
+from ..definitions import semver_label
+from ..errors import InvalidArgument, TooLarge
+
+MAX_SAFE_INTEGER = 2**53 - 1
+# Age and delay fields: a century is past any retention or wake-up anyone means.
+MAX_DURATION_SECONDS = 100 * 366 * 86_400
+_DURATION_FIELDS = frozenset({"older_than_seconds", "delay_seconds", "ttl_seconds"})
+_FREE_TEXT = frozenset({"error_message", "reason", "note"})
+_SEMVER = frozenset({"version_label", "label"})
+MAX_PAGE_TOKEN_LENGTH = 2048
+# google.protobuf.Timestamp: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+_TS_MIN_SECONDS, _TS_MAX_SECONDS = -62_135_596_800, 253_402_300_799
+_INTEGER_TYPES = frozenset({FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
+                            FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
+                            FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_FIXED64,
+                            FieldDescriptor.TYPE_SFIXED32, FieldDescriptor.TYPE_SFIXED64})
+
+
+class PageTokens:
+    """Page tokens are opaque: the store's cursor, signed with HMAC-SHA256 for one RPC and namespace.
+
+    A token the server did not make (or made for another list or namespace)
+    is INVALID_ARGUMENT before any store decodes it. Every replica derives the
+    same key (DURABLE_PAGE_TOKEN_SECRET, else the database's installation id),
+    so a token from one replica pages on another.
+    """
+
+    _PREFIX = "p1."
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    @classmethod
+    def derived(cls, secret: str, installation_id: str) -> PageTokens:
+        material = secret.encode() if secret else b"durable page tokens\0" + installation_id.encode()
+        return cls(hashlib.sha256(material).digest())
+
+    def _mac(self, method: str, namespace: str, cursor: bytes) -> bytes:
+        msg = method.encode() + b"\0" + namespace.encode() + b"\0" + cursor
+        return hmac.new(self._key, msg, hashlib.sha256).digest()[:16]
+
+    def sign(self, method: str, namespace: str, cursor: str) -> str:
+        if not cursor:
+            return ""
+        raw = cursor.encode()
+        return (self._PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=") + "."
+                + base64.urlsafe_b64encode(self._mac(method, namespace, raw)).decode().rstrip("="))
+
+    def verify(self, method: str, namespace: str, token: str) -> str:
+        """The cursor inside a token this server signed; InvalidArgument for anything else."""
+        if not token:
+            return ""
+        refused = InvalidArgument("page_token is not a token this server issued for this list: "
+                                  "pass next_page_token exactly as returned, or leave it empty for the first page")
+        if len(token) > MAX_PAGE_TOKEN_LENGTH or not token.isascii() or not token.startswith(self._PREFIX):
+            raise refused
+        body, _, mac = token[len(self._PREFIX):].partition(".")
+        try:
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            given = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
+        except ValueError:
+            raise refused from None
+        if not hmac.compare_digest(given, self._mac(method, namespace, raw)):
+            raise refused
+        return raw.decode()
+
+
+@dataclass
+class StreamLimits:
+    """Open WatchResumable streams per namespace (in this process) and the floor on their poll interval."""
+
+    per_namespace: int
+    min_poll_interval_ms: int
+    open: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def stream(self, namespace: str) -> Iterator[None]:
+        if self.open.get(namespace, 0) >= self.per_namespace:
+            raise TooLarge(f"namespace already has {self.per_namespace} open WatchResumable streams on this sidecar "
+                           "(DURABLE_WATCH_STREAMS_PER_NAMESPACE): close one, or share one Resume Trigger per workflow")
+        self.open[namespace] = self.open.get(namespace, 0) + 1
+        try:
+            yield
+        finally:
+            left = self.open[namespace] - 1
+            if left:
+                self.open[namespace] = left
+            else:
+                del self.open[namespace]
+
+
+class Boundary:
+    """Checks requests (check), unwraps their page tokens and signs the ones in responses."""
+
+    def __init__(self, *, max_json_bytes: int, max_repeated: int, tokens: PageTokens, streams: StreamLimits) -> None:
+        self.max_json_bytes = max_json_bytes
+        self.max_repeated = max_repeated
+        self.tokens = tokens
+        self.streams = streams
+
+    def admit(self, method: str, namespace: str, request: Any) -> None:
+        """Checks every field; replaces a page token by the cursor it carries; clamps poll intervals."""
+        self.check(request)
+        desc = request.DESCRIPTOR
+        if "page_token" in desc.fields_by_name:
+            token = request.page_token
+            request.page_token = self.tokens.verify(method, namespace, token)
+        if "poll_interval_ms" in desc.fields_by_name:
+            interval = request.poll_interval_ms
+            if 0 < interval < self.streams.min_poll_interval_ms:
+                request.poll_interval_ms = self.streams.min_poll_interval_ms
+
+    def seal(self, method: str, namespace: str, response: Any) -> None:
+        if "next_page_token" in response.DESCRIPTOR.fields_by_name:
+            cursor = response.next_page_token
+            response.next_page_token = self.tokens.sign(method, namespace, cursor)
+
+    def json_bytes(self, request: Message) -> int:
+        """Total bytes of JSON fields (the caller moves big checks off the event loop)."""
+        return sum(len(v) for fd, _, v in _walk(request, "") if isinstance(v, bytes) and fd.name.endswith("_json"))
+
+    def check(self, request: Message) -> None:
+        for fd, path, value in _walk(request, ""):
+            self._check_value(fd, path, value)
+            if fd.is_repeated and len(value) > self.max_repeated:
+                raise InvalidArgument(f"{path} has {len(value)} entries; the limit is {self.max_repeated} "
+                                      "(DURABLE_MAX_BATCH_ITEMS)")
+
+    def _check_value(self, fd: FieldDescriptor, path: str, value: Any) -> None:
+        values = list(value) if fd.is_repeated else [value]
+        for i, v in enumerate(values):
+            where = f"{path}[{i}]" if fd.is_repeated else path
+            if fd.type == FieldDescriptor.TYPE_STRING:
+                self._string(fd.name, where, v)
+            elif fd.type == FieldDescriptor.TYPE_BYTES:
+                self._bytes(fd.name, where, v)
+            elif fd.type == FieldDescriptor.TYPE_ENUM and fd.enum_type is not None:
+                if fd.enum_type.values_by_number.get(v) is None:
+                    raise InvalidArgument(f"{where} is {v}, not a value of {fd.enum_type.name}")
+            elif fd.type in _INTEGER_TYPES and not isinstance(v, bool):
+                high = MAX_DURATION_SECONDS if fd.name in _DURATION_FIELDS else MAX_SAFE_INTEGER
+                if not 0 <= v <= high:
+                    raise InvalidArgument(f"{where} must be 0 to {high}, got {v}")
+            elif fd.type == FieldDescriptor.TYPE_MESSAGE and _is_timestamp(fd):
+                if not (_TS_MIN_SECONDS <= v.seconds <= _TS_MAX_SECONDS and 0 <= v.nanos <= 999_999_999):
+                    raise InvalidArgument(f"{where} is outside the Timestamp range (years 1 to 9999)")
+
+    def _string(self, name: str, where: str, value: str) -> None:
+        if name == "page_token":
+            if len(value) > MAX_PAGE_TOKEN_LENGTH:
+                raise InvalidArgument(f"{where} is not a token this server issued")
+            return
+        if name in _FREE_TEXT:
+            validation.text(where, value)
+            return
+        validation.identifier(where, value, required=False)
+        if name in _SEMVER:
+            semver_label(where, value)
+
+    def _bytes(self, name: str, where: str, value: bytes) -> None:
+        if len(value) > self.max_json_bytes:
+            raise TooLarge(f"{where} is {len(value)} bytes; the limit is {self.max_json_bytes} bytes "
+                           "(DURABLE_MAX_STATE_BYTES)")
+        if name.endswith("_json") and value:
+            validation.parse_json(where, value)
+
+
+def _walk(msg: Message, prefix: str) -> Iterator[tuple[Any, str, Any]]:
+    """(field, path, value) for every field of msg and its nested messages, set or not."""
+    for fd in msg.DESCRIPTOR.fields:
+        path = f"{prefix}{fd.name}"
+        value = getattr(msg, fd.name)
+        yield fd, path, value
+        if fd.type != FieldDescriptor.TYPE_MESSAGE or fd.message_type is None \
+                or fd.message_type.full_name.startswith("google.protobuf."):
+            continue
+        if fd.is_repeated:
+            for i, item in enumerate(value):
+                yield from _walk(item, f"{path}[{i}].")
+        elif msg.HasField(fd.name):
+            yield from _walk(value, f"{path}.")
+
+
+def _is_timestamp(fd: FieldDescriptor) -> bool:
+    return fd.message_type is not None and fd.message_type.full_name == "google.protobuf.Timestamp"
