@@ -180,19 +180,21 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         log.warning("Redis not reachable at start-up; serving from the database until it is")
 
     instance_store, checkpoint_store = backend.instances, backend.checkpoints
-    checkpoints = CheckpointService(db, instance_store, checkpoint_store, cache,
-                                    max_state_bytes=settings.max_state_bytes,
-                                    max_batch_items=settings.max_batch_items,
-                                    default_lease_seconds=settings.lease_seconds)
-    versions = version_service(settings, backend)
-    instances = InstanceService(db, instance_store, checkpoint_store, checkpoints, versions,
-                                default_lease_seconds=settings.lease_seconds)
     idempotency = IdempotencyService(db, backend.idempotency, cache,
                                      default_lease_seconds=settings.idempotency_lease_seconds,
                                      default_ttl_seconds=settings.idempotency_ttl_seconds,
                                      max_batch_items=settings.max_batch_items,
                                      max_payload_bytes=settings.max_state_bytes,
-                                     reaper_batch_size=settings.reaper_batch_size)
+                                     reaper_batch_size=settings.reaper_batch_size,
+                                     instances=instance_store)
+    checkpoints = CheckpointService(db, instance_store, checkpoint_store, cache,
+                                    max_state_bytes=settings.max_state_bytes,
+                                    max_batch_items=settings.max_batch_items,
+                                    default_lease_seconds=settings.lease_seconds,
+                                    keys=idempotency)
+    versions = version_service(settings, backend)
+    instances = InstanceService(db, instance_store, checkpoint_store, checkpoints, versions,
+                                default_lease_seconds=settings.lease_seconds)
     auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
     stopping = asyncio.Event()
     boundary = Boundary(

@@ -54,13 +54,14 @@ async def _services(settings: Settings) -> AsyncIterator[Services]:
     try:
         keys_cache.bind(await db.installation_id())
         istore, cstore = backend.instances, backend.checkpoints
-        cps = CheckpointService(db, istore, cstore, cache, max_state_bytes=settings.max_state_bytes,
-                                max_batch_items=settings.max_batch_items, default_lease_seconds=settings.lease_seconds)
         keys = IdempotencyService(db, backend.idempotency, keys_cache,
                                   default_lease_seconds=settings.idempotency_lease_seconds,
                                   default_ttl_seconds=settings.idempotency_ttl_seconds,
                                   max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
-                                  reaper_batch_size=settings.reaper_batch_size)
+                                  reaper_batch_size=settings.reaper_batch_size, instances=istore)
+        cps = CheckpointService(db, istore, cstore, cache, max_state_bytes=settings.max_state_bytes,
+                                max_batch_items=settings.max_batch_items, default_lease_seconds=settings.lease_seconds,
+                                keys=keys)
         from .app import version_service
 
         versions = version_service(settings, backend)

@@ -62,6 +62,9 @@ class Instance:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    # The instance's lease length; 0 for an instance made before it was recorded
+    # (it renews with the sidecar's default).
+    lease_seconds: int = 0
 
     @property
     def ref(self) -> InstanceRef:
@@ -96,13 +99,28 @@ class NewCheckpoint:
     execution_id: str
     node_name: str
     expected_sequence: int | None
-    lease_seconds: int
+    lease_seconds: int  # 0: the instance's lease length
+    add_step_result: bool = False  # state is the step's result, merged into the instance's state
+    complete_key: KeyCompletion | None = None
+
+
+@dataclass(frozen=True)
+class KeyCompletion:
+    """An idempotency key a checkpoint save completes in its own transaction."""
+
+    ref: KeyRef
+    attempt: int
+    result_json: bytes  # the result replayed to duplicates (the item's state_json when none was sent)
 
 
 @dataclass(frozen=True)
 class SavedCheckpoint:
     checkpoint: Checkpoint
     deduplicated: bool
+    # The stored state, for a step result merged into the instance's state.
+    state: bytes | None = None
+    # The key the save completed (or found completed by the same attempt).
+    completed_key: IdempotencyKey | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,8 @@ class StartResult:
     current_version: int = 0
     version_mismatch: bool = False
     bound: Version | None = None
+    # The instance's start item, when the caller asked for state and one is stored.
+    start_item: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +244,9 @@ class NewClaim:
     lease_seconds: int
     ttl_seconds: int
     holder: str
+    # The instance the claim works for: its lease holder may take the key over
+    # from a holder that lost the instance.
+    instance: InstanceRef | None = None
     # The fingerprint of payload_json before RFC 8785 (canonical.py, Migration):
     # a key claimed before the upgrade still matches it.
     legacy_fingerprint: str = ""

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from .. import failpoints, metrics, validation
-from ..domain import Checkpoint, InstanceRef, NewCheckpoint, Page, PrunePolicy, PruneResult, SavedCheckpoint
-from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
+from ..domain import (
+    Checkpoint,
+    InstanceRef,
+    KeyCompletion,
+    KeyRef,
+    NewCheckpoint,
+    Page,
+    PrunePolicy,
+    PruneResult,
+    SavedCheckpoint,
+)
+from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
 from ..stores.base import (
     CheckpointAdvance,
     CheckpointStore,
@@ -20,6 +32,9 @@ from ..stores.base import (
     NewCheckpointRow,
 )
 from ..stores.cache import Cache
+
+if TYPE_CHECKING:
+    from .idempotency import IdempotencyService, KeyCompleted
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +55,18 @@ class SaveItem:
     node_name: str
     expected_sequence: int | None
     lease_seconds: int
+    add_step_result: bool = False
+    complete_key: CompleteKey | None = None
+
+
+@dataclass(frozen=True)
+class CompleteKey:
+    """SaveCheckpointItem.complete_key as the transport decoded it."""
+
+    scope: str
+    key: str
+    attempt: int
+    result_json: bytes
 
 
 @dataclass
@@ -50,11 +77,16 @@ class _Locked:
     last_sequence: int
     last_step: str
     latest: Checkpoint | None  # the stored newest checkpoint's metadata, once read
+    lease_length: int  # the instance's lease length: renewals that name none last this long
     pending: int | None = None  # index (in the batch's rows) of its newest checkpoint not yet inserted
     pending_sha256: str = ""
     added: int = 0
     owner: str = ""
     lease_seconds: int = 0
+    # The instance's current state (newest checkpoint of the batch or stored, else
+    # its start item, else None for {}), once a step result needed it.
+    current: bytes | None = None
+    current_known: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,11 +96,54 @@ class _Planned:
     stored: Checkpoint | None
     row: int
     deduplicated: bool
+    new: NewCheckpoint  # as saved: a step result merged into the state it was added to
+
+
+_UNENCODED = EncodedState(b"", 0)
+
+
+def _dumps(value: Any) -> bytes:
+    """Deterministic JSON: no whitespace, keys in their order, so a retried step result hashes the same."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise InvalidArgument("the state holds a number beyond the double range (such as 1e400), which a "
+                              "merged state cannot keep: save the state with STATE_MODE_REPLACE") from None
+    except RecursionError:
+        raise InvalidArgument("the state is nested too deeply to merge a step result into it") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape parsed from an older state: keep it escaped
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def _loads(field: str, raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise InvalidArgument(f"{field} is nested too deeply to merge a step result into it") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InvalidArgument(f"{field} cannot be merged: {exc}") from None
+
+
+def add_step_result(current: bytes | None, step_name: str, result: bytes) -> bytes:
+    """The instance's state with the step's result set under its name (STATE_MODE_ADD_STEP_RESULT).
+
+    A current state that is not a JSON object is kept under "state". Setting a
+    key that exists keeps its place, so adding the same result again gives the
+    same bytes (a retry deduplicates).
+    """
+    state = _loads("the current state", current) if current else {}
+    if not isinstance(state, dict):
+        state = {"state": state}
+    state[step_name] = _loads("state_json", result)
+    return _dumps(state)
 
 
 class CheckpointService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore, cache: Cache, *,
-                 max_state_bytes: int, max_batch_items: int, default_lease_seconds: int) -> None:
+                 max_state_bytes: int, max_batch_items: int, default_lease_seconds: int,
+                 keys: IdempotencyService | None = None) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
@@ -76,8 +151,22 @@ class CheckpointService:
         self.max_state_bytes = max_state_bytes
         self.max_batch_items = max_batch_items
         self.default_lease_seconds = default_lease_seconds
+        # Completes the keys saves name (complete_key); without it such saves are refused.
+        self.keys = keys
         # Cache writes run after the reply; kept here so they are not garbage-collected mid-flight.
         self._cache_writes: set[asyncio.Task[None]] = set()
+
+    def check_state(self, field: str, raw: bytes, *, object_only: bool = False) -> None:
+        """A state-like payload: at most DURABLE_MAX_STATE_BYTES (TooLarge above) of JSON (InvalidArgument)."""
+        if len(raw) > self.max_state_bytes:
+            raise TooLarge(
+                f"{field} is {len(raw)} bytes; the limit is {self.max_state_bytes} bytes "
+                "(DURABLE_MAX_STATE_BYTES): save fewer fields"
+            )
+        validation.json_bytes(field, raw)
+        # Valid JSON that starts with "{" is an object: no second parse needed.
+        if object_only and not raw.lstrip(b" \t\r\n").startswith(b"{"):
+            raise InvalidArgument(f"{field} must be a JSON object")
 
     def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
         where = f"items[{index}]"
@@ -87,16 +176,11 @@ class CheckpointService:
             validation.identifier("step_name", item.step_name)
             validation.identifier("execution_id", item.execution_id)
             validation.identifier("node_name", item.node_name, required=False)
-            lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400,
-                                        default=self.default_lease_seconds)
+            lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400, default=0)
             if item.expected_sequence is not None and item.expected_sequence < 0:
                 raise InvalidArgument("expected_sequence must not be negative")
-            if len(item.state) > self.max_state_bytes:
-                raise TooLarge(
-                    f"state is {len(item.state)} bytes; the limit is {self.max_state_bytes} bytes "
-                    "(DURABLE_MAX_STATE_BYTES): save fewer fields"
-                )
-            validation.json_bytes("state_json", item.state)
+            self.check_state("state_json", item.state)
+            completion = self._completion(namespace, item) if item.complete_key is not None else None
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"{where}: {exc}") from None
         return NewCheckpoint(
@@ -108,13 +192,30 @@ class CheckpointService:
             node_name=item.node_name,
             expected_sequence=item.expected_sequence,
             lease_seconds=lease,
+            add_step_result=item.add_step_result,
+            complete_key=completion,
         )
+
+    def _completion(self, namespace: str, item: SaveItem) -> KeyCompletion:
+        assert item.complete_key is not None
+        if self.keys is None:
+            raise InvalidArgument("complete_key is not served here (no idempotency service)")
+        ck = item.complete_key
+        ref = KeyRef(namespace, ck.scope, ck.key)
+        # The step result is the key's result unless the caller sent its own.
+        result = ck.result_json or item.state
+        try:
+            self.keys.check_completion(ref, attempt=ck.attempt, result_json=result)
+        except (InvalidArgument, TooLarge) as exc:
+            raise type(exc)(f"complete_key: {exc}") from None
+        return KeyCompletion(ref, ck.attempt, result)
 
     def _prepare(self, namespace: str, items: list[SaveItem]) -> list[tuple[NewCheckpoint, EncodedState]]:
         out = []
         for i, item in enumerate(items):
             new = self._validate(namespace, i, item)
-            out.append((new, self.checkpoints.encode(new.state)))
+            # A step result is encoded once merged into the instance's state (in the transaction).
+            out.append((new, _UNENCODED if new.add_step_result else self.checkpoints.encode(new.state)))
         return out
 
     async def save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
@@ -128,29 +229,42 @@ class CheckpointService:
         else:
             prepared = self._prepare(namespace, items)
 
-        async def txn(conn: Conn) -> list[SavedCheckpoint]:
+        async def txn(conn: Conn) -> tuple[list[SavedCheckpoint], list[NewCheckpoint], list[KeyCompleted]]:
             # Three statements per batch, whatever its size: lock the instances (in a
             # fixed order, so concurrent batches cannot deadlock), insert the new
-            # checkpoints, advance the instances.
+            # checkpoints, advance the instances. Keys to complete add theirs.
             instances = await self.instances.lock_many_txn(conn, [new.ref for new, _ in prepared])
-            locked = {ref: _Locked(i.status.final, i.last_sequence, i.last_step, None)
+            locked = {ref: _Locked(i.status.final, i.last_sequence, i.last_step, None,
+                                   i.lease_seconds or self.default_lease_seconds)
                       for ref, i in instances.items()}
             failpoints.hit("checkpoint.before_insert")
             rows: list[NewCheckpointRow] = []
             plans = [await self._plan_one(conn, i, new, encoded, locked, rows)
                      for i, (new, encoded) in enumerate(prepared)]
+            completed = await self._complete_keys(conn, [p.new for p in plans])
             inserted = await self.checkpoints.insert_many_txn(conn, rows)
             await self.instances.record_checkpoints_txn(conn, [
                 CheckpointAdvance(ref, st.last_sequence, st.last_step, st.added, st.owner, st.lease_seconds)
                 for ref, st in locked.items() if st.added])
             failpoints.hit("checkpoint.after_insert")
-            return [SavedCheckpoint(p.stored, deduplicated=True) if p.stored is not None
-                    else SavedCheckpoint(inserted[p.row], deduplicated=p.deduplicated) for p in plans]
+            results = [
+                SavedCheckpoint(
+                    p.stored if p.stored is not None else inserted[p.row],
+                    deduplicated=p.stored is not None or p.deduplicated,
+                    state=p.new.state if p.new.add_step_result else None,
+                    completed_key=completed[i].key if i in completed else None,
+                )
+                for i, p in enumerate(plans)
+            ]
+            return results, [p.new for p in plans], list(completed.values())
 
-        results = await self.db.transaction(txn)
+        results, saved_items, completions = await self.db.transaction(txn)
         failpoints.hit("checkpoint.after_commit")
+        if completions:
+            assert self.keys is not None
+            await self.keys.completed(completions)
         fresh = []
-        for (new, _), saved in zip(prepared, results, strict=True):
+        for new, saved in zip(saved_items, results, strict=True):
             metrics.CHECKPOINTS_SAVED.labels("deduplicated" if saved.deduplicated else "written").inc()
             if not saved.deduplicated:
                 fresh.append((new, saved.checkpoint.sequence))
@@ -183,16 +297,18 @@ class CheckpointService:
                 f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} does not exist: "
                 "start it with StartOrResume (the Resume Point node) before saving checkpoints"
             )
+        if new.add_step_result:
+            new, encoded = await self._merged(conn, index, new, state)
         if state.last_sequence > 0 and state.last_step == new.step_name:
             # The same step saved again with the same state (a retry) is the checkpoint already there.
             if state.pending is not None:
                 if state.pending_sha256 == new.sha256:
-                    return _Planned(None, state.pending, deduplicated=True)
+                    return _Planned(None, state.pending, deduplicated=True, new=new)
             else:
                 if state.latest is None:
                     state.latest = await self.checkpoints.get_txn(conn, ref, state.last_sequence, with_state=False)
                 if state.latest is not None and state.latest.sha256 == new.sha256:
-                    return _Planned(state.latest, -1, deduplicated=True)
+                    return _Planned(state.latest, -1, deduplicated=True, new=new)
         if state.status_final:
             raise FailedPrecondition(
                 f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} is finished; "
@@ -208,9 +324,56 @@ class CheckpointService:
                                      new.execution_id, new.node_name))
         state.last_sequence, state.last_step = sequence, new.step_name
         state.pending, state.pending_sha256 = len(rows) - 1, new.sha256
+        state.current, state.current_known = new.state, True
         state.added += 1
-        state.owner, state.lease_seconds = new.execution_id, new.lease_seconds
-        return _Planned(None, len(rows) - 1, deduplicated=False)
+        state.owner, state.lease_seconds = new.execution_id, new.lease_seconds or state.lease_length
+        return _Planned(None, len(rows) - 1, deduplicated=False, new=new)
+
+    async def _merged(self, conn: Conn, index: int, new: NewCheckpoint,
+                      state: _Locked) -> tuple[NewCheckpoint, EncodedState]:
+        """The item with its step result added to the instance's current state, hashed and encoded."""
+        if not state.current_known:
+            if state.last_sequence > 0:
+                newest = await self.checkpoints.get_txn(conn, new.ref, state.last_sequence, with_state=True)
+                assert newest is not None, "the newest checkpoint is never pruned"
+                state.current, state.latest = newest.state, replace(newest, state=None)
+            else:
+                state.current = await self.instances.start_item_txn(conn, new.ref)
+            state.current_known = True
+        current = state.current
+
+        def merge() -> tuple[bytes, EncodedState]:
+            merged = add_step_result(current, new.step_name, new.state)
+            if len(merged) > self.max_state_bytes:
+                raise TooLarge(
+                    f"the state with this step's result is {len(merged)} bytes; the limit is "
+                    f"{self.max_state_bytes} bytes (DURABLE_MAX_STATE_BYTES): save fewer fields"
+                )
+            return merged, self.checkpoints.encode(merged)
+
+        try:
+            if len(current or b"") + len(new.state) > _OFFLOAD_BYTES:
+                merged, encoded = await asyncio.to_thread(merge)
+            else:
+                merged, encoded = merge()
+        except (InvalidArgument, TooLarge) as exc:
+            raise type(exc)(f"items[{index}]: {exc}") from None
+        return replace(new, state=merged, sha256=hashlib.sha256(merged).hexdigest()), encoded
+
+    async def _complete_keys(self, conn: Conn, saved: list[NewCheckpoint]) -> dict[int, KeyCompleted]:
+        """Completes the keys the items name, in key order (concurrent batches cannot deadlock on them)."""
+        todo = [(i, new.complete_key) for i, new in enumerate(saved) if new.complete_key is not None]
+        if not todo:
+            return {}
+        assert self.keys is not None
+        out: dict[int, KeyCompleted] = {}
+        for i, kc in sorted(todo, key=lambda t: (t[1].ref.scope, t[1].ref.key, t[0])):
+            try:
+                out[i] = await self.keys.complete_txn(conn, kc.ref, attempt=kc.attempt, result_json=kc.result_json)
+            except DomainError as exc:
+                # Refuses the whole batch: nothing of it is written.
+                raise type(exc)(f"items[{i}]: complete_key: {exc}") from None
+        return out
 
     async def with_state(self, namespace: str, cp: Checkpoint) -> Checkpoint:
         """Fills in the state from the cache, or from the database on a miss (then caches it)."""

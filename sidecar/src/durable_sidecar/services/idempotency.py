@@ -21,6 +21,7 @@ from ..domain import (
     ClaimOutcome,
     ForcedRelease,
     IdempotencyKey,
+    InstanceRef,
     KeyFilter,
     KeyRef,
     KeyStatus,
@@ -29,7 +30,7 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
-from ..stores.base import Conn, Database, IdempotencyStore
+from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore
 from ..stores.cache import Cache
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,18 @@ class ClaimItem:
     lease_seconds: int
     ttl_seconds: int
     holder: str
+    # Optional, both or neither: the instance the claim works for.
+    workflow_id: str = ""
+    instance_key: str = ""
+
+
+@dataclass(frozen=True)
+class KeyCompleted:
+    """A completion decided in a transaction; `completed` finishes it once that transaction committed."""
+
+    key: IdempotencyKey
+    now: datetime
+    changed: bool  # False: the same attempt had completed it already (a retry)
 
 
 def canonical_json(payload: bytes) -> bytes:
@@ -116,10 +129,12 @@ def _from_cache(raw: bytes) -> IdempotencyKey | None:
 class IdempotencyService:
     def __init__(self, db: Database, store: IdempotencyStore, cache: Cache, *, default_lease_seconds: int,
                  default_ttl_seconds: int, max_batch_items: int, max_payload_bytes: int,
-                 reaper_batch_size: int) -> None:
+                 reaper_batch_size: int, instances: InstanceStore | None = None) -> None:
         self.db = db
         self.store = store
         self.cache = cache
+        # Reads the instance an instance-aware claim names (ClaimItem.workflow_id/instance_key).
+        self.instances = instances
         self.default_lease_seconds = default_lease_seconds
         self.default_ttl_seconds = default_ttl_seconds
         self.max_batch_items = max_batch_items
@@ -153,11 +168,23 @@ class IdempotencyService:
             ttl = validation.in_range("ttl_seconds", item.ttl_seconds, MIN_TTL_SECONDS, MAX_TTL_SECONDS,
                                       default=self.default_ttl_seconds)
             fingerprint = self._fingerprint(item)
+            instance = self._instance_of(namespace, item)
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"items[{index}]: {exc}") from None
         legacy = canonical.legacy_fingerprint_of(item.payload_json) if item.payload_json else ""
         return NewClaim(KeyRef(namespace, item.scope, item.key), fingerprint, lease, ttl, item.holder,
-                        legacy_fingerprint=legacy)
+                        legacy_fingerprint=legacy, instance=instance)
+
+    def _instance_of(self, namespace: str, item: ClaimItem) -> InstanceRef | None:
+        if not item.workflow_id and not item.instance_key:
+            return None
+        if not item.workflow_id or not item.instance_key:
+            raise InvalidArgument("give both workflow_id and instance_key (the claim's instance), or neither")
+        validation.identifier("workflow_id", item.workflow_id)
+        validation.identifier("instance_key", item.instance_key)
+        if self.instances is None:
+            raise InvalidArgument("instance-aware claims are not served here (no instance store)")
+        return InstanceRef(namespace, item.workflow_id, item.instance_key)
 
     def _prepare(self, namespace: str, items: list[ClaimItem]) -> list[NewClaim]:
         claims = [self._validate(namespace, i, item) for i, item in enumerate(items)]
@@ -189,22 +216,29 @@ class IdempotencyService:
             log.debug("claims replayed from the cache", extra={"items": len(cached)})
             return cached
 
-        async def txn(conn: Conn) -> tuple[list[Claimed], list[KeyRef], datetime]:
+        async def txn(conn: Conn) -> tuple[list[Claimed], list[KeyRef], datetime, list[tuple[int, str]]]:
             now = await self.store.now_txn(conn)
             results: dict[int, Claimed] = {}
             renewed: list[KeyRef] = []
+            taken_over: list[tuple[int, str]] = []  # (item, the holder that lost its instance)
             # Lock rows in one fixed order so that concurrent batches cannot deadlock.
             for i in sorted(range(len(claims)), key=lambda i: (claims[i].ref.scope, claims[i].ref.key)):
-                results[i], new_life = await self._claim_one(conn, now, i, claims[i])
+                results[i], new_life = await self._claim_one(conn, now, i, claims[i], taken_over)
                 if new_life:
                     renewed.append(claims[i].ref)
-            return [results[i] for i in range(len(claims))], renewed, now
+            return [results[i] for i in range(len(claims))], renewed, now, taken_over
 
         try:
-            results, renewed, now = await self.db.transaction(txn)
+            results, renewed, now, taken_over = await self.db.transaction(txn)
         except FailedPrecondition:
             metrics.IDEMPOTENCY_CLAIMS.labels("mismatch").inc()
             raise
+        for i, lost_holder in taken_over:
+            instance = claims[i].instance
+            assert instance is not None
+            log.warning("idempotency key taken over from a holder that lost its instance", extra={
+                "key": _name(claims[i].ref), "attempt": results[i].key.attempt, "holder": claims[i].holder,
+                "previous_holder": lost_holder, "instance": f"{instance.workflow_id}/{instance.instance_key}"})
         for claimed in results:
             metrics.IDEMPOTENCY_CLAIMS.labels(claimed.outcome.value).inc()
             if claimed.outcome is ClaimOutcome.ACQUIRED and claimed.key.attempt > 1:
@@ -219,7 +253,8 @@ class IdempotencyService:
                 await self._remember(claimed.key, now)
         return results
 
-    async def _claim_one(self, conn: Conn, now: datetime, index: int, claim: NewClaim) -> tuple[Claimed, bool]:
+    async def _claim_one(self, conn: Conn, now: datetime, index: int, claim: NewClaim,
+                         taken_over: list[tuple[int, str]]) -> tuple[Claimed, bool]:
         """(answer, whether the key began a new life after expiring)."""
         for _ in range(_LOCK_TRIES):
             row = await self.store.get_txn(conn, claim.ref, for_update=True)
@@ -245,10 +280,34 @@ class IdempotencyService:
                     # The holder itself claims again: a retry whose first answer was lost
                     # (or a commit the sidecar could not confirm). Same attempt, same answer.
                     return Claimed(ClaimOutcome.ACQUIRED, row), False
+                if await self._holder_lost_instance(conn, now, claim, row):
+                    # The key's holder ran the instance before it was resumed: its
+                    # execution died, so waiting out its lease would only stall the
+                    # instance. Its attempt is fenced off by the new one.
+                    taken_over.append((index, row.holder))
+                    return Claimed(ClaimOutcome.ACQUIRED,
+                                   await self.store.acquire_txn(conn, claim, new_life=False)), False
                 return Claimed(ClaimOutcome.IN_PROGRESS, row), False
             # Failed, or in progress with a lapsed lease: the next attempt takes over.
             return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=False)), False
         raise Unavailable(f"items[{index}]: key {_name(claim.ref)} kept changing under the claim; retry")
+
+    async def _holder_lost_instance(self, conn: Conn, now: datetime, claim: NewClaim, row: IdempotencyKey) -> bool:
+        """Whether the claimant holds the claim's instance (live lease) and the key's holder held it once, not now.
+
+        A key's holder that never ran this instance has lost nothing here (a key
+        shared by two instances): its lease is waited out as usual. The instance
+        row is read, not locked: a checkpoint save locks the instance before the
+        keys it completes, so locking here (key, then instance) could deadlock
+        with it; the lease as committed is what decides.
+        """
+        if claim.instance is None or not claim.holder or self.instances is None:
+            return False
+        inst = await self.instances.get_txn(conn, claim.instance)
+        if (inst is None or inst.status.final or inst.lease_owner != claim.holder or inst.lease_expires_at is None
+                or inst.lease_expires_at <= now or row.holder == inst.lease_owner):
+            return False
+        return await self.instances.ever_held_txn(conn, claim.instance, row.holder)
 
     @staticmethod
     def _legacy_match(stored: str, claim: NewClaim) -> bool:
@@ -293,9 +352,10 @@ class IdempotencyService:
                 "(its lease lapsed and another holder took it over); the outcome is that holder's to record"
             )
 
-    async def complete(self, ref: KeyRef, *, attempt: int, result_json: bytes) -> IdempotencyKey:
-        """Stores the holder's result; retry-safe for the same attempt, refused for any other."""
-        _check_ref(ref)
+    def check_completion(self, ref: KeyRef, *, attempt: int, result_json: bytes) -> None:
+        """The checks of a completion's input (Complete, or a save's complete_key), before any transaction."""
+        validation.identifier("scope", ref.scope)
+        validation.identifier("key", ref.key)
         if attempt < 1:
             raise InvalidArgument("attempt must be 1 or more: pass the attempt the claim returned")
         if len(result_json) > self.max_payload_bytes:
@@ -303,25 +363,43 @@ class IdempotencyService:
                            "(DURABLE_MAX_STATE_BYTES)")
         validation.json_bytes("result_json", result_json, required=False)
 
-        async def txn(conn: Conn) -> tuple[IdempotencyKey, datetime, bool]:
-            now = await self.store.now_txn(conn)
-            row = await self.store.get_txn(conn, ref, for_update=True)
-            if row is None:
-                raise NotFound(f"key {_name(ref)} does not exist (never claimed, or expired and reaped): claim it first")
-            self._check_attempt(ref, row, attempt)
-            if row.status is KeyStatus.COMPLETED:
-                return row, now, False  # a retried Complete: the stored result stands
-            if row.status is KeyStatus.FAILED:
-                raise StaleFencingToken(f"attempt {attempt} of key {_name(ref)} was released as failed and holds "
-                                        "it no more: claim the key again")
-            return await self.store.complete_txn(conn, ref, result_json=result_json or None), now, True
+    async def complete_txn(self, conn: Conn, ref: KeyRef, *, attempt: int, result_json: bytes) -> KeyCompleted:
+        """Completes the key inside the caller's transaction (its row stays locked until it ends).
 
-        key, now, changed = await self.db.transaction(txn)
+        Call `completed` once that transaction has committed.
+        """
+        now = await self.store.now_txn(conn)
+        row = await self.store.get_txn(conn, ref, for_update=True)
+        if row is None:
+            raise NotFound(f"key {_name(ref)} does not exist (never claimed, or expired and reaped): claim it first")
+        self._check_attempt(ref, row, attempt)
+        if row.status is KeyStatus.COMPLETED:
+            return KeyCompleted(row, now, changed=False)  # a retried Complete: the stored result stands
+        if row.status is KeyStatus.FAILED:
+            raise StaleFencingToken(f"attempt {attempt} of key {_name(ref)} was released as failed and holds "
+                                    "it no more: claim the key again")
+        return KeyCompleted(await self.store.complete_txn(conn, ref, result_json=result_json or None), now,
+                            changed=True)
+
+    async def completed(self, done: list[KeyCompleted]) -> None:
+        """After the commit: caches the keys that became completed, and logs them."""
+        for d in done:
+            if d.changed:
+                await self._remember(d.key, d.now)
+                log.info("idempotency key completed", extra={"key": _name(d.key.ref), "attempt": d.key.attempt})
+
+    async def complete(self, ref: KeyRef, *, attempt: int, result_json: bytes) -> IdempotencyKey:
+        """Stores the holder's result; retry-safe for the same attempt, refused for any other."""
+        _check_ref(ref)
+        self.check_completion(ref, attempt=attempt, result_json=result_json)
+
+        async def txn(conn: Conn) -> KeyCompleted:
+            return await self.complete_txn(conn, ref, attempt=attempt, result_json=result_json)
+
+        done = await self.db.transaction(txn)
         failpoints.hit("idempotency.after_commit")
-        if changed:
-            await self._remember(key, now)
-            log.info("idempotency key completed", extra={"attempt": attempt})
-        return key
+        await self.completed([done])
+        return done.key
 
     async def release(self, ref: KeyRef, *, attempt: int, error_message: str) -> IdempotencyKey:
         """Marks the holder's attempt failed so the next claim acquires the key; retry-safe."""

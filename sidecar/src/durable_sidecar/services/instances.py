@@ -68,20 +68,33 @@ class InstanceService:
         definition_json: bytes = b"",
         claim_token: str = "",
         include_state: bool = False,
+        start_item_json: bytes = b"",
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
         The version being run is the sent definition's (registered first when
         new), else the workflow's current version, refreshed from n8n when API
         access is configured and a check is due (see VersionService).
+
+        lease_seconds 0 keeps the instance's lease length (the default for a new
+        one); another value becomes its length when this call takes the lease.
+        A new instance stores start_item_json with its STARTED event; an
+        existing one keeps the item it started with.
         """
         _check_ref(ref)
         validation.identifier("execution_id", execution_id)
         validation.identifier("version_label", version_label, required=False)
         validation.identifier("claim_token", claim_token, required=False)
-        lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=self.default_lease_seconds)
+        requested_lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=0)
         if pinned_version < 0:
             raise InvalidArgument("pinned_version must not be negative")
+        start_item = None
+        if start_item_json:
+            self.checkpoint_service.check_state("start_item_json", start_item_json, object_only=True)
+            start_item = self.checkpoints.encode(start_item_json)
+
+        def lease_for(inst: Instance) -> int:
+            return requested_lease or inst.lease_seconds or self.default_lease_seconds
         # Parsing and any HTTP call to n8n happen before the transaction opens.
         snapshot = await self.versions.snapshot_for_start(ref.namespace, ref.workflow_id, definition_json,
                                                           actor=execution_id)
@@ -90,17 +103,22 @@ class InstanceService:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
                                                       pinned_version=pinned_version)
             result = await found_or_started(conn, binding.for_new)
+            if include_state and result.start_item is None:
+                result = replace(result, start_item=await self.instances.start_item_txn(conn, ref))
             return await self._with_version(conn, result, current=binding.current, version_label=version_label)
 
         async def found_or_started(conn: Conn, bound_version: int) -> StartResult:
             created = await self.instances.create_txn(
-                conn, ref, execution_id=execution_id, lease_seconds=lease, bound_version=bound_version,
-                version_label=version_label,
+                conn, ref, execution_id=execution_id, lease_seconds=requested_lease or self.default_lease_seconds,
+                bound_version=bound_version, version_label=version_label,
             )
             if created is not None:
+                if start_item is not None:
+                    await self.instances.put_start_item_txn(conn, ref, start_item, size_bytes=len(start_item_json))
                 await self.instances.add_event_txn(conn, ref, "started", actor=execution_id,
                                                    detail=f"bound to version {bound_version}" if bound_version else "")
-                return StartResult(StartOutcome.STARTED, created, None)
+                return StartResult(StartOutcome.STARTED, created, None,
+                                   start_item=start_item_json if include_state and start_item_json else None)
             inst = await self.instances.get_txn(conn, ref, for_update=True)
             if inst is None:  # deleted between the insert and the lock: let the retry loop start over
                 raise FailedPrecondition("instance changed concurrently; retry")
@@ -109,15 +127,15 @@ class InstanceService:
                 return StartResult(StartOutcome.FINISHED, inst, latest)
             if inst.lease_owner == execution_id:
                 # A retry by the execution that already holds the lease: same answer, no new resume.
-                inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease,
-                                                           count_resume=False)
+                inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id,
+                                                           lease_seconds=lease_for(inst), count_resume=False)
                 first = inst.created_by_execution_id == execution_id and inst.resume_count == 0
                 return StartResult(StartOutcome.STARTED if first else StartOutcome.RESUMED, inst, latest)
             lease_alive, wake_pending = await self.instances.lease_state_txn(conn, ref)
             taking_claim = bool(claim_token) and inst.lease_owner == claim_token
             if not taking_claim and (lease_alive or wake_pending):
                 return StartResult(StartOutcome.BUSY, inst, latest)
-            inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease,
+            inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease_for(inst),
                                                        count_resume=True)
             await self.instances.add_event_txn(
                 conn, ref, "resumed", actor=execution_id,
@@ -226,6 +244,8 @@ class InstanceService:
                     f"instance {ref.workflow_id}/{ref.instance_key} is {inst.status.value}; only running "
                     "instances can be scheduled"
                 )
+            if wake_at is not None and inst.wake_at == wake_at and not inst.lease_owner:
+                return inst  # a retry: parked until that very time already
             done = await self.instances.schedule_wake_txn(conn, ref, wake_at=wake_at, delay_seconds=delay_seconds)
             await self.instances.add_event_txn(conn, ref, "wake_scheduled", actor=execution_id,
                                                detail=done.wake_at.isoformat() if done.wake_at else "")

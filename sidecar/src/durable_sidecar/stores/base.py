@@ -171,7 +171,10 @@ class InstanceStore(ABC):
     @abstractmethod
     async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
                          bound_version: int, version_label: str) -> Instance | None:
-        """Inserts a new running instance leased to execution_id; None when the key exists."""
+        """Inserts a new running instance leased to execution_id; None when the key exists.
+
+        lease_seconds is both this lease and the instance's lease length.
+        """
 
     @abstractmethod
     async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
@@ -184,7 +187,20 @@ class InstanceStore(ABC):
     @abstractmethod
     async def take_lease_txn(self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int,
                              count_resume: bool) -> Instance:
-        """Leases the (locked) instance to owner and clears any wake-up."""
+        """Leases the (locked) instance to owner and clears any wake-up; lease_seconds becomes its lease length."""
+
+    @abstractmethod
+    async def ever_held_txn(self, conn: Conn, ref: InstanceRef, execution_id: str) -> bool:
+        """Whether the execution ever held the instance's lease (it started or resumed the instance)."""
+
+    @abstractmethod
+    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: EncodedState, *,
+                                 size_bytes: int) -> None:
+        """Stores the start item of the instance just created (written once, never changed)."""
+
+    @abstractmethod
+    async def start_item_txn(self, conn: Conn, ref: InstanceRef) -> bytes | None:
+        """The instance's start item, decoded; None when it has none."""
 
     @abstractmethod
     async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
@@ -196,7 +212,10 @@ class InstanceStore(ABC):
 
     @abstractmethod
     async def record_checkpoints_txn(self, conn: Conn, advances: list[CheckpointAdvance]) -> None:
-        """Advances each (locked) instance to its newest sequence and renews the lease for the saving execution."""
+        """Advances each (locked) instance to its newest sequence and renews the lease for the saving execution.
+
+        The renewal lasts each advance's lease_seconds; the instance's recorded lease length is not changed.
+        """
 
     @abstractmethod
     async def finish_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, error_message: str = "",

@@ -5,11 +5,20 @@ from __future__ import annotations
 from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc
 
 from ..domain import InstanceRef, Page, PrunePolicy
-from ..services.checkpoints import CheckpointService, SaveItem
+from ..errors import InvalidArgument
+from ..services.checkpoints import CheckpointService, CompleteKey, SaveItem
 from ..validation import page_size
 from . import convert
 from .auth import Authenticator
 from .rpc import unary
+
+
+def _adds_step_result(index: int, mode: int) -> bool:
+    if mode in (checkpoint_pb2.STATE_MODE_UNSPECIFIED, checkpoint_pb2.STATE_MODE_REPLACE):
+        return False
+    if mode == checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT:
+        return True
+    raise InvalidArgument(f"items[{index}]: state_mode {mode} is not a StateMode this server knows")
 
 
 class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
@@ -25,13 +34,21 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
                 execution_id=i.execution_id, node_name=i.node_name,
                 expected_sequence=i.expected_sequence if i.HasField("expected_sequence") else None,
                 lease_seconds=i.lease_seconds,
+                add_step_result=_adds_step_result(n, i.state_mode),
+                complete_key=CompleteKey(scope=i.complete_key.scope, key=i.complete_key.key,
+                                         attempt=i.complete_key.attempt, result_json=i.complete_key.result_json)
+                if i.HasField("complete_key") else None,
             )
-            for i in request.items
+            for n, i in enumerate(request.items)
         ]
         saved = await self.service.save(ns, items)
         return checkpoint_pb2.SaveCheckpointsResponse(
             results=[
-                checkpoint_pb2.SaveCheckpointResult(checkpoint=convert.checkpoint(s.checkpoint), deduplicated=s.deduplicated)
+                checkpoint_pb2.SaveCheckpointResult(
+                    checkpoint=convert.checkpoint(s.checkpoint), deduplicated=s.deduplicated,
+                    state_json=s.state or b"",
+                    completed_key=convert.idempotency_key(s.completed_key) if s.completed_key is not None else None,
+                )
                 for s in saved
             ]
         )

@@ -76,6 +76,7 @@ def instance(inst: Instance) -> common_pb2.Instance:
         created_at=ts(inst.created_at),
         updated_at=ts(inst.updated_at),
         finished_at=ts(inst.finished_at),
+        lease_seconds=inst.lease_seconds,
     )
 
 

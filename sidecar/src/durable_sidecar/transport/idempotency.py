@@ -29,7 +29,8 @@ class IdempotencyServicer(idempotency_pb2_grpc.IdempotencyServiceServicer):
     async def Claim(self, request: idempotency_pb2.ClaimRequest, ns: str) -> idempotency_pb2.ClaimResponse:  # noqa: N802
         items = [
             ClaimItem(scope=i.scope, key=i.key, payload_json=i.payload_json, fingerprint=i.fingerprint,
-                      lease_seconds=i.lease_seconds, ttl_seconds=i.ttl_seconds, holder=i.holder)
+                      lease_seconds=i.lease_seconds, ttl_seconds=i.ttl_seconds, holder=i.holder,
+                      workflow_id=i.workflow_id, instance_key=i.instance_key)
             for i in request.items
         ]
         claimed = await self.service.claim(ns, items)

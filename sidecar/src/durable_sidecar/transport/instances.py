@@ -40,6 +40,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             definition_json=request.definition_json,
             claim_token=request.claim_token,
             include_state=request.include_state,
+            start_item_json=request.start_item_json,
         )
         return instance_pb2.StartOrResumeResponse(
             outcome=convert.OUTCOME_TO_PB[result.outcome],
@@ -48,6 +49,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             current_version=result.current_version,
             version_mismatch=result.version_mismatch,
             bound_version=convert.version(result.bound) if result.bound is not None else None,
+            start_item_json=result.start_item or b"",
         )
 
     @unary("GetInstance")

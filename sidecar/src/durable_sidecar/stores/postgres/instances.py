@@ -10,12 +10,12 @@ from psycopg.rows import DictRow
 
 from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
 from .. import base
-from ..base import Conn, decode_cursor, encode_cursor
+from ..base import Conn, decode_cursor, decode_state, encode_cursor
 from .db import pg
 
 _COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
     lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
-    result_json, created_by_execution_id, created_at, updated_at, finished_at"""
+    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds"""
 
 
 def _instance(row: DictRow) -> Instance:
@@ -39,6 +39,7 @@ def _instance(row: DictRow) -> Instance:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
+        lease_seconds=row["lease_seconds"],
     )
 
 
@@ -66,9 +67,9 @@ class InstanceStore(base.InstanceStore):
         cur = await pg(conn).execute(
             f"""INSERT INTO durable_instances
                     (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
-                     lease_expires_at, created_by_execution_id)
+                     lease_expires_at, lease_seconds, created_by_execution_id)
                 VALUES (%(ns)s, %(wf)s, %(key)s, %(version)s, %(label)s, %(exec)s,
-                        now() + make_interval(secs => %(lease)s), %(exec)s)
+                        now() + make_interval(secs => %(lease)s), %(lease)s, %(exec)s)
                 ON CONFLICT DO NOTHING
                 RETURNING {_COLUMNS}""",
             {**_key(ref), "version": bound_version, "label": version_label, "exec": execution_id,
@@ -102,7 +103,7 @@ class InstanceStore(base.InstanceStore):
         cur = await pg(conn).execute(
             f"""UPDATE durable_instances
                 SET lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
-                    wake_at = NULL, resume_count = resume_count + %(inc)s, updated_at = now()
+                    lease_seconds = %(lease)s, wake_at = NULL, resume_count = resume_count + %(inc)s, updated_at = now()
                 WHERE {_KEY}
                 RETURNING {_COLUMNS}""",
             {**_key(ref), "owner": owner, "lease": lease_seconds, "inc": 1 if count_resume else 0},
@@ -110,6 +111,28 @@ class InstanceStore(base.InstanceStore):
         row = await cur.fetchone()
         assert row is not None, "caller locked the row"
         return _instance(row)
+
+    async def ever_held_txn(self, conn: Conn, ref: InstanceRef, execution_id: str) -> bool:
+        cur = await pg(conn).execute(
+            f"""SELECT EXISTS (SELECT 1 FROM durable_instance_events
+                               WHERE {_KEY} AND kind IN ('started', 'resumed') AND actor = %(exec)s) AS held""",
+            {**_key(ref), "exec": execution_id},
+        )
+        row = await cur.fetchone()
+        return bool(row and row["held"])
+
+    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: base.EncodedState, *,
+                                 size_bytes: int) -> None:
+        await pg(conn).execute(
+            """INSERT INTO durable_instance_start_items (namespace, workflow_id, instance_key, encoding, item, size_bytes)
+               VALUES (%(ns)s, %(wf)s, %(key)s, %(enc)s, %(item)s, %(size)s)""",
+            {**_key(ref), "enc": encoded.encoding, "item": encoded.data, "size": size_bytes},
+        )
+
+    async def start_item_txn(self, conn: Conn, ref: InstanceRef) -> bytes | None:
+        cur = await pg(conn).execute(f"SELECT encoding, item FROM durable_instance_start_items WHERE {_KEY}", _key(ref))
+        row = await cur.fetchone()
+        return decode_state(bytes(row["item"]), row["encoding"]) if row else None
 
     async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
         if not refs:

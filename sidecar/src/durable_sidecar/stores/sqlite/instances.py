@@ -12,12 +12,12 @@ from datetime import datetime
 from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
 from ...errors import InvalidArgument
 from .. import base
-from ..base import Conn, decode_cursor, encode_cursor
+from ..base import Conn, decode_cursor, decode_state, encode_cursor
 from .db import Row, from_micros, from_micros_or_none, lite, to_micros
 
 _COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
     lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
-    result_json, created_by_execution_id, created_at, updated_at, finished_at"""
+    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds"""
 
 
 def _instance(row: Row) -> Instance:
@@ -41,6 +41,7 @@ def _instance(row: Row) -> Instance:
         created_at=from_micros(row["created_at"]),
         updated_at=from_micros(row["updated_at"]),
         finished_at=from_micros_or_none(row["finished_at"]),
+        lease_seconds=row["lease_seconds"],
     )
 
 
@@ -64,12 +65,12 @@ class InstanceStore(base.InstanceStore):
         row = await c.one(
             f"""INSERT INTO durable_instances
                     (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
-                     lease_expires_at, created_by_execution_id, created_at, updated_at)
-                VALUES (:ns, :wf, :key, :version, :label, :exec, :lease_until, :exec, :now, :now)
+                     lease_expires_at, lease_seconds, created_by_execution_id, created_at, updated_at)
+                VALUES (:ns, :wf, :key, :version, :label, :exec, :lease_until, :lease, :exec, :now, :now)
                 ON CONFLICT DO NOTHING
                 RETURNING {_COLUMNS}""",
             {**_key(ref), "version": bound_version, "label": version_label, "exec": execution_id,
-             "lease_until": c.after(lease_seconds), "now": c.now_us},
+             "lease_until": c.after(lease_seconds), "lease": lease_seconds, "now": c.now_us},
         )
         return _instance(row) if row else None
 
@@ -94,15 +95,37 @@ class InstanceStore(base.InstanceStore):
         c = lite(conn)
         row = await c.one(
             f"""UPDATE durable_instances
-                SET lease_owner = :owner, lease_expires_at = :lease_until,
+                SET lease_owner = :owner, lease_expires_at = :lease_until, lease_seconds = :lease,
                     wake_at = NULL, resume_count = resume_count + :inc, updated_at = :now
                 WHERE {_KEY}
                 RETURNING {_COLUMNS}""",
-            {**_key(ref), "owner": owner, "lease_until": c.after(lease_seconds), "inc": 1 if count_resume else 0,
-             "now": c.now_us},
+            {**_key(ref), "owner": owner, "lease_until": c.after(lease_seconds), "lease": lease_seconds,
+             "inc": 1 if count_resume else 0, "now": c.now_us},
         )
         assert row is not None, "caller locked the row"
         return _instance(row)
+
+    async def ever_held_txn(self, conn: Conn, ref: InstanceRef, execution_id: str) -> bool:
+        row = await lite(conn).one(
+            f"""SELECT EXISTS (SELECT 1 FROM durable_instance_events
+                               WHERE {_KEY} AND kind IN ('started', 'resumed') AND actor = :exec) AS held""",
+            {**_key(ref), "exec": execution_id},
+        )
+        return bool(row and row["held"])
+
+    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: base.EncodedState, *,
+                                 size_bytes: int) -> None:
+        c = lite(conn)
+        await c.run(
+            """INSERT INTO durable_instance_start_items
+                   (namespace, workflow_id, instance_key, encoding, item, size_bytes, created_at)
+               VALUES (:ns, :wf, :key, :enc, :item, :size, :now)""",
+            {**_key(ref), "enc": encoded.encoding, "item": encoded.data, "size": size_bytes, "now": c.now_us},
+        )
+
+    async def start_item_txn(self, conn: Conn, ref: InstanceRef) -> bytes | None:
+        row = await lite(conn).one(f"SELECT encoding, item FROM durable_instance_start_items WHERE {_KEY}", _key(ref))
+        return decode_state(bytes(row["item"]), row["encoding"]) if row else None
 
     async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
         # The transaction already holds the database's only write lock.

@@ -1,0 +1,328 @@
+"""Round 2 authoring on both backends: lease length per instance, start items, step results merged into the
+instance's state, saves that complete a claimed key in their transaction, and instance-aware claims."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from durable.v1 import checkpoint_pb2, common_pb2, idempotency_pb2, instance_pb2
+
+from tests.conftest import Harness
+from tests.sidecar.helpers import Stubs
+from tests.sidecar.storage import ago, count_checkpoints, expire_instance_lease, fetch
+from tests.sidecar.test_checkpoints import WF, item, latest, new_key, save, start
+
+SCOPE = "payment"
+ADD = checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT
+ACQUIRED, DUPLICATE, IN_PROGRESS = (idempotency_pb2.CLAIM_OUTCOME_ACQUIRED, idempotency_pb2.CLAIM_OUTCOME_DUPLICATE,
+                                    idempotency_pb2.CLAIM_OUTCOME_IN_PROGRESS)
+
+
+def raw(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def get(s: Stubs, key: str) -> common_pb2.Instance:
+    reply = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=key),
+                                          metadata=s.metadata)
+    return reply.instance
+
+
+def lease_length(inst: common_pb2.Instance) -> float:
+    """How long the current lease runs from the instance's last update (both database time)."""
+    return (inst.lease_expires_at.ToDatetime() - inst.updated_at.ToDatetime()) / timedelta(seconds=1)
+
+
+async def claim(s: Stubs, key: str, holder: str, **kw: Any) -> idempotency_pb2.ClaimResult:
+    reply = await s.idempotency.Claim(idempotency_pb2.ClaimRequest(items=[idempotency_pb2.ClaimItem(
+        scope=SCOPE, key=key, payload_json=b'{"amount":42}', holder=holder, **kw)]), metadata=s.metadata)
+    return reply.results[0]
+
+
+async def get_key(s: Stubs, key: str) -> idempotency_pb2.IdempotencyKey:
+    return (await s.idempotency.GetKey(idempotency_pb2.GetKeyRequest(scope=SCOPE, key=key), metadata=s.metadata)).key
+
+
+def completing(key: str, attempt: int, result: bytes = b"") -> checkpoint_pb2.KeyCompletion:
+    return checkpoint_pb2.KeyCompletion(scope=SCOPE, key=key, attempt=attempt, result_json=result)
+
+
+async def refused(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call
+    return err.value.code(), err.value.details() or ""
+
+
+async def expire_key_lease(database_url: str, key: str) -> None:
+    await fetch(database_url, f"UPDATE durable_idempotency_keys SET lease_expires_at = {ago(database_url, 1)} "
+                              "WHERE key = %s", key)
+
+
+# --- 1. the instance's lease length ------------------------------------------------------------------------------
+
+
+async def test_lease_length_is_chosen_at_start_and_kept_by_saves_and_resumes(harness: Harness,
+                                                                             database_url: str) -> None:
+    s = harness.alpha
+    default = harness.sidecar.settings.lease_seconds
+    plain = new_key()
+    assert (await start(s, plain)).instance.lease_seconds == default
+
+    key = new_key()
+    started = (await start(s, key, "exec-1", lease_seconds=3600)).instance
+    assert started.lease_seconds == 3600 and lease_length(started) == pytest.approx(3600, abs=2)
+    # A save that names no length renews with the instance's, not the sidecar's default.
+    await save(s, item(key, "payment", {"paid": True}))
+    inst = await get(s, key)
+    assert inst.lease_seconds == 3600 and lease_length(inst) == pytest.approx(3600, abs=2)
+    # A save that names one renews with it once; the instance keeps its length.
+    await save(s, item(key, "inventory", {"reserved": 1}, lease_seconds=30))
+    inst = await get(s, key)
+    assert inst.lease_seconds == 3600 and lease_length(inst) == pytest.approx(30, abs=2)
+    await save(s, item(key, "packing", {"boxes": 1}))
+    assert lease_length(await get(s, key)) == pytest.approx(3600, abs=2)
+
+    # A resume with 0 keeps the length; a resume with a length replaces it.
+    await expire_instance_lease(database_url, key)
+    resumed = await start(s, key, "exec-2")
+    assert resumed.outcome == instance_pb2.START_OUTCOME_RESUMED
+    assert resumed.instance.lease_seconds == 3600 and lease_length(resumed.instance) == pytest.approx(3600, abs=2)
+    again = await start(s, key, "exec-2", lease_seconds=120)
+    assert again.instance.lease_seconds == 120
+    await save(s, item(key, "shipping", {"parcel": "P1"}, execution="exec-2"))
+    assert lease_length(await get(s, key)) == pytest.approx(120, abs=2)
+    # A caller that does not get the lease changes nothing.
+    busy = await start(s, key, "exec-3", lease_seconds=999)
+    assert busy.outcome == instance_pb2.START_OUTCOME_BUSY and (await get(s, key)).lease_seconds == 120
+
+
+# --- 2. the start item --------------------------------------------------------------------------------------------
+
+
+async def test_start_item_is_stored_with_started_and_handed_to_every_resume_unchanged(harness: Harness,
+                                                                                     database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    delivery = b'{"order": "A-1", "amount": 42.5, "note": "\xc3\xbcber"}'
+    first = await start(s, key, "exec-1", start_item_json=delivery, include_state=True)
+    assert first.outcome == instance_pb2.START_OUTCOME_STARTED and first.start_item_json == delivery
+    # Without include_state nothing comes back; a retry of the start sees the same item.
+    assert (await start(s, key, "exec-1", start_item_json=delivery)).start_item_json == b""
+    assert (await start(s, key, "exec-1", include_state=True)).start_item_json == delivery
+    await expire_instance_lease(database_url, key)
+    # Another delivery's item never replaces the one the instance started with.
+    resumed = await start(s, key, "exec-2", start_item_json=b'{"order": "B-2"}', include_state=True)
+    assert resumed.outcome == instance_pb2.START_OUTCOME_RESUMED and resumed.start_item_json == delivery
+    rows = await fetch(database_url, "SELECT count(*) FROM durable_instance_start_items WHERE instance_key = %s", key)
+    events = await fetch(database_url, "SELECT kind FROM durable_instance_events WHERE instance_key = %s "
+                                       "AND kind = 'started'", key)
+    assert rows == [(1,)] and len(events) == 1
+    # An instance started without one has none.
+    other = new_key()
+    assert (await start(s, other, include_state=True)).start_item_json == b""
+
+
+async def test_large_start_item_is_compressed_at_rest_and_round_trips(harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    delivery = raw({"lines": [{"sku": f"SKU-{i:06d}", "qty": i % 7} for i in range(4000)]})
+    await start(s, key, start_item_json=delivery)
+    assert (await start(s, key, include_state=True)).start_item_json == delivery
+    stored = await fetch(database_url, "SELECT size_bytes, length(item) FROM durable_instance_start_items "
+                                       "WHERE instance_key = %s", key)
+    assert stored[0][0] == len(delivery) and stored[0][1] < len(delivery)
+
+
+@pytest.mark.parametrize("harness", [{"max_state_bytes": 4096, "max_message_bytes": 2 * 1024 * 1024}],
+                         indirect=True)
+async def test_bad_start_item_is_refused_and_starts_nothing(harness: Harness) -> None:
+    s = harness.alpha
+    key = new_key()
+    for bad in (b"{not json", b"[1, 2]", b'"text"', b"\xff\xfe"):
+        code, _ = await refused(start(s, key, start_item_json=bad))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, bad
+    code, details = await refused(start(s, key, start_item_json=raw({"blob": "x" * 5000})))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "4096" in details
+    code, _ = await refused(get(s, key))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+# --- 3. step results added to the instance's state -------------------------------------------------------------------
+
+
+async def test_step_results_are_added_to_the_start_item_and_retries_deduplicate(harness: Harness,
+                                                                               database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    await start(s, key, start_item_json=b'{"order": "A-1", "amount": 10}')
+    paid = (await save(s, item(key, "Charge", {"charge": "ch_1", "ok": True}, state_mode=ADD))).results[0]
+    expected = b'{"order":"A-1","amount":10,"Charge":{"charge":"ch_1","ok":true}}'
+    assert paid.state_json == expected and paid.checkpoint.sequence == 1 and not paid.deduplicated
+    assert (await latest(s, key)).state_json == expected
+    # The same step and result again: the same bytes, the checkpoint already there.
+    again = (await save(s, item(key, "Charge", {"charge": "ch_1", "ok": True}, state_mode=ADD))).results[0]
+    assert again.deduplicated and again.checkpoint.sequence == 1 and again.state_json == expected
+    assert await count_checkpoints(database_url, key) == 1
+
+    # Two items of one instance in one batch: the second builds on the first; a repeat inside the batch dedupes.
+    batch = (await save(s, item(key, "Reserve", {"reserved": 3}, state_mode=ADD),
+                        item(key, "Ship", {"parcel": "ü-1"}, state_mode=ADD),
+                        item(key, "Ship", {"parcel": "ü-1"}, state_mode=ADD))).results
+    assert [(r.checkpoint.sequence, r.deduplicated) for r in batch] == [(2, False), (3, False), (3, True)]
+    assert batch[0].state_json == expected[:-1] + b',"Reserve":{"reserved":3}}'
+    shipped = ('{"order":"A-1","amount":10,"Charge":{"charge":"ch_1","ok":true},"Reserve":{"reserved":3},'
+               '"Ship":{"parcel":"ü-1"}}').encode()
+    assert batch[1].state_json == batch[2].state_json == shipped
+    assert (await latest(s, key)).state_json == shipped
+    # A step saved again with another result replaces its result in place.
+    redo = (await save(s, item(key, "Reserve", {"reserved": 4}, state_mode=ADD))).results[0]
+    assert json.loads(redo.state_json)["Reserve"] == {"reserved": 4}
+    assert list(json.loads(redo.state_json)) == ["order", "amount", "Charge", "Reserve", "Ship"]
+    assert await count_checkpoints(database_url, key) == 4
+
+
+async def test_step_result_builds_on_a_replaced_state_or_on_nothing(harness: Harness) -> None:
+    s = harness.alpha
+    bare = new_key()
+    await start(s, bare)
+    first = (await save(s, item(bare, "Lookup", [1, 2], state_mode=ADD))).results[0]
+    assert first.state_json == b'{"Lookup":[1,2]}'
+    # A whole state saved with REPLACE (the default) is what the next result is added to; REPLACE returns no state.
+    replaced = (await save(s, item(bare, "Reset", {"fresh": True}))).results[0]
+    assert replaced.state_json == b""
+    assert (await save(s, item(bare, "Next", 7, state_mode=ADD))).results[0].state_json == b'{"fresh":true,"Next":7}'
+    # A current state that is not an object is kept under "state".
+    scalar = new_key()
+    await start(s, scalar)
+    await save(s, item(scalar, "Count", b"[3, 4]"))
+    merged = (await save(s, item(scalar, "Total", {"sum": 7}, state_mode=ADD))).results[0]
+    assert merged.state_json == b'{"state":[3,4],"Total":{"sum":7}}'
+
+
+@pytest.mark.parametrize("harness", [{"max_state_bytes": 4096, "max_message_bytes": 2 * 1024 * 1024}],
+                         indirect=True)
+async def test_step_result_that_makes_the_state_too_large_writes_nothing(harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    await start(s, key, start_item_json=raw({"blob": "x" * 3000}))
+    code, details = await refused(save(s, item(key, "Big", {"more": "y" * 2000}, state_mode=ADD)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "items[0]" in details and "4096" in details
+    assert await count_checkpoints(database_url, key) == 0
+    code, _ = await refused(save(s, item(key, "Odd", {"a": 1}, state_mode=7)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# --- 4. a save completes the claimed key in its own transaction --------------------------------------------------------
+
+
+async def test_save_completes_the_claimed_key_with_the_step_result(harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    key, charge = new_key(), new_key()
+    await start(s, key, "exec-1")
+    claimed = await claim(s, charge, "exec-1")
+    assert claimed.outcome == ACQUIRED and claimed.key.attempt == 1
+    result = b'{"charge": "ch_9", "amount": 42}'
+    saved = (await save(s, item(key, "Charge", result, state_mode=ADD, complete_key=completing(charge, 1)))).results[0]
+    done = saved.completed_key
+    assert done.status == idempotency_pb2.KEY_STATUS_COMPLETED and done.attempt == 1 and done.key == charge
+    assert done.result_json == result and (await get_key(s, charge)).result_json == result
+    replay = await claim(s, charge, "exec-9")
+    assert replay.outcome == DUPLICATE and replay.key.result_json == result
+    # A retried save: the checkpoint already there, the key left as it is.
+    again = (await save(s, item(key, "Charge", result, state_mode=ADD, complete_key=completing(charge, 1)))).results[0]
+    assert again.deduplicated and again.checkpoint.sequence == 1
+    assert again.completed_key.updated_at == done.updated_at and again.completed_key.result_json == result
+    assert await count_checkpoints(database_url, key) == 1
+    # An explicit result is what duplicates replay.
+    other = new_key()
+    await claim(s, other, "exec-1")
+    explicit = (await save(s, item(key, "Refund", {"r": 1}, complete_key=completing(other, 1, b'{"id":"re_1"}'))))
+    assert explicit.results[0].completed_key.result_json == b'{"id":"re_1"}'
+
+
+async def test_save_with_a_stale_attempt_refuses_the_whole_batch(harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    key_a, key_b, charge = new_key(), new_key(), new_key()
+    await start(s, key_a, "exec-1")
+    await start(s, key_b, "exec-1")
+    await claim(s, charge, "exec-1")
+    await expire_key_lease(database_url, charge)
+    taken = await claim(s, charge, "exec-2")
+    assert taken.outcome == ACQUIRED and taken.key.attempt == 2
+    code, details = await refused(save(s, item(key_b, "Other", {"b": 1}),
+                                       item(key_a, "Charge", {"c": 1}, state_mode=ADD,
+                                            complete_key=completing(charge, 1))))
+    assert code == grpc.StatusCode.ABORTED and "items[1]" in details and f"{SCOPE}/{charge}" in details
+    assert await count_checkpoints(database_url, key_a) == 0 and await count_checkpoints(database_url, key_b) == 0
+    row = await get_key(s, charge)
+    assert row.status == idempotency_pb2.KEY_STATUS_IN_PROGRESS and row.attempt == 2
+    # An unknown key, a released key and a malformed completion refuse the batch as well.
+    code, _ = await refused(save(s, item(key_a, "Charge", {"c": 1}, complete_key=completing(new_key(), 1))))
+    assert code == grpc.StatusCode.NOT_FOUND
+    released = new_key()
+    await claim(s, released, "exec-1")
+    await s.idempotency.Release(idempotency_pb2.ReleaseRequest(scope=SCOPE, key=released, attempt=1,
+                                                               error_message="declined"), metadata=s.metadata)
+    code, _ = await refused(save(s, item(key_a, "Charge", {"c": 1}, complete_key=completing(released, 1))))
+    assert code == grpc.StatusCode.ABORTED
+    code, _ = await refused(save(s, item(key_a, "Charge", {"c": 1}, complete_key=completing(charge, 0))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert await count_checkpoints(database_url, key_a) == 0
+    # The current attempt completes it.
+    ok = (await save(s, item(key_a, "Charge", {"c": 1}, execution="exec-2", complete_key=completing(charge, 2))))
+    assert ok.results[0].completed_key.status == idempotency_pb2.KEY_STATUS_COMPLETED
+
+
+# --- 5. instance-aware claims -------------------------------------------------------------------------------------------
+
+
+async def test_claim_by_the_instances_new_holder_takes_the_key_from_the_execution_that_died(
+        harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    key, charge = new_key(), new_key()
+    await start(s, key, "exec-1")
+    first = await claim(s, charge, "exec-1", lease_seconds=3600, workflow_id=WF, instance_key=key)
+    assert first.outcome == ACQUIRED and first.key.attempt == 1
+    # exec-1 dies mid-call; the instance is resumed by exec-2 while the key's lease is still alive.
+    await expire_instance_lease(database_url, key)
+    assert (await start(s, key, "exec-2")).outcome == instance_pb2.START_OUTCOME_RESUMED
+    again = await claim(s, charge, "exec-2", workflow_id=WF, instance_key=key)
+    assert again.outcome == ACQUIRED and again.key.attempt == 2
+    # The retry of that claim is the same acquisition; the dead execution's attempt is fenced off.
+    assert (await claim(s, charge, "exec-2", workflow_id=WF, instance_key=key)).key.attempt == 2
+    code, _ = await refused(s.idempotency.Complete(idempotency_pb2.CompleteRequest(
+        scope=SCOPE, key=charge, attempt=1, result_json=b"{}"), metadata=s.metadata))
+    assert code == grpc.StatusCode.ABORTED
+
+
+async def test_claim_waits_while_the_keys_holder_still_holds_the_instance(harness: Harness,
+                                                                         database_url: str) -> None:
+    s = harness.alpha
+    key, charge = new_key(), new_key()
+    await start(s, key, "exec-1")
+    await claim(s, charge, "exec-1", lease_seconds=3600, workflow_id=WF, instance_key=key)
+    # Someone who does not hold the instance: in progress.
+    assert (await claim(s, charge, "exec-2", workflow_id=WF, instance_key=key)).outcome == IN_PROGRESS
+    await expire_instance_lease(database_url, key)
+    await start(s, key, "exec-2")
+    # The instance's holder without naming the instance: unchanged semantics, in progress.
+    assert (await claim(s, charge, "exec-2")).outcome == IN_PROGRESS
+    # The instance's holder whose own lease lapsed: in progress too.
+    await expire_instance_lease(database_url, key)
+    assert (await claim(s, charge, "exec-2", workflow_id=WF, instance_key=key)).outcome == IN_PROGRESS
+    # Another instance's holder naming this key's instance: in progress.
+    other = new_key()
+    await start(s, other, "exec-3")
+    assert (await claim(s, charge, "exec-3", workflow_id=WF, instance_key=other)).outcome == IN_PROGRESS
+    assert (await get_key(s, charge)).attempt == 1
+
+
+async def test_claim_naming_half_an_instance_is_invalid(harness: Harness) -> None:
+    s = harness.alpha
+    for kw in ({"workflow_id": WF}, {"instance_key": "order-1"}):
+        code, details = await refused(claim(s, new_key(), "exec-1", **kw))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "both" in details
