@@ -63,6 +63,17 @@ export N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS="${N8N_ENFORCE_SETTINGS_FILE_PERMIS
 export N8N_LOG_LEVEL="${N8N_LOG_LEVEL:-info}"
 export GENERIC_TIMEZONE="${GENERIC_TIMEZONE:-UTC}"
 
+# --- triggers come back quickly after a crash --------------------------------
+# n8n 2.41 activates a published workflow's triggers (our Resume Trigger among
+# them) through a publication outbox in its database. A `kill -9` while a
+# publication is being applied (every start applies one per workflow) leaves that
+# row `in_progress`, and the next n8n skips the workflow until the row's lease
+# (default 120 s) runs out, then waits for its next poll (default 15 s): no Resume
+# Trigger for ~2 minutes. n8n aborts a publication at 70 % of the lease, which
+# stays far above the milliseconds one of ours takes. See docs/recovery.md.
+export N8N_WORKFLOW_PUBLICATION_OUTBOX_LEASE_SECONDS="${N8N_WORKFLOW_PUBLICATION_OUTBOX_LEASE_SECONDS:-20}"
+export N8N_WORKFLOW_PUBLICATION_OUTBOX_POLL_INTERVAL_MS="${N8N_WORKFLOW_PUBLICATION_OUTBOX_POLL_INTERVAL_MS:-2000}"
+
 # --- PostgreSQL (shared server; use your own database in it) -----------------
 export DB_TYPE="${DB_TYPE:-postgresdb}"
 export DB_POSTGRESDB_HOST="${DB_POSTGRESDB_HOST:-127.0.0.1}"
