@@ -326,3 +326,16 @@ async def test_claim_naming_half_an_instance_is_invalid(harness: Harness) -> Non
     for kw in ({"workflow_id": WF}, {"instance_key": "order-1"}):
         code, details = await refused(claim(s, new_key(), "exec-1", **kw))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "both" in details
+
+
+async def test_step_result_that_cannot_be_merged_is_invalid_and_writes_nothing(harness: Harness,
+                                                                              database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    # Valid JSON stored as sent, but with numbers a merged state could not write back exactly.
+    await start(s, key, start_item_json=b'{"huge": 1e400}')
+    code, details = await refused(save(s, item(key, "Charge", {"ok": True}, state_mode=ADD)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "items[0]" in details
+    code, _ = await refused(save(s, item(key, "Charge", b'{"digits": ' + b"9" * 5000 + b"}", state_mode=ADD)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert await count_checkpoints(database_url, key) == 0
