@@ -5,7 +5,13 @@
  */
 import type { IExecuteFunctions, NodeApiError, NodeOperationError } from 'n8n-workflow';
 
-import { batchItemIndex, isGrpcFailure, ITEM_SCOPED, sidecarError } from './errors';
+import {
+	batchItemIndex,
+	isGrpcFailure,
+	isSidecarUnreachable,
+	ITEM_SCOPED,
+	sidecarError,
+} from './errors';
 import { callContext, chunks, mapLimited, MAX_BATCH_ITEMS } from './node-helpers';
 import type { SidecarClient } from './transport';
 
@@ -78,10 +84,15 @@ export async function perItem<T>(
 	concurrency = 8,
 ): Promise<Settled<T>> {
 	const node = ctx.getNode();
+	// Once the sidecar proved unreachable for a whole deadline, the items not yet
+	// sent fail at once instead of each waiting out its own deadline.
+	let unreachable: unknown;
 	return await mapLimited(count, concurrency, async (index) => {
 		try {
+			if (unreachable !== undefined) throw unreachable;
 			return { ok: true as const, value: await call(index) };
 		} catch (error) {
+			if (isSidecarUnreachable(error)) unreachable = error;
 			return {
 				ok: false as const,
 				error: sidecarError(node, error, callContext(client, action, index)),

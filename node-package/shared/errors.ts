@@ -41,6 +41,23 @@ export function isGrpcFailure(error: unknown): error is GrpcFailure {
 	);
 }
 
+/**
+ * The transport's answer when the deadline passed while the sidecar could not
+ * be reached (SidecarUnreachableError in transport.ts; recognised by shape so
+ * this module need not load the bundled transport).
+ */
+export interface SidecarUnreachable extends GrpcFailure {
+	target: string;
+	unreachableWithinSeconds: number;
+}
+
+export function isSidecarUnreachable(error: unknown): error is SidecarUnreachable {
+	return (
+		isGrpcFailure(error) &&
+		typeof (error as { unreachableWithinSeconds?: unknown }).unreachableWithinSeconds === 'number'
+	);
+}
+
 /** Codes the author can act on by changing the workflow or its input. */
 const AUTHOR_FIXABLE = new Set<number>([
 	GrpcStatus.INVALID_ARGUMENT,
@@ -147,6 +164,20 @@ export function sidecarError(
 		return new NodeOperationError(node, `${context.action} failed: ${message}`, { itemIndex });
 	}
 	const codeName = GrpcStatus[error.code] ?? `code ${error.code}`;
+	if (isSidecarUnreachable(error)) {
+		// A remote failure: the execution fails, so a webhook sender waiting for
+		// the answer gets an error status and delivers again.
+		const message = `${context.action} failed: ${error.details}`;
+		const description = `The durable sidecar at ${error.target} did not accept a connection for ${error.unreachableWithinSeconds} s (the credential's Call Deadline), The call was not answered. Check that the sidecar is running and that the credential's host, port and TLS setting match it (the credential's Test button names the exact cause). Retrying the execution is safe: every call is repeat-safe.`;
+		const out = new NodeApiError(
+			node,
+			{ code: codeName, message: error.details },
+			{ message, description, itemIndex },
+		);
+		out.context.grpcCode = codeName;
+		out.context.sidecarUnreachable = true;
+		return out;
+	}
 	const details = error.details || codeName;
 	const description = hintFor(error.code, details, context.target, context.deadlineSeconds);
 	const message = `${context.action} failed: ${details}`;

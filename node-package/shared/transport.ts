@@ -1,7 +1,10 @@
 /**
  * The one gRPC transport of the package: a channel per credential (reused by
  * every node and execution of this n8n process), bearer-token metadata and a
- * deadline on every unary call.
+ * deadline on every unary call. Unary calls wait for the channel to be ready
+ * and retry UNAVAILABLE (and the CANCELLED of a stopping sidecar) with
+ * jittered backoff inside that deadline, so a sidecar restart under a running
+ * workflow costs a delay, not an error.
  *
  * This module and the generated code under ./gen are the only code that
  * imports @grpc/grpc-js; the build bundles them into dist/shared/transport.js
@@ -11,12 +14,14 @@ import {
 	Channel,
 	ChannelCredentials,
 	Client,
+	connectivityState,
 	Metadata,
 	type CallOptions,
 	type ClientReadableStream,
 	type ServiceError,
 } from '@grpc/grpc-js';
 import { createHash } from 'crypto';
+import { sleep } from 'n8n-workflow';
 
 import {
 	CheckpointServiceClient,
@@ -64,7 +69,8 @@ export type {
 	StartOrResumeResponse,
 	WatchResumableResponse,
 } from './gen/durable/v1/instance';
-export type { SaveCheckpointItem } from './gen/durable/v1/checkpoint';
+export { StateMode } from './gen/durable/v1/checkpoint';
+export type { KeyCompletion, SaveCheckpointItem } from './gen/durable/v1/checkpoint';
 export type { Version } from './gen/durable/v1/version';
 
 /** What a node needs from the "Durable Sidecar API" credential. */
@@ -138,6 +144,45 @@ function decodeHealthResponse(buf: Buffer): ServingStatus {
 	return ServingStatus.UNKNOWN;
 }
 
+/** gRPC status codes the retry loop looks at (wire values, as in errors.ts). */
+const CANCELLED = 1;
+const UNAVAILABLE = 14;
+const DEADLINE_EXCEEDED = 4;
+/** Backoff between retries of an UNAVAILABLE call: 100 ms doubling to 2 s, jittered. */
+const RETRY_INITIAL_MS = 100;
+const RETRY_MAX_MS = 2_000;
+
+/**
+ * The deadline of a call passed while the sidecar could not be reached (the
+ * channel never got ready, or every attempt was UNAVAILABLE). Shaped like a
+ * grpc-js ServiceError with code UNAVAILABLE, so the one mapping in errors.ts
+ * turns it into the NodeApiError that fails the execution.
+ */
+export class SidecarUnreachableError extends Error {
+	readonly code = UNAVAILABLE;
+	readonly details: string;
+
+	constructor(
+		readonly target: string,
+		readonly unreachableWithinSeconds: number,
+	) {
+		const text = `could not reach the durable sidecar at ${target} within ${unreachableWithinSeconds} s`;
+		super(text);
+		this.name = 'SidecarUnreachableError';
+		this.details = text;
+	}
+}
+
+function statusCodeOf(error: unknown): number | undefined {
+	const code = (error as { code?: unknown } | null)?.code;
+	return typeof code === 'number' ? code : undefined;
+}
+
+/** Equal jitter: half the backoff fixed, half random, so restarted clients do not retry in step. */
+function jittered(backoffMs: number): number {
+	return backoffMs / 2 + Math.random() * (backoffMs / 2);
+}
+
 type UnaryMethod<Req, Res> = (
 	request: Req,
 	metadata: Metadata,
@@ -153,6 +198,8 @@ export class SidecarClient {
 	readonly versions: VersionServiceClient;
 	private readonly generic: Client;
 	private readonly channel: Channel;
+	/** When the channel last failed to connect (ms since the epoch; 0: never). */
+	private lastConnectFailureAt = 0;
 
 	constructor(readonly connection: SidecarConnection) {
 		const target = targetOf(connection);
@@ -165,8 +212,10 @@ export class SidecarClient {
 			// Checkpoint states may be large; the sidecar's own limit applies.
 			'grpc.max_receive_message_length': 64 * 1024 * 1024,
 			'grpc.max_send_message_length': 64 * 1024 * 1024,
-			'grpc.initial_reconnect_backoff_ms': 500,
-			'grpc.max_reconnect_backoff_ms': 10_000,
+			// Calls wait for the channel (waitForReady): after a sidecar restart the
+			// channel must notice within a couple of seconds, not after 10.
+			'grpc.initial_reconnect_backoff_ms': 100,
+			'grpc.max_reconnect_backoff_ms': 2_000,
 		});
 		const shared = { channelOverride: this.channel };
 		this.instances = new InstanceServiceClient(target, creds, shared);
@@ -174,6 +223,7 @@ export class SidecarClient {
 		this.idempotency = new IdempotencyServiceClient(target, creds, shared);
 		this.versions = new VersionServiceClient(target, creds, shared);
 		this.generic = new Client(target, creds, shared);
+		this.followConnectivity();
 	}
 
 	/** Bearer token metadata for an authenticated call. */
@@ -189,24 +239,84 @@ export class SidecarClient {
 		return { deadline: new Date(Date.now() + seconds * 1000) };
 	}
 
+	/**
+	 * One unary RPC within one overall deadline (the credential's, or an explicit
+	 * one in seconds). The call waits for the channel to be ready instead of
+	 * failing at once while the sidecar restarts, and an UNAVAILABLE or
+	 * CANCELLED answer (a connection dropped mid-call, a sidecar shutting down
+	 * with the call in flight) is retried with
+	 * jittered exponential backoff until the deadline. Every RPC the nodes make
+	 * is repeat-safe by contract, and the request is sent unchanged each time.
+	 * When the deadline passes while the sidecar cannot be reached, the error is
+	 * a SidecarUnreachableError naming host:port and the time waited.
+	 */
 	private unary<Req, Res>(
 		service: Client,
 		method: UnaryMethod<Req, Res>,
 		request: Req,
 		deadlineSeconds?: number,
 	): Promise<Res> {
+		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
+		const startedAt = Date.now();
+		const deadline = startedAt + seconds * 1000;
+		const failingAtStart =
+			this.channel.getConnectivityState(false) === connectivityState.TRANSIENT_FAILURE;
+		const unreachable = () => new SidecarUnreachableError(targetOf(this.connection), seconds);
+		let backoffMs = RETRY_INITIAL_MS;
+		let retried = false;
 		return new Promise<Res>((resolve, reject) => {
-			method.call(
-				service,
-				request,
-				this.metadata(),
-				this.options(deadlineSeconds),
-				(error, response) => {
-					if (error) reject(error);
-					else resolve(response);
-				},
-			);
+			const attempt = () => {
+				const metadata = this.metadata();
+				metadata.setOptions({ waitForReady: true });
+				method.call(service, request, metadata, { deadline }, (error, response) => {
+					if (!error) {
+						resolve(response);
+						return;
+					}
+					const code = statusCodeOf(error);
+					// This client never cancels a call, so CANCELLED comes from the server:
+					// a sidecar stopping (SIGTERM) cancels the calls in flight. Retried like
+					// UNAVAILABLE; the answer then comes from the sidecar that takes over.
+					if (code === UNAVAILABLE || code === CANCELLED) {
+						const waitMs = jittered(backoffMs);
+						backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
+						if (Date.now() + waitMs < deadline) {
+							retried = true;
+							void sleep(waitMs).then(attempt);
+						} else if (this.channel.getConnectivityState(false) === connectivityState.READY) {
+							// Reached, but it keeps answering UNAVAILABLE (e.g. its database is down).
+							reject(error);
+						} else {
+							reject(unreachable());
+						}
+						return;
+					}
+					const neverReached =
+						(retried || failingAtStart || this.lastConnectFailureAt >= startedAt) &&
+						this.channel.getConnectivityState(false) !== connectivityState.READY;
+					reject(code === DEADLINE_EXCEEDED && neverReached ? unreachable() : error);
+				});
+			};
+			attempt();
 		});
+	}
+
+	/**
+	 * Follows the channel's state for its whole life and notes when it last
+	 * failed to connect (TRANSIENT_FAILURE): a call that runs out of time after
+	 * such a failure could not reach the sidecar, unlike one whose deadline was
+	 * merely too short for a channel that was still connecting. No deadline, so
+	 * no timer keeps the process alive; closing the channel ends the watch.
+	 */
+	private followConnectivity(): void {
+		const state = this.channel.getConnectivityState(false);
+		if (state === connectivityState.TRANSIENT_FAILURE) this.lastConnectFailureAt = Date.now();
+		if (state === connectivityState.SHUTDOWN) return;
+		try {
+			this.channel.watchConnectivityState(state, Infinity, () => this.followConnectivity());
+		} catch {
+			// The channel was closed meanwhile.
+		}
 	}
 
 	startOrResume(request: DeepPartial<StartOrResumeRequest>): Promise<StartOrResumeResponse> {
