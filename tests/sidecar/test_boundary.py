@@ -6,8 +6,11 @@ of every durable_* table's rows of the caller's namespace before and after.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import itertools
 import json
+import time
 import uuid
 from typing import Any
 
@@ -307,3 +310,47 @@ async def test_unknown_enum_values_and_negative_numbers_are_invalid_argument(har
         contains="sequence")
     await refused(harness, s, grpc.StatusCode.INVALID_ARGUMENT, s.versions.GetVersion(
         version_pb2.GetVersionRequest(workflow_id=WF, version=2**60), metadata=s.metadata), contains="version")
+
+
+# Fair streams -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("harness", [{"watch_streams_per_namespace": 2, "watch_min_poll_interval_ms": 300}],
+                         indirect=True)
+async def test_open_watch_streams_are_limited_per_namespace_and_polls_have_a_floor(harness: Harness) -> None:
+    s, other = harness.alpha, harness.beta
+
+    def watch(stubs: Stubs) -> Any:
+        return stubs.instances.WatchResumable(instance_pb2.WatchResumableRequest(
+            claimant="n8n", workflow_ids=[WF], poll_interval_ms=100), metadata=stubs.metadata)
+
+    first, second = watch(s), watch(s)
+    stamps: list[float] = []
+    for stream in (first, second):
+        await stream.read()  # open: the first poll answered
+    for _ in range(3):
+        await first.read()
+        stamps.append(time.monotonic())
+    # 100 ms asked for, the floor is 300 ms.
+    assert min(b - a for a, b in itertools.pairwise(stamps)) > 0.25
+    third = watch(s)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await third.read()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "DURABLE_WATCH_STREAMS_PER_NAMESPACE" in (err.value.details() or "")
+    # Another namespace is not affected; a closed stream frees its place.
+    theirs = watch(other)
+    await theirs.read()
+    first.cancel()
+    for _ in range(100):
+        fourth = watch(s)
+        try:
+            await fourth.read()
+            break
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("a cancelled stream never freed its place")
+    for stream in (second, theirs, fourth):
+        stream.cancel()
