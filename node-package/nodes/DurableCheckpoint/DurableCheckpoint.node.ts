@@ -12,9 +12,12 @@ import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import {
 	asNodeError,
+	DURABLE_FIELD,
 	errorItem,
 	executionIdOf,
 	fieldList,
+	fromJsonBytes,
+	isObject,
 	jsonParameter,
 	pickFields,
 	sidecarFor,
@@ -23,9 +26,19 @@ import {
 	withDurable,
 	workflowIdOf,
 } from '../../shared/node-helpers';
-import { InstanceStatus, type Instance, type SaveCheckpointItem } from '../../shared/transport';
+import {
+	InstanceStatus,
+	StateMode,
+	type Instance,
+	type SaveCheckpointItem,
+	type SidecarClient,
+} from '../../shared/transport';
+import { parameterReader, Upstream, type ClaimRef } from '../../shared/upstream';
 
 type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume';
+
+const V1 = { '@version': [1] };
+const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
 
 const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
 
@@ -42,17 +55,200 @@ function instanceSummary(inst: Instance | undefined): IDataObject {
 	};
 }
 
+interface SaveContext {
+	client: SidecarClient;
+	workflowId: string;
+	executionId: string;
+	upstream: Upstream;
+	keyOf: (itemIndex: number) => string;
+}
+
+/** What one item sends, and what its output item is built from. */
+interface PreparedSave {
+	request: SaveCheckpointItem;
+	/** The state sent (for REPLACE saves, the stored state). */
+	state: unknown;
+	/** The instance's lease length as the item knows it (0: unknown). */
+	leaseSeconds: number;
+}
+
+/** Save: every item in one SaveCheckpoints call (chunked), one output item per input item. */
+async function saveCheckpoints(
+	ctx: IExecuteFunctions,
+	{ client, workflowId, executionId, upstream, keyOf }: SaveContext,
+): Promise<INodeExecutionData[]> {
+	const items = ctx.getInputData();
+	const node = ctx.getNode();
+	const v2 = node.typeVersion >= 2;
+	const out: INodeExecutionData[] = [];
+	// Plain parameters are read once per run; expressions per item.
+	const stepNameOf = parameterReader(ctx, 'stepName', '');
+	const saveWhatOf = parameterReader(ctx, 'saveWhat', v2 ? 'stepResult' : 'item');
+	const fieldsOf = parameterReader(ctx, 'fields', '');
+	const leaseOf = parameterReader<number>(ctx, 'options.leaseSeconds', 0);
+	// n8n treats an undefined fallback as "required": '' marks "option not added".
+	const expectedOf = parameterReader<number | string>(ctx, 'options.expectedSequence', '');
+	const completeClaimed =
+		v2 && (ctx.getNodeParameter('options.completeClaimedKey', 0, true) as boolean);
+
+	const prepared = new Map<number, PreparedSave>();
+	const problems = new Map<number, NodeError>();
+	for (let i = 0; i < items.length; i++) {
+		const item = items[i];
+		try {
+			const stepName = String(stepNameOf(i) ?? '').trim();
+			if (!stepName) {
+				throw new NodeOperationError(node, 'Step Name is empty', {
+					itemIndex: i,
+					description: 'Name the step that has just finished, e.g. payment-captured.',
+				});
+			}
+			const saveWhat = saveWhatOf(i) as string;
+			const claim: ClaimRef | undefined =
+				v2 && (completeClaimed || saveWhat === 'stepResult') ? upstream.claim(i, item) : undefined;
+			let state: unknown;
+			if (saveWhat === 'stepResult') {
+				// Done Before: the side effect ran earlier; its replayed result is the step's result.
+				state =
+					claim?.outcome === 'duplicate' ? (claim.result ?? null) : (userJson(item) as unknown);
+			} else if (saveWhat === 'fields') {
+				state = pickFields(userJson(item), fieldList(fieldsOf(i) as string));
+			} else if (saveWhat === 'json') {
+				state = jsonParameter(node, ctx.getNodeParameter('stateJson', i, '{}'), 'State (JSON)', i);
+			} else {
+				state = userJson(item);
+			}
+			const expected = expectedOf(i);
+			const expectedSequence =
+				expected === '' || expected === null || expected === undefined
+					? undefined
+					: Number(expected);
+			if (expectedSequence !== undefined && !Number.isInteger(expectedSequence)) {
+				throw new NodeOperationError(
+					node,
+					`Expected Sequence must be a whole number, got ${String(expected)}`,
+					{ itemIndex: i },
+				);
+			}
+			const completeKey =
+				completeClaimed && claim?.outcome === 'acquired' && claim.attempt >= 1
+					? {
+							scope: claim.scope,
+							key: claim.key,
+							attempt: claim.attempt,
+							// Empty: the key's result is the saved step result.
+							resultJson: Buffer.alloc(0),
+						}
+					: undefined;
+			const instanceKey = keyOf(i);
+			prepared.set(i, {
+				request: {
+					workflowId,
+					instanceKey,
+					stepName,
+					stateJson: toJsonBytes(state),
+					executionId,
+					nodeName: node.name,
+					expectedSequence,
+					leaseSeconds: leaseOf(i),
+					stateMode: !v2
+						? StateMode.STATE_MODE_UNSPECIFIED
+						: saveWhat === 'stepResult'
+							? StateMode.STATE_MODE_ADD_STEP_RESULT
+							: StateMode.STATE_MODE_REPLACE,
+					completeKey,
+				},
+				state,
+				leaseSeconds: v2 ? (upstream.instance(i, item)?.leaseSeconds ?? 0) : 0,
+			});
+		} catch (error) {
+			problems.set(i, asNodeError(node, error, i));
+		}
+	}
+	// Parameter problems are reported before anything is saved.
+	if (problems.size > 0 && !ctx.continueOnFail()) throw problems.values().next().value as NodeError;
+	const indexes = [...prepared.keys()];
+	const results = indexes.length
+		? await batched(ctx, client, 'Saving the checkpoint', indexes, async (batch) => {
+				const response = await client.saveCheckpoints({
+					items: batch.map((i) => prepared.get(i)!.request),
+				});
+				return response.results;
+			})
+		: new Map<number, never>();
+	for (let i = 0; i < items.length; i++) {
+		const problem = problems.get(i);
+		const result = results.get(i);
+		const failure = problem ?? (result && !result.ok ? result.error : undefined);
+		if (failure) {
+			if (!ctx.continueOnFail()) throw failure;
+			out.push(errorItem(items[i], failure, i));
+			continue;
+		}
+		if (!result || !result.ok) continue;
+		const cp = result.value.checkpoint;
+		const sent = prepared.get(i)!;
+		const stepName = cp?.stepName ?? sent.request.stepName;
+		if (!v2) {
+			out.push(
+				withDurable(
+					items[i],
+					{
+						workflowId,
+						instanceKey: sent.request.instanceKey,
+						lastSequence: cp?.sequence ?? 0,
+						lastStep: stepName,
+						checkpoint: {
+							sequence: cp?.sequence ?? 0,
+							stepName,
+							sha256: cp?.sha256 ?? '',
+							sizeBytes: cp?.sizeBytes ?? 0,
+							deduplicated: result.value.deduplicated,
+							createdAt: cp?.createdAt ? cp.createdAt.toISOString() : null,
+						},
+					},
+					i,
+				),
+			);
+			continue;
+		}
+		// v2: the item becomes the instance's state as stored, so the next node
+		// sees the start fields and every step's result; the metadata stays small.
+		const stored =
+			sent.request.stateMode === StateMode.STATE_MODE_ADD_STEP_RESULT
+				? fromJsonBytes(result.value.stateJson)
+				: sent.state;
+		const json: IDataObject = isObject(stored)
+			? { ...stored }
+			: { state: (stored ?? null) as IDataObject[string] };
+		const meta: IDataObject = {
+			workflowId,
+			instanceKey: sent.request.instanceKey,
+			leaseSeconds: sent.leaseSeconds,
+			lastStep: stepName,
+			lastSequence: cp?.sequence ?? 0,
+			deduplicated: result.value.deduplicated,
+		};
+		const completed = result.value.completedKey;
+		if (completed) meta.completedKey = { scope: completed.scope, key: completed.key };
+		json[DURABLE_FIELD] = meta;
+		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
+	}
+	return out;
+}
+
 export class DurableCheckpoint implements INodeType {
 	description: INodeTypeDescription = {
 		displayName: 'Durable Checkpoint',
 		name: 'durableCheckpoint',
 		icon: { light: 'file:durableCheckpoint.svg', dark: 'file:durableCheckpoint.dark.svg' },
 		group: ['transform'],
-		version: 1,
+		version: [1, 2],
+		defaultVersion: 2,
 		subtitle:
-			'={{$parameter["operation"] === "save" ? "save: " + $parameter["stepName"] : $parameter["operation"]}}',
+			'={{ $parameter["operation"] === "save" ? "save: " + ($parameter["stepName"] || "(no step name)") : ({ complete: "complete instance", fail: "fail instance", scheduleResume: "schedule resume" })[$parameter["operation"]] || "" }}',
 		description:
-			'Save the state after a step so the instance resumes here after a crash; complete, fail or schedule a durable wake-up of an instance',
+			"Save the state after a step so the instance resumes here after a crash (each save renews the instance's lease, as long as chosen on the Resume Point); complete, fail or schedule a durable wake-up of an instance",
 		defaults: { name: 'Durable Checkpoint' },
 		usableAsTool: true,
 		inputs: [NodeConnectionTypes.Main],
@@ -103,6 +299,34 @@ export class DurableCheckpoint implements INodeType {
 				description:
 					'The instance to act on. The Resume Point puts it on the item as durable.instanceKey.',
 				hint: "If a node since the Resume Point replaced the item, use {{ $('Resume Point').item.json.durable.instanceKey }}",
+				displayOptions: { show: V1 },
+			},
+			{
+				displayName: 'Instance',
+				name: 'instanceFrom',
+				type: 'options',
+				noDataExpression: true,
+				default: 'resumePoint',
+				options: [
+					{
+						name: 'From Resume Point',
+						value: 'resumePoint',
+						description:
+							'The instance of the Resume Point this item came from (followed back through the nodes in between, even if they replaced the item)',
+					},
+					{ name: 'By Key', value: 'key', description: 'An instance key you give' },
+				],
+				displayOptions: { show: V2 },
+			},
+			{
+				displayName: 'Instance Key',
+				name: 'instanceKey',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. {{ $json.orderId }}',
+				description: "The business key of the instance, as on this workflow's Resume Point",
+				displayOptions: { show: { ...V2, instanceFrom: ['key'] } },
 			},
 			{
 				displayName: 'Step Name',
@@ -133,7 +357,37 @@ export class DurableCheckpoint implements INodeType {
 						description: 'A JSON value built with an expression',
 					},
 				],
-				displayOptions: { show: { operation: ['save'] } },
+				displayOptions: { show: { operation: ['save'], ...V1 } },
+			},
+			{
+				displayName: 'State to Save',
+				name: 'saveWhat',
+				type: 'options',
+				default: 'stepResult',
+				options: [
+					{
+						name: 'Add Step Result',
+						value: 'stepResult',
+						description:
+							"The item (the step's result, e.g. the HTTP response) is added to the instance's state under the step name; the state keeps the start item and every earlier step's result. After Done Before, the replayed result is saved.",
+					},
+					{
+						name: 'Whole Item',
+						value: 'item',
+						description: 'The item, without the durable metadata, replaces the state',
+					},
+					{
+						name: 'Chosen Fields',
+						value: 'fields',
+						description: 'Only the fields you list replace the state',
+					},
+					{
+						name: 'Custom JSON',
+						value: 'json',
+						description: 'A JSON value built with an expression replaces the state',
+					},
+				],
+				displayOptions: { show: { operation: ['save'], ...V2 } },
 			},
 			{
 				displayName: 'Fields',
@@ -238,7 +492,7 @@ export class DurableCheckpoint implements INodeType {
 				type: 'collection',
 				placeholder: 'Add Option',
 				default: {},
-				displayOptions: { show: { operation: ['save'] } },
+				displayOptions: { show: { operation: ['save'], ...V1 } },
 				options: [
 					{
 						displayName: 'Expected Sequence',
@@ -256,7 +510,43 @@ export class DurableCheckpoint implements INodeType {
 						default: 0,
 						typeOptions: { minValue: 0, maxValue: 86400 },
 						description:
-							'How long the saved instance stays leased to this execution. 0 uses the sidecar default.',
+							"How long the saved instance stays leased to this execution. 0 keeps the instance's lease length (set on the Resume Point; else the sidecar default).",
+					},
+				],
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				displayOptions: { show: { operation: ['save'], ...V2 } },
+				options: [
+					{
+						displayName: 'Complete Claimed Key',
+						name: 'completeClaimedKey',
+						type: 'boolean',
+						default: true,
+						description:
+							'Whether the save also records the result of the idempotency key an Idempotency Guard (Claim, First Run) before this node claimed for the item, in the same transaction as the checkpoint, so a side effect needs no Record Result node: Claim → call → Save',
+					},
+					{
+						displayName: 'Expected Sequence',
+						name: 'expectedSequence',
+						type: 'number',
+						default: 0,
+						description:
+							"Refuse the save (ABORTED) unless this is the newest checkpoint's sequence, so an execution that lost the instance to another cannot overwrite its progress. 0 means no checkpoint yet.",
+						hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
+					},
+					{
+						displayName: 'Lease (Seconds)',
+						name: 'leaseSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 86400 },
+						description:
+							"The save renews the instance's lease: the time this execution holds the instance before the Resume Trigger may take it as crashed. 0 renews it with the instance's lease length, chosen on the Resume Point. A value here changes the length for this renewal only.",
 					},
 				],
 			},
@@ -273,135 +563,39 @@ export class DurableCheckpoint implements INodeType {
 		const items = this.getInputData();
 		if (items.length === 0) return [[]];
 		const node = this.getNode();
+		const v2 = node.typeVersion >= 2;
 		const operation = this.getNodeParameter('operation', 0) as Operation;
 		const client = await sidecarFor(this);
 		const workflowId = workflowIdOf(this);
 		const executionId = executionIdOf(this);
+		const upstream = new Upstream(this);
+		const byKey = !v2 || this.getNodeParameter('instanceFrom', 0, 'resumePoint') === 'key';
 		const out: INodeExecutionData[] = [];
 		const fail = (i: number, error: NodeError) => {
 			if (!this.continueOnFail()) throw error;
 			out.push(errorItem(items[i], error, i));
 		};
 		const keyOf = (i: number): string => {
+			if (!byKey) {
+				return upstream.requireInstance(i, items[i], 'Or set Instance to By Key and give the key.')
+					.instanceKey;
+			}
 			const raw: unknown = this.getNodeParameter('instanceKey', i, '');
 			const key =
 				typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : String(raw);
 			if (!key) {
 				throw new NodeOperationError(node, 'Instance Key is empty for this item', {
 					itemIndex: i,
-					description:
-						"The item carries no durable.instanceKey (a node since the Resume Point replaced it). Set Instance Key to {{ $('Resume Point').item.json.durable.instanceKey }}.",
+					description: v2
+						? 'Give the business key of the instance, or set Instance to From Resume Point.'
+						: "The item carries no durable.instanceKey (a node since the Resume Point replaced it). Set Instance Key to {{ $('Resume Point').item.json.durable.instanceKey }}.",
 				});
 			}
 			return key;
 		};
 
 		if (operation === 'save') {
-			const prepared = new Map<number, SaveCheckpointItem>();
-			const problems = new Map<number, NodeError>();
-			for (let i = 0; i < items.length; i++) {
-				try {
-					const stepName = (this.getNodeParameter('stepName', i, '') as string).trim();
-					if (!stepName) {
-						throw new NodeOperationError(node, 'Step Name is empty', {
-							itemIndex: i,
-							description: 'Name the step that has just finished, e.g. payment-captured.',
-						});
-					}
-					const saveWhat = this.getNodeParameter('saveWhat', i, 'item') as string;
-					let state: unknown;
-					if (saveWhat === 'fields') {
-						state = pickFields(
-							userJson(items[i]),
-							fieldList(this.getNodeParameter('fields', i, '') as string),
-						);
-					} else if (saveWhat === 'json') {
-						state = jsonParameter(
-							node,
-							this.getNodeParameter('stateJson', i, '{}'),
-							'State (JSON)',
-							i,
-						);
-					} else {
-						state = userJson(items[i]);
-					}
-					// n8n treats an undefined fallback as "required": '' marks "option not added".
-					const expected = this.getNodeParameter('options.expectedSequence', i, '') as
-						| number
-						| string;
-					const expectedSequence =
-						expected === '' || expected === null ? undefined : Number(expected);
-					if (expectedSequence !== undefined && !Number.isInteger(expectedSequence)) {
-						throw new NodeOperationError(
-							node,
-							`Expected Sequence must be a whole number, got ${String(expected)}`,
-							{
-								itemIndex: i,
-							},
-						);
-					}
-					prepared.set(i, {
-						workflowId,
-						instanceKey: keyOf(i),
-						stepName,
-						stateJson: toJsonBytes(state),
-						executionId,
-						nodeName: node.name,
-						expectedSequence,
-						leaseSeconds: this.getNodeParameter('options.leaseSeconds', i, 0) as number,
-					});
-				} catch (error) {
-					problems.set(i, asNodeError(node, error, i));
-				}
-			}
-			const indexes = [...prepared.keys()];
-			// Parameter problems are reported before anything is saved.
-			if (problems.size > 0 && !this.continueOnFail())
-				throw problems.values().next().value as NodeError;
-			const results = indexes.length
-				? await batched(this, client, 'Saving the checkpoint', indexes, async (batch) => {
-						const response = await client.saveCheckpoints({
-							items: batch.map((i) => prepared.get(i)!),
-						});
-						return response.results;
-					})
-				: new Map();
-			for (let i = 0; i < items.length; i++) {
-				const problem = problems.get(i);
-				if (problem) {
-					fail(i, problem);
-					continue;
-				}
-				const result = results.get(i);
-				if (!result) continue;
-				if (!result.ok) {
-					fail(i, result.error);
-					continue;
-				}
-				const cp = result.value.checkpoint;
-				const sent = prepared.get(i)!;
-				out.push(
-					withDurable(
-						items[i],
-						{
-							workflowId,
-							instanceKey: sent.instanceKey,
-							lastSequence: cp?.sequence ?? 0,
-							lastStep: cp?.stepName ?? sent.stepName,
-							checkpoint: {
-								sequence: cp?.sequence ?? 0,
-								stepName: cp?.stepName ?? sent.stepName,
-								sha256: cp?.sha256 ?? '',
-								sizeBytes: cp?.sizeBytes ?? 0,
-								deduplicated: result.value.deduplicated,
-								createdAt: cp?.createdAt ? cp.createdAt.toISOString() : null,
-							},
-						},
-						i,
-					),
-				);
-			}
-			return [out];
+			return [await saveCheckpoints(this, { client, workflowId, executionId, upstream, keyOf })];
 		}
 
 		const action =

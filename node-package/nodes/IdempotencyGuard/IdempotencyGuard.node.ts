@@ -13,6 +13,7 @@ import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import {
 	asNodeError,
+	DURABLE_FIELD,
 	errorItem,
 	executionIdOf,
 	fieldList,
@@ -24,6 +25,7 @@ import {
 	sidecarFor,
 	toJsonBytes,
 	userJson,
+	workflowIdOf,
 } from '../../shared/node-helpers';
 import {
 	ClaimOutcome,
@@ -31,6 +33,7 @@ import {
 	type ClaimItem,
 	type IdempotencyKey,
 } from '../../shared/transport';
+import { instanceRefOf, parameterReader, Upstream, type InstanceRef } from '../../shared/upstream';
 
 type Operation = 'claim' | 'recordResult' | 'release';
 
@@ -38,15 +41,22 @@ export const OUTPUT_FIRST_RUN = 0;
 export const OUTPUT_ALREADY_DONE = 1;
 export const OUTPUT_IN_PROGRESS = 2;
 
-/** Claim has three outputs; the other operations pass items through one. Self-contained: n8n evaluates it. */
-const configuredOutputs = (parameters: INodeParameters) => {
+const V1 = { '@version': [1] };
+const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
+
+/**
+ * Claim has three outputs; the other operations pass items through one.
+ * Self-contained: n8n evaluates it. Version 2 has short labels (n8n cuts long ones).
+ */
+const configuredOutputs = (parameters: INodeParameters, version: number) => {
 	if (parameters.operation === 'recordResult' || parameters.operation === 'release') {
 		return [{ type: 'main', displayName: 'Done' }];
 	}
+	const v2 = Number(version) >= 2;
 	return [
 		{ type: 'main', displayName: 'First Run' },
-		{ type: 'main', displayName: 'Already Done' },
-		{ type: 'main', displayName: 'In Progress' },
+		{ type: 'main', displayName: v2 ? 'Done Before' : 'Already Done' },
+		{ type: 'main', displayName: v2 ? 'Busy' : 'In Progress' },
 	];
 };
 
@@ -61,6 +71,12 @@ function keyMeta(key: IdempotencyKey | undefined): IDataObject {
 		leaseExpiresAt: key.leaseExpiresAt ? key.leaseExpiresAt.toISOString() : null,
 		expiresAt: key.expiresAt ? key.expiresAt.toISOString() : null,
 	};
+}
+
+/** Version 2 keeps the item's metadata small: what the next nodes use. */
+function smallKeyMeta(key: IdempotencyKey | undefined): IDataObject {
+	if (!key) return {};
+	return { scope: key.scope, key: key.key, attempt: key.attempt, derivedKey: key.derivedKey };
 }
 
 function withIdempotency(
@@ -85,14 +101,16 @@ export class IdempotencyGuard implements INodeType {
 		name: 'idempotencyGuard',
 		icon: { light: 'file:idempotencyGuard.svg', dark: 'file:idempotencyGuard.dark.svg' },
 		group: ['transform'],
-		version: 1,
-		subtitle: '={{$parameter["operation"] + ": " + $parameter["key"]}}',
+		version: [1, 2],
+		defaultVersion: 2,
+		subtitle:
+			'={{ (({ claim: "claim", recordResult: "record result", release: "release" })[$parameter["operation"]] || "claim") + (($parameter["scope"] || $parameter["key"]) ? ": " + [$parameter["scope"], $parameter["key"]].filter(Boolean).join(" / ") : "") }}',
 		description:
-			'Run a side effect (a charge, an email, a write to another system) at most once per key, however often the workflow is retried or re-delivered',
+			"Run a side effect (a charge, an email, a write to another system) at most once per key, however often the workflow is retried or re-delivered; a claim's lease is the instance's lease unless set here",
 		defaults: { name: 'Idempotency Guard' },
 		usableAsTool: true,
 		inputs: [NodeConnectionTypes.Main],
-		outputs: `={{(${configuredOutputs})($parameter)}}`,
+		outputs: `={{(${configuredOutputs})($parameter, $nodeVersion)}}`,
 		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
 		properties: [
 			{
@@ -133,6 +151,7 @@ export class IdempotencyGuard implements INodeType {
 				required: true,
 				description:
 					"Groups keys, e.g. payment or email. The same key in two scopes is two keys. Defaults to this workflow's ID.",
+				displayOptions: { show: V1 },
 			},
 			{
 				displayName: 'Key',
@@ -143,6 +162,46 @@ export class IdempotencyGuard implements INodeType {
 				placeholder: 'e.g. {{ $json.orderId }}-charge',
 				description:
 					'The key of the side effect: the same key never runs twice. Record Result and Release find it on the item as idempotency.key.',
+				displayOptions: { show: V1 },
+			},
+			{
+				displayName: 'Scope',
+				name: 'scope',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. payment',
+				description:
+					'Names the side effect, e.g. payment or confirmation-email. With the key it decides what runs once: the same key in two scopes is two side effects.',
+				displayOptions: { show: { operation: ['claim'], ...V2 } },
+			},
+			{
+				displayName: 'Key',
+				name: 'key',
+				type: 'string',
+				default: '',
+				placeholder: 'empty: the instance key',
+				description:
+					'Empty (usual): the instance key from the Resume Point, so the side effect runs once per instance. Set a key only when one instance runs this side effect several times (e.g. once per line item).',
+				displayOptions: { show: { operation: ['claim'], ...V2 } },
+			},
+			{
+				displayName: 'Scope',
+				name: 'scope',
+				type: 'string',
+				default: '',
+				placeholder: 'empty: as claimed before this node',
+				description: 'Empty (usual): the scope the Claim before this node claimed for this item',
+				displayOptions: { show: { operation: ['recordResult', 'release'], ...V2 } },
+			},
+			{
+				displayName: 'Key',
+				name: 'key',
+				type: 'string',
+				default: '',
+				placeholder: 'empty: as claimed before this node',
+				description: 'Empty (usual): the key the Claim before this node claimed for this item',
+				displayOptions: { show: { operation: ['recordResult', 'release'], ...V2 } },
 			},
 			{
 				displayName: 'Fingerprint From',
@@ -161,7 +220,32 @@ export class IdempotencyGuard implements INodeType {
 				],
 				description:
 					'What the request fingerprint is computed from. A key claimed again with a different fingerprint is refused (FAILED_PRECONDITION), so a reused key cannot replay the wrong result.',
-				displayOptions: { show: { operation: ['claim'] } },
+				displayOptions: { show: { operation: ['claim'], ...V1 } },
+			},
+			{
+				displayName: 'Fingerprint From',
+				name: 'fingerprintFrom',
+				type: 'options',
+				default: 'instance',
+				options: [
+					{ name: 'Chosen Fields', value: 'fields', description: 'Only the listed fields' },
+					{ name: 'Custom JSON', value: 'json', description: 'A JSON value you build' },
+					{
+						name: 'Instance',
+						value: 'instance',
+						description:
+							'The workflow and instance key: the same on the first and every resumed run; another instance reusing the key is refused',
+					},
+					{ name: 'Nothing', value: 'none', description: 'Do not compare payloads' },
+					{
+						name: 'Whole Item',
+						value: 'item',
+						description: "The item's JSON: reusing the key with different data is an error",
+					},
+				],
+				description:
+					'What the request fingerprint is computed from. A key claimed again with a different fingerprint is refused (FAILED_PRECONDITION), so a reused key cannot replay the wrong result.',
+				displayOptions: { show: { operation: ['claim'], ...V2 } },
 			},
 			{
 				displayName: 'Fields',
@@ -228,7 +312,7 @@ export class IdempotencyGuard implements INodeType {
 				type: 'collection',
 				placeholder: 'Add Option',
 				default: {},
-				displayOptions: { show: { operation: ['claim'] } },
+				displayOptions: { show: { operation: ['claim'], ...V1 } },
 				options: [
 					{
 						displayName: 'Lease (Seconds)',
@@ -238,6 +322,34 @@ export class IdempotencyGuard implements INodeType {
 						typeOptions: { minValue: 0, maxValue: 86400 },
 						description:
 							'How long the claim blocks others while the side effect runs. If this execution dies, the key can be claimed again after it. 0 uses the sidecar default (60).',
+					},
+					{
+						displayName: 'Keep Key For (Seconds)',
+						name: 'ttlSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 31622400 },
+						description:
+							'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
+					},
+				],
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				displayOptions: { show: { operation: ['claim'], ...V2 } },
+				options: [
+					{
+						displayName: 'Lease (Seconds)',
+						name: 'leaseSeconds',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, maxValue: 86400 },
+						description:
+							"How long the claim blocks other executions while the side effect runs. 0 (usual): the instance's lease, chosen on the Resume Point, so the claim and the instance lapse together (else the sidecar default, 60). When the instance is resumed after a crash, its new execution takes the claim over at once.",
 					},
 					{
 						displayName: 'Keep Key For (Seconds)',
@@ -264,13 +376,17 @@ export class IdempotencyGuard implements INodeType {
 		const operation = this.getNodeParameter('operation', 0) as Operation;
 		if (items.length === 0) return operation === 'claim' ? [[], [], []] : [[]];
 		const node = this.getNode();
+		const v2 = node.typeVersion >= 2;
 		const client = await sidecarFor(this);
 		const executionId = executionIdOf(this);
-		const text = (name: string, i: number): string => {
-			const raw: unknown = this.getNodeParameter(name, i, '');
+		const upstream = new Upstream(this);
+		const scopeOf = parameterReader(this, 'scope', '');
+		const keyOf = parameterReader(this, 'key', '');
+		const text = (name: 'scope' | 'key', i: number, required = true): string => {
+			const raw: unknown = (name === 'scope' ? scopeOf : keyOf)(i);
 			const value =
 				typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : String(raw);
-			if (!value) {
+			if (!value && required) {
 				throw new NodeOperationError(
 					node,
 					`${name === 'scope' ? 'Scope' : 'Key'} is empty for this item`,
@@ -289,26 +405,47 @@ export class IdempotencyGuard implements INodeType {
 		if (operation === 'claim') {
 			const outputs: INodeExecutionData[][] = [[], [], []];
 			const prepared = new Map<number, ClaimItem>();
+			/** v2: the instance found upstream, put on items that do not carry it. */
+			const instances = new Map<number, InstanceRef>();
 			const problems = new Map<number, NodeError>();
 			const duplicates = new Map<number, { scope: string; key: string }>();
 			const seen = new Set<string>();
+			const fingerprintFromOf = parameterReader(this, 'fingerprintFrom', v2 ? 'instance' : 'item');
+			const fieldsOf = parameterReader(this, 'fingerprintFields', '');
+			const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
+			const ttlOf = parameterReader<number>(this, 'options.ttlSeconds', 0);
 			for (let i = 0; i < items.length; i++) {
 				try {
 					const scope = text('scope', i);
-					const key = text('key', i);
+					const from = fingerprintFromOf(i) as string;
+					let key = text('key', i, !v2);
+					let instance: InstanceRef | undefined;
+					if (v2) {
+						instance =
+							!key || from === 'instance'
+								? upstream.requireInstance(
+										i,
+										items[i],
+										from === 'instance'
+											? 'Or give a Key and set Fingerprint From to something other than Instance.'
+											: 'Or give a Key.',
+									)
+								: upstream.instance(i, items[i]);
+						if (instance && !instanceRefOf(items[i].json)) instances.set(i, instance);
+						key ||= instance!.instanceKey;
+					}
 					const id = JSON.stringify([scope, key]);
 					if (seen.has(id)) {
 						duplicates.set(i, { scope, key });
 						continue;
 					}
 					seen.add(id);
-					const from = this.getNodeParameter('fingerprintFrom', i, 'item') as string;
 					let payload: unknown;
-					if (from === 'fields') {
-						payload = pickFields(
-							userJson(items[i]),
-							fieldList(this.getNodeParameter('fingerprintFields', i, '') as string),
-						);
+					if (from === 'instance') {
+						// Canonical JSON (sorted keys): the same on the first and every resumed run.
+						payload = { instanceKey: instance!.instanceKey, workflowId: workflowIdOf(this) };
+					} else if (from === 'fields') {
+						payload = pickFields(userJson(items[i]), fieldList(fieldsOf(i) as string));
 					} else if (from === 'json') {
 						payload = jsonParameter(
 							node,
@@ -324,9 +461,13 @@ export class IdempotencyGuard implements INodeType {
 						key,
 						payloadJson: payload === undefined ? Buffer.alloc(0) : toJsonBytes(payload),
 						fingerprint: '',
-						leaseSeconds: this.getNodeParameter('options.leaseSeconds', i, 0) as number,
-						ttlSeconds: this.getNodeParameter('options.ttlSeconds', i, 0) as number,
+						// v2: 0 means the instance's lease, so the claim lapses with the instance.
+						leaseSeconds: leaseOf(i) || (instance?.leaseSeconds ?? 0),
+						ttlSeconds: ttlOf(i),
 						holder: executionId,
+						// Instance-aware: a resumed instance's execution takes over its dead one's claim.
+						workflowId: instance ? workflowIdOf(this) : '',
+						instanceKey: instance ? instance.instanceKey : '',
 					});
 				} catch (error) {
 					problems.set(i, asNodeError(node, error, i));
@@ -340,7 +481,13 @@ export class IdempotencyGuard implements INodeType {
 						const response = await client.claim({ items: batch.map((i) => prepared.get(i)!) });
 						return response.results;
 					})
-				: new Map();
+				: new Map<number, never>();
+			const routed = (i: number, meta: IDataObject): INodeExecutionData => {
+				const out = withIdempotency(items[i], meta, i);
+				const instance = instances.get(i);
+				if (instance) out.json[DURABLE_FIELD] = { ...instance };
+				return out;
+			};
 			for (let i = 0; i < items.length; i++) {
 				const problem = problems.get(i);
 				const result = results.get(i);
@@ -354,35 +501,31 @@ export class IdempotencyGuard implements INodeType {
 				const duplicate = duplicates.get(i);
 				if (duplicate) {
 					outputs[OUTPUT_IN_PROGRESS].push(
-						withIdempotency(
-							items[i],
-							{
-								...duplicate,
-								outcome: 'in_progress',
-								reason: 'An earlier item of this execution claimed the same key',
-							},
-							i,
-						),
+						routed(i, {
+							...duplicate,
+							outcome: 'in_progress',
+							reason: 'An earlier item of this execution claimed the same key',
+						}),
 					);
 					continue;
 				}
 				if (!result || !result.ok) continue;
 				const meta: IDataObject = {
-					...keyMeta(result.value.key),
+					...(v2 ? smallKeyMeta(result.value.key) : keyMeta(result.value.key)),
 					outcome: (ClaimOutcome[result.value.outcome] ?? 'UNSPECIFIED')
 						.replace('CLAIM_OUTCOME_', '')
 						.toLowerCase(),
 				};
 				switch (result.value.outcome) {
 					case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
-						outputs[OUTPUT_FIRST_RUN].push(withIdempotency(items[i], meta, i));
+						outputs[OUTPUT_FIRST_RUN].push(routed(i, meta));
 						break;
 					case ClaimOutcome.CLAIM_OUTCOME_DUPLICATE:
 						meta.result = (fromJsonBytes(result.value.key?.resultJson) ?? null) as IDataObject;
-						outputs[OUTPUT_ALREADY_DONE].push(withIdempotency(items[i], meta, i));
+						outputs[OUTPUT_ALREADY_DONE].push(routed(i, meta));
 						break;
 					default:
-						outputs[OUTPUT_IN_PROGRESS].push(withIdempotency(items[i], meta, i));
+						outputs[OUTPUT_IN_PROGRESS].push(routed(i, meta));
 				}
 			}
 			return outputs;
@@ -391,11 +534,14 @@ export class IdempotencyGuard implements INodeType {
 		const out: INodeExecutionData[] = [];
 		const action = operation === 'recordResult' ? 'Recording the result' : 'Releasing the key';
 		const settled = await perItem(this, client, action, items.length, async (i) => {
-			const scope = text('scope', i);
-			const key = text('key', i);
+			// v2: empty Scope / Key / Attempt come from the Claim this item descends from.
+			const claim = v2 ? upstream.claim(i, items[i]) : undefined;
+			const scope = text('scope', i, !claim) || claim!.scope;
+			const key = text('key', i, !claim) || claim!.key;
 			const given = Number(this.getNodeParameter('attempt', i, 0));
 			const fromItem = items[i].json[IDEMPOTENCY_FIELD];
-			const attempt = given || Number(isObject(fromItem) ? fromItem.attempt : 0);
+			const attempt =
+				given || (claim ? claim.attempt : Number(isObject(fromItem) ? fromItem.attempt : 0));
 			if (!Number.isInteger(attempt) || attempt < 1) {
 				throw new NodeOperationError(
 					node,
@@ -430,7 +576,7 @@ export class IdempotencyGuard implements INodeType {
 				withIdempotency(
 					items[i],
 					{
-						...keyMeta(result.value),
+						...(v2 ? smallKeyMeta(result.value) : keyMeta(result.value)),
 						outcome: operation === 'recordResult' ? 'recorded' : 'released',
 					},
 					i,

@@ -24,8 +24,12 @@ import {
 	mapLimited,
 	sidecarError,
 	sidecarFor,
+	toJsonBytes,
+	userJson,
 	workflowIdOf,
 } from '../../shared/node-helpers';
+import { isSidecarUnreachable } from '../../shared/errors';
+import { parameterReader } from '../../shared/upstream';
 import {
 	InstanceStatus,
 	StartOutcome,
@@ -45,22 +49,26 @@ const CONCURRENCY = 8;
 
 /**
  * The node's outputs from its parameters. Evaluated by n8n as an expression,
- * so it must be self-contained (no imports, no closures).
+ * so it must be self-contained (no imports, no closures). Version 2 has short
+ * labels, since n8n cuts long ones on the canvas.
  */
-const configuredOutputs = (parameters: INodeParameters) => {
+const configuredOutputs = (parameters: INodeParameters, version: number) => {
+	const v2 = Number(version) >= 2;
 	const outputs: Array<{ type: 'main'; displayName: string }> = [
 		{ type: 'main', displayName: 'Start' },
 		{ type: 'main', displayName: 'Resume' },
-		{ type: 'main', displayName: 'Completed' },
-		{ type: 'main', displayName: 'In Progress' },
+		{ type: 'main', displayName: v2 ? 'Finished' : 'Completed' },
+		{ type: 'main', displayName: v2 ? 'Busy' : 'In Progress' },
 	];
 	const steps = String(parameters.stepOutputs ?? '')
 		.split(',')
 		.map((s) => s.trim())
 		.filter((s, i, all) => s.length > 0 && all.indexOf(s) === i);
-	for (const step of steps) outputs.push({ type: 'main', displayName: `Resume at ${step}` });
+	for (const step of steps) {
+		outputs.push({ type: 'main', displayName: v2 ? step : `Resume at ${step}` });
+	}
 	if (parameters.versionMismatchOutput === true) {
-		outputs.push({ type: 'main', displayName: 'Version Mismatch' });
+		outputs.push({ type: 'main', displayName: v2 ? 'Old Version' : 'Version Mismatch' });
 	}
 	return outputs;
 };
@@ -85,6 +93,21 @@ function instanceMeta(inst: Instance | undefined): IDataObject {
 	};
 }
 
+/** Version 2 keeps the item's metadata small: what later nodes and authors use. */
+function smallInstanceMeta(inst: Instance | undefined): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		leaseSeconds: inst.leaseSeconds,
+		lastStep: inst.lastStep,
+		lastSequence: inst.lastSequence,
+		resumeCount: inst.resumeCount,
+		boundVersion: inst.boundVersion,
+	};
+}
+
 function outcomeName(outcome: StartOutcome): string {
 	return (StartOutcome[outcome] ?? 'UNSPECIFIED').replace('START_OUTCOME_', '').toLowerCase();
 }
@@ -95,14 +118,15 @@ export class ResumePoint implements INodeType {
 		name: 'resumePoint',
 		icon: { light: 'file:resumePoint.svg', dark: 'file:resumePoint.dark.svg' },
 		group: ['transform'],
-		version: 1,
-		subtitle: '={{"key: " + $parameter["instanceKey"]}}',
+		version: [1, 2],
+		defaultVersion: 2,
+		subtitle: '={{ $parameter["instanceKey"] ? "key: " + $parameter["instanceKey"] : "" }}',
 		description:
-			'Start a long-running instance for a business key, or continue it from its last checkpoint after a crash or wake-up',
+			"Start a long-running instance for a business key, or continue it from its last checkpoint after a crash or wake-up; holds the instance's lease, which later saves and claims keep",
 		defaults: { name: 'Resume Point' },
 		usableAsTool: true,
 		inputs: [NodeConnectionTypes.Main],
-		outputs: `={{(${configuredOutputs})($parameter)}}`,
+		outputs: `={{(${configuredOutputs})($parameter, $nodeVersion)}}`,
 		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
 		properties: [
 			{
@@ -111,6 +135,15 @@ export class ResumePoint implements INodeType {
 				name: 'notice',
 				type: 'notice',
 				default: '',
+				displayOptions: { show: { '@version': [1] } },
+			},
+			{
+				displayName:
+					'Place this node right after the trigger, and answer a webhook only after it. New keys leave by Start, running instances by Resume (start item and saved steps restored), finished ones by Finished; Busy runs nothing (another execution holds the instance).',
+				name: 'notice',
+				type: 'notice',
+				default: '',
+				displayOptions: { show: { '@version': [{ _cnd: { gte: 2 } }] } },
 			},
 			{
 				displayName: 'Instance Key',
@@ -164,7 +197,7 @@ export class ResumePoint implements INodeType {
 						default: 0,
 						typeOptions: { minValue: 0, maxValue: 86400 },
 						description:
-							'How long this execution holds the instance without saving a checkpoint. If the execution dies, the Resume Trigger picks the instance up after the lease lapses. 0 uses the sidecar default (DURABLE_LEASE_SECONDS, 300).',
+							"The instance's lease: how long an execution holds the instance between checkpoints. If the execution dies, the Resume Trigger picks the instance up after the lease lapses. Saves and claims after this node keep this length unless they set their own. 0 keeps the instance's length (a new instance: the sidecar default, DURABLE_LEASE_SECONDS, 300).",
 					},
 					{
 						displayName: 'Restore State',
@@ -232,6 +265,7 @@ export class ResumePoint implements INodeType {
 		const mismatchIndex = mismatchOutput ? FIXED_OUTPUTS + stepNames.length : -1;
 		if (items.length === 0) return outputs;
 
+		const v2 = node.typeVersion >= 2;
 		const client = await sidecarFor(this);
 		const workflowId = workflowIdOf(this);
 		const executionId = executionIdOf(this);
@@ -298,23 +332,31 @@ export class ResumePoint implements INodeType {
 		});
 
 		const versionLabel = this.getNodeParameter('versionLabel', 0, '') as string;
+		const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
+		const pinnedOf = parameterReader<number>(this, 'options.pinnedVersion', 0);
+		// Once the sidecar proved unreachable for a whole deadline, the remaining
+		// items fail at once instead of each waiting out its own deadline.
+		let unreachable: unknown;
 		const results = await mapLimited(items.length, CONCURRENCY, async (i) => {
 			const prep = prepared[i];
 			if (prep.kind !== 'call') return undefined;
-			const leaseSeconds = this.getNodeParameter('options.leaseSeconds', i, 0) as number;
-			const pinnedVersion = this.getNodeParameter('options.pinnedVersion', i, 0) as number;
 			try {
+				if (unreachable !== undefined) throw unreachable;
 				return await client.startOrResume({
 					workflowId,
 					instanceKey: prep.key,
 					executionId,
-					leaseSeconds,
+					leaseSeconds: leaseOf(i),
 					versionLabel: versionLabel.trim(),
-					pinnedVersion,
+					pinnedVersion: pinnedOf(i),
 					claimToken: prep.claimToken,
 					includeState: true,
+					// v2: the delivery belongs to the instance (stored with a new one only);
+					// an item from the Resume Trigger is no delivery.
+					startItemJson: v2 && !prep.claimToken ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
 				});
 			} catch (error) {
+				if (isSidecarUnreachable(error)) unreachable = error;
 				return sidecarError(
 					node,
 					error,
@@ -349,7 +391,7 @@ export class ResumePoint implements INodeType {
 				continue;
 			}
 			const response = result as StartOrResumeResponse;
-			routeResponse(this, item, i, response, outputs, stepNames, mismatchIndex, executionId);
+			routeResponse(this, item, i, response, outputs, stepNames, mismatchIndex, executionId, v2);
 		}
 		return outputs;
 	}
@@ -397,18 +439,22 @@ function routeResponse(
 	stepNames: string[],
 	mismatchIndex: number,
 	executionId: string,
+	v2: boolean,
 ): void {
 	const handedOver = durableOf(item).runsBoundVersion;
 	const runsBound =
 		typeof handedOver === 'number' &&
 		handedOver > 0 &&
 		handedOver === (response.instance?.boundVersion ?? 0);
-	const meta: IDataObject = {
-		...instanceMeta(response.instance),
-		outcome: outcomeName(response.outcome),
-		currentVersion: response.currentVersion,
-		versionMismatch: response.versionMismatch,
-	};
+	const meta: IDataObject = v2
+		? { ...smallInstanceMeta(response.instance), outcome: outcomeName(response.outcome) }
+		: {
+				...instanceMeta(response.instance),
+				outcome: outcomeName(response.outcome),
+				currentVersion: response.currentVersion,
+				versionMismatch: response.versionMismatch,
+			};
+	if (v2 && response.versionMismatch) meta.versionMismatch = true;
 	switch (response.outcome) {
 		case StartOutcome.START_OUTCOME_STARTED:
 			outputs[OUTPUT_START].push(route(item, i, meta));
@@ -435,7 +481,20 @@ function routeResponse(
 	}
 
 	const latest = response.latestCheckpoint;
-	const state = fromJsonBytes(latest?.stateJson);
+	let state = fromJsonBytes(latest?.stateJson);
+	if (v2) {
+		// The start item, then the saved state on top: a resumed execution sees
+		// the delivery that started the instance and every step saved since.
+		const start = fromJsonBytes(response.startItemJson);
+		if (isObject(start)) {
+			state =
+				state === undefined
+					? start
+					: isObject(state)
+						? { ...start, ...state }
+						: { ...start, state: state as IDataObject[string] };
+		}
+	}
 	const mode = ctx.getNodeParameter('options.stateMerge', i, 'merge') as StateMerge;
 	let json: IDataObject | undefined;
 	if (state !== undefined) {
@@ -449,7 +508,7 @@ function routeResponse(
 			meta.state = state as IDataObject[string];
 		}
 	}
-	if (latest) {
+	if (latest && !v2) {
 		meta.lastCheckpoint = {
 			sequence: latest.sequence,
 			stepName: latest.stepName,

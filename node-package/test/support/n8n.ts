@@ -3,18 +3,38 @@
  * The only mock in the suite: n8n's execute-functions interface, answering
  * parameters per item the way n8n does after resolving expressions.
  */
-import type {
-	IDataObject,
-	IExecuteFunctions,
-	INode,
-	INodeExecutionData,
-	ITriggerFunctions,
+import {
+	NodeHelpers,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INode,
+	type INodeExecutionData,
+	type INodeParameters,
+	type INodeTypeDescription,
+	type IPairedItemData,
+	type ITriggerFunctions,
+	type NodeTypeAndVersion,
 } from 'n8n-workflow';
 import type { CallOptions, Metadata, ServiceError } from '@grpc/grpc-js';
 
 import type { SidecarClient } from '../../shared/transport';
 
 export type ParamValue = unknown | ((itemIndex: number, item: INodeExecutionData) => unknown);
+
+/**
+ * A node that ran before the node under test, on the path its items came by.
+ * `output` is what it emitted on the branch towards the next node (its items'
+ * pairedItem index into the previous entry's output); the first entry (the
+ * direct parent) emitted the input items, so its `output` is left out.
+ */
+export interface UpstreamNode {
+	name: string;
+	type: string;
+	typeVersion?: number;
+	parameters?: INodeParameters;
+	output?: INodeExecutionData[];
+	disabled?: boolean;
+}
 
 export interface ContextOptions {
 	items: Array<IDataObject | INodeExecutionData>;
@@ -25,14 +45,46 @@ export interface ContextOptions {
 	continueOnFail?: boolean;
 	nodeName?: string;
 	nodeType?: string;
+	/** The node's version (INode.typeVersion); 1 unless given. */
+	typeVersion?: number;
+	/**
+	 * The node's description: parameters not in `params` then answer their
+	 * default for this version, as n8n does (an expression default fails the
+	 * test: the mock does not evaluate expressions).
+	 */
+	description?: INodeTypeDescription;
+	/** The path the items came by, nearest node first (see UpstreamNode). */
+	upstream?: UpstreamNode[];
 }
 
 function isExecutionData(value: IDataObject | INodeExecutionData): value is INodeExecutionData {
 	return typeof value.json === 'object' && value.json !== null && !Array.isArray(value.json);
 }
 
-export function node(name = 'Durable Node', type = 'n8n-nodes-durable.test'): INode {
-	return { id: 'node-1', name, type, typeVersion: 1, position: [0, 0], parameters: {} };
+export function node(
+	name = 'Durable Node',
+	type = 'n8n-nodes-durable.test',
+	typeVersion = 1,
+	parameters: INodeParameters = {},
+): INode {
+	return { id: 'node-1', name, type, typeVersion, position: [0, 0], parameters };
+}
+
+/** The parameters as stored on the node: a per-item function stands for an expression. */
+function storedParameters(params: Record<string, ParamValue>): INodeParameters {
+	const out: INodeParameters = {};
+	for (const [name, value] of Object.entries(params)) {
+		if (name.includes('.')) continue;
+		out[name] = (typeof value === 'function' ? '={{ mock }}' : value) as INodeParameters[string];
+	}
+	return out;
+}
+
+function firstPaired(item: INodeExecutionData | undefined): number | undefined {
+	const paired = item?.pairedItem;
+	if (typeof paired === 'number') return paired;
+	if (Array.isArray(paired)) return (paired[0] as IPairedItemData | undefined)?.item;
+	return (paired as IPairedItemData | undefined)?.item;
 }
 
 /** Looks `a.b` up in the parameters, as n8n's getNodeParameter does for collections. */
@@ -55,7 +107,34 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 	const items: INodeExecutionData[] = options.items.map((item) =>
 		isExecutionData(item) ? item : { json: item },
 	);
-	const theNode = node(options.nodeName, options.nodeType);
+	const stored = storedParameters(options.params);
+	const theNode = node(options.nodeName, options.nodeType, options.typeVersion ?? 1, stored);
+	const defaults: INodeParameters = options.description
+		? (NodeHelpers.getNodeParameters(
+				options.description.properties,
+				stored,
+				true,
+				false,
+				theNode,
+				options.description,
+			) ?? {})
+		: {};
+	const upstream = options.upstream ?? [];
+	/** What $(name).item answers for input item `itemIndex`: n8n follows pairedItem back. */
+	const pairedItemIn = (itemIndex: number, name: string): INodeExecutionData => {
+		if (!upstream.some((u) => u.name === name)) {
+			throw new Error(`No path back to referenced node '${name}'`);
+		}
+		let index: number | undefined = itemIndex;
+		for (let n = 0; n < upstream.length; n++) {
+			const output = n === 0 ? items : (upstream[n].output ?? []);
+			const item: INodeExecutionData | undefined = index === undefined ? undefined : output[index];
+			if (!item) throw new Error(`Paired item data for item ${itemIndex} unavailable`);
+			if (upstream[n].name === name) return item;
+			index = firstPaired(item);
+		}
+		throw new Error(`No path back to referenced node '${name}'`);
+	};
 	const context = {
 		getInputData: () => items,
 		getNode: () => theNode,
@@ -68,8 +147,38 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 		continueOnFail: () => options.continueOnFail ?? false,
 		getMode: () => 'trigger',
 		getCredentials: async () => options.credentials,
+		getParentNodes: (
+			nodeName: string,
+			opts?: { depth?: number; includeNodeParameters?: boolean },
+		): NodeTypeAndVersion[] => {
+			const from =
+				nodeName === theNode.name ? 0 : upstream.findIndex((u) => u.name === nodeName) + 1;
+			if (from === 0 && nodeName !== theNode.name) return [];
+			const depth = opts?.depth ?? -1;
+			const chosen = upstream.slice(from, depth < 0 ? undefined : from + depth);
+			return chosen.map((u) => ({
+				name: u.name,
+				type: u.type,
+				typeVersion: u.typeVersion ?? 1,
+				disabled: u.disabled ?? false,
+				...(opts?.includeNodeParameters ? { parameters: u.parameters ?? {} } : {}),
+			}));
+		},
+		getWorkflowDataProxy: (itemIndex: number) => ({
+			$: (name: string) => ({
+				get item() {
+					return pairedItemIn(itemIndex, name);
+				},
+			}),
+		}),
 		getNodeParameter: (name: string, itemIndex: number, ...fallback: unknown[]) => {
-			const { found, value } = lookup(options.params, name);
+			let { found, value } = lookup(options.params, name);
+			if (!found && options.description) {
+				({ found, value } = lookup(defaults as Record<string, ParamValue>, name));
+				if (typeof value === 'string' && value.startsWith('=')) {
+					throw new Error(`the mock cannot evaluate the default expression of "${name}"`);
+				}
+			}
 			if (!found) {
 				// Like n8n: a missing parameter without a (defined) fallback is an error.
 				if (fallback[0] === undefined) throw new Error(`Could not get parameter "${name}"`);

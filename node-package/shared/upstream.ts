@@ -1,0 +1,210 @@
+/**
+ * Finding an item's instance and idempotency claim upstream by n8n's paired
+ * items, so that version-2 nodes need no expressions: the item itself first,
+ * then the nearest durable node before this one whose paired item carries it.
+ */
+import {
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+	type INodeParameters,
+	type NodeParameterValueType,
+} from 'n8n-workflow';
+
+import { DURABLE_FIELD, IDEMPOTENCY_FIELD, isObject } from './node-helpers';
+
+/** The instance an item belongs to, as the Resume Point (or a later durable node) put it on an item. */
+export interface InstanceRef {
+	workflowId: string;
+	instanceKey: string;
+	/** The instance's lease length in seconds; 0 when unknown. */
+	leaseSeconds: number;
+}
+
+/** An Idempotency Guard answer upstream of an item. */
+export interface ClaimRef {
+	scope: string;
+	key: string;
+	attempt: number;
+	/** acquired, duplicate, in_progress, recorded, released */
+	outcome: string;
+	/** The replayed result of a duplicate. */
+	result?: unknown;
+}
+
+type DurableRole = 'resumePoint' | 'checkpointSave' | 'checkpointOther' | 'guard';
+
+interface Candidate {
+	name: string;
+	role: DurableRole;
+	/** Connections between this node and the candidate (1: direct parent). */
+	distance: number;
+}
+
+/** Our node types end in these names, whatever the package prefix. */
+function roleOf(type: string, parameters: INodeParameters | undefined): DurableRole | undefined {
+	const name = type.slice(type.lastIndexOf('.') + 1);
+	// n8n leaves parameters at their default out of the saved workflow.
+	const operation = parameters?.operation;
+	switch (name) {
+		case 'resumePoint':
+			return 'resumePoint';
+		case 'durableCheckpoint':
+			return operation === undefined || operation === 'save' ? 'checkpointSave' : 'checkpointOther';
+		case 'idempotencyGuard':
+			return 'guard';
+		default:
+			return undefined;
+	}
+}
+
+export function instanceRefOf(json: IDataObject): InstanceRef | undefined {
+	const meta = json[DURABLE_FIELD];
+	if (!isObject(meta) || typeof meta.instanceKey !== 'string' || !meta.instanceKey)
+		return undefined;
+	return {
+		workflowId: typeof meta.workflowId === 'string' ? meta.workflowId : '',
+		instanceKey: meta.instanceKey,
+		leaseSeconds: typeof meta.leaseSeconds === 'number' ? meta.leaseSeconds : 0,
+	};
+}
+
+export function claimRefOf(json: IDataObject): ClaimRef | undefined {
+	const meta = json[IDEMPOTENCY_FIELD];
+	if (!isObject(meta) || typeof meta.scope !== 'string' || typeof meta.key !== 'string') {
+		return undefined;
+	}
+	return {
+		scope: meta.scope,
+		key: meta.key,
+		attempt: typeof meta.attempt === 'number' ? meta.attempt : 0,
+		outcome: typeof meta.outcome === 'string' ? meta.outcome : '',
+		result: meta.result,
+	};
+}
+
+/**
+ * Per node run: the durable nodes upstream of this one (computed once, from
+ * the workflow's connections) and, per item, their paired items (resolved
+ * lazily, only for items that do not carry what is looked for themselves).
+ */
+export class Upstream {
+	private candidates: Candidate[] | undefined;
+	private readonly resolved = new Map<string, INodeExecutionData | null>();
+
+	constructor(private readonly ctx: IExecuteFunctions) {}
+
+	/** Durable nodes before this one, nearest first (breadth-first over the connections). */
+	private durableAncestors(): Candidate[] {
+		if (this.candidates) return this.candidates;
+		const found: Candidate[] = [];
+		const seen = new Set<string>([this.ctx.getNode().name]);
+		let frontier = [this.ctx.getNode().name];
+		for (let distance = 1; frontier.length > 0; distance++) {
+			const next: string[] = [];
+			for (const child of frontier) {
+				for (const parent of this.ctx.getParentNodes(child, {
+					depth: 1,
+					includeNodeParameters: true,
+				})) {
+					if (seen.has(parent.name)) continue;
+					seen.add(parent.name);
+					next.push(parent.name);
+					const role = parent.disabled ? undefined : roleOf(parent.type, parent.parameters);
+					if (role) found.push({ name: parent.name, role, distance });
+				}
+			}
+			frontier = next;
+		}
+		this.candidates = found;
+		return found;
+	}
+
+	/** The item `name` output that `itemIndex` descends from (paired items), or null. */
+	private pairedItem(itemIndex: number, name: string): INodeExecutionData | null {
+		const id = `${itemIndex}\u0000${name}`;
+		const cached = this.resolved.get(id);
+		if (cached !== undefined) return cached;
+		let item: INodeExecutionData | null = null;
+		try {
+			// $('Node').item follows the paired items back to that node's output;
+			// it throws when the item did not pass through it.
+			const value = (this.ctx.getWorkflowDataProxy(itemIndex).$(name) as { item?: unknown }).item;
+			if (isObject(value) && isObject(value.json)) item = value as unknown as INodeExecutionData;
+		} catch {
+			item = null;
+		}
+		this.resolved.set(id, item);
+		return item;
+	}
+
+	/** The item's instance: its own `durable.instanceKey`, else the nearest upstream one. */
+	instance(itemIndex: number, item: INodeExecutionData): InstanceRef | undefined {
+		const own = instanceRefOf(item.json);
+		if (own) return own;
+		for (const candidate of this.durableAncestors()) {
+			const upstream = this.pairedItem(itemIndex, candidate.name);
+			const ref = upstream ? instanceRefOf(upstream.json) : undefined;
+			if (ref) return ref;
+		}
+		return undefined;
+	}
+
+	/** Like instance(), but a clear error when there is none; `alternative` says what else the author can do. */
+	requireInstance(itemIndex: number, item: INodeExecutionData, alternative = ''): InstanceRef {
+		const ref = this.instance(itemIndex, item);
+		if (ref) return ref;
+		throw new NodeOperationError(
+			this.ctx.getNode(),
+			'No Resume Point before this node for this item',
+			{
+				itemIndex,
+				description: `Connect a Resume Point before this node (right after the trigger): this node finds its instance through the items that came from it.${alternative ? ' ' + alternative : ''}`,
+			},
+		);
+	}
+
+	/**
+	 * The nearest Idempotency Guard answer this item descends from, with no
+	 * Durable Checkpoint Save in between (a save ends the side effect it
+	 * recorded). The item's own `idempotency` field counts first.
+	 */
+	claim(itemIndex: number, item: INodeExecutionData): ClaimRef | undefined {
+		const own = claimRefOf(item.json);
+		if (own) return own;
+		const candidates = this.durableAncestors();
+		if (!candidates.some((c) => c.role === 'guard')) return undefined;
+		for (const candidate of candidates) {
+			if (candidate.role !== 'guard' && candidate.role !== 'checkpointSave') continue;
+			const upstream = this.pairedItem(itemIndex, candidate.name);
+			if (!upstream) continue;
+			if (candidate.role === 'checkpointSave') return undefined;
+			const ref = claimRefOf(upstream.json);
+			if (ref) return ref;
+		}
+		return undefined;
+	}
+}
+
+/**
+ * A parameter read once per node run unless the author made it an expression
+ * (then per item, as n8n resolves it): keeps expression evaluation off the
+ * per-item path for the usual plain values.
+ */
+export function parameterReader<T extends NodeParameterValueType | object>(
+	ctx: IExecuteFunctions,
+	name: string,
+	fallback: T,
+): (itemIndex: number) => T {
+	let raw: unknown = ctx.getNode().parameters;
+	for (const part of name.split('.')) raw = isObject(raw) ? raw[part] : undefined;
+	if (typeof raw === 'string' && raw.startsWith('=')) {
+		return (itemIndex) => ctx.getNodeParameter(name, itemIndex, fallback) as T;
+	}
+	let once: { value: T } | undefined;
+	return () => {
+		once ??= { value: ctx.getNodeParameter(name, 0, fallback) as T };
+		return once.value;
+	};
+}

@@ -1,0 +1,184 @@
+/**
+ * The node descriptions as n8n's editor evaluates them (n8n-workflow's own
+ * parameter defaults and expression engine, no sidecar): subtitles never show
+ * "undefined", output labels per version, and version 1 keeps its defaults.
+ */
+import {
+	NodeHelpers,
+	Workflow,
+	type INode,
+	type INodeParameters,
+	type INodeType,
+	type INodeTypes,
+} from 'n8n-workflow';
+
+import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
+import { IdempotencyGuard } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
+import { ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
+
+/** The node's parameters with n8n's defaults for `version`, as the editor stores them. */
+function parametersOf(type: INodeType, version: number, given: INodeParameters): INodeParameters {
+	return (
+		NodeHelpers.getNodeParameters(
+			type.description.properties,
+			given,
+			true,
+			false,
+			{ typeVersion: version },
+			type.description,
+		) ?? {}
+	);
+}
+
+/** Evaluates a description expression (subtitle, outputs) for a node with these parameters. */
+function evaluate(type: INodeType, version: number, given: INodeParameters, expression: string) {
+	const nodeTypes = {
+		getByName: () => type,
+		getByNameAndVersion: () => type,
+		getKnownTypes: () => ({}),
+	} as unknown as INodeTypes;
+	const node: INode = {
+		id: '1',
+		name: type.description.displayName,
+		type: `n8n-nodes-durable.${type.description.name}`,
+		typeVersion: version,
+		position: [0, 0],
+		parameters: parametersOf(type, version, given),
+	};
+	const workflow = new Workflow({ nodes: [node], connections: {}, active: false, nodeTypes });
+	return workflow.expression.getSimpleParameterValue(node, expression, 'internal', {});
+}
+
+const cases: Array<{ type: INodeType; params: INodeParameters[] }> = [
+	{
+		type: new ResumePoint(),
+		params: [
+			{},
+			{ instanceKey: 'order-1' },
+			{ instanceKey: '={{ $json.body.orderId }}' },
+			// An expression that resolves to undefined without data.
+			{ instanceKey: '={{ $json?.body?.orderId }}' },
+		],
+	},
+	{
+		type: new DurableCheckpoint(),
+		params: [
+			{},
+			{ operation: 'save' },
+			{ operation: 'save', stepName: 'charge' },
+			{ operation: 'complete' },
+			{ operation: 'fail' },
+			{ operation: 'scheduleResume' },
+		],
+	},
+	{
+		type: new IdempotencyGuard(),
+		params: [
+			{},
+			{ operation: 'claim' },
+			{ operation: 'claim', scope: 'payment' },
+			{ operation: 'claim', scope: 'payment', key: 'line-1' },
+			{ operation: 'recordResult' },
+			{ operation: 'release', scope: 'payment' },
+		],
+	},
+];
+
+describe('node descriptions as the editor evaluates them', () => {
+	for (const { type, params } of cases) {
+		for (const version of [1, 2]) {
+			test.each(params)(`${type.description.displayName} v${version} subtitle with %j`, (given) => {
+				const parameters = parametersOf(type, version, given);
+				let subtitle: unknown;
+				try {
+					subtitle = evaluate(type, version, given, type.description.subtitle!);
+				} catch {
+					// The editor catches a failing subtitle and shows none: acceptable only
+					// where a parameter is an expression it cannot resolve without data.
+					expect(JSON.stringify(parameters)).toContain('={{');
+					return;
+				}
+				expect(typeof subtitle).toBe('string');
+				expect(subtitle).not.toMatch(/undefined|null|\[object/);
+			});
+		}
+	}
+
+	test('every node is version [1, 2] with default version 2', () => {
+		for (const { type } of cases) {
+			expect(type.description.version).toEqual([1, 2]);
+			expect(type.description.defaultVersion).toBe(2);
+		}
+	});
+
+	test('output labels: short ones in version 2, the old ones kept in version 1', () => {
+		const rp = new ResumePoint();
+		const given = { stepOutputs: 'paid, shipped', versionMismatchOutput: true };
+		const labels = (type: INodeType, version: number, p: INodeParameters) =>
+			(
+				evaluate(type, version, p, type.description.outputs as string) as Array<{
+					displayName: string;
+				}>
+			).map((o) => o.displayName);
+		expect(labels(rp, 2, given)).toEqual([
+			'Start',
+			'Resume',
+			'Finished',
+			'Busy',
+			'paid',
+			'shipped',
+			'Old Version',
+		]);
+		expect(labels(rp, 1, given)).toEqual([
+			'Start',
+			'Resume',
+			'Completed',
+			'In Progress',
+			'Resume at paid',
+			'Resume at shipped',
+			'Version Mismatch',
+		]);
+		const guard = new IdempotencyGuard();
+		expect(labels(guard, 2, { operation: 'claim' })).toEqual(['First Run', 'Done Before', 'Busy']);
+		expect(labels(guard, 1, { operation: 'claim' })).toEqual([
+			'First Run',
+			'Already Done',
+			'In Progress',
+		]);
+		expect(labels(guard, 2, { operation: 'recordResult' })).toEqual(['Done']);
+	});
+
+	test('version 1 keeps its parameter defaults; version 2 needs no expressions', () => {
+		const checkpoint = new DurableCheckpoint();
+		expect(parametersOf(checkpoint, 1, { operation: 'save' })).toMatchObject({
+			instanceKey: '={{ $json.durable?.instanceKey }}',
+			saveWhat: 'item',
+		});
+		const v2 = parametersOf(checkpoint, 2, { operation: 'save' });
+		expect(v2).toMatchObject({ instanceFrom: 'resumePoint', saveWhat: 'stepResult' });
+		expect(v2.instanceKey).toBeUndefined();
+
+		const guard = new IdempotencyGuard();
+		expect(parametersOf(guard, 1, { operation: 'claim' })).toMatchObject({
+			scope: '={{ $json.idempotency?.scope ?? $workflow.id }}',
+			key: '={{ $json.idempotency?.key }}',
+			fingerprintFrom: 'item',
+		});
+		expect(parametersOf(guard, 2, { operation: 'claim' })).toMatchObject({
+			scope: '',
+			key: '',
+			fingerprintFrom: 'instance',
+		});
+
+		for (const { type } of cases) {
+			const values = JSON.stringify(parametersOf(type, 2, {}));
+			expect(values).not.toContain('={{');
+		}
+	});
+
+	test("every node's description says what its lease does", () => {
+		for (const { type } of cases) {
+			expect(type.description.description).toMatch(/lease/);
+		}
+	});
+});
