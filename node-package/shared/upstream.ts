@@ -9,6 +9,7 @@ import {
 	type IExecuteFunctions,
 	type INodeExecutionData,
 	type INodeParameters,
+	type IWorkflowDataProxyData,
 	type NodeParameterValueType,
 } from 'n8n-workflow';
 
@@ -92,6 +93,8 @@ export function claimRefOf(json: IDataObject): ClaimRef | undefined {
 export class Upstream {
 	private candidates: Candidate[] | undefined;
 	private readonly resolved = new Map<string, INodeExecutionData | null>();
+	/** The data proxy of the item being looked up (items are looked up one after another). */
+	private proxy: { itemIndex: number; data: IWorkflowDataProxyData } | undefined;
 
 	constructor(private readonly ctx: IExecuteFunctions) {}
 
@@ -130,7 +133,10 @@ export class Upstream {
 		try {
 			// $('Node').item follows the paired items back to that node's output;
 			// it throws when the item did not pass through it.
-			const value = (this.ctx.getWorkflowDataProxy(itemIndex).$(name) as { item?: unknown }).item;
+			if (this.proxy?.itemIndex !== itemIndex) {
+				this.proxy = { itemIndex, data: this.ctx.getWorkflowDataProxy(itemIndex) };
+			}
+			const value = (this.proxy.data.$(name) as { item?: unknown }).item;
 			if (isObject(value) && isObject(value.json)) item = value as unknown as INodeExecutionData;
 		} catch {
 			item = null;
