@@ -39,8 +39,6 @@ type DurableRole = 'resumePoint' | 'checkpointSave' | 'checkpointOther' | 'guard
 interface Candidate {
 	name: string;
 	role: DurableRole;
-	/** Connections between this node and the candidate (1: direct parent). */
-	distance: number;
 }
 
 /** Our node types end in these names, whatever the package prefix. */
@@ -98,30 +96,34 @@ export class Upstream {
 
 	constructor(private readonly ctx: IExecuteFunctions) {}
 
-	/** Durable nodes before this one, nearest first (breadth-first over the connections). */
+	/**
+	 * Durable nodes before this one, nearest first. A node that has another
+	 * candidate among its own ancestors comes before it, so candidates are
+	 * ordered by how many of the others lie upstream of them. (Only the
+	 * all-ancestors form of getParentNodes is used: older n8n versions ignore
+	 * its depth option.)
+	 */
 	private durableAncestors(): Candidate[] {
 		if (this.candidates) return this.candidates;
-		const found: Candidate[] = [];
-		const seen = new Set<string>([this.ctx.getNode().name]);
-		let frontier = [this.ctx.getNode().name];
-		for (let distance = 1; frontier.length > 0; distance++) {
-			const next: string[] = [];
-			for (const child of frontier) {
-				for (const parent of this.ctx.getParentNodes(child, {
-					depth: 1,
-					includeNodeParameters: true,
-				})) {
-					if (seen.has(parent.name)) continue;
-					seen.add(parent.name);
-					next.push(parent.name);
-					const role = parent.disabled ? undefined : roleOf(parent.type, parent.parameters);
-					if (role) found.push({ name: parent.name, role, distance });
-				}
-			}
-			frontier = next;
+		const found: Array<Candidate & { above: number }> = [];
+		const parents = this.ctx.getParentNodes(this.ctx.getNode().name, {
+			includeNodeParameters: true,
+		});
+		for (const parent of parents) {
+			const role = parent.disabled ? undefined : roleOf(parent.type, parent.parameters);
+			if (role) found.push({ name: parent.name, role, above: 0 });
 		}
-		this.candidates = found;
-		return found;
+		if (found.length > 1) {
+			const names = new Set(found.map((c) => c.name));
+			for (const candidate of found) {
+				candidate.above = this.ctx
+					.getParentNodes(candidate.name)
+					.filter((p) => names.has(p.name)).length;
+			}
+			found.sort((a, b) => b.above - a.above);
+		}
+		this.candidates = found.map(({ name, role }) => ({ name, role }));
+		return this.candidates;
 	}
 
 	/** The item `name` output that `itemIndex` descends from (paired items), or null. */

@@ -354,4 +354,57 @@ describe('version 2 with default parameters', () => {
 		]);
 		expect(durable(resumed[OUTPUT_RESUME][0]).leaseSeconds).toBe(120);
 	});
+	test('a later Save does not complete the key again: the claim search stops at the Save in between', async () => {
+		const run = { workflowId: 'wf-v2-two-saves', executionId: 'e1' };
+		const started = await runResumePoint(run, [{ body: { orderId: 'o-t' } }]);
+		const rp = { ...RP, output: started[OUTPUT_START] };
+		const claimed = await runGuard(run, started[OUTPUT_START], [rp]);
+		const charged = httpResponse(claimed[OUTPUT_FIRST_RUN], CHARGE);
+		const chargePath = [HTTP, { ...GUARD, output: claimed[OUTPUT_FIRST_RUN] }, rp];
+		const first = await runSave(run, charged, chargePath);
+		expect(durable(first[0]).completedKey).toEqual({ scope: 'payment', key: 'o-t' });
+		const client = getSidecarClient(sidecar.connection());
+		const saveSpy = jest.spyOn(client, 'saveCheckpoints');
+		try {
+			const shipped = await runSave(
+				run,
+				httpResponse(first, { trackingId: 'tr-1' }),
+				[
+					{ name: 'Ship', type: 'n8n-nodes-base.httpRequest' },
+					{
+						name: 'Save charge',
+						type: 'n8n-nodes-durable.durableCheckpoint',
+						typeVersion: 2,
+						output: first,
+					},
+					{ ...HTTP, output: charged },
+					...chargePath.slice(1),
+				],
+				{ stepName: 'ship' },
+			);
+			expect(saveSpy.mock.calls[0][0].items?.[0]?.completeKey).toBeUndefined();
+			expect(shipped[0].json).toMatchObject({ charge: CHARGE, ship: { trackingId: 'tr-1' } });
+			expect(durable(shipped[0]).completedKey).toBeUndefined();
+		} finally {
+			saveSpy.mockRestore();
+		}
+	});
+	test('Record Result (v2) takes scope, key and attempt from the Claim upstream', async () => {
+		const run = { workflowId: 'wf-v2-recordresult', executionId: 'e1' };
+		const started = await runResumePoint(run, [{ body: { orderId: 'o-rr' } }]);
+		const rp = { ...RP, output: started[OUTPUT_START] };
+		const claimed = await runGuard(run, started[OUTPUT_START], [rp]);
+		const [recorded] = await runGuard(
+			run,
+			httpResponse(claimed[OUTPUT_FIRST_RUN], CHARGE),
+			[HTTP, { ...GUARD, output: claimed[OUTPUT_FIRST_RUN] }, rp],
+			{ operation: 'recordResult' },
+		);
+		expect(recorded[0].json.idempotency).toMatchObject({
+			scope: 'payment',
+			key: 'o-rr',
+			attempt: 1,
+			outcome: 'recorded',
+		});
+	});
 });
