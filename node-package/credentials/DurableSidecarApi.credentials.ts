@@ -11,7 +11,7 @@ export class DurableSidecarApi implements ICredentialType {
 
 	icon: Icon = { light: 'file:durableSidecar.svg', dark: 'file:durableSidecar.dark.svg' };
 
-	documentationUrl = 'https://www.npmjs.com/package/n8n-nodes-durable#credentials';
+	documentationUrl = 'https://github.com/durable-n8n/durable-n8n/blob/main/node-package/README.md#credential-durable-sidecar-api';
 
 	properties: INodeProperties[] = [
 		{
