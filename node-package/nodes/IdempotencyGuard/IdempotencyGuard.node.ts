@@ -536,6 +536,17 @@ export class IdempotencyGuard implements INodeType {
 		const settled = await perItem(this, client, action, items.length, async (i) => {
 			// v2: empty Scope / Key / Attempt come from the Claim this item descends from.
 			const claim = v2 ? upstream.claim(i, items[i]) : undefined;
+			if (v2 && !claim && !(text('scope', i, false) && text('key', i, false))) {
+				throw new NodeOperationError(
+					node,
+					'No Idempotency Guard Claim before this node for this item',
+					{
+						itemIndex: i,
+						description:
+							'Connect this node after the First Run output of a Claim (nodes in between may replace the item), or give Scope, Key and Attempt.',
+					},
+				);
+			}
 			const scope = text('scope', i, !claim) || claim!.scope;
 			const key = text('key', i, !claim) || claim!.key;
 			const given = Number(this.getNodeParameter('attempt', i, 0));
