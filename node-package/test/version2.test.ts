@@ -308,6 +308,18 @@ describe('version 2 with default parameters', () => {
 			options: { leaseSeconds: 120 },
 		});
 		expect(durable(started[OUTPUT_START][0]).leaseSeconds).toBe(120);
+		// The metadata stays small: n8n keeps every item in the execution record.
+		expect(Object.keys(durable(started[OUTPUT_START][0])).sort()).toEqual([
+			'boundVersion',
+			'instanceKey',
+			'lastSequence',
+			'lastStep',
+			'leaseSeconds',
+			'outcome',
+			'resumeCount',
+			'status',
+			'workflowId',
+		]);
 		const rp = { ...RP, output: started[OUTPUT_START] };
 		const client = getSidecarClient(sidecar.connection());
 		const claimSpy = jest.spyOn(client, 'claim');
@@ -353,6 +365,7 @@ describe('version 2 with default parameters', () => {
 			{ body: { orderId: 'o-l' } },
 		]);
 		expect(durable(resumed[OUTPUT_RESUME][0]).leaseSeconds).toBe(120);
+		expect(JSON.stringify(durable(resumed[OUTPUT_RESUME][0])).length).toBeLessThan(250);
 	});
 	test('a later Save does not complete the key again: the claim search stops at the Save in between', async () => {
 		const run = { workflowId: 'wf-v2-two-saves', executionId: 'e1' };
