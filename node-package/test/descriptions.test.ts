@@ -15,6 +15,7 @@ import {
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { IdempotencyGuard } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
 import { ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
+import { ResumeTrigger } from '../nodes/ResumeTrigger/ResumeTrigger.node';
 
 /** The node's parameters with n8n's defaults for `version`, as the editor stores them. */
 function parametersOf(type: INodeType, version: number, given: INodeParameters): INodeParameters {
@@ -103,6 +104,13 @@ describe('node descriptions as the editor evaluates them', () => {
 			});
 		}
 	}
+
+	test.each([{}, { pollIntervalSeconds: 0.5 }])('Resume Trigger subtitle with %j', (given) => {
+		const trigger = new ResumeTrigger();
+		const subtitle = evaluate(trigger, 1, given, trigger.description.subtitle!);
+		expect(subtitle).toMatch(/^every [\d.]+ s$/);
+		expect(trigger.description.description).toMatch(/lease/);
+	});
 
 	test('every node is version [1, 2] with default version 2', () => {
 		for (const { type } of cases) {
