@@ -484,6 +484,8 @@ export class IdempotencyGuard implements INodeType {
 				: new Map<number, never>();
 			const routed = (i: number, meta: IDataObject): INodeExecutionData => {
 				const out = withIdempotency(items[i], meta, i);
+				// v2: this claim's answer only, nothing left over from an earlier one.
+				if (v2) out.json[IDEMPOTENCY_FIELD] = meta;
 				const instance = instances.get(i);
 				if (instance) out.json[DURABLE_FIELD] = { ...instance };
 				return out;
