@@ -27,25 +27,25 @@ from harness import (
 
 ORDER_WF = "durableOrderTracking"
 RENEWAL_WF = "durableRenewalReminder"
-# Short leases so a crash is noticed in seconds, not minutes (the examples use 120 s and 60 s).
+# Short leases so a crash is noticed in seconds, not minutes (the examples use 120 s).
 INSTANCE_LEASE_S = 12
-KEY_LEASE_S = 8
 WAIT_S = 20
 
 
 def customise(workflow: dict[str, Any], services_url: str) -> dict[str, Any]:
-    """The examples as a user imports them, with this run's service URL and short leases."""
+    """The examples as a user imports them, with this run's service URL and a short instance lease.
+
+    Claims and saves keep the instance's lease (the node defaults), so only the Resume Point sets one.
+    """
     text = json.dumps(workflow).replace("http://127.0.0.1:8099", services_url)
     wf = json.loads(text)
     for node in wf["nodes"]:
         params = node["parameters"]
         if node["type"].endswith(".resumePoint"):
-            params["options"]["leaseSeconds"] = INSTANCE_LEASE_S
-        elif node["type"].endswith(".idempotencyGuard") and params.get("operation") == "claim":
-            params["options"]["leaseSeconds"] = KEY_LEASE_S
+            params.setdefault("options", {})["leaseSeconds"] = INSTANCE_LEASE_S
         elif node["type"].endswith(".resumeTrigger"):
             params["pollIntervalSeconds"] = 1
-            params["options"]["claimLeaseSeconds"] = 30
+            params.setdefault("options", {})["claimLeaseSeconds"] = 30
         elif params.get("operation") == "scheduleResume":
             params["amount"], params["unit"] = WAIT_S, "seconds"
     return dict(wf)
@@ -55,9 +55,12 @@ def customise(workflow: dict[str, Any], services_url: str) -> dict[str, Any]:
 class Report:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, scenario: str, orders: int, completed: int, duplicates: int, seconds: float, note: str = "") -> None:
+    def add(self, scenario: str, orders: int, completed: int, duplicates: int, seconds: float, note: str = "",
+            **measures: float | int) -> None:
+        """One row; `measures` are named numbers for the README (e.g. kill_to_resumed_s, lost)."""
         self.rows.append({"scenario": scenario, "orders": orders, "completed": completed,
-                          "duplicate_side_effects": duplicates, "seconds": round(seconds, 1), "note": note})
+                          "duplicate_side_effects": duplicates, "seconds": round(seconds, 1), "note": note,
+                          **{k: round(v, 1) if isinstance(v, float) else v for k, v in measures.items()}})
 
 
 REPORT = Report()
@@ -77,11 +80,15 @@ class Stack:
         self.n8n.wait_webhook("orders")
 
     def post_order(self, order_id: str, amount: float = 42.0, path: str = "orders", base_url: str | None = None) -> int:
+        return self.deliver(order_id, amount, path, base_url)[0]
+
+    def deliver(self, order_id: str, amount: float = 42.0, path: str = "orders",
+                base_url: str | None = None) -> tuple[int, bytes]:
+        """POSTs an order as a sender would; the HTTP status and body n8n answered."""
         from harness import http
 
-        status, _ = http("POST", f"{base_url or self.n8n.url}/webhook/{path}",
-                         {"orderId": order_id, "amount": amount, "email": f"{order_id}@example.com"})
-        return status
+        return http("POST", f"{base_url or self.n8n.url}/webhook/{path}",
+                    {"orderId": order_id, "amount": amount, "email": f"{order_id}@example.com"}, timeout=60)
 
     def diagnose(self, orders: list[str], workflow_id: str = ORDER_WF) -> str:
         """What every party saw, for a failure message."""
@@ -142,8 +149,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr.section("end-to-end results")
     tr.write_line(f"{'scenario':<52} {'orders':>6} {'completed':>9} {'dup effects':>11} {'time s':>7}")
     for r in REPORT.rows:
+        extra = {k: v for k, v in r.items()
+                 if k not in ("scenario", "orders", "completed", "duplicate_side_effects", "seconds", "note")}
+        measures = "  " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""
         tr.write_line(f"{r['scenario']:<52} {r['orders']:>6} {r['completed']:>9} {r['duplicate_side_effects']:>11} "
-                      f"{r['seconds']:>7}  {r['note']}")
+                      f"{r['seconds']:>7}  {r['note']}{measures}")
     out = REPO / "e2e" / "results"
     out.mkdir(exist_ok=True)
     path = out / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}.json"

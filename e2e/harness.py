@@ -247,6 +247,14 @@ class Sidecar:
             workflow_id=workflow_id, instance_key=key, page_size=1000), metadata=self.md, timeout=5)
         return [c.step_name for c in reply.checkpoints]
 
+    def latest_state(self, workflow_id: str, key: str) -> dict[str, Any]:
+        """The state of the instance's newest checkpoint ({} when it has none)."""
+        reply = self.checkpoints.ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+            workflow_id=workflow_id, instance_key=key, page_size=1000, include_state=True), metadata=self.md, timeout=5)
+        if not reply.checkpoints:
+            return {}
+        return dict(json.loads(reply.checkpoints[-1].state_json or b"{}"))
+
     def count_instances(self, workflow_id: str, key: str) -> int:
         with psycopg.connect(db_url(self.database)) as conn:
             row = conn.execute("SELECT count(*) FROM durable_instances WHERE workflow_id = %s AND instance_key = %s",
@@ -330,13 +338,21 @@ class N8n:
             time.sleep(0.5)
         raise RuntimeError(f"n8n not ready in {timeout} s:\n{tail(p.log)}")
 
-    def wait_webhook(self, path: str, timeout: float = 60) -> None:
-        """Polls until the production webhook is registered (a HEAD-like probe answered by the fake order)."""
+    def wait_webhook(self, path: str, timeout: float = 60, method: str = "POST") -> None:
+        """Polls until the production webhook is registered, without starting an execution.
+
+        An OPTIONS request with an Origin: n8n answers 204 from its webhook registry and lists the
+        registered methods in Access-Control-Allow-Methods (a POST would run the workflow, and a
+        probe body would fail at the Resume Point).
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status, _ = http("POST", f"{self.url}/webhook/{path}", {"probe": True}, timeout=5)
-            if status == 200:
-                return
+            req = urllib.request.Request(f"{self.url}/webhook/{path}", method="OPTIONS", headers={"Origin": self.url})
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    allowed = {m.strip() for m in resp.headers.get("Access-Control-Allow-Methods", "").split(",")}
+                    if resp.status == 204 and method in allowed:
+                        return
             time.sleep(0.5)
         raise RuntimeError(f"webhook {path} not registered in {timeout} s")
 
@@ -414,10 +430,13 @@ def import_workflow(n8n: N8n, source: Path, replacements: dict[str, str], publis
     return dict(workflow)
 
 
-def import_credential(n8n: N8n, sidecar: Sidecar) -> None:
+def import_credential(n8n: N8n, sidecar: Sidecar, deadline_seconds: int = 10,
+                      credential_id: str = CREDENTIAL_ID) -> None:
     creds = [{
-        "id": CREDENTIAL_ID, "name": "Durable Sidecar (e2e)", "type": "durableSidecarApi",
-        "data": {"host": "127.0.0.1", "port": sidecar.port, "tls": False, "token": TOKEN, "deadlineSeconds": 10},
+        "id": credential_id, "type": "durableSidecarApi",
+        "name": "Durable Sidecar (e2e)" if credential_id == CREDENTIAL_ID else credential_id,
+        "data": {"host": "127.0.0.1", "port": sidecar.port, "tls": False, "token": TOKEN,
+                 "deadlineSeconds": deadline_seconds},
     }]
     path = n8n.work / "credentials.json"
     path.write_text(json.dumps(creds))

@@ -49,6 +49,12 @@ class Flow:
         (HERE / filename).write_text(json.dumps(data, indent=2) + "\n")
 
 
+# The canvas is a grid: COL apart across, ROW apart down. Side effects form a staircase that
+# descends to the right; the Resume Point sits below it on the left, so every edge it sends to a
+# step rises from below into that step and passes behind no node.
+COL, ROW = 220, 220
+
+
 def http(flow: Flow, name: str, path: str, pos: tuple[int, int], body: str, key_expr: str | None) -> str:
     params: dict[str, Any] = {
         "method": "POST", "url": f"{API}/{path}", "sendBody": True, "specifyBody": "json", "jsonBody": body,
@@ -60,154 +66,147 @@ def http(flow: Flow, name: str, path: str, pos: tuple[int, int], body: str, key_
     return flow.node(name, "n8n-nodes-base.httpRequest", 4.2, params, pos)
 
 
-def guarded_step(flow: Flow, service: str, step: str, x: int, y: int) -> tuple[str, str]:
-    """Claim → call (with the derived Idempotency-Key) → record → checkpoint; returns (entry, checkpoint)."""
-    title = service.capitalize()
-    claim = flow.node(f"Claim {title}", f"{PKG}.idempotencyGuard", 1, {
-        "operation": "claim", "scope": service, "key": "={{ $json.orderId }}", "fingerprintFrom": "fields",
-        "fingerprintFields": "orderId", "options": {"leaseSeconds": 60},
+def intake(flow: Flow, path: str, pos: tuple[int, int]) -> str:
+    """The Webhook answers through a Respond to Webhook after the Resume Point (docs/intake.md)."""
+    return flow.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
+        "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
+    }, pos, webhookId=_id("webhook", flow.wf_id))
+
+
+def accepted(flow: Flow, pos: tuple[int, int]) -> str:
+    """Answers the sender once the instance exists; in Resume Trigger executions it only passes the item on."""
+    return flow.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "json",
+        "responseBody": '={{ JSON.stringify({ accepted: $json.durable.instanceKey }) }}',
+        "options": {},
+    }, pos)
+
+
+def side_effect(flow: Flow, scope: str, call_name: str, step: str, x: int, y: int,
+                body: str) -> tuple[str, str]:
+    """Claim → Call (with the derived Idempotency-Key) → Save; returns (claim, save).
+
+    The Save adds the call's response to the instance state under the step's name and completes
+    the key the Claim took, in one transaction. Done Before goes straight to the Save (the stored
+    result is saved, nothing runs); Busy stays unconnected: the Resume Trigger picks the instance
+    up once the other execution's lease lapses.
+    """
+    claim = flow.node(f"Claim {scope.capitalize()}", f"{PKG}.idempotencyGuard", 2, {
+        "operation": "claim", "scope": scope, "options": {},
     }, (x, y), creds=True)
-    call = http(flow, f"Call {title}", service, (x + 220, y - 100),
-                "={{ JSON.stringify({ orderId: $json.orderId, amount: $json.amount }) }}",
-                "={{ $json.idempotency.derivedKey }}")
-    record = flow.node(f"Record {title}", f"{PKG}.idempotencyGuard", 1, {
-        "operation": "recordResult", "scope": service,
-        "key": f"={{{{ $('Claim {title}').item.json.idempotency.key }}}}",
-        "attempt": f"={{{{ $('Claim {title}').item.json.idempotency.attempt }}}}",
-        "resultWhat": "item",
-    }, (x + 440, y - 100), creds=True)
-    save = flow.node(f"Save {step.capitalize()}", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "save", "instanceKey": "={{ $json.orderId }}", "stepName": step, "saveWhat": "item",
-    }, (x + 660, y), creds=True)
-    busy = flow.node(f"{title} Busy", "n8n-nodes-base.noOp", 1, {}, (x + 220, y + 120))
-    flow.link(claim, call, 0)       # First Run
-    flow.link(call, record)
-    flow.link(record, save)
-    flow.link(claim, save, 1)       # Already Done: the stored result is replayed, nothing runs
-    flow.link(claim, busy, 2)       # In Progress: another execution runs it; the Resume Trigger retries later
+    call = http(flow, call_name, scope, (x + COL, y - 120), body, "={{ $json.idempotency.derivedKey }}")
+    save = flow.node(f"Save {step.capitalize()}", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "save", "stepName": step, "options": {},
+    }, (x + 2 * COL, y), creds=True)
+    flow.link(claim, call, 0)   # First Run
+    flow.link(call, save)
+    flow.link(claim, save, 1)   # Done Before
     return claim, save
+
+
+def order_body(extra: str = "") -> str:
+    return ("={{ JSON.stringify({ orderId: $json.body.orderId, amount: $json.body.amount, "
+            f"email: $json.body.email{extra} }}) }}}}")
 
 
 def order_tracking() -> None:
     f = Flow("durableOrderTracking", "Order tracking (durable)")
-    webhook = f.node("New Order", "n8n-nodes-base.webhook", 2, {
-        "httpMethod": "POST", "path": "orders", "responseMode": "onReceived", "options": {},
-    }, (0, 0), webhookId=_id("webhook", f.wf_id))
+    steps = [("payment", "Charge Card", "paid"), ("inventory", "Reserve Stock", "reserved"),
+             ("shipping", "Ship Order", "shipped"), ("coupon", "Send Coupon", "couponed")]
+    rp_y = (len(steps) + 2) * ROW
+    webhook = intake(f, "orders", (0, rp_y - ROW))
     trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
         "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
-    }, (0, 300), creds=True)
-    steps = ["received", "paid", "reserved", "shipped", "couponed"]
-    handoff = f.node("Bound Version Hand-off", "n8n-nodes-base.executeWorkflowTrigger", 1.1, {
+    }, (0, rp_y), creds=True)
+    handoff = f.node("Hand-off", "n8n-nodes-base.executeWorkflowTrigger", 1.1, {
         "inputSource": "passthrough",
-    }, (0, 600))
-    rp = f.node("Resume Point", f"{PKG}.resumePoint", 1, {
-        "instanceKey": "={{ $json.body.orderId }}", "stepOutputs": ", ".join(steps[:-1]) + ", couponed",
+    }, (0, rp_y + ROW))
+    rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
+        "instanceKey": "={{ $json.body.orderId }}",
+        "stepOutputs": ", ".join(step for _, _, step in steps),
         "versionMismatchOutput": True,
-        "options": {"leaseSeconds": 120, "stateMerge": "merge"},
-    }, (250, 100), creds=True)
+        "options": {"leaseSeconds": 120},
+    }, (2 * COL, rp_y), creds=True)
     f.link(webhook, rp)
     f.link(trigger, rp)
-    # Version binding: an order started on an older version of this workflow leaves the Resume Point
-    # by Version Mismatch carrying that version's JSON; Execute Workflow runs it, and its copy of
-    # "Bound Version Hand-off" feeds its own Resume Point, which takes the order's lease over.
+    # Version binding: an order started on an older version of this workflow leaves by Old Version
+    # carrying that version's JSON; Execute Workflow runs it, and its copy of "Hand-off" feeds its
+    # own Resume Point, which takes the order's lease over.
     f.link(handoff, rp)
-    run_bound = f.node("Run Bound Version", "n8n-nodes-base.executeWorkflow", 1.2, {
+    run_bound = f.node("Run Old Version", "n8n-nodes-base.executeWorkflow", 1.2, {
         "source": "parameter",
         "workflowJson": "={{ JSON.stringify($json.durable.boundVersionSnapshot.workflow) }}",
         "mode": "once", "options": {"waitForSubWorkflow": True},
-    }, (550, 450))
-    order = f.node("Order", "n8n-nodes-base.set", 3.4, {
-        "mode": "manual", "includeOtherFields": False, "options": {},
-        "assignments": {"assignments": [
-            {"id": _id("a-order", f.wf_id), "name": "orderId", "value": "={{ $json.body.orderId }}", "type": "string"},
-            {"id": _id("a-amount", f.wf_id), "name": "amount", "value": "={{ $json.body.amount }}", "type": "number"},
-            {"id": _id("a-email", f.wf_id), "name": "email", "value": "={{ $json.body.email }}", "type": "string"},
-        ]},
-    }, (550, -200))
-    received = f.node("Save Received", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "save", "instanceKey": "={{ $json.orderId }}", "stepName": "received", "saveWhat": "item",
-    }, (770, -200), creds=True)
-    completed = http(f, "Note Completed", "route/completed", (550, 150),
-                     "={{ JSON.stringify({ orderId: $json.durable.instanceKey }) }}", None)
-    in_progress = http(f, "Note In Progress", "route/in-progress", (550, 300),
-                       "={{ JSON.stringify({ orderId: $json.durable.instanceKey }) }}", None)
-    pay_claim, pay_save = guarded_step(f, "payment", "paid", 1000, -200)
-    inv_claim, inv_save = guarded_step(f, "inventory", "reserved", 1000, 250)
-    ship_claim, ship_save = guarded_step(f, "shipping", "shipped", 1000, 700)
-    coup_claim, coup_save = guarded_step(f, "coupon", "couponed", 1000, 1150)
-    complete = f.node("Confirm Delivery", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "complete", "instanceKey": "={{ $json.orderId }}", "resultWhat": "none",
-    }, (1900, 1150), creds=True)
-    # Resume Point outputs: 0 Start, 1 Resume (no known step), 2 Completed, 3 In Progress, 4.. one per step.
-    f.link(rp, order, 0)
-    f.link(rp, pay_claim, 1)
-    f.link(rp, completed, 2)
-    f.link(rp, in_progress, 3)
-    f.link(rp, pay_claim, 4)   # received → payment
-    f.link(rp, inv_claim, 5)   # paid → inventory
-    f.link(rp, ship_claim, 6)  # reserved → shipping
-    f.link(rp, coup_claim, 7)  # shipped → coupon
-    f.link(rp, complete, 8)    # couponed → delivery confirmation
-    f.link(rp, run_bound, 9)   # Version Mismatch → the bound version runs the rest
-    f.link(order, received)
-    f.link(received, pay_claim)
-    f.link(pay_save, inv_claim)
-    f.link(inv_save, ship_claim)
-    f.link(ship_save, coup_claim)
-    f.link(coup_save, complete)
+    }, (4 * COL, rp_y + 2 * ROW),
+        # The note replaces n8n's subtitle, which would read "Workflow: undefined" for a JSON source.
+        notes="the order's own version", notesInFlow=True)
+    ok = accepted(f, (4 * COL, 0))
+    claims, saves = [], []
+    x, y = 5 * COL, ROW
+    for scope, call_name, step in steps:
+        claim, save = side_effect(f, scope, call_name, step, x, y, order_body())
+        claims.append(claim)
+        saves.append(save)
+        x, y = x + 3 * COL, y + ROW
+    done = f.node("Complete", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "complete", "resultWhat": "none",
+    }, (x, y), creds=True)
+    # Resume Point outputs: 0 Start, 1 Resume (no step saved yet), 2 Finished, 3 Busy, 4.. one per
+    # step, then Old Version. Finished and Busy stay unconnected: a re-delivery of a finished or
+    # running order does nothing, and its sender is answered when the execution ends.
+    f.link(rp, ok, 0)
+    f.link(ok, claims[0])
+    f.link(rp, claims[0], 1)
+    for i, claim in enumerate(claims[1:], start=4):
+        f.link(rp, claim, i)            # paid → inventory, reserved → shipping, shipped → coupon
+    f.link(rp, done, 4 + len(claims) - 1)  # couponed → complete
+    f.link(rp, run_bound, 4 + len(claims))
+    for save, nxt in zip(saves, [*claims[1:], done], strict=True):
+        f.link(save, nxt)
     f.write("order-tracking.json",
-            "New order by webhook → Resume Point → payment → inventory → shipping → coupon → delivery "
-            "confirmation; a Durable Checkpoint after each step, an Idempotency Guard before each side effect, "
-            "and a Resume Trigger feeding the same Resume Point so crashed orders continue. Orders keep the "
-            "version they started on: after you publish a changed version, an older order resumes through "
-            "Version Mismatch → Run Bound Version, which runs its version's JSON as a sub-workflow.")
+            "New order by webhook → Resume Point → payment → inventory → shipping → coupon → complete. "
+            "The sender is answered (Accepted) once the order exists in the sidecar. Each side effect is "
+            "Claim → Call → Save: the call carries the derived Idempotency-Key, the Save adds its response "
+            "to the order's state under the step name and completes the claimed key. A Resume Trigger feeds "
+            "the same Resume Point, so a crashed order continues at its last step with the original body. "
+            "Orders keep the version they started on: after you publish a changed version, an older order "
+            "resumes through Old Version → Run Old Version, which runs its version's JSON as a sub-workflow.")
 
 
 def renewal_reminder() -> None:
     f = Flow("durableRenewalReminder", "Renewal reminder with a durable wait")
-    webhook = f.node("New Subscription", "n8n-nodes-base.webhook", 2, {
-        "httpMethod": "POST", "path": "subscriptions", "responseMode": "onReceived", "options": {},
-    }, (0, 0), webhookId=_id("webhook", f.wf_id))
+    webhook = intake(f, "subscriptions", (0, 2 * ROW))
     trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
         "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
-    }, (0, 300), creds=True)
-    rp = f.node("Resume Point", f"{PKG}.resumePoint", 1, {
-        "instanceKey": "={{ $json.body.orderId }}", "stepOutputs": "signed-up, waiting",
-        "options": {"leaseSeconds": 120, "stateMerge": "merge"},
-    }, (250, 100), creds=True)
+    }, (0, 3 * ROW), creds=True)
+    rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
+        "instanceKey": "={{ $json.body.orderId }}", "stepOutputs": "waiting",
+        "options": {"leaseSeconds": 120},
+    }, (2 * COL, 3 * ROW), creds=True)
     f.link(webhook, rp)
     f.link(trigger, rp)
-    sub = f.node("Subscription", "n8n-nodes-base.set", 3.4, {
-        "mode": "manual", "includeOtherFields": False, "options": {},
-        "assignments": {"assignments": [
-            {"id": _id("a-order", f.wf_id), "name": "orderId", "value": "={{ $json.body.orderId }}", "type": "string"},
-            {"id": _id("a-email", f.wf_id), "name": "email", "value": "={{ $json.body.email }}", "type": "string"},
-        ]},
-    }, (550, -150))
-    signed = f.node("Save Signed Up", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "save", "instanceKey": "={{ $json.orderId }}", "stepName": "signed-up", "saveWhat": "item",
-    }, (770, -150), creds=True)
-    wait = f.node("Wait Until Renewal", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "scheduleResume", "instanceKey": "={{ $json.orderId }}", "resumeWhen": "after",
-        "amount": 6, "unit": "hours",
-    }, (990, -150), creds=True)
-    waiting = f.node("Save Waiting", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "save", "instanceKey": "={{ $json.orderId }}", "stepName": "waiting", "saveWhat": "item",
-    }, (1210, -150), creds=True)
-    claim, save = guarded_step(f, "notify", "reminded", 1000, 300)
-    done = f.node("Done", f"{PKG}.durableCheckpoint", 1, {
-        "operation": "complete", "instanceKey": "={{ $json.orderId }}", "resultWhat": "none",
-    }, (1900, 300), creds=True)
-    f.link(rp, sub, 0)
-    f.link(rp, wait, 4)     # signed-up (crashed before the wait was recorded): schedule it again
-    f.link(rp, claim, 5)    # waiting, woken up: send the reminder
-    f.link(sub, signed)
-    f.link(signed, wait)
+    ok = accepted(f, (4 * COL, 0))
+    wait = f.node("Wait 6 Hours", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "scheduleResume", "resumeWhen": "after", "amount": 6, "unit": "hours",
+    }, (5 * COL, ROW), creds=True)
+    waiting = f.node("Save Waiting", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "save", "stepName": "waiting", "options": {},
+    }, (6 * COL, ROW), creds=True)
+    claim, save = side_effect(f, "notify", "Send Reminder", "reminded", 7 * COL, 2 * ROW,
+                              "={{ JSON.stringify({ orderId: $json.body.orderId, email: $json.body.email }) }}")
+    done = f.node("Complete", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "complete", "resultWhat": "none",
+    }, (10 * COL, 3 * ROW), creds=True)
+    f.link(rp, ok, 0)
+    f.link(ok, wait)
+    f.link(rp, wait, 1)     # crashed before the wait was saved: schedule it again
+    f.link(rp, claim, 4)    # waiting, woken up: send the reminder
     f.link(wait, waiting)
     f.link(save, done)
     f.write("renewal-reminder.json",
             "A subscription waits six hours durably (Schedule Resume instead of a Wait node), survives any "
-            "restart in between, then sends one reminder through an Idempotency Guard.")
+            "restart in between, then sends one reminder: Claim → Call → Save. The sender is answered once "
+            "the subscription exists in the sidecar.")
 
 
 if __name__ == "__main__":
