@@ -4,7 +4,10 @@ It behaves like a well-behaved API (Stripe's Idempotency-Key contract): a
 repeated key replays the first response and performs nothing. It counts every
 call and every *effect* per order and per service, so a test can prove that
 each side effect happened exactly once, and it can be told to stall a service
-(hold requests open) so a crash can land while a call is in flight.
+(hold requests open) so a crash can land while a call is in flight. Its
+answers come in one of two shapes (`set_shape`): "echo" repeats the order id
+and the service, "bare" is only `{ "id": ..., "status": ... }`, as many real
+APIs answer, so a workflow that reads the order from the response breaks.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Ledger:
     routes: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     # The `logic` a caller sent with each effect (workflow versions mark their calls with it).
     logic: dict[str, dict[str, list[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    shape: str = "echo"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -84,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path not in SERVICES:
             self._reply(404, {"error": f"unknown service {path}"})
             return
-        order = str(body.get("orderId", ""))
+        order = str(body.get("orderId") or body.get("subscriptionId") or "")
         key = self.headers.get("Idempotency-Key", "")
         with self.ledger.lock:
             self.ledger.calls.append({"service": path, "order": order, "key": key, "at": time.time(), "body": body})
@@ -99,8 +103,9 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     self.ledger.effects[path][order] += 1
                     self.ledger.logic[path][order].append(str(body.get("logic", "")))
-                    reply = {"id": f"{path}_{uuid.uuid4().hex[:12]}", "orderId": order, "service": path,
-                             "status": "ok"}
+                    reply = {"id": f"{path}_{uuid.uuid4().hex[:12]}", "status": "ok"}
+                    if self.ledger.shape == "echo":
+                        reply |= {"orderId": order, "service": path}
                     if key:
                         self.ledger.responses[(path, key)] = reply
         finally:
@@ -141,6 +146,17 @@ class FakeServices:
         with self.ledger.lock:
             self.ledger.stalled.clear()
         self.ledger.release.set()
+
+    def set_shape(self, shape: str) -> None:
+        """"echo" (the default) or "bare": `{ "id": ..., "status": ... }` and nothing else."""
+        assert shape in ("echo", "bare"), shape
+        with self.ledger.lock:
+            self.ledger.shape = shape
+
+    def bodies(self, service: str, order: str) -> list[dict[str, Any]]:
+        """The request bodies of every call the order made to the service, in order."""
+        with self.ledger.lock:
+            return [dict(c["body"]) for c in self.ledger.calls if c["service"] == service and c["order"] == order]
 
     def in_flight(self, service: str) -> int:
         with self.ledger.lock:

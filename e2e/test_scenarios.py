@@ -11,7 +11,7 @@ from typing import Any
 
 from conftest import INSTANCE_LEASE_S, ORDER_WF, RENEWAL_WF, REPORT, Stack
 from durable.v1 import common_pb2, version_pb2
-from harness import NAMESPACE, wait_until
+from harness import NAMESPACE, REPO, wait_until
 
 SIDE_EFFECTS = ("payment", "inventory", "shipping", "coupon")
 FULL_TRAIL = ["paid", "reserved", "shipped", "couponed"]
@@ -285,6 +285,228 @@ def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
     dups = check_exactly_once(stack, keys, ("notify",))
     REPORT.add("6. scheduled resume across an n8n restart", len(keys), len(keys), dups, time.monotonic() - t0,
                note="Schedule Resume 20 s; n8n killed during the wait")
+
+
+RENEWAL_DOCS_WF = "durableRenewalDocs"
+SHORT_DEADLINE_S = 5
+
+
+def renewal_from_the_docs(services_url: str, credential_id: str) -> dict[str, Any]:
+    """A subscription renewal written from node-package/README.md, every option at its default.
+
+    Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Claim charge →
+    HTTP charge (derived key) → Save charged → Claim notify → HTTP notify → Save notified →
+    Complete; Resume Trigger → the same Resume Point, which jumps to the step after the last save.
+    """
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples"))
+    from generate import Flow  # the examples' own little workflow builder
+
+    cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
+    f = Flow(RENEWAL_DOCS_WF, "Subscription renewal (from the node docs)")
+
+    def durable(name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
+        return f.node(name, f"n8n-nodes-durable.{type_}", 1 if type_ == "resumeTrigger" else 2, params, pos,
+                      credentials=cred)
+
+    def call(name: str, path: str, body: str, pos: tuple[int, int]) -> str:
+        return f.node(name, "n8n-nodes-base.httpRequest", 4.2, {
+            "method": "POST", "url": f"{services_url}/{path}", "sendBody": True, "specifyBody": "json",
+            "jsonBody": body, "sendHeaders": True, "headerParameters": {"parameters": [
+                {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}, "options": {},
+        }, pos)
+
+    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
+        "httpMethod": "POST", "path": "renewals", "responseMode": "responseNode", "options": {},
+    }, (0, 0), webhookId=RENEWAL_DOCS_WF + "-hook")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {
+        "instanceKey": "={{ $json.body.subscriptionId }}", "stepOutputs": "charged, notified"}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    claim_charge = durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (660, 0))
+    charge = call("Charge", "payment", "={{ JSON.stringify({ subscriptionId: $json.body.subscriptionId, "
+                                       "amount: $json.body.amount }) }}", (880, 0))
+    save_charged = durable("Save Charged", "durableCheckpoint", {"operation": "save", "stepName": "charged"},
+                           (1100, 0))
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (1320, 0))
+    notify = call("Notify", "notify", "={{ JSON.stringify({ subscriptionId: $json.body.subscriptionId, "
+                                      "email: $json.body.email, amount: $json.body.amount, "
+                                      "charge: $json.charged.id }) }}", (1540, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {"operation": "save", "stepName": "notified"},
+                            (1760, 0))
+    done = durable("Complete", "durableCheckpoint", {"operation": "complete"}, (1980, 0))
+    for a, b in [(hook, rp), (trigger, rp), (ok, claim_charge), (charge, save_charged), (save_charged, claim_notify),
+                 (notify, save_notified), (save_notified, done)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)               # Start
+    f.link(rp, claim_charge, 1)     # Resume: nothing saved yet
+    f.link(rp, claim_notify, 4)     # charged
+    f.link(rp, done, 5)             # notified
+    f.link(claim_charge, charge, 0)
+    f.link(claim_charge, save_charged, 1)
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
+    return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
+            "settings": {"executionOrder": "v1"}, "pinData": {}}
+
+
+class RetryingSender:
+    """A webhook sender that delivers until n8n answers 2xx (every 1 s, up to `give_up_s`)."""
+
+    def __init__(self, url: str, give_up_s: float = 240) -> None:
+        self.url, self.give_up_s = url, give_up_s
+        self.lock = threading.Lock()
+        self.acknowledged: dict[str, int] = {}
+        self.non_2xx = 0
+        self.threads: list[threading.Thread] = []
+
+    def deliver(self, sub: str, amount: float) -> None:
+        from harness import http
+
+        deadline = time.monotonic() + self.give_up_s
+        body = {"subscriptionId": sub, "amount": amount, "email": f"{sub}@example.com"}
+        while time.monotonic() < deadline:
+            status, _ = http("POST", self.url, body, timeout=60)
+            if 200 <= status < 300:
+                with self.lock:
+                    self.acknowledged[sub] = self.acknowledged.get(sub, 0) + 1
+                return
+            with self.lock:
+                self.non_2xx += 1
+            time.sleep(1)
+
+    def send(self, subs: list[str], copies: int = 2) -> None:
+        """Each subscription `copies` times at once (webhook providers deliver at least once)."""
+        for sub in subs:
+            for _ in range(copies):
+                t = threading.Thread(target=self.deliver, args=(sub, 19.5), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join()
+
+
+def test_9_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_stays_down(stack: Stack) -> None:
+    """Issue 13's acceptance: a workflow from the node docs with default options, a sender that retries.
+
+    Phase A: a burst while the sidecar is killed (-9) and back within a second (the nodes wait).
+    Phase B: a burst while it stays down 3x longer than the credential's deadline (5 s): calls in
+    flight fail, new deliveries get 500 and are sent again; after the restart the Resume Trigger
+    resumes what died. Every delivery n8n acknowledged must complete, each side effect once.
+    """
+    import psycopg
+    from harness import db_url, import_credential
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    cred = "durableShortDeadline"
+    import_credential(n8n, sidecar, deadline_seconds=SHORT_DEADLINE_S, credential_id=cred)
+    path = stack.work / "renewal-docs.json"
+    path.write_text(json.dumps(renewal_from_the_docs(services.url, cred)))
+    n8n.cli("import:workflow", f"--input={path}")
+    n8n.cli("publish:workflow", f"--id={RENEWAL_DOCS_WF}")  # the running n8n's reconciler activates it
+    n8n.wait_webhook("renewals", timeout=120)
+    sender = RetryingSender(f"{n8n.url}/webhook/renewals")
+    phase_a, phase_b1, phase_b2 = orders("subA", 8), orders("subB", 6), orders("subC", 6)
+    everyone = phase_a + phase_b1 + phase_b2
+
+    def diagnose() -> str:
+        return stack.diagnose(everyone, RENEWAL_DOCS_WF)
+
+    # Phase A: killed with charges in flight and deliveries arriving; back at once.
+    services.stall("payment")
+    try:
+        sender.send(phase_a)
+        wait_until("phase A charges in flight", lambda: services.in_flight("payment") >= len(phase_a), 90)
+        sidecar.process.kill9()
+    finally:
+        services.unstall()
+    time.sleep(1)
+    sidecar.start()
+    # Phase B: killed with charges in flight, then down for 3x the deadline while more deliveries arrive.
+    services.stall("payment")
+    try:
+        sender.send(phase_b1)
+        wait_until("phase B charges in flight", lambda: services.in_flight("payment") >= len(phase_b1), 90)
+        sidecar.process.kill9()
+        down_at = time.monotonic()
+    finally:
+        services.unstall()
+    sender.send(phase_b2)
+    time.sleep(3 * SHORT_DEADLINE_S)
+    sidecar.start()
+    down_s = time.monotonic() - down_at
+    sender.join()
+    acknowledged = sorted(sender.acknowledged)
+    completed_s = wait_for("every acknowledged subscription to complete",
+                           lambda: all_completed(stack, acknowledged, RENEWAL_DOCS_WF), down_at, 300, diagnose)
+
+    lost = [k for k in acknowledged
+            if (i := sidecar.instance(RENEWAL_DOCS_WF, k)) is None or i.status != COMPLETED]
+    dups = services.duplicate_effects(acknowledged, ("payment", "notify"))
+    resumed = [k for k in acknowledged if (i := sidecar.instance(RENEWAL_DOCS_WF, k)) and i.resume_count > 0]
+    # The start body reaches every call, also in resumed executions: the notify call's email and amount
+    # come from the delivery, its charge id from the saved charge step.
+    wrong_body = [k for k in acknowledged for b in services.bodies("notify", k)
+                  if b.get("email") != f"{k}@example.com" or b.get("amount") != 19.5 or not b.get("charge")]
+    # A resumed claim of the same step is accepted: a key claimed again (attempt > 1) completed.
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        reclaimed = conn.execute(
+            "SELECT count(*) FROM durable_idempotency_keys WHERE key = ANY(%s) AND attempt > 1 "
+            "AND status = 'completed'", (acknowledged,)).fetchone()
+        refused = conn.execute(
+            "SELECT count(*) FROM durable_idempotency_keys WHERE key = ANY(%s) AND status <> 'completed'",
+            (acknowledged,)).fetchone()
+    states = [sidecar.latest_state(RENEWAL_DOCS_WF, k) for k in acknowledged]
+    missing_start = [k for k, st in zip(acknowledged, states, strict=True)
+                     if st.get("body", {}).get("email") != f"{k}@example.com"]
+    assert acknowledged == sorted(everyone), f"sender gave up on {sorted(set(everyone) - set(acknowledged))}"
+    assert lost == [], f"acknowledged but not completed: {lost}\n{diagnose()}"
+    assert dups == [], f"duplicate side effects: {dups}\n{diagnose()}"
+    assert wrong_body == [], f"calls without the start body: {wrong_body}\n{diagnose()}"
+    assert missing_start == [], f"final state without the start body: {missing_start}"
+    assert refused is not None and refused[0] == 0, f"{refused[0] if refused else '?'} keys not completed"
+    # The outage must have killed executions for the checks above to cover resumed ones.
+    assert resumed, f"no instance was resumed: the outage ({down_s:.0f} s) did not kill any execution"
+    REPORT.add("9. docs-default workflow, sidecar kill -9 + down 15 s", len(everyone), len(acknowledged) - len(lost),
+               len(dups), time.monotonic() - t0,
+               note=f"deliveries {2 * len(everyone)}, acknowledged {sum(sender.acknowledged.values())}, "
+                    f"non-2xx answers retried {sender.non_2xx}, lost {len(lost)}, resumed {len(resumed)}, "
+                    f"resumed claims accepted {reclaimed[0] if reclaimed else 0}, wrong bodies {len(wrong_body)}; "
+                    f"sidecar down {down_s:.0f} s (deadline {SHORT_DEADLINE_S} s) → all completed {completed_s:.0f} s",
+               deliveries=2 * len(everyone), acknowledged=sum(sender.acknowledged.values()),
+               non_2xx_retried=sender.non_2xx, lost=len(lost), resumed=len(resumed),
+               resumed_claims_accepted=int(reclaimed[0]) if reclaimed else 0, sidecar_down_s=down_s,
+               down_to_completed_s=completed_s)
+
+
+def test_10_examples_complete_against_services_answering_in_another_shape(stack: Stack) -> None:
+    """The rebuilt order example against services that answer only { id, status } (no order echoed)."""
+    t0 = time.monotonic()
+    keys = orders("bare", 6)
+    stack.services.set_shape("bare")
+    try:
+        post_all(stack, keys)
+        wait_completed(stack, keys, timeout=180)
+    finally:
+        stack.services.set_shape("echo")
+    incomplete = []
+    for k in keys:
+        assert stack.sidecar.trail(ORDER_WF, k) == FULL_TRAIL, f"{k}: {stack.sidecar.trail(ORDER_WF, k)}"
+        state = stack.sidecar.latest_state(ORDER_WF, k)
+        body = state.get("body", {})
+        if body.get("amount") != 42.0 or body.get("email") != f"{k}@example.com" or \
+                not all(state.get(step, {}).get("id") for step in FULL_TRAIL):
+            incomplete.append((k, state))
+    assert incomplete == [], f"final state lost something: {incomplete}"
+    dups = check_exactly_once(stack, keys)
+    REPORT.add("10. order example, services answer { id, status } only", len(keys), len(keys), dups,
+               time.monotonic() - t0, note="final state keeps amount, email and every step's response")
 
 
 def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
