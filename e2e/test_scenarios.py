@@ -391,7 +391,7 @@ class RetryingSender:
             t.join()
 
 
-def test_9_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_stays_down(stack: Stack) -> None:
+def test_10_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_stays_down(stack: Stack) -> None:
     """Issue 13's acceptance: a workflow from the node docs with default options, a sender that retries.
 
     Phase A: a burst while the sidecar is killed (-9) and back within a second (the nodes wait).
@@ -473,7 +473,7 @@ def test_9_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_sta
     assert refused is not None and refused[0] == 0, f"{refused[0] if refused else '?'} keys not completed"
     # The outage must have killed executions for the checks above to cover resumed ones.
     assert resumed, f"no instance was resumed: the outage ({down_s:.0f} s) did not kill any execution"
-    REPORT.add("9. docs-default workflow, sidecar kill -9 + down 15 s", len(everyone), len(acknowledged) - len(lost),
+    REPORT.add("10. docs-default workflow, sidecar kill -9 + down 15 s", len(everyone), len(acknowledged) - len(lost),
                len(dups), time.monotonic() - t0,
                note=f"deliveries {2 * len(everyone)}, acknowledged {sum(sender.acknowledged.values())}, "
                     f"non-2xx answers retried {sender.non_2xx}, lost {len(lost)}, resumed {len(resumed)}, "
@@ -485,7 +485,7 @@ def test_9_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_sta
                down_to_completed_s=completed_s)
 
 
-def test_10_examples_complete_against_services_answering_in_another_shape(stack: Stack) -> None:
+def test_11_examples_complete_against_services_answering_in_another_shape(stack: Stack) -> None:
     """The rebuilt order example against services that answer only { id, status } (no order echoed)."""
     t0 = time.monotonic()
     keys = orders("bare", 6)
@@ -505,7 +505,7 @@ def test_10_examples_complete_against_services_answering_in_another_shape(stack:
             incomplete.append((k, state))
     assert incomplete == [], f"final state lost something: {incomplete}"
     dups = check_exactly_once(stack, keys)
-    REPORT.add("10. order example, services answer { id, status } only", len(keys), len(keys), dups,
+    REPORT.add("11. order example, services answer { id, status } only", len(keys), len(keys), dups,
                time.monotonic() - t0, note="final state keeps amount, email and every step's response")
 
 
