@@ -51,7 +51,7 @@ PROGRESS := e2e/progress.sh
 
 $(VENV)/.installed: sidecar/pyproject.toml requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PROGRESS) "setup: pip install of the sidecar and its tools into $(VENV) (about 1 minute the first time)" \
+	$(PROGRESS) "setup: pip install of the sidecar and its tools into $(VENV) (first time: ~25 s here)" \
 	  $(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt -e sidecar
 	touch $@
 
@@ -150,7 +150,7 @@ node-setup: $(NODE_PKG)/node_modules/.installed
 # flock: two makes (lint and test in parallel) must not run npm ci at once; the
 # second one finds the marker fresh and skips.
 $(NODE_PKG)/node_modules/.installed: $(NODE_PKG)/package.json $(NODE_PKG)/package-lock.json | $(NODE_BIN)
-	$(PROGRESS) "node-setup: npm ci of the locked dev tools of $(NODE_PKG) (about 1 minute the first time)" \
+	$(PROGRESS) "node-setup: npm ci of the locked dev tools of $(NODE_PKG) (first time: ~1 min here)" \
 	flock $(NODE_PKG)/.npm-ci.lock bash -c 'test $@ -nt $(NODE_PKG)/package-lock.json -a $@ -nt $(NODE_PKG)/package.json || \
 	  { $(NPM) ci --no-audit --no-fund && touch $(abspath $@); }'
 
