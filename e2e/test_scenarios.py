@@ -287,6 +287,72 @@ def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
                note="Schedule Resume 20 s; n8n killed during the wait")
 
 
+def test_12_kill9_n8n_again_while_it_applies_its_startup_publication(stack: Stack) -> None:
+    """n8n killed mid-flight, then killed again while its restart applies the order workflow's publication.
+
+    n8n 2.41 activates triggers through a publication outbox; the second kill leaves the workflow's
+    row in_progress and the next n8n skips that workflow (no Resume Trigger) until the row's lease
+    ends: 120 s by n8n's default, 20 s with the N8N_WORKFLOW_PUBLICATION_OUTBOX_LEASE_SECONDS that
+    e2e/n8n-env.sh sets (docs/recovery.md). The orders must resume well inside n8n's default.
+    """
+    import psycopg
+    from harness import db_url
+
+    t0 = time.monotonic()
+    n8n = stack.n8n
+    keys = orders("pubkill", 4)
+
+    def outbox_rows() -> list[tuple[int, str]]:
+        with psycopg.connect(db_url(n8n.database)) as conn:
+            return [(int(r[0]), str(r[1])) for r in conn.execute(
+                'SELECT id, status FROM workflow_publication_outbox WHERE "workflowId" = %s', (ORDER_WF,))]
+
+    stack.services.stall("inventory")
+    try:
+        post_all(stack, keys)
+        wait_until("every order to be inside the inventory call",
+                   lambda: stack.services.in_flight("inventory") >= len(keys), timeout=90)
+        stack.main.kill9()
+    finally:
+        stack.services.unstall()
+    caught = False
+    for _attempt in range(3):
+        before = max((i for i, _ in outbox_rows()), default=0)
+        main = n8n.process("main")
+        main.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and main.alive:
+            if any(i > before and st == "in_progress" for i, st in outbox_rows()):
+                main.kill9()  # the second crash, while the start-up publication is being applied
+                caught = True
+                break
+            if any(i > before and st != "pending" for i, st in outbox_rows()):
+                break  # applied before we looked: try another start
+            time.sleep(0.02)
+        if caught:
+            break
+        main.kill9()
+    assert caught, "never saw the start-up publication in progress"
+    killed = time.monotonic()
+    stack.main = n8n.process("main")
+    stack.main.start()
+    n8n.wait_ready(stack.main)
+    n8n.wait_webhook("orders")
+    restarted = time.monotonic() - killed
+    resumed = wait_for("every order to be resumed", lambda: all_resumed(stack, keys), killed, 240,
+                       lambda: stack.diagnose(keys))
+    wait_completed(stack, keys, timeout=240)
+    done = time.monotonic() - killed
+    dups = check_exactly_once(stack, keys)
+    # n8n's default lease alone is 120 s after the second kill; ours is 20 s.
+    assert resumed < 100, f"resumed {resumed:.0f} s after the second kill: the publication lease held it back"
+    REPORT.add("12. kill -9 n8n, then again during its start-up publication", len(keys), len(keys), dups,
+               time.monotonic() - t0,
+               note=f"second kill → n8n ready {restarted:.1f} s → all resumed {resumed:.1f} s → all completed "
+                    f"{done:.1f} s (outbox lease 20 s, n8n default 120 s)",
+               n8n_restart_s=restarted, kill_to_resumed_s=resumed, kill_to_completed_s=done)
+
+
 RENEWAL_DOCS_WF = "durableRenewalDocs"
 SHORT_DEADLINE_S = 5
 
