@@ -88,3 +88,20 @@ async def test_health_and_readyz_follow_the_database_and_recover_by_themselves()
         finally:
             await ch.close()
             await sidecar.stop(grace=0.5)
+
+
+async def test_the_sidecar_finds_postgresql_that_starts_a_moment_after_it() -> None:
+    """Start-up keeps trying (documented pool options, no patch) until the connect timeout, not only once."""
+    with throwaway_postgres() as pg:
+        await migrate(pg.url)
+        await asyncio.to_thread(pg.stop, "fast")
+        starting = asyncio.create_task(app.start(make_settings(
+            pg.url, redis_url="", auth_tokens="late-token=ns-late", db_connect_timeout_seconds=15.0)))
+        await asyncio.sleep(2.0)
+        assert not starting.done()
+        await asyncio.to_thread(pg.start)
+        sidecar = await asyncio.wait_for(starting, timeout=15)
+        try:
+            assert await sidecar.db.ping()
+        finally:
+            await sidecar.stop(grace=0.5)

@@ -11,7 +11,6 @@ from typing import TypeVar
 import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from psycopg_pool.base import AttemptWithBackoff
 
 from ...errors import FailedPrecondition, Unavailable
 from ..base import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Conn, Database
@@ -44,12 +43,21 @@ _TRANSIENT_CODES = ("40001", "40P01")
 
 
 # psycopg_pool retries a failed reconnect with exponential backoff (1 s, 2 s, 4 s,
-# ...), so after a long PostgreSQL outage the pool could idle for many seconds
-# after the server is back. Reconnect attempts are cheap (a refused connection
-# fails at once): retry every ~0.2 s instead, so the sidecar recovers within a
-# second of PostgreSQL accepting connections. Process-wide; only our pool lives here.
-AttemptWithBackoff.INITIAL_DELAY = 0.2
-AttemptWithBackoff.DELAY_BACKOFF = 1.0
+# ...) for up to `reconnect_timeout` (5 minutes by default), so after a long
+# outage the pool could idle for many seconds after PostgreSQL is back. With a
+# short reconnect_timeout (a documented option) each background attempt gives
+# up quickly, and the pool starts a fresh, immediate attempt whenever a caller
+# waits for a connection (the health monitor's ping is one every few seconds):
+# the sidecar is serving again within a fraction of a second of PostgreSQL
+# accepting connections, with no patch of the pool's private classes.
+_RECONNECT_TIMEOUT_SECONDS = 0.2
+# At start-up, how often a new connection attempt begins while none succeeded.
+_START_ATTEMPT_SECONDS = 0.5
+
+
+async def _reconnect_failed(pool: AsyncConnectionPool[Connection]) -> None:
+    # Expected during an outage; the next caller starts a new attempt.
+    log.debug("a reconnection attempt gave up; the next request starts another", extra={"pool": pool.name})
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -79,16 +87,27 @@ class PostgresDatabase(Database):
             kwargs={"row_factory": dict_row, "autocommit": False, "connect_timeout": max(1, int(connect_timeout))},
             connection_class=psycopg.AsyncConnection[DictRow],
             name="durable",
+            reconnect_timeout=_RECONNECT_TIMEOUT_SECONDS,
+            reconnect_failed=_reconnect_failed,
         )
 
     async def open(self) -> None:
-        """Opens the pool and fails fast when PostgreSQL cannot be reached."""
+        """Opens the pool and fails fast when PostgreSQL cannot be reached within the connect timeout."""
         await self.pool.open()
-        try:
-            await self.pool.wait(timeout=self._connect_timeout)
-        except PoolTimeout:
-            await self.pool.close()
-            raise Unavailable(f"PostgreSQL not reachable at {redact(self.url)} within {self._connect_timeout}s") from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._connect_timeout
+        kick = loop.time() + _START_ATTEMPT_SECONDS
+        while self.pool.get_stats().get("pool_available", 0) < self.pool.min_size:
+            now = loop.time()
+            if now >= deadline:
+                await self.pool.close()
+                raise Unavailable(f"PostgreSQL not reachable at {redact(self.url)} within {self._connect_timeout}s")
+            if now >= kick:
+                # The first attempts gave up (reconnect_timeout): check() starts a new one, so
+                # PostgreSQL starting a moment after the sidecar is still found.
+                await self.pool.check()
+                kick = now + _START_ATTEMPT_SECONDS
+            await asyncio.sleep(0.02)
         log.info("database pool open", extra={"pool_max": self.pool.max_size})
 
     async def close(self) -> None:
