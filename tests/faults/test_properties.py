@@ -13,6 +13,10 @@ versions. The properties, for every generated request:
 - a refused request changed nothing: a checksum of the namespace's durable_*
   rows, read back after every request, only moves on an OK answer.
 
+A second property sends bytes that may not be a message at all (random, or a
+real request with a byte changed or cut, e.g. a string that is not UTF-8):
+the same two properties hold.
+
 The budget is fixed (DURABLE_PROPERTY_EXAMPLES per RPC and backend, 40 by
 default, derandomised so CI runs the same examples every time; set
 DURABLE_PROPERTY_RANDOM=1 to explore with fresh seeds).
@@ -281,3 +285,55 @@ def test_no_request_gets_internal_and_a_refused_request_changes_nothing(
     assert check_invariants(database_url) == []
     TALLY.add(f"properties {service.name}.{method.name}", faults=sum(seen.values()), operations=sum(seen.values()),
               note=" ".join(f"{k}={v}" for k, v in sorted(seen.items())))
+
+
+def _raw_requests(desc: descriptor.Descriptor) -> st.SearchStrategy[bytes]:
+    """Bytes that may not be a message at all: random, or a real request with a byte changed or cut."""
+
+    def mutate(msg: Any, at: int, byte: int, cut: bool) -> bytes:
+        raw = msg.SerializeToString()
+        if not raw:
+            return bytes([byte])
+        i = at % len(raw)
+        return raw[:i] if cut else raw[:i] + bytes([byte]) + raw[i + 1:]
+
+    return st.one_of(st.binary(max_size=64),
+                     st.builds(mutate, message_strategy(desc), st.integers(0, 10_000), st.sampled_from([0x80, 0xff, 0xed,
+                               0xc0, 0x0a, 0x12, 0x00]), st.booleans()))
+
+
+@pytest.mark.parametrize("svc_method", METHODS, ids=[f"{s.name}.{m.name}" for s, m in METHODS])
+def test_bytes_that_are_not_a_valid_message_get_a_documented_code_and_change_nothing(
+        target: tuple[SidecarProcess, grpc.Channel, Snapshotter],
+        svc_method: tuple[descriptor.ServiceDescriptor, descriptor.MethodDescriptor]) -> None:
+    proc, ch, snap = target
+    service, method = svc_method
+    path = f"/{service.full_name}/{method.name}"
+    md = (("authorization", f"Bearer {TOKEN}"),)
+    state = {"before": snap.take()}
+
+    @settings(max_examples=max(1, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck),
+              database=None, derandomize=not RANDOM)
+    @given(_raw_requests(method.input_type))
+    def run(raw: bytes) -> None:
+        try:
+            if method.server_streaming:
+                stream = ch.unary_stream(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
+                    raw, metadata=md, timeout=10)
+                next(iter(stream))
+                stream.cancel()
+            else:
+                ch.unary_unary(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
+                    raw, metadata=md, timeout=10)
+            code, details = grpc.StatusCode.OK, ""
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+        assert proc.proc is not None and proc.proc.poll() is None, "the sidecar process died"
+        assert code in DOCUMENTED, f"{method.name} answered {code.name}: {details}\n{raw!r}"
+        after = snap.take()
+        if code in REFUSED:
+            changed = sorted(t for t in after if after[t] != state["before"].get(t))
+            assert not changed, f"{method.name} refused with {code.name} ({details}) yet changed {changed}\n{raw!r}"
+        state["before"] = after
+
+    run()

@@ -354,3 +354,23 @@ async def test_open_watch_streams_are_limited_per_namespace_and_polls_have_a_flo
         raise AssertionError("a cancelled stream never freed its place")
     for stream in (second, theirs, fourth):
         stream.cancel()
+
+
+# Requests gRPC cannot decode ---------------------------------------------------------------------------
+
+
+async def test_a_request_that_is_not_a_valid_message_is_invalid_argument_not_unknown(harness: Harness) -> None:
+    """A string field that is not UTF-8 on the wire, or a corrupt message, never reaches a service."""
+    s = harness.alpha
+    call = s.channel.unary_unary("/durable.v1.InstanceService/StartOrResume", request_serializer=lambda b: b,
+                                 response_deserializer=lambda b: b)
+    good = instance_pb2.StartOrResumeRequest(workflow_id=WF, instance_key="order-x", execution_id="exec-1")
+    bad_utf8 = good.SerializeToString().replace(b"order-x", b"order\xff\xfe")
+    for raw in (bad_utf8, b"\xff\xff\xff", b"\x0a\x05ab"):
+        details = await refused(harness, s, grpc.StatusCode.INVALID_ARGUMENT, call(raw, metadata=s.metadata),
+                                contains="not a valid message")
+        assert "StartOrResume" in details
+    # Authentication still comes first.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call(b"\xff\xff\xff")
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -34,7 +34,7 @@ from .stores.base import Database
 from .stores.cache import Cache
 from .stores.n8n import N8nClient
 from .transport.auth import Authenticator
-from .transport.boundary import Boundary, PageTokens, StreamLimits
+from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
@@ -208,7 +208,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.so_reuseport", 0),
-    ])
+    ], interceptors=[DecodeGuard()])
     servicers = (InstanceServicer(instances, auth, stopping), CheckpointServicer(checkpoints, auth),
                  IdempotencyServicer(idempotency, auth), VersionServicer(versions, auth))
     for servicer in servicers:

@@ -34,8 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from .. import validation
 from ..definitions import semver_label
@@ -54,6 +55,58 @@ _INTEGER_TYPES = frozenset({FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT
                             FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
                             FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_FIXED64,
                             FieldDescriptor.TYPE_SFIXED32, FieldDescriptor.TYPE_SFIXED64})
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """Stands for a request that is not a valid message (corrupt wire format, a string that is not UTF-8)."""
+
+    method: str
+    error: str
+
+
+class DecodeGuard(grpc.aio.ServerInterceptor):
+    """Requests gRPC cannot decode reach the handler as Undecodable, which the boundary refuses.
+
+    Without it, the library answers such a request UNKNOWN before any of our
+    code runs; with it, the answer is INVALID_ARGUMENT, after authentication,
+    like every other malformed request. Only durable.v1 methods are wrapped.
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        method: str = details.method
+        if method in self._handlers:
+            return self._handlers[method]
+        handler = await continuation(details)
+        if handler is None or not method.startswith("/durable.v1.") or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+
+        def safe(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except DecodeError as exc:
+                return Undecodable(method, str(exc))
+
+        if handler.unary_unary is not None:
+            wrapped = grpc.unary_unary_rpc_method_handler(handler.unary_unary, request_deserializer=safe,
+                                                          response_serializer=handler.response_serializer)
+        elif handler.unary_stream is not None:
+            wrapped = grpc.unary_stream_rpc_method_handler(handler.unary_stream, request_deserializer=safe,
+                                                           response_serializer=handler.response_serializer)
+        else:
+            return handler
+        self._handlers[method] = wrapped
+        return wrapped
+
+
+def refuse_undecodable(request: object) -> None:
+    if isinstance(request, Undecodable):
+        raise InvalidArgument(f"the request is not a valid message for {request.method.rsplit('/', 1)[-1]}: "
+                              f"{request.error}")
 
 
 class PageTokens:

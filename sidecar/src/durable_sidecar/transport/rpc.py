@@ -16,7 +16,7 @@ import grpc
 from .. import errors, metrics
 from ..logs import instance_key_var, namespace_var, request_id_var
 from .auth import Authenticator
-from .boundary import Boundary
+from .boundary import Boundary, refuse_undecodable
 from .errors import status_for
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ def _boundary(servicer: object) -> Boundary | None:
 
 async def _admit(boundary: Boundary | None, method: str, namespace: str, request: Any) -> None:
     """The input boundary: the whole request is checked before the handler (and any service) runs."""
+    refuse_undecodable(request)
     if boundary is None:
         return
     if boundary.json_bytes(request) > _OFFLOAD_JSON_BYTES:
