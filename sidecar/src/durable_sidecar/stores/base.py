@@ -157,7 +157,9 @@ def decode_cursor(token: str, length: int) -> list[Any]:
         values = json.loads(base64.urlsafe_b64decode(token.encode()))
     except ValueError:
         raise InvalidArgument("page_token is not a token this server issued") from None
-    if not isinstance(values, list) or len(values) != length:
+    # No cursor holds a boolean, and bool passes an isinstance(int) check. (The
+    # transport's signature check refuses crafted tokens first; this is the second wall.)
+    if not isinstance(values, list) or len(values) != length or any(isinstance(v, bool) for v in values):
         raise InvalidArgument("page_token is not a token this server issued")
     return values
 
