@@ -106,10 +106,10 @@ e2e: setup node-pack browser-setup
 # The browser test drives Debian's chromium with the pinned Python playwright (which never
 # downloads a browser of its own): apt-get installs chromium once when /usr/bin/chromium is missing.
 browser-setup: $(VENV)/.e2e-installed
-	@test -x /usr/bin/chromium || { echo "browser-setup: installing Debian's chromium (apt-get, once; ~300 MB)"; \
+	@test -x /usr/bin/chromium || { echo "browser-setup: installing Debian's chromium (apt-get, once; ~360 MB)"; \
 	  sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	@/usr/bin/chromium --version
+	@/usr/bin/chromium --version 2>/dev/null  # (its wrapper script warns on stderr here)
 
 $(VENV)/.e2e-installed: e2e/requirements.txt $(VENV)/.installed
 	@echo "browser-setup: pip install -r e2e/requirements.txt"
