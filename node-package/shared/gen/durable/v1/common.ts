@@ -20,11 +20,20 @@ export const protobufFileName = "durable/v1/common.proto";
  *   to exactly one namespace; every read and write is scoped to it and a caller
  *   can never see another namespace's rows. A missing or unknown token gets
  *   UNAUTHENTICATED. grpc.health.v1 and server reflection need no token.
- * - JSON payloads travel as UTF-8 bytes in fields named `*_json`; the sidecar
- *   checks that they parse as JSON and answers INVALID_ARGUMENT when not.
- * - Identifiers (`workflow_id`, `instance_key`, step and node names) are 1 to
- *   255 characters without control characters; anything else is
- *   INVALID_ARGUMENT and changes nothing.
+ * - JSON payloads travel as UTF-8 bytes in fields named `*_json`: JSON per
+ *   RFC 8259, strictly UTF-8 (no UTF-16/32, byte-order mark or lone
+ *   surrogate), no NaN or Infinity, at most DURABLE_MAX_STATE_BYTES; anything
+ *   else is INVALID_ARGUMENT (RESOURCE_EXHAUSTED above the size). Numbers of
+ *   any length are accepted and stored as sent.
+ * - Identifiers (`workflow_id`, `instance_key`, step and node names, holders,
+ *   actors) are 1 to 255 characters without control characters (C0, DEL, C1);
+ *   free text (error messages, reasons, notes) is at most 4096 characters with
+ *   no control character but tab and line breaks; integers are 0 to 2^53 - 1;
+ *   Timestamps lie in years 1 to 9999; enum values are ones defined here.
+ *   Anything else is INVALID_ARGUMENT and changes nothing: every field is
+ *   checked before anything is written.
+ * - Page tokens are opaque and signed by the sidecar: pass next_page_token back
+ *   unchanged to the same list RPC; any other token is INVALID_ARGUMENT.
  * - Domain errors use only the codes the gRPC library never emits itself:
  *   INVALID_ARGUMENT (bad input), NOT_FOUND (unknown instance, checkpoint, key
  *   or version), ALREADY_EXISTS, FAILED_PRECONDITION (the row is in a state that
