@@ -69,9 +69,15 @@ def parse_json(field: str, value: bytes, **hooks: Any) -> Any:
         raise InvalidArgument(f"{field} is not UTF-8 (JSON must be UTF-8, RFC 8259)") from None
     if decoded.startswith("\ufeff"):
         raise InvalidArgument(f"{field} starts with a byte-order mark; send JSON without one")
-    hooks.setdefault("parse_int", _big_int)
     try:
-        parsed = json.loads(decoded, parse_constant=_reject_constant, **hooks)
+        try:
+            parsed = json.loads(decoded, parse_constant=_reject_constant, **hooks)
+        except ValueError as exc:
+            if "parse_int" in hooks or "integer string conversion" not in str(exc):
+                raise
+            # An integer longer than Python's int() accepts (4,300 digits) is still JSON:
+            # parse again with a hook only then (a hook on every number costs time).
+            parsed = json.loads(decoded, parse_constant=_reject_constant, parse_int=_big_int, **hooks)
     except RecursionError:
         raise InvalidArgument(f"{field} is nested too deeply to be a state (hundreds of levels)") from None
     except ValueError as exc:

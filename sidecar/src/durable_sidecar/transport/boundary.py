@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -210,69 +211,113 @@ class Boundary:
 
     def json_bytes(self, request: Message) -> int:
         """Total bytes of JSON fields (the caller moves big checks off the event loop)."""
-        return sum(len(v) for fd, _, v in _walk(request, "") if isinstance(v, bytes) and fd.name.endswith("_json"))
+        total = 0
+        for rule in _plan(request.DESCRIPTOR):
+            value = getattr(request, rule.name)
+            if rule.kind == _JSON:
+                total += sum(len(v) for v in value) if rule.repeated else len(value)
+            elif rule.kind == _MESSAGE and rule.sub is not None:
+                for item in value if rule.repeated else ([value] if request.HasField(rule.name) else []):
+                    total += self.json_bytes(item)
+        return total
 
-    def check(self, request: Message) -> None:
-        for fd, path, value in _walk(request, ""):
-            self._check_value(fd, path, value)
-            if fd.is_repeated and len(value) > self.max_repeated:
-                raise InvalidArgument(f"{path} has {len(value)} entries; the limit is {self.max_repeated} "
-                                      "(DURABLE_MAX_BATCH_ITEMS)")
+    def check(self, request: Message, prefix: str = "") -> None:
+        """Every field of the message and of its nested messages; the field's path names it in an error."""
+        for rule in _plan(request.DESCRIPTOR):
+            value = getattr(request, rule.name)
+            if rule.repeated:
+                if len(value) > self.max_repeated:
+                    raise InvalidArgument(f"{prefix}{rule.name} has {len(value)} entries; the limit is "
+                                          f"{self.max_repeated} (DURABLE_MAX_BATCH_ITEMS)")
+                for i, item in enumerate(value):
+                    self._check_one(rule, item, request, prefix, i)
+            else:
+                self._check_one(rule, value, request, prefix, None)
 
-    def _check_value(self, fd: FieldDescriptor, path: str, value: Any) -> None:
-        values = list(value) if fd.is_repeated else [value]
-        for i, v in enumerate(values):
-            where = f"{path}[{i}]" if fd.is_repeated else path
-            if fd.type == FieldDescriptor.TYPE_STRING:
-                self._string(fd.name, where, v)
-            elif fd.type == FieldDescriptor.TYPE_BYTES:
-                self._bytes(fd.name, where, v)
-            elif fd.type == FieldDescriptor.TYPE_ENUM and fd.enum_type is not None:
-                if fd.enum_type.values_by_number.get(v) is None:
-                    raise InvalidArgument(f"{where} is {v}, not a value of {fd.enum_type.name}")
-            elif fd.type in _INTEGER_TYPES and not isinstance(v, bool):
-                high = MAX_DURATION_SECONDS if fd.name in _DURATION_FIELDS else MAX_SAFE_INTEGER
-                if not 0 <= v <= high:
-                    raise InvalidArgument(f"{where} must be 0 to {high}, got {v}")
-            elif fd.type == FieldDescriptor.TYPE_MESSAGE and _is_timestamp(fd):
-                if not (_TS_MIN_SECONDS <= v.seconds <= _TS_MAX_SECONDS and 0 <= v.nanos <= 999_999_999):
-                    raise InvalidArgument(f"{where} is outside the Timestamp range (years 1 to 9999)")
-
-    def _string(self, name: str, where: str, value: str) -> None:
-        if name == "page_token":
+    def _check_one(self, field: _Field, value: Any, parent: Message, prefix: str, index: int | None) -> None:
+        kind = field.kind
+        # The fast paths accept what is plainly fine; anything else goes to the full check, which names the field.
+        if kind == _IDENTIFIER:
+            if value and (len(value) > validation.MAX_ID_LENGTH or _BAD_ID.search(value) or not value.isascii()):
+                where = _where(prefix, field.name, index)
+                validation.identifier(where, value, required=False)
+            if field.semver and value:
+                semver_label(_where(prefix, field.name, index), value)
+        elif kind == _TEXT:
+            if value and (len(value) > validation.MAX_MESSAGE_LENGTH or _BAD_TEXT.search(value) or not value.isascii()):
+                validation.text(_where(prefix, field.name, index), value)
+        elif kind == _PAGE_TOKEN:
             if len(value) > MAX_PAGE_TOKEN_LENGTH:
-                raise InvalidArgument(f"{where} is not a token this server issued")
-            return
-        if name in _FREE_TEXT:
-            validation.text(where, value)
-            return
-        validation.identifier(where, value, required=False)
-        if name in _SEMVER:
-            semver_label(where, value)
-
-    def _bytes(self, name: str, where: str, value: bytes) -> None:
-        if len(value) > self.max_json_bytes:
-            raise TooLarge(f"{where} is {len(value)} bytes; the limit is {self.max_json_bytes} bytes "
-                           "(DURABLE_MAX_STATE_BYTES)")
-        if name.endswith("_json") and value:
-            validation.parse_json(where, value)
-
-
-def _walk(msg: Message, prefix: str) -> Iterator[tuple[Any, str, Any]]:
-    """(field, path, value) for every field of msg and its nested messages, set or not."""
-    for fd in msg.DESCRIPTOR.fields:
-        path = f"{prefix}{fd.name}"
-        value = getattr(msg, fd.name)
-        yield fd, path, value
-        if fd.type != FieldDescriptor.TYPE_MESSAGE or fd.message_type is None \
-                or fd.message_type.full_name.startswith("google.protobuf."):
-            continue
-        if fd.is_repeated:
-            for i, item in enumerate(value):
-                yield from _walk(item, f"{path}[{i}].")
-        elif msg.HasField(fd.name):
-            yield from _walk(value, f"{path}.")
+                raise InvalidArgument(f"{_where(prefix, field.name, index)} is not a token this server issued")
+        elif kind in (_JSON, _BYTES):
+            if len(value) > self.max_json_bytes:
+                raise TooLarge(f"{_where(prefix, field.name, index)} is {len(value)} bytes; the limit is "
+                               f"{self.max_json_bytes} bytes (DURABLE_MAX_STATE_BYTES)")
+            if kind == _JSON and value:
+                validation.parse_json(_where(prefix, field.name, index), value)
+        elif kind == _INTEGER:
+            if not 0 <= value <= field.high:
+                raise InvalidArgument(f"{_where(prefix, field.name, index)} must be 0 to {field.high}, got {value}")
+        elif kind == _ENUM:
+            if value not in field.known:
+                raise InvalidArgument(f"{_where(prefix, field.name, index)} is {value}, not a value of {field.type_name}")
+        elif kind == _TIMESTAMP:
+            if (index is not None or parent.HasField(field.name)) and not (
+                    _TS_MIN_SECONDS <= value.seconds <= _TS_MAX_SECONDS and 0 <= value.nanos <= 999_999_999):
+                raise InvalidArgument(f"{_where(prefix, field.name, index)} is outside the Timestamp range "
+                                      "(years 1 to 9999)")
+        elif kind == _MESSAGE and field.sub is not None and (index is not None or parent.HasField(field.name)):
+            self.check(value, _where(prefix, field.name, index) + ".")
 
 
-def _is_timestamp(fd: FieldDescriptor) -> bool:
-    return fd.message_type is not None and fd.message_type.full_name == "google.protobuf.Timestamp"
+def _where(prefix: str, name: str, index: int | None) -> str:
+    return f"{prefix}{name}" if index is None else f"{prefix}{name}[{index}]"
+
+
+# The rule each field gets, by type and name; computed once per message type.
+_IDENTIFIER, _TEXT, _PAGE_TOKEN, _JSON, _BYTES, _INTEGER, _ENUM, _TIMESTAMP, _MESSAGE, _OTHER = range(10)
+_BAD_ID = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_BAD_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    kind: int
+    repeated: bool
+    high: int = MAX_SAFE_INTEGER
+    known: frozenset[int] = frozenset()
+    type_name: str = ""
+    semver: bool = False
+    sub: Any = None
+
+
+_PLANS: dict[str, tuple[_Field, ...]] = {}
+
+
+def _plan(desc: Any) -> tuple[_Field, ...]:
+    found = _PLANS.get(desc.full_name)
+    if found is None:
+        found = _PLANS[desc.full_name] = tuple(_rule(fd) for fd in desc.fields)
+    return found
+
+
+def _rule(fd: Any) -> _Field:
+    name, repeated = fd.name, bool(fd.is_repeated)
+    if fd.type == FieldDescriptor.TYPE_STRING:
+        kind = _PAGE_TOKEN if name == "page_token" else _TEXT if name in _FREE_TEXT else _IDENTIFIER
+        return _Field(name, kind, repeated, semver=name in _SEMVER)
+    if fd.type == FieldDescriptor.TYPE_BYTES:
+        return _Field(name, _JSON if name.endswith("_json") else _BYTES, repeated)
+    if fd.type == FieldDescriptor.TYPE_ENUM:
+        return _Field(name, _ENUM, repeated, known=frozenset(v.number for v in fd.enum_type.values),
+                      type_name=fd.enum_type.name)
+    if fd.type in _INTEGER_TYPES:
+        return _Field(name, _INTEGER, repeated, high=MAX_DURATION_SECONDS if name in _DURATION_FIELDS else MAX_SAFE_INTEGER)
+    if fd.type == FieldDescriptor.TYPE_MESSAGE:
+        if fd.message_type.full_name == "google.protobuf.Timestamp":
+            return _Field(name, _TIMESTAMP, repeated)
+        if fd.message_type.full_name.startswith("google.protobuf."):
+            return _Field(name, _OTHER, repeated)
+        return _Field(name, _MESSAGE, repeated, sub=fd.message_type)
+    return _Field(name, _OTHER, repeated)  # bool, double: every value is in range
