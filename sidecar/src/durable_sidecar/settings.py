@@ -131,7 +131,7 @@ class Settings:
         default=1000, metadata=_meta("DURABLE_MAX_BATCH_ITEMS", "Most items in one batched RPC.")
     )
     watch_streams_per_namespace: int = field(
-        default=16,
+        default=64,
         metadata=_meta(
             "DURABLE_WATCH_STREAMS_PER_NAMESPACE",
             "Most open WatchResumable streams of one namespace on one sidecar process; one more is "
