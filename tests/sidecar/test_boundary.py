@@ -378,7 +378,7 @@ async def test_a_request_that_is_not_a_valid_message_is_invalid_argument_not_unk
 
 def test_a_boolean_never_passes_for_a_cursor_number_even_behind_the_signature() -> None:
     from durable_sidecar.errors import InvalidArgument
-    from durable_sidecar.stores.base import decode_cursor, encode_cursor
+    from durable_sidecar.stores.paging import decode_cursor, encode_cursor
 
     assert decode_cursor(encode_cursor([7]), 1) == [7]
     for crafted in ([True], [False], ["2020-01-01", True, "k"]):

@@ -24,21 +24,17 @@ from grpc_reflection.v1alpha import reflection
 
 from . import failpoints, metrics
 from .failpoints import parse as parse_failpoints
-from .services.checkpoints import CheckpointService
-from .services.idempotency import IdempotencyService
-from .services.instances import InstanceService
-from .services.versions import VersionService
 from .settings import Settings
-from .stores.backend import Backend, make_cache, open_backend
+from .stores.backend import Backend
 from .stores.base import Database
 from .stores.cache import Cache
-from .stores.n8n import N8nClient
 from .transport.auth import Authenticator
 from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
 from .transport.versions import VersionServicer
+from .wiring import build_services, make_cache, open_backend
 
 log = logging.getLogger(__name__)
 
@@ -148,15 +144,6 @@ def _credentials(settings: Settings) -> grpc.ServerCredentials:
                                        require_client_auth=client_ca is not None)
 
 
-def version_service(settings: Settings, backend: Backend) -> VersionService:
-    """The version service with its n8n client, as the server and the CLI build it."""
-    n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
-                    max_bytes=settings.max_state_bytes)
-    return VersionService(backend.db, backend.versions, backend.instances, n8n,
-                          sync_interval_seconds=settings.n8n_sync_interval_seconds,
-                          max_batch_items=settings.max_batch_items)
-
-
 async def start(settings: Settings) -> Sidecar:
     """Builds, registers, binds and starts the server; fails fast when the database cannot be used."""
     failpoints.enable(parse_failpoints(settings.failpoints))
@@ -179,22 +166,9 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     if settings.redis_url and not await cache.ping():
         log.warning("Redis not reachable at start-up; serving from the database until it is")
 
-    instance_store, checkpoint_store = backend.instances, backend.checkpoints
-    idempotency = IdempotencyService(db, backend.idempotency, cache,
-                                     default_lease_seconds=settings.idempotency_lease_seconds,
-                                     default_ttl_seconds=settings.idempotency_ttl_seconds,
-                                     max_batch_items=settings.max_batch_items,
-                                     max_payload_bytes=settings.max_state_bytes,
-                                     reaper_batch_size=settings.reaper_batch_size,
-                                     instances=instance_store)
-    checkpoints = CheckpointService(db, instance_store, checkpoint_store, cache,
-                                    max_state_bytes=settings.max_state_bytes,
-                                    max_batch_items=settings.max_batch_items,
-                                    default_lease_seconds=settings.lease_seconds,
-                                    keys=idempotency)
-    versions = version_service(settings, backend)
-    instances = InstanceService(db, instance_store, checkpoint_store, checkpoints, versions,
-                                default_lease_seconds=settings.lease_seconds)
+    services = build_services(settings, backend, cache)
+    instances, checkpoints, idempotency, versions = (services.instances, services.checkpoints, services.keys,
+                                                     services.versions)
     auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
     stopping = asyncio.Event()
     boundary = Boundary(

@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 
 from . import logs
@@ -26,21 +26,12 @@ from .domain import (
     PrunePolicy,
 )
 from .errors import DomainError
-from .services.checkpoints import CheckpointService
 from .services.idempotency import IdempotencyService
-from .services.instances import InstanceService
 from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
-from .stores.backend import make_cache, migrate, open_backend
+from .stores.backend import migrate
 from .stores.memory_cache import MemoryCache
-
-
-@dataclass
-class Services:
-    instances: InstanceService
-    checkpoints: CheckpointService
-    keys: IdempotencyService
-    versions: VersionService
+from .wiring import Services, build_services, make_cache, open_backend
 
 
 @asynccontextmanager
@@ -53,20 +44,7 @@ async def _services(settings: Settings) -> AsyncIterator[Services]:
     keys_cache = make_cache(settings, shared_only=True)
     try:
         keys_cache.bind(await db.installation_id())
-        istore, cstore = backend.instances, backend.checkpoints
-        keys = IdempotencyService(db, backend.idempotency, keys_cache,
-                                  default_lease_seconds=settings.idempotency_lease_seconds,
-                                  default_ttl_seconds=settings.idempotency_ttl_seconds,
-                                  max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
-                                  reaper_batch_size=settings.reaper_batch_size, instances=istore)
-        cps = CheckpointService(db, istore, cstore, cache, max_state_bytes=settings.max_state_bytes,
-                                max_batch_items=settings.max_batch_items, default_lease_seconds=settings.lease_seconds,
-                                keys=keys)
-        from .app import version_service
-
-        versions = version_service(settings, backend)
-        yield Services(InstanceService(db, istore, cstore, cps, versions, default_lease_seconds=settings.lease_seconds),
-                       cps, keys, versions)
+        yield build_services(settings, backend, cache, keys_cache=keys_cache)
     finally:
         await keys_cache.close()
         await db.close()

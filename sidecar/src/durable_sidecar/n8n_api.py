@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import IO, Any
 
-from ..errors import FailedPrecondition, NotFound, Unavailable
+from .errors import FailedPrecondition, NotFound, Unavailable
 
 log = logging.getLogger(__name__)
 

@@ -8,17 +8,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .failpoints import parse as parse_failpoints
+from .urls import POSTGRES_SCHEMES as _POSTGRES_SCHEMES
+from .urls import SQLITE_SCHEME as _SQLITE_SCHEME
+from .urls import sqlite_path_of
 
 EMBEDDED_FILE_NAME = "durable.sqlite3"
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-_SQLITE_SCHEME = "sqlite://"
 # SQLite's default limit on one value is 1e9 bytes; the row around the state needs a little room.
 _SQLITE_MAX_STATE_BYTES = 900_000_000
-
-
-def sqlite_path_of(url: str) -> str:
-    """The absolute file path of a sqlite:///absolute/path URL."""
-    return "/" + url[len(_SQLITE_SCHEME):].lstrip("/")
 
 
 class SettingsError(Exception):

@@ -27,11 +27,11 @@ from ..stores.base import (
     CheckpointStore,
     Conn,
     Database,
-    EncodedState,
     InstanceStore,
     NewCheckpointRow,
 )
 from ..stores.cache import Cache
+from ..stores.states import EncodedState
 
 if TYPE_CHECKING:
     from .idempotency import IdempotencyService, KeyCompleted

@@ -19,8 +19,8 @@ from ..domain import (
     Version,
 )
 from ..errors import DomainError, InvalidArgument, NotFound
+from ..n8n_api import N8nClient
 from ..stores.base import Conn, Database, InstanceStore, VersionStore
-from ..stores.n8n import N8nClient
 
 log = logging.getLogger(__name__)
 

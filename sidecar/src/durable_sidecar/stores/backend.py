@@ -1,14 +1,16 @@
-"""The storage factory: settings to the PostgreSQL or the embedded SQLite backend (one store interface), and the cache."""
+"""The two backends behind one store interface: open either with its stores, and migrate a database by URL.
+
+Takes plain values, not the settings object: wiring.py (the one place that
+reads settings into parts) decides what to open.
+"""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from ..settings import Settings, sqlite_path_of
+from ..urls import SQLITE_SCHEME, sqlite_path_of
 from . import base
-from .cache import Cache, RedisCache
-from .memory_cache import MemoryCache
 from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
 from .postgres import instances as pg_instances
@@ -41,41 +43,38 @@ class Backend:
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
-async def open_backend(settings: Settings, *, owner: bool, migrate: bool) -> Backend:
-    """Opens the configured backend, applying pending migrations first when asked.
+async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: int, wait_timeout_seconds: float,
+                      compress_threshold_bytes: int) -> Backend:
+    """The embedded database. owner: this process serves the file (its exclusive lock; a second sidecar fails at
+    once); operator commands (the CLI) open it without."""
+    lite = SqliteDatabase(path, owner=owner, create=owner or migrate, retry_attempts=retry_attempts,
+                          wait_timeout_seconds=wait_timeout_seconds)
+    await lite.open()
+    try:
+        applied = await lite.migrate() if migrate else []
+    except BaseException:
+        await lite.close()
+        raise
+    return Backend("sqlite", lite, sqlite_instances.InstanceStore(),
+                   sqlite_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
+                   sqlite_idempotency.IdempotencyStore(), sqlite_versions.VersionStore(), tuple(applied))
 
-    owner: this process serves the database (the sidecar). For the embedded
-    database that takes the file's exclusive lock, so a second sidecar on the
-    same file fails at once; operator commands (the CLI) open it without.
-    """
-    threshold = settings.compress_threshold_bytes
-    if settings.embedded:
-        lite = SqliteDatabase(settings.sqlite_path, owner=owner, create=owner or migrate,
-                              retry_attempts=settings.db_retry_attempts,
-                              wait_timeout_seconds=settings.db_pool_timeout_seconds)
-        await lite.open()
-        try:
-            applied = await lite.migrate() if migrate else []
-        except BaseException:
-            await lite.close()
-            raise
-        return Backend("sqlite", lite, sqlite_instances.InstanceStore(),
-                       sqlite_checkpoints.CheckpointStore(compress_threshold_bytes=threshold),
-                       sqlite_idempotency.IdempotencyStore(), sqlite_versions.VersionStore(), tuple(applied))
+
+async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
+                        retry_attempts: int, pool_timeout: float, compress_threshold_bytes: int) -> Backend:
     # Migrating first fails fast with a clear message when PostgreSQL is unreachable.
-    applied = await pg_migrate.migrate(settings.database_url) if migrate else []
-    pool = PostgresDatabase(settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max,
-                            connect_timeout=settings.db_connect_timeout_seconds,
-                            retry_attempts=settings.db_retry_attempts, pool_timeout=settings.db_pool_timeout_seconds)
+    applied = await pg_migrate.migrate(url) if migrate else []
+    pool = PostgresDatabase(url, min_size=min_size, max_size=max_size, connect_timeout=connect_timeout,
+                            retry_attempts=retry_attempts, pool_timeout=pool_timeout)
     await pool.open()
     return Backend("postgres", pool, pg_instances.InstanceStore(),
-                   pg_checkpoints.CheckpointStore(compress_threshold_bytes=threshold),
+                   pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    pg_idempotency.IdempotencyStore(), pg_versions.VersionStore(), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:
     """Applies pending migrations to the database at url (postgresql://… or sqlite:///path); returns their names."""
-    if not url.startswith("sqlite://"):
+    if not url.startswith(SQLITE_SCHEME):
         return await pg_migrate.migrate(url, migrations)
     lite = SqliteDatabase(sqlite_path_of(url), owner=False, create=True, retry_attempts=1,
                           wait_timeout_seconds=_MIGRATE_WAIT_SECONDS)
@@ -84,13 +83,3 @@ async def migrate(url: str, migrations: list[Migration] | None = None) -> list[s
         return await lite.migrate(migrations)
     finally:
         await lite.close()
-
-
-def make_cache(settings: Settings, *, shared_only: bool = False) -> Cache:
-    """Redis when a URL is configured; else the in-process cache (or none at all with shared_only)."""
-    if settings.redis_url:
-        return RedisCache(settings.redis_url, max_connections=settings.redis_pool_max,
-                          timeout_seconds=settings.redis_timeout_seconds, ttl_seconds=settings.cache_ttl_seconds,
-                          max_item_bytes=settings.cache_max_item_bytes)
-    return MemoryCache(max_bytes=0 if shared_only else settings.local_cache_max_bytes,
-                       ttl_seconds=settings.cache_ttl_seconds, max_item_bytes=settings.cache_max_item_bytes)

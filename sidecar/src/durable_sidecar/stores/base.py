@@ -11,14 +11,11 @@ tests/sidecar runs the same suite against both.
 
 from __future__ import annotations
 
-import base64
-import json
-import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..domain import (
     ChangeLogEntry,
@@ -42,7 +39,7 @@ from ..domain import (
     Version,
     WorkflowHead,
 )
-from ..errors import InvalidArgument
+from .states import EncodedState, encode_state
 
 T = TypeVar("T")
 
@@ -88,31 +85,7 @@ class Database(ABC):
         """
 
 
-# --- checkpoint states at rest ----------------------------------------------
-
-ENCODING_IDENTITY = 0
-ENCODING_ZLIB = 1
-
-
-@dataclass(frozen=True)
-class EncodedState:
-    """A state ready to store: encoded outside the transaction so no row lock waits on CPU work."""
-
-    data: bytes
-    encoding: int
-
-
-def one_namespace(refs: list[InstanceRef]) -> str:
-    """The namespace of a batch; every RPC works in exactly one (its token's)."""
-    namespaces = {r.namespace for r in refs}
-    if len(namespaces) != 1:
-        raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
-    return namespaces.pop()
-
-
-SCHEMA_TOO_OLD = ("the database schema is older than this sidecar: run `durable-sidecar migrate` "
-                  "(or start with DURABLE_AUTO_MIGRATE=true)")
-NO_INSTALLATION_ROW = "durable_installation has no row: the database was changed by hand"
+# --- rows the services hand the checkpoint stores ----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -139,29 +112,6 @@ class CheckpointAdvance:
     added: int
     owner: str
     lease_seconds: int
-
-
-def decode_state(data: bytes, encoding: int) -> bytes:
-    return zlib.decompress(data) if encoding == ENCODING_ZLIB else data
-
-
-# --- paging cursors -----------------------------------------------------------
-
-
-def encode_cursor(values: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(values, default=str).encode()).decode()
-
-
-def decode_cursor(token: str, length: int) -> list[Any]:
-    try:
-        values = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except ValueError:
-        raise InvalidArgument("page_token is not a token this server issued") from None
-    # No cursor holds a boolean, and bool passes an isinstance(int) check. (The
-    # transport's signature check refuses crafted tokens first; this is the second wall.)
-    if not isinstance(values, list) or len(values) != length or any(isinstance(v, bool) for v in values):
-        raise InvalidArgument("page_token is not a token this server issued")
-    return values
 
 
 # --- stores ---------------------------------------------------------------------
@@ -273,12 +223,8 @@ class CheckpointStore(ABC):
         self.compress_threshold_bytes = compress_threshold_bytes
 
     def encode(self, state: bytes) -> EncodedState:
-        """Compresses large states (zlib level 1: most of the gain for JSON at a fraction of the CPU)."""
-        if len(state) >= self.compress_threshold_bytes:
-            packed = zlib.compress(state, 1)
-            if len(packed) < len(state):
-                return EncodedState(packed, ENCODING_ZLIB)
-        return EncodedState(state, ENCODING_IDENTITY)
+        """Compresses states from the threshold on (see states.py)."""
+        return encode_state(state, compress_threshold_bytes=self.compress_threshold_bytes)
 
     @abstractmethod
     async def insert_many_txn(self, conn: Conn, rows: list[NewCheckpointRow]) -> list[Checkpoint]:

@@ -5,37 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import sql
-from psycopg.rows import DictRow
 
 from ...domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
-from .. import base
-from ..base import Conn, decode_cursor, decode_state, encode_cursor
-from .db import pg
+from .. import base, core
+from ..base import Conn
+from ..core import CHECKPOINT_META as _META
+from ..core import checkpoint_columns
+from ..core import instance_params as _key
+from ..paging import after_sequence, cut_page
+from .db import DIALECT, pg
 
-_META = "workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, node_name, created_at"
-_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
-
-def _key(ref: InstanceRef) -> dict[str, Any]:
-    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+_KEY = core.INSTANCE_KEY
 
 
-def _checkpoint(row: DictRow, *, with_state: bool) -> Checkpoint:
-    state = None
-    if with_state and row.get("state") is not None:
-        state = decode_state(bytes(row["state"]), row["encoding"])
-    return Checkpoint(
-        workflow_id=row["workflow_id"],
-        instance_key=row["instance_key"],
-        sequence=row["sequence"],
-        step_name=row["step_name"],
-        sha256=row["sha256"],
-        size_bytes=row["size_bytes"],
-        stored_bytes=row["stored_bytes"],
-        execution_id=row["execution_id"],
-        node_name=row["node_name"],
-        created_at=row["created_at"],
-        state=state,
-    )
+def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
+    return core.checkpoint_of(DIALECT, row, with_state=with_state)
+
 
 
 class CheckpointStore(base.CheckpointStore):
@@ -52,7 +37,7 @@ class CheckpointStore(base.CheckpointStore):
                                              %(shas)s::text[], %(sizes)s::bigint[], %(stored)s::bigint[],
                                              %(execs)s::text[], %(nodes)s::text[])
                 RETURNING {_META}""",
-            {"ns": base.one_namespace([r.ref for r in rows]),
+            {"ns": core.one_namespace([r.ref for r in rows]),
              "wfs": [r.ref.workflow_id for r in rows], "keys": [r.ref.instance_key for r in rows],
              "seqs": [r.sequence for r in rows], "steps": [r.step_name for r in rows],
              "encs": [r.encoded.encoding for r in rows], "states": [r.encoded.data for r in rows],
@@ -66,7 +51,7 @@ class CheckpointStore(base.CheckpointStore):
         return [by_key[(r.ref.workflow_id, r.ref.instance_key, r.sequence)] for r in rows]
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
-        cols = _META + (", encoding, state" if with_state else "")
+        cols = checkpoint_columns(with_state)
         cur = await pg(conn).execute(
             f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = %(seq)s",
             {**_key(ref), "seq": sequence},
@@ -77,23 +62,15 @@ class CheckpointStore(base.CheckpointStore):
     async def list_txn(
         self, conn: Conn, ref: InstanceRef, page: Page, *, with_state: bool
     ) -> tuple[list[Checkpoint], str]:
-        after = 0
-        if page.token:
-            (after,) = decode_cursor(page.token, 1)
-            if not isinstance(after, int):
-                after = 0
-        cols = _META + (", encoding, state" if with_state else "")
+        after = after_sequence(page.token)
+        cols = checkpoint_columns(with_state)
         cur = await pg(conn).execute(
             f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > %(after)s
                 ORDER BY sequence LIMIT %(limit)s""",
             {**_key(ref), "after": after, "limit": page.size + 1},
         )
         rows = [_checkpoint(r, with_state=with_state) for r in await cur.fetchall()]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            token = encode_cursor([rows[-1].sequence])
-        return rows, token
+        return cut_page(rows, page.size, lambda c: [c.sequence])
 
     async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
         """Deletes by policy, always keeping each instance's newest checkpoint; updates counters."""

@@ -6,14 +6,16 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import FailedPrecondition, Unavailable
-from ..base import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Conn, Database
+from ..base import Conn, Database
+from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,23 @@ class PgConn(Conn):
         self.connection = connection
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+# timestamptz arrives as datetime and text[] as a list; SELECT … FOR UPDATE locks rows.
+DIALECT = Dialect("postgres", colon_placeholders=False, to_time=_same, to_names=_names, lock_clause=" FOR UPDATE",
+                  cursor_time=_iso, cursor_time_in=_same)
+
+
 def pg(conn: Conn) -> Connection:
     """The psycopg connection behind a store call's transaction handle."""
     if not isinstance(conn, PgConn):
@@ -37,9 +56,11 @@ def pg(conn: Conn) -> Connection:
     return conn.connection
 
 # SQLSTATE classes and codes worth retrying: connection exceptions, serialization
-# failures, deadlocks, insufficient resources, operator intervention.
+# failures, deadlocks, insufficient resources, operator intervention, and a write
+# refused by a read-only server (a primary demoted under an HA manager).
 _TRANSIENT_CLASSES = ("08", "53", "57")
-_TRANSIENT_CODES = ("40001", "40P01")
+_READ_ONLY = "25006"
+_TRANSIENT_CODES = ("40001", "40P01", _READ_ONLY)
 
 
 # psycopg_pool retries a failed reconnect with exponential backoff (1 s, 2 s, 4 s,
@@ -156,6 +177,11 @@ class PostgresDatabase(Database):
             except Exception as exc:
                 if not is_transient(exc):
                     raise
+                if isinstance(exc, psycopg.Error) and exc.sqlstate == _READ_ONLY:
+                    # The server was demoted but the connection lives on: drop it, or the pool
+                    # would hand it out again. New connections honour target_session_attrs=read-write
+                    # of a multi-host URL and find the new primary.
+                    await self._drop_read_only_connections()
                 if attempt >= self.retry_attempts:
                     log.error("transient database error, giving up", extra={"attempt": attempt, "error": str(exc)})
                     raise Unavailable("the database is unavailable; retry later") from exc
@@ -165,6 +191,21 @@ class PostgresDatabase(Database):
                     extra={"attempt": attempt, "delay_s": round(delay, 3), "error": str(exc)},
                 )
                 await asyncio.sleep(delay)
+
+    async def _drop_read_only_connections(self) -> None:
+        # check() tests every idle connection and replaces the broken ones; a connection
+        # to a standby is not broken, so ask each one whether it can still write.
+        for _ in range(self.pool.max_size):
+            try:
+                async with self.pool.connection(timeout=1.0) as conn:
+                    cur = await conn.execute("SELECT pg_is_in_recovery() AS standby")
+                    row = await cur.fetchone()
+                    await conn.rollback()
+                    if row is None or not row["standby"]:
+                        return
+                    await conn.close()  # the pool discards a closed connection
+            except Exception:  # noqa: BLE001 - best effort: the retry that follows reports
+                return
 
 
 def redact(url: str) -> str:

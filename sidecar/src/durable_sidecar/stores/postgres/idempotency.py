@@ -6,48 +6,26 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
-from psycopg.rows import DictRow
 
-from ...domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
-from .. import base
-from ..base import Conn, decode_cursor, encode_cursor
-from .db import pg
+from ...domain import IdempotencyKey, KeyFilter, KeyRef, NewClaim, Page
+from .. import base, core
+from ..base import Conn
+from ..core import KEY_COLUMNS as _COLUMNS
+from ..core import KEY_WHERE as _KEY
+from ..core import claim_params as _claim
+from ..core import key_cursor
+from ..core import key_params as _key
+from ..paging import cut_page
+from .db import DIALECT, pg
 
-_COLUMNS = """namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, result_json,
-    error_message, expires_at, created_at, updated_at"""
 
-_KEY = "namespace = %(ns)s AND scope = %(scope)s AND key = %(key)s"
+def _record(row: Any) -> IdempotencyKey:
+    return core.key_of(DIALECT, row)
+
 
 # A key lives `ttl` after its latest acquisition, and never ends before the
 # lease it was just given: a running holder's key cannot expire under it.
 _NEW_EXPIRY = "greatest(now() + make_interval(secs => %(ttl)s), now() + make_interval(secs => %(lease)s))"
-
-
-def _key(ref: KeyRef) -> dict[str, Any]:
-    return {"ns": ref.namespace, "scope": ref.scope, "key": ref.key}
-
-
-def _claim(claim: NewClaim) -> dict[str, Any]:
-    return {**_key(claim.ref), "fp": claim.fingerprint, "holder": claim.holder, "lease": claim.lease_seconds,
-            "ttl": claim.ttl_seconds}
-
-
-def _record(row: DictRow) -> IdempotencyKey:
-    return IdempotencyKey(
-        namespace=row["namespace"],
-        scope=row["scope"],
-        key=row["key"],
-        status=KeyStatus(row["status"]),
-        fingerprint=row["fingerprint"],
-        attempt=row["attempt"],
-        holder=row["holder"],
-        lease_expires_at=row["lease_expires_at"],
-        result_json=bytes(row["result_json"]) if row["result_json"] is not None else None,
-        error_message=row["error_message"],
-        expires_at=row["expires_at"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
 
 
 class IdempotencyStore(base.IdempotencyStore):
@@ -141,7 +119,7 @@ class IdempotencyStore(base.IdempotencyStore):
         if not flt.include_expired:
             where.append(sql.SQL("(expires_at > now() OR (status = 'in_progress' AND lease_expires_at > now()))"))
         if page.token:
-            created, scope, key = decode_cursor(page.token, 3)
+            created, scope, key = core.time_cursor(DIALECT, page.token)
             where.append(sql.SQL("(created_at, scope, key) < (%(c_at)s::timestamptz, %(c_scope)s, %(c_key)s)"))
             params.update({"c_at": created, "c_scope": scope, "c_key": key})
         query = sql.SQL(
@@ -150,12 +128,7 @@ class IdempotencyStore(base.IdempotencyStore):
         ).format(cols=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(where))
         cur = await pg(conn).execute(query, params)
         rows = [_record(r) for r in await cur.fetchall()]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            last = rows[-1]
-            token = encode_cursor([last.created_at.isoformat(), last.scope, last.key])
-        return rows, token
+        return cut_page(rows, page.size, lambda k: key_cursor(DIALECT, k))
 
     async def reap_expired_txn(self, conn: Conn, *, limit: int) -> list[KeyRef]:
         """Deletes up to `limit` expired keys that are not in progress, skipping rows a claim has locked."""

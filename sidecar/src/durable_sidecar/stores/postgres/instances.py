@@ -6,48 +6,22 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
-from psycopg.rows import DictRow
 
 from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
-from .. import base
-from ..base import Conn, decode_cursor, decode_state, encode_cursor
-from .db import pg
-
-_COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
-    lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
-    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds"""
-
-
-def _instance(row: DictRow) -> Instance:
-    return Instance(
-        namespace=row["namespace"],
-        workflow_id=row["workflow_id"],
-        instance_key=row["instance_key"],
-        status=InstanceStatus(row["status"]),
-        bound_version=row["bound_version"],
-        version_label=row["version_label"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        wake_at=row["wake_at"],
-        last_sequence=row["last_sequence"],
-        last_step=row["last_step"],
-        checkpoint_count=row["checkpoint_count"],
-        resume_count=row["resume_count"],
-        error_message=row["error_message"],
-        result_json=bytes(row["result_json"]) if row["result_json"] is not None else None,
-        created_by_execution_id=row["created_by_execution_id"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        finished_at=row["finished_at"],
-        lease_seconds=row["lease_seconds"],
-    )
+from .. import base, core
+from ..base import Conn
+from ..core import INSTANCE_COLUMNS as _COLUMNS
+from ..core import INSTANCE_KEY as _KEY
+from ..core import instance_cursor
+from ..core import instance_params as _key
+from ..paging import cut_page
+from ..states import EncodedState, decode_state
+from .db import DIALECT, pg
 
 
-_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
+def _instance(row: Any) -> Instance:
+    return core.instance_of(DIALECT, row)
 
-
-def _key(ref: InstanceRef) -> dict[str, Any]:
-    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
 
 
 class InstanceStore(base.InstanceStore):
@@ -121,7 +95,7 @@ class InstanceStore(base.InstanceStore):
         row = await cur.fetchone()
         return bool(row and row["held"])
 
-    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: base.EncodedState, *,
+    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: EncodedState, *,
                                  size_bytes: int) -> None:
         await pg(conn).execute(
             """INSERT INTO durable_instance_start_items (namespace, workflow_id, instance_key, encoding, item, size_bytes)
@@ -137,7 +111,7 @@ class InstanceStore(base.InstanceStore):
     async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
         if not refs:
             return {}
-        namespace = base.one_namespace(refs)
+        namespace = core.one_namespace(refs)
         unique = sorted({(r.workflow_id, r.instance_key) for r in refs})
         # FOR UPDATE locks rows as the sort hands them over: always in key order.
         cur = await pg(conn).execute(
@@ -163,7 +137,7 @@ class InstanceStore(base.InstanceStore):
                             %(added)s::int[], %(owners)s::text[], %(leases)s::int[])
                      AS a(wf, key, seq, step, added, owner, lease)
                 WHERE i.namespace = %(ns)s AND i.workflow_id = a.wf AND i.instance_key = a.key""",
-            {"ns": base.one_namespace([a.ref for a in advances]),
+            {"ns": core.one_namespace([a.ref for a in advances]),
              "wfs": [a.ref.workflow_id for a in advances], "keys": [a.ref.instance_key for a in advances],
              "seqs": [a.sequence for a in advances], "steps": [a.step_name for a in advances],
              "added": [a.added for a in advances], "owners": [a.owner for a in advances],
@@ -265,7 +239,7 @@ class InstanceStore(base.InstanceStore):
             where.append(sql.SQL("starts_with(instance_key, %(prefix)s)"))
             params["prefix"] = flt.key_prefix
         if page.token:
-            created, wf, key = decode_cursor(page.token, 3)
+            created, wf, key = core.time_cursor(DIALECT, page.token)
             where.append(sql.SQL("(created_at, workflow_id, instance_key) < (%(c_at)s::timestamptz, %(c_wf)s, %(c_key)s)"))
             params.update({"c_at": created, "c_wf": wf, "c_key": key})
         query = sql.SQL(
@@ -274,12 +248,7 @@ class InstanceStore(base.InstanceStore):
         ).format(cols=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(where))
         cur = await pg(conn).execute(query, params)
         rows = [_instance(r) for r in await cur.fetchall()]
-        next_token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            last = rows[-1]
-            next_token = encode_cursor([last.created_at.isoformat(), last.workflow_id, last.instance_key])
-        return rows, next_token
+        return cut_page(rows, page.size, lambda i: instance_cursor(DIALECT, i))
 
     async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
                                   lock: bool) -> list[MoveCandidate]:

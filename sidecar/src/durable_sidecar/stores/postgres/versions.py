@@ -5,47 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from psycopg import sql
-from psycopg.rows import DictRow
 
 from ...domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
-from .. import base
-from ..base import Conn, decode_cursor, encode_cursor
-from .db import pg
-
-_META = """namespace, workflow_id, version, content_hash, n8n_version_id, label, note, node_names, created_by,
-    created_at"""
-_WF = "namespace = %(ns)s AND workflow_id = %(wf)s"
-
-
-def _version(row: DictRow) -> Version:
-    definition = row.get("definition_json")
-    return Version(
-        namespace=row["namespace"],
-        workflow_id=row["workflow_id"],
-        version=row["version"],
-        content_hash=row["content_hash"],
-        n8n_version_id=row["n8n_version_id"],
-        label=row["label"],
-        note=row["note"],
-        node_names=tuple(row["node_names"]),
-        created_by=row["created_by"],
-        created_at=row["created_at"],
-        definition_json=bytes(definition) if definition is not None else None,
-    )
-
-
-def _change(row: DictRow) -> ChangeLogEntry:
-    return ChangeLogEntry(
-        id=row["id"],
-        kind=ChangeKind(row["kind"]),
-        workflow_id=row["workflow_id"],
-        instance_key=row["instance_key"],
-        from_version=row["from_version"],
-        to_version=row["to_version"],
-        actor=row["actor"],
-        reason=row["reason"],
-        created_at=row["created_at"],
-    )
+from .. import base, core
+from ..base import Conn
+from ..core import VERSION_META as _META
+from ..core import WORKFLOW_WHERE as _WF
+from ..paging import cut_page, decode_cursor
+from .db import DIALECT, pg
 
 
 class VersionStore(base.VersionStore):
@@ -125,7 +92,7 @@ class VersionStore(base.VersionStore):
             {"ns": namespace, "wf": workflow_id, "hash": content_hash},
         )
         row = await cur.fetchone()
-        return (_version(row), row["current_version"]) if row else None
+        return (core.version_of(DIALECT, row), row["current_version"]) if row else None
 
     async def insert_txn(self, conn: Conn, new: NewVersion, version: int) -> Version:
         cur = await pg(conn).execute(
@@ -141,7 +108,7 @@ class VersionStore(base.VersionStore):
         )
         row = await cur.fetchone()
         assert row is not None
-        return _version(row)
+        return core.version_of(DIALECT, row)
 
     async def get_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int, *,
                       with_definition: bool) -> Version | None:
@@ -151,7 +118,7 @@ class VersionStore(base.VersionStore):
             {"ns": namespace, "wf": workflow_id, "version": version},
         )
         row = await cur.fetchone()
-        return _version(row) if row else None
+        return core.version_of(DIALECT, row) if row else None
 
     async def node_names_txn(self, conn: Conn, namespace: str, workflow_id: str,
                              versions: list[int]) -> dict[int, frozenset[str]]:
@@ -172,12 +139,8 @@ class VersionStore(base.VersionStore):
             f"SELECT {_META} FROM durable_versions WHERE {_WF}{after} ORDER BY version DESC LIMIT %(limit)s",
             params,
         )
-        rows = [_version(r) for r in await cur.fetchall()]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            token = encode_cursor([rows[-1].version])
-        return rows, token
+        rows = [core.version_of(DIALECT, r) for r in await cur.fetchall()]
+        return cut_page(rows, page.size, lambda r: [r.version])
 
     async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
                                    reason: str) -> None:
@@ -220,9 +183,5 @@ class VersionStore(base.VersionStore):
             "FROM durable_version_changes WHERE {where} ORDER BY id DESC LIMIT %(limit)s"
         ).format(where=sql.SQL(" AND ").join(where))
         cur = await pg(conn).execute(query, params)
-        rows = [_change(r) for r in await cur.fetchall()]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            token = encode_cursor([rows[-1].id])
-        return rows, token
+        rows = [core.change_of(DIALECT, r) for r in await cur.fetchall()]
+        return cut_page(rows, page.size, lambda r: [r.id])

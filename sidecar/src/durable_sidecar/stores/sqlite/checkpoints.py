@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 from ...domain import Checkpoint, InstanceRef, Page, PrunePolicy, PruneResult
-from .. import base
-from ..base import Conn, decode_cursor, decode_state, encode_cursor
-from .db import Row, from_micros, lite
+from .. import base, core
+from ..base import Conn
+from ..core import CHECKPOINT_META as _META
+from ..core import checkpoint_columns
+from ..core import instance_params as _key
+from ..paging import after_sequence, cut_page
+from .db import DIALECT, Row, lite
 
-_META = "workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, node_name, created_at"
-_KEY = "namespace = :ns AND workflow_id = :wf AND instance_key = :key"
-
-
-def _key(ref: InstanceRef) -> dict[str, object]:
-    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+_KEY = DIALECT.sql(core.INSTANCE_KEY)
 
 
 def _checkpoint(row: Row, *, with_state: bool) -> Checkpoint:
-    state = None
-    if with_state and row["state"] is not None:
-        state = decode_state(bytes(row["state"]), row["encoding"])
-    return Checkpoint(
-        workflow_id=row["workflow_id"],
-        instance_key=row["instance_key"],
-        sequence=row["sequence"],
-        step_name=row["step_name"],
-        sha256=row["sha256"],
-        size_bytes=row["size_bytes"],
-        stored_bytes=row["stored_bytes"],
-        execution_id=row["execution_id"],
-        node_name=row["node_name"],
-        created_at=from_micros(row["created_at"]),
-        state=state,
-    )
+    return core.checkpoint_of(DIALECT, row, with_state=with_state)
+
 
 
 class CheckpointStore(base.CheckpointStore):
@@ -56,30 +41,22 @@ class CheckpointStore(base.CheckpointStore):
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,
                       with_state: bool) -> Checkpoint | None:
-        cols = _META + (", encoding, state" if with_state else "")
+        cols = checkpoint_columns(with_state)
         row = await lite(conn).one(f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = :seq",
                                    {**_key(ref), "seq": sequence})
         return _checkpoint(row, with_state=with_state) if row else None
 
     async def list_txn(self, conn: Conn, ref: InstanceRef, page: Page, *,
                        with_state: bool) -> tuple[list[Checkpoint], str]:
-        after = 0
-        if page.token:
-            (after,) = decode_cursor(page.token, 1)
-            if not isinstance(after, int):
-                after = 0
-        cols = _META + (", encoding, state" if with_state else "")
+        after = after_sequence(page.token)
+        cols = checkpoint_columns(with_state)
         found = await lite(conn).all(
             f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > :after
                 ORDER BY sequence LIMIT :limit""",
             {**_key(ref), "after": after, "limit": page.size + 1},
         )
         rows = [_checkpoint(r, with_state=with_state) for r in found]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            token = encode_cursor([rows[-1].sequence])
-        return rows, token
+        return cut_page(rows, page.size, lambda c: [c.sequence])
 
     async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
         """Counts the victims per instance, deletes them and lowers each instance's counter (one transaction)."""

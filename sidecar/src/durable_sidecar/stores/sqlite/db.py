@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import os
 import random
@@ -28,8 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from ...errors import FailedPrecondition, Unavailable
-from ..base import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Conn, Database
+from ...errors import FailedPrecondition, InvalidArgument, Unavailable
+from ..base import Conn, Database
+from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect
 from ..schema import Migration, load_migrations
 from .migrate import apply
 
@@ -63,6 +65,22 @@ def from_micros(value: int) -> datetime:
 
 def from_micros_or_none(value: int | None) -> datetime | None:
     return None if value is None else from_micros(value)
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(json.loads(value))
+
+
+def _micros_cursor(value: object) -> int:
+    if not isinstance(value, int):
+        raise InvalidArgument("page_token is not a token this server issued")
+    return value
+
+
+# Times are integer microseconds, name lists JSON arrays; transactions run one at a
+# time, so a read needs no locking clause to keep its row.
+DIALECT = Dialect("sqlite", colon_placeholders=True, to_time=from_micros, to_names=_names, lock_clause="",
+                  cursor_time=to_micros, cursor_time_in=_micros_cursor)
 
 
 def is_transient(exc: BaseException) -> bool:

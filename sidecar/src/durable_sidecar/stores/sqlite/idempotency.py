@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from ...domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
-from ...errors import InvalidArgument
-from .. import base
-from ..base import Conn, decode_cursor, encode_cursor
-from .db import Row, SqliteConn, from_micros, from_micros_or_none, lite, to_micros
+from ...domain import IdempotencyKey, KeyFilter, KeyRef, NewClaim, Page
+from .. import base, core
+from ..base import Conn
+from ..core import KEY_COLUMNS as _COLUMNS
+from ..core import key_cursor
+from ..core import key_params as _key
+from ..paging import cut_page
+from .db import DIALECT, Row, SqliteConn, lite
 
-_COLUMNS = """namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, result_json,
-    error_message, expires_at, created_at, updated_at"""
-
-_KEY = "namespace = :ns AND scope = :scope AND key = :key"
+_KEY = DIALECT.sql(core.KEY_WHERE)
 
 
-def _key(ref: KeyRef) -> dict[str, object]:
-    return {"ns": ref.namespace, "scope": ref.scope, "key": ref.key}
+def _record(row: Row) -> IdempotencyKey:
+    return core.key_of(DIALECT, row)
+
 
 
 def _claim(c: SqliteConn, claim: NewClaim) -> dict[str, object]:
@@ -27,24 +28,6 @@ def _claim(c: SqliteConn, claim: NewClaim) -> dict[str, object]:
     return {**_key(claim.ref), "fp": claim.fingerprint, "holder": claim.holder,
             "lease_until": c.after(claim.lease_seconds),
             "new_expiry": max(c.after(claim.ttl_seconds), c.after(claim.lease_seconds)), "now": c.now_us}
-
-
-def _record(row: Row) -> IdempotencyKey:
-    return IdempotencyKey(
-        namespace=row["namespace"],
-        scope=row["scope"],
-        key=row["key"],
-        status=KeyStatus(row["status"]),
-        fingerprint=row["fingerprint"],
-        attempt=row["attempt"],
-        holder=row["holder"],
-        lease_expires_at=from_micros_or_none(row["lease_expires_at"]),
-        result_json=bytes(row["result_json"]) if row["result_json"] is not None else None,
-        error_message=row["error_message"],
-        expires_at=from_micros(row["expires_at"]),
-        created_at=from_micros(row["created_at"]),
-        updated_at=from_micros(row["updated_at"]),
-    )
 
 
 class IdempotencyStore(base.IdempotencyStore):
@@ -127,9 +110,7 @@ class IdempotencyStore(base.IdempotencyStore):
         if not flt.include_expired:
             where.append("(expires_at > :now OR (status = 'in_progress' AND lease_expires_at > :now))")
         if page.token:
-            created, scope, key = decode_cursor(page.token, 3)
-            if not isinstance(created, int):
-                raise InvalidArgument("page_token is not a token this server issued")
+            created, scope, key = core.time_cursor(DIALECT, page.token)
             where.append("(created_at, scope, key) < (:c_at, :c_scope, :c_key)")
             params.update({"c_at": created, "c_scope": scope, "c_key": key})
         rows = [_record(r) for r in await c.all(
@@ -137,12 +118,7 @@ class IdempotencyStore(base.IdempotencyStore):
                 ORDER BY created_at DESC, scope DESC, key DESC LIMIT :limit""",
             params,
         )]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            last = rows[-1]
-            token = encode_cursor([to_micros(last.created_at), last.scope, last.key])
-        return rows, token
+        return cut_page(rows, page.size, lambda k: key_cursor(DIALECT, k))
 
     async def reap_expired_txn(self, conn: Conn, *, limit: int) -> list[KeyRef]:
         """Deletes up to `limit` expired keys that are not in progress, oldest first."""

@@ -10,46 +10,21 @@ import json
 from datetime import datetime
 
 from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
-from ...errors import InvalidArgument
-from .. import base
-from ..base import Conn, decode_cursor, decode_state, encode_cursor
-from .db import Row, from_micros, from_micros_or_none, lite, to_micros
+from .. import base, core
+from ..base import Conn
+from ..core import INSTANCE_COLUMNS as _COLUMNS
+from ..core import instance_cursor
+from ..core import instance_params as _key
+from ..paging import cut_page
+from ..states import EncodedState, decode_state
+from .db import DIALECT, Row, lite, to_micros
 
-_COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
-    lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
-    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds"""
+_KEY = DIALECT.sql(core.INSTANCE_KEY)
 
 
 def _instance(row: Row) -> Instance:
-    return Instance(
-        namespace=row["namespace"],
-        workflow_id=row["workflow_id"],
-        instance_key=row["instance_key"],
-        status=InstanceStatus(row["status"]),
-        bound_version=row["bound_version"],
-        version_label=row["version_label"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=from_micros_or_none(row["lease_expires_at"]),
-        wake_at=from_micros_or_none(row["wake_at"]),
-        last_sequence=row["last_sequence"],
-        last_step=row["last_step"],
-        checkpoint_count=row["checkpoint_count"],
-        resume_count=row["resume_count"],
-        error_message=row["error_message"],
-        result_json=bytes(row["result_json"]) if row["result_json"] is not None else None,
-        created_by_execution_id=row["created_by_execution_id"],
-        created_at=from_micros(row["created_at"]),
-        updated_at=from_micros(row["updated_at"]),
-        finished_at=from_micros_or_none(row["finished_at"]),
-        lease_seconds=row["lease_seconds"],
-    )
+    return core.instance_of(DIALECT, row)
 
-
-_KEY = "namespace = :ns AND workflow_id = :wf AND instance_key = :key"
-
-
-def _key(ref: InstanceRef) -> dict[str, object]:
-    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
 
 
 def _keys_json(keys: list[str]) -> str:
@@ -113,7 +88,7 @@ class InstanceStore(base.InstanceStore):
         )
         return bool(row and row["held"])
 
-    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: base.EncodedState, *,
+    async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: EncodedState, *,
                                  size_bytes: int) -> None:
         c = lite(conn)
         await c.run(
@@ -233,9 +208,7 @@ class InstanceStore(base.InstanceStore):
             where.append("substr(instance_key, 1, length(:prefix)) = :prefix")
             params["prefix"] = flt.key_prefix
         if page.token:
-            created, wf, key = decode_cursor(page.token, 3)
-            if not isinstance(created, int):
-                raise InvalidArgument("page_token is not a token this server issued")
+            created, wf, key = core.time_cursor(DIALECT, page.token)
             where.append("(created_at, workflow_id, instance_key) < (:c_at, :c_wf, :c_key)")
             params.update({"c_at": created, "c_wf": wf, "c_key": key})
         rows = [_instance(r) for r in await c.all(
@@ -243,12 +216,7 @@ class InstanceStore(base.InstanceStore):
                 ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT :limit""",
             params,
         )]
-        next_token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            last = rows[-1]
-            next_token = encode_cursor([to_micros(last.created_at), last.workflow_id, last.instance_key])
-        return rows, next_token
+        return cut_page(rows, page.size, lambda i: instance_cursor(DIALECT, i))
 
     async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
                                   lock: bool) -> list[MoveCandidate]:

@@ -5,44 +5,14 @@ from __future__ import annotations
 import json
 
 from ...domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
-from .. import base
-from ..base import Conn, decode_cursor, encode_cursor
-from .db import Row, from_micros, lite
+from .. import base, core
+from ..base import Conn
+from ..core import VERSION_META as _META
+from ..paging import cut_page, decode_cursor
+from .db import DIALECT, lite
 
-_META = """namespace, workflow_id, version, content_hash, n8n_version_id, label, note, node_names, created_by,
-    created_at"""
-_WF = "namespace = :ns AND workflow_id = :wf"
+_WF = DIALECT.sql(core.WORKFLOW_WHERE)
 
-
-def _version(row: Row, *, with_definition: bool = False) -> Version:
-    definition = row["definition_json"] if with_definition else None
-    return Version(
-        namespace=row["namespace"],
-        workflow_id=row["workflow_id"],
-        version=row["version"],
-        content_hash=row["content_hash"],
-        n8n_version_id=row["n8n_version_id"],
-        label=row["label"],
-        note=row["note"],
-        node_names=tuple(json.loads(row["node_names"])),
-        created_by=row["created_by"],
-        created_at=from_micros(row["created_at"]),
-        definition_json=bytes(definition) if definition is not None else None,
-    )
-
-
-def _change(row: Row) -> ChangeLogEntry:
-    return ChangeLogEntry(
-        id=row["id"],
-        kind=ChangeKind(row["kind"]),
-        workflow_id=row["workflow_id"],
-        instance_key=row["instance_key"],
-        from_version=row["from_version"],
-        to_version=row["to_version"],
-        actor=row["actor"],
-        reason=row["reason"],
-        created_at=from_micros(row["created_at"]),
-    )
 
 
 class VersionStore(base.VersionStore):
@@ -113,7 +83,7 @@ class VersionStore(base.VersionStore):
                 WHERE v.namespace = :ns AND v.workflow_id = :wf AND v.content_hash = :hash""",
             {"ns": namespace, "wf": workflow_id, "hash": content_hash},
         )
-        return (_version(row), row["current_version"]) if row else None
+        return (core.version_of(DIALECT, row), row["current_version"]) if row else None
 
     async def insert_txn(self, conn: Conn, new: NewVersion, version: int) -> Version:
         c = lite(conn)
@@ -128,14 +98,14 @@ class VersionStore(base.VersionStore):
              "nodes": json.dumps(list(new.node_names)), "actor": new.actor, "now": c.now_us},
         )
         assert row is not None
-        return _version(row)
+        return core.version_of(DIALECT, row)
 
     async def get_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int, *,
                       with_definition: bool) -> Version | None:
         cols = _META + (", definition_json" if with_definition else "")
         row = await lite(conn).one(f"SELECT {cols} FROM durable_versions WHERE {_WF} AND version = :version",
                                    {"ns": namespace, "wf": workflow_id, "version": version})
-        return _version(row, with_definition=with_definition) if row else None
+        return core.version_of(DIALECT, row) if row else None
 
     async def node_names_txn(self, conn: Conn, namespace: str, workflow_id: str,
                              versions: list[int]) -> dict[int, frozenset[str]]:
@@ -156,12 +126,8 @@ class VersionStore(base.VersionStore):
             after = " AND version < :before"
         found = await lite(conn).all(
             f"SELECT {_META} FROM durable_versions WHERE {_WF}{after} ORDER BY version DESC LIMIT :limit", params)
-        rows = [_version(r) for r in found]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            token = encode_cursor([rows[-1].version])
-        return rows, token
+        rows = [core.version_of(DIALECT, r) for r in found]
+        return cut_page(rows, page.size, lambda r: [r.version])
 
     async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
                                    reason: str) -> None:
@@ -205,9 +171,5 @@ class VersionStore(base.VersionStore):
                 FROM durable_version_changes WHERE {" AND ".join(where)} ORDER BY id DESC LIMIT :limit""",
             params,
         )
-        rows = [_change(r) for r in found]
-        token = ""
-        if len(rows) > page.size:
-            rows = rows[: page.size]
-            token = encode_cursor([rows[-1].id])
-        return rows, token
+        rows = [core.change_of(DIALECT, r) for r in found]
+        return cut_page(rows, page.size, lambda r: [r.id])

@@ -1,0 +1,254 @@
+"""The dialect-neutral store core: column lists, key conditions, parameters and row mappers, written once.
+
+Each backend gives a `Dialect` (placeholders, how it stores times and name
+lists, its row-locking clause) and keeps only the SQL that really differs.
+SQL here is written with psycopg's `%(name)s` placeholders; `Dialect.sql`
+turns it into the backend's form once, at import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..domain import (
+    ChangeKind,
+    ChangeLogEntry,
+    Checkpoint,
+    IdempotencyKey,
+    Instance,
+    InstanceRef,
+    InstanceStatus,
+    KeyRef,
+    KeyStatus,
+    NewClaim,
+    Version,
+)
+from .paging import decode_cursor
+from .states import decode_state
+
+SCHEMA_TOO_OLD = ("the database schema is older than this sidecar: run `durable-sidecar migrate` "
+                  "(or start with DURABLE_AUTO_MIGRATE=true)")
+NO_INSTALLATION_ROW = "durable_installation has no row: the database was changed by hand"
+
+
+class Row(Protocol):
+    """A result row by column name: psycopg's dict row and sqlite3.Row both are."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+    def keys(self) -> Any: ...
+
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the backends below the SQL text itself."""
+
+    name: str
+    # Named placeholders: PostgreSQL (psycopg) keeps %(name)s, SQLite wants :name.
+    colon_placeholders: bool
+    # A stored time as a datetime (timestamptz arrives as one; SQLite stores integer microseconds).
+    to_time: Callable[[Any], datetime]
+    # A stored list of names (text[] on PostgreSQL, a JSON array on SQLite).
+    to_names: Callable[[Any], tuple[str, ...]]
+    # The clause that keeps a read row locked to the end of the transaction ('' where transactions run alone).
+    lock_clause: str
+    # A time as a page cursor holds it, and that cursor's value checked back into a query parameter.
+    cursor_time: Callable[[datetime], Any]
+    cursor_time_in: Callable[[Any], Any]
+
+    def sql(self, text: str) -> str:
+        return _NAMED.sub(r":\1", text) if self.colon_placeholders else text
+
+    def time(self, value: Any) -> datetime:
+        return self.to_time(value)
+
+    def time_or_none(self, value: Any) -> datetime | None:
+        return None if value is None else self.to_time(value)
+
+    def lock(self, for_update: bool) -> str:
+        return self.lock_clause if for_update else ""
+
+
+def optional(row: Row, column: str) -> Any:
+    """A column the query may not have selected (None then)."""
+    return row[column] if column in row.keys() else None
+
+
+def blob(value: Any) -> bytes | None:
+    return bytes(value) if value is not None else None
+
+
+def one_namespace(refs: list[InstanceRef]) -> str:
+    """The namespace of a batch; every RPC works in exactly one (its token's)."""
+    namespaces = {r.namespace for r in refs}
+    if len(namespaces) != 1:
+        raise ValueError(f"a batch spans {len(namespaces)} namespaces; each call has exactly one")
+    return namespaces.pop()
+
+
+# --- instances ------------------------------------------------------------------------------------------
+
+INSTANCE_COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
+    lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
+    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds"""
+INSTANCE_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
+
+
+def instance_params(ref: InstanceRef) -> dict[str, Any]:
+    return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
+
+
+def instance_of(d: Dialect, row: Row) -> Instance:
+    return Instance(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        status=InstanceStatus(row["status"]),
+        bound_version=row["bound_version"],
+        version_label=row["version_label"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=d.time_or_none(row["lease_expires_at"]),
+        wake_at=d.time_or_none(row["wake_at"]),
+        last_sequence=row["last_sequence"],
+        last_step=row["last_step"],
+        checkpoint_count=row["checkpoint_count"],
+        resume_count=row["resume_count"],
+        error_message=row["error_message"],
+        result_json=blob(row["result_json"]),
+        created_by_execution_id=row["created_by_execution_id"],
+        created_at=d.time(row["created_at"]),
+        updated_at=d.time(row["updated_at"]),
+        finished_at=d.time_or_none(row["finished_at"]),
+        lease_seconds=row["lease_seconds"],
+    )
+
+
+def instance_cursor(d: Dialect, i: Instance) -> list[Any]:
+    return [d.cursor_time(i.created_at), i.workflow_id, i.instance_key]
+
+
+def time_cursor(d: Dialect, token: str) -> tuple[Any, Any, Any]:
+    """A newest-first cursor (created_at, then two key columns) read back from a page token."""
+    created, first, second = decode_cursor(token, 3)
+    return d.cursor_time_in(created), first, second
+
+
+# --- checkpoints ----------------------------------------------------------------------------------------
+
+CHECKPOINT_META = ("workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, "
+                   "node_name, created_at")
+CHECKPOINT_WITH_STATE = CHECKPOINT_META + ", encoding, state"
+
+
+def checkpoint_columns(with_state: bool) -> str:
+    return CHECKPOINT_WITH_STATE if with_state else CHECKPOINT_META
+
+
+def checkpoint_of(d: Dialect, row: Row, *, with_state: bool) -> Checkpoint:
+    state = None
+    if with_state and row["state"] is not None:
+        state = decode_state(bytes(row["state"]), row["encoding"])
+    return Checkpoint(
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        sequence=row["sequence"],
+        step_name=row["step_name"],
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        stored_bytes=row["stored_bytes"],
+        execution_id=row["execution_id"],
+        node_name=row["node_name"],
+        created_at=d.time(row["created_at"]),
+        state=state,
+    )
+
+
+# --- idempotency keys -----------------------------------------------------------------------------------
+
+KEY_COLUMNS = """namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, result_json,
+    error_message, expires_at, created_at, updated_at"""
+KEY_WHERE = "namespace = %(ns)s AND scope = %(scope)s AND key = %(key)s"
+
+
+def key_params(ref: KeyRef) -> dict[str, Any]:
+    return {"ns": ref.namespace, "scope": ref.scope, "key": ref.key}
+
+
+def claim_params(claim: NewClaim) -> dict[str, Any]:
+    return {**key_params(claim.ref), "fp": claim.fingerprint, "holder": claim.holder, "lease": claim.lease_seconds,
+            "ttl": claim.ttl_seconds}
+
+
+def key_of(d: Dialect, row: Row) -> IdempotencyKey:
+    return IdempotencyKey(
+        namespace=row["namespace"],
+        scope=row["scope"],
+        key=row["key"],
+        status=KeyStatus(row["status"]),
+        fingerprint=row["fingerprint"],
+        attempt=row["attempt"],
+        holder=row["holder"],
+        lease_expires_at=d.time_or_none(row["lease_expires_at"]),
+        result_json=blob(row["result_json"]),
+        error_message=row["error_message"],
+        expires_at=d.time(row["expires_at"]),
+        created_at=d.time(row["created_at"]),
+        updated_at=d.time(row["updated_at"]),
+    )
+
+
+def key_cursor(d: Dialect, k: IdempotencyKey) -> list[Any]:
+    return [d.cursor_time(k.created_at), k.scope, k.key]
+
+
+# --- versions and the change log ------------------------------------------------------------------------
+
+VERSION_META = """namespace, workflow_id, version, content_hash, n8n_version_id, label, note, node_names, created_by,
+    created_at"""
+WORKFLOW_WHERE = "namespace = %(ns)s AND workflow_id = %(wf)s"
+CHANGE_COLUMNS = "id, kind, workflow_id, instance_key, from_version, to_version, actor, reason, created_at"
+
+
+def workflow_params(namespace: str, workflow_id: str) -> dict[str, Any]:
+    return {"ns": namespace, "wf": workflow_id}
+
+
+def version_of(d: Dialect, row: Row) -> Version:
+    return Version(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        version=row["version"],
+        content_hash=row["content_hash"],
+        n8n_version_id=row["n8n_version_id"],
+        label=row["label"],
+        note=row["note"],
+        node_names=d.to_names(row["node_names"]),
+        created_by=row["created_by"],
+        created_at=d.time(row["created_at"]),
+        definition_json=blob(optional(row, "definition_json")),
+    )
+
+
+def change_of(d: Dialect, row: Row) -> ChangeLogEntry:
+    return ChangeLogEntry(
+        id=row["id"],
+        kind=ChangeKind(row["kind"]),
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        from_version=row["from_version"],
+        to_version=row["to_version"],
+        actor=row["actor"],
+        reason=row["reason"],
+        created_at=d.time(row["created_at"]),
+    )
+
+
+def params(base: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    return {**base, **extra}

@@ -1,0 +1,76 @@
+"""The one wiring of settings → stores → services, used by `serve` (app.py) and the operator CLI alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .n8n_api import N8nClient
+from .services.checkpoints import CheckpointService
+from .services.idempotency import IdempotencyService
+from .services.instances import InstanceService
+from .services.versions import VersionService
+from .settings import Settings
+from .stores.backend import Backend, open_postgres, open_sqlite
+from .stores.cache import Cache, RedisCache
+from .stores.memory_cache import MemoryCache
+
+
+async def open_backend(settings: Settings, *, owner: bool, migrate: bool) -> Backend:
+    """Opens the configured backend, applying pending migrations first when asked.
+
+    owner: this process serves the database (the sidecar). For the embedded
+    database that takes the file's exclusive lock, so a second sidecar on the
+    same file fails at once; operator commands (the CLI) open it without.
+    """
+    threshold = settings.compress_threshold_bytes
+    if settings.embedded:
+        return await open_sqlite(settings.sqlite_path, owner=owner, migrate=migrate,
+                                 retry_attempts=settings.db_retry_attempts,
+                                 wait_timeout_seconds=settings.db_pool_timeout_seconds,
+                                 compress_threshold_bytes=threshold)
+    return await open_postgres(settings.database_url, migrate=migrate, min_size=settings.db_pool_min,
+                               max_size=settings.db_pool_max, connect_timeout=settings.db_connect_timeout_seconds,
+                               retry_attempts=settings.db_retry_attempts, pool_timeout=settings.db_pool_timeout_seconds,
+                               compress_threshold_bytes=threshold)
+
+
+def make_cache(settings: Settings, *, shared_only: bool = False) -> Cache:
+    """Redis when a URL is configured; else the in-process cache (or none at all with shared_only)."""
+    if settings.redis_url:
+        return RedisCache(settings.redis_url, max_connections=settings.redis_pool_max,
+                          timeout_seconds=settings.redis_timeout_seconds, ttl_seconds=settings.cache_ttl_seconds,
+                          max_item_bytes=settings.cache_max_item_bytes)
+    return MemoryCache(max_bytes=0 if shared_only else settings.local_cache_max_bytes,
+                       ttl_seconds=settings.cache_ttl_seconds, max_item_bytes=settings.cache_max_item_bytes)
+
+
+@dataclass
+class Services:
+    """The four services over one backend: what the gRPC servicers and the CLI commands call."""
+
+    instances: InstanceService
+    checkpoints: CheckpointService
+    keys: IdempotencyService
+    versions: VersionService
+
+
+def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
+    """The services as the server builds them; the CLI passes its own caches (keys_cache: the one keys talk to)."""
+    db = backend.db
+    keys = IdempotencyService(db, backend.idempotency, keys_cache or cache,
+                              default_lease_seconds=settings.idempotency_lease_seconds,
+                              default_ttl_seconds=settings.idempotency_ttl_seconds,
+                              max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
+                              reaper_batch_size=settings.reaper_batch_size, instances=backend.instances)
+    checkpoints = CheckpointService(db, backend.instances, backend.checkpoints, cache,
+                                    max_state_bytes=settings.max_state_bytes,
+                                    max_batch_items=settings.max_batch_items,
+                                    default_lease_seconds=settings.lease_seconds, keys=keys)
+    n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
+                    max_bytes=settings.max_state_bytes)
+    versions = VersionService(db, backend.versions, backend.instances, n8n,
+                              sync_interval_seconds=settings.n8n_sync_interval_seconds,
+                              max_batch_items=settings.max_batch_items)
+    instances = InstanceService(db, backend.instances, backend.checkpoints, checkpoints, versions,
+                                default_lease_seconds=settings.lease_seconds)
+    return Services(instances, checkpoints, keys, versions)
