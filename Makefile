@@ -23,7 +23,7 @@ NODE_ENV_VARS := PATH="$(abspath $(NODE_HOME))/bin:$$PATH" npm_config_nodedir="$
 NPM := cd $(NODE_PKG) && $(NODE_ENV_VARS) npm
 
 .PHONY: setup proto proto-check lint test e2e faults run run-sidecar clean help \
-	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick browser-setup
+	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick browser-setup ha-setup
 
 help:
 	@echo "make setup        create $(VENV) with the sidecar and its tools"
@@ -31,7 +31,8 @@ help:
 	@echo "make lint         ruff and mypy --strict"
 	@echo "make e2e          the real-n8n end-to-end scenarios (installs n8n 2.41 on Node 24 once)"
 	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
-	@echo "make faults       the long fault tests (10-minute soak)"
+	@echo "make faults       the long fault tests (Patroni failover under load, 10-minute soak)"
+	@echo "make ha-setup     Debian's patroni and etcd-server for the failover tests (apt-get, once)"
 	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS (~30 min; writes docs/bench/)"
 	@echo "make bench-quick  the same benchmarks in short runs (under 3 minutes; docs/ untouched)"
 	@echo "make proto        regenerate gRPC code from proto/"
@@ -117,8 +118,18 @@ $(VENV)/.e2e-installed: e2e/requirements.txt $(VENV)/.installed
 	touch $@
 
 # The long fault tests: a soak of DURABLE_SOAK_SECONDS (default 600) at ~70 % of the measured peak.
-faults: setup
+faults: setup ha-setup
+	$(BIN)/python -m pytest -m failover tests/faults/test_failover.py $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m soak tests/soak $(PYTEST_ARGS)
+
+# The failover tests run a Patroni cluster (etcd + three PostgreSQL 15 nodes) of their own:
+# Debian's patroni and etcd-server, installed once with apt-get when missing.
+ha-setup:
+	@command -v patroni >/dev/null && command -v patronictl >/dev/null && command -v etcd >/dev/null || \
+	  { echo "ha-setup: installing Debian's patroni and etcd-server (apt-get, once)"; \
+	    sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+	    $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server; }
+	@patroni --version && etcd --version | head -1
 
 # --- benchmarks (bench/) -----------------------------------------------------
 
