@@ -21,7 +21,8 @@ export class DurableSidecarApi implements ICredentialType {
 			default: '127.0.0.1',
 			required: true,
 			placeholder: 'durable-sidecar.internal',
-			description: 'Host name or IP address the sidecar listens on (DURABLE_LISTEN_ADDRESS)',
+			description:
+				'Host name or IP address the sidecar listens on (DURABLE_LISTEN_ADDRESS). Several sidecars: their IP addresses separated by commas, each with an optional own port (10.0.0.5, 10.0.0.6:50052); calls are spread round-robin over those that answer.',
 		},
 		{
 			displayName: 'Port',
