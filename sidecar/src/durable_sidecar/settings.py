@@ -74,6 +74,22 @@ class Settings:
             "host:port of the HTTP server for /metrics, /livez and /readyz; empty disables it.",
         ),
     )
+    instance_gauges_interval_seconds: float = field(
+        default=15.0,
+        metadata=_meta(
+            "DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS",
+            "How often one query refreshes the instance gauges (by status, due wake-ups, oldest stalled) for "
+            "/metrics; 0 turns them off (seconds).",
+        ),
+    )
+    traces_enabled: bool = field(
+        default=False,
+        metadata=_meta(
+            "DURABLE_TRACES_ENABLED",
+            "OpenTelemetry spans for every RPC, exported over OTLP/gRPC as the standard OTEL_* variables say "
+            "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...).",
+        ),
+    )
     db_pool_min: int = field(
         default=2, metadata=_meta("DURABLE_DB_POOL_MIN", "Minimum PostgreSQL connections (the embedded database has one)."))
     db_pool_max: int = field(
@@ -303,6 +319,8 @@ class Settings:
         need(_is_host_port(self.listen_address), "DURABLE_LISTEN_ADDRESS", "must be host:port")
         need(self.metrics_address == "" or _is_host_port(self.metrics_address), "DURABLE_METRICS_ADDRESS",
              "must be host:port or empty")
+        need(self.instance_gauges_interval_seconds == 0 or 1 <= self.instance_gauges_interval_seconds <= 3600,
+             "DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS", "must be 0 (off) or 1 to 3600")
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")
         need(1 <= self.db_pool_max <= 1000, "DURABLE_DB_POOL_MAX", "must be 1 to 1000")
         need(self.db_connect_timeout_seconds > 0, "DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "must be positive")
