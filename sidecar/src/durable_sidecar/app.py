@@ -22,12 +22,13 @@ from durable.v1 import (
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import failpoints, metrics
+from . import failpoints, metrics, telemetry
 from .failpoints import parse as parse_failpoints
 from .settings import Settings
 from .stores.backend import Backend
 from .stores.base import Database
 from .stores.cache import Cache
+from .stores.gauges import instance_gauges
 from .transport.auth import Authenticator
 from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
@@ -131,6 +132,20 @@ class HealthMonitor:
                 pass
 
 
+async def refresh_instance_gauges(db: Database, dialect: str, stopping: asyncio.Event, *,
+                                  interval_seconds: float) -> None:
+    """Every interval, one query sets the instance gauges (metrics.py); scrapes only read them."""
+    while not stopping.is_set():
+        try:
+            metrics.set_instance_gauges(await instance_gauges(db, dialect))
+        except Exception:  # a failed refresh leaves the last values; the timestamp gauge shows their age
+            log.warning("instance gauges not refreshed", exc_info=True)
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=interval_seconds)
+        except TimeoutError:
+            pass
+
+
 def _credentials(settings: Settings) -> grpc.ServerCredentials:
     with open(settings.tls_key_file, "rb") as fh:
         key = fh.read()
@@ -219,12 +234,20 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
 
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
         metrics_server = metrics.MetricsServer(settings.metrics_address, ready=ready, refresh=refresh)
+    stop_traces = telemetry.configure(settings.traces_enabled)
     await server.start()
     for name in ["", *SERVICE_NAMES]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
                       stopping=stopping, metrics_server=metrics_server, drains=[checkpoints.drain])
+    if stop_traces is not None:
+        sidecar.drains.append(lambda: asyncio.to_thread(stop_traces))  # flushes the last spans
+    if metrics_server is not None and settings.instance_gauges_interval_seconds > 0:
+        sidecar.background.append(asyncio.create_task(
+            refresh_instance_gauges(db, backend.dialect, stopping,
+                                    interval_seconds=settings.instance_gauges_interval_seconds),
+            name="instance-gauges"))
     sidecar.background.append(asyncio.create_task(idempotency.run_reaper(settings.reaper_interval_seconds),
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
@@ -232,6 +255,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         metrics_server.start()
     log.info("sidecar serving", extra={"address": settings.listen_address, "port": port,
                                        "tls": settings.tls_enabled, "storage": backend.dialect,
+                                       "traces": settings.traces_enabled,
                                        "cache": "redis" if settings.redis_url else "in-process" if cache.enabled else "off"})
     return sidecar
 

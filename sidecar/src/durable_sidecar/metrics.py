@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
@@ -25,6 +26,49 @@ POOL_SIZE = Gauge("durable_db_pool_connections", "Database connections (the Post
 CHECKPOINTS_SAVED = Counter("durable_checkpoints_saved_total", "Checkpoint items saved, by result.", ["result"])
 IDEMPOTENCY_CLAIMS = Counter("durable_idempotency_claims_total", "Idempotency claims, by outcome.", ["outcome"])
 KEYS_REAPED = Counter("durable_idempotency_keys_reaped_total", "Expired idempotency keys deleted.")
+# Refreshed by one periodic query (app.py, DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS), never per scrape. Every
+# sidecar on one database reports the same values: aggregate with max by (namespace), not sum.
+INSTANCES = Gauge("durable_instances", "Running instances by state: running (live lease), waiting (for a wake-up), "
+                  "stalled (lease lapsed, no wake-up).", ["namespace", "state"])
+WAKE_UPS_DUE = Gauge("durable_wake_ups_due", "Instances whose wake-up time has passed and not yet resumed.",
+                     ["namespace"])
+OLDEST_STALLED = Gauge("durable_oldest_stalled_instance_age_seconds",
+                       "Seconds since the lease of the oldest stalled instance lapsed (0: none stalled).", ["namespace"])
+INSTANCE_GAUGES_UPDATED = Gauge("durable_instance_gauges_updated_timestamp_seconds",
+                                "When the instance gauges were last refreshed (Unix time).")
+_INSTANCE_STATES = ("running", "waiting", "stalled")
+_gauge_namespaces: set[str] = set()
+
+
+class InstanceCounts(Protocol):
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def stalled(self) -> int: ...
+    @property
+    def due_wake_ups(self) -> int: ...
+    @property
+    def oldest_stalled_seconds(self) -> float: ...
+
+
+def set_instance_gauges(by_namespace: Mapping[str, InstanceCounts]) -> None:
+    """Sets the instance gauges; a namespace with no running instance left drops out."""
+    for namespace in _gauge_namespaces - set(by_namespace):
+        for state in _INSTANCE_STATES:
+            INSTANCES.remove(namespace, state)
+        WAKE_UPS_DUE.remove(namespace)
+        OLDEST_STALLED.remove(namespace)
+    for namespace, g in by_namespace.items():
+        INSTANCES.labels(namespace, "running").set(g.running)
+        INSTANCES.labels(namespace, "waiting").set(g.waiting)
+        INSTANCES.labels(namespace, "stalled").set(g.stalled)
+        WAKE_UPS_DUE.labels(namespace).set(g.due_wake_ups)
+        OLDEST_STALLED.labels(namespace).set(g.oldest_stalled_seconds)
+    _gauge_namespaces.clear()
+    _gauge_namespaces.update(by_namespace)
+    INSTANCE_GAUGES_UPDATED.set_to_current_time()
 
 
 class _Handler(BaseHTTPRequestHandler):

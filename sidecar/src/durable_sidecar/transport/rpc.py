@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from .. import errors, metrics
+from .. import errors, metrics, telemetry
 from ..logs import instance_key_var, namespace_var, request_id_var
 from .auth import Authenticator
 from .boundary import Boundary, refuse_undecodable
@@ -86,7 +86,8 @@ def unary(method: str) -> Callable[
         async def run(self: HasAuth, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
             started = time.perf_counter()
             code = grpc.StatusCode.OK
-            message = ""
+            message = namespace = ""
+            span = telemetry.start_rpc(method, context.invocation_metadata())
             try:
                 namespace = _begin(context, self.auth)
                 boundary = _boundary(self)
@@ -103,6 +104,7 @@ def unary(method: str) -> Callable[
             finally:
                 metrics.RPC_TOTAL.labels(method, code.name).inc()
                 metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
+                telemetry.end_rpc(span, namespace=namespace, request=request, code=code, message=message)
             await context.abort(code, message)
             raise AssertionError("abort raises")
 
@@ -122,7 +124,8 @@ def server_stream(method: str) -> Callable[
         async def run(self: HasAuth, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> AsyncIterator[Resp]:
             started = time.perf_counter()
             code = grpc.StatusCode.OK
-            message = ""
+            message = namespace = ""
+            span = telemetry.start_rpc(method, context.invocation_metadata())
             try:
                 namespace = _begin(context, self.auth)
                 boundary = _boundary(self)
@@ -139,6 +142,7 @@ def server_stream(method: str) -> Callable[
             finally:
                 metrics.RPC_TOTAL.labels(method, code.name).inc()
                 metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
+                telemetry.end_rpc(span, namespace=namespace, request=request, code=code, message=message)
             if code is not grpc.StatusCode.OK:
                 await context.abort(code, message)
 

@@ -1,0 +1,72 @@
+"""One cheap query for the dashboard gauges: running instances by state, per namespace.
+
+It reads only running instances, through the two partial indexes on them
+(leases: wake_at IS NULL; wake-ups: wake_at IS NOT NULL), and is run by a
+periodic task (app.py), never per scrape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Conn, Database
+
+
+@dataclass(frozen=True)
+class NamespaceGauges:
+    """Running instances of one namespace: holding a live lease, waiting for a wake-up, stalled."""
+
+    running: int = 0
+    waiting: int = 0
+    stalled: int = 0
+    due_wake_ups: int = 0
+    oldest_stalled_seconds: float = 0.0
+
+
+_POSTGRES = """
+SELECT namespace, 'lease' AS kind, count(*) AS total, count(*) FILTER (WHERE lease_expires_at < now()) AS late,
+       coalesce(extract(epoch FROM now() - min(lease_expires_at)), 0)::float8 AS oldest_s
+FROM durable_instances WHERE status = 'running' AND wake_at IS NULL GROUP BY namespace
+UNION ALL
+SELECT namespace, 'wake', count(*), count(*) FILTER (WHERE wake_at <= now()), 0
+FROM durable_instances WHERE status = 'running' AND wake_at IS NOT NULL GROUP BY namespace
+"""
+
+_SQLITE = """
+SELECT namespace, 'lease' AS kind, count(*) AS total, sum(lease_expires_at < :now) AS late,
+       coalesce((:now - min(lease_expires_at)) / 1e6, 0) AS oldest_s
+FROM durable_instances WHERE status = 'running' AND wake_at IS NULL GROUP BY namespace
+UNION ALL
+SELECT namespace, 'wake', count(*), sum(wake_at <= :now), 0
+FROM durable_instances WHERE status = 'running' AND wake_at IS NOT NULL GROUP BY namespace
+"""
+
+
+async def instance_gauges(db: Database, dialect: str) -> dict[str, NamespaceGauges]:
+    """Gauges per namespace that has running instances (one statement, database time)."""
+
+    async def read(conn: Conn) -> list[tuple[str, str, int, int, float]]:
+        if dialect == "postgres":
+            from .postgres.db import pg
+
+            cur = await pg(conn).execute(_POSTGRES)
+            return [(r["namespace"], r["kind"], int(r["total"]), int(r["late"] or 0), float(r["oldest_s"] or 0))
+                    for r in await cur.fetchall()]
+        from .sqlite.db import lite
+
+        c = lite(conn)
+        rows = await c.all(_SQLITE, {"now": c.now_us})
+        return [(r["namespace"], r["kind"], int(r["total"]), int(r["late"] or 0), float(r["oldest_s"] or 0))
+                for r in rows]
+
+    out: dict[str, NamespaceGauges] = {}
+    for namespace, kind, total, late, oldest in await db.transaction(read):
+        g = out.get(namespace, NamespaceGauges())
+        if kind == "lease":
+            g = NamespaceGauges(running=total - late, waiting=g.waiting, stalled=late, due_wake_ups=g.due_wake_ups,
+                                oldest_stalled_seconds=max(0.0, oldest) if late else 0.0)
+        else:
+            g = NamespaceGauges(running=g.running, waiting=total, stalled=g.stalled, due_wake_ups=late,
+                                oldest_stalled_seconds=g.oldest_stalled_seconds)
+        out[namespace] = g
+    return out
