@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -60,10 +62,11 @@ class SidecarProc:
 
     def __init__(self, database_url: str, log: Path) -> None:
         self.port = free_port()
+        self.metrics_port = free_port()
         self.log = log
         self.env = {**os.environ, "DURABLE_DATABASE_URL": database_url, "DURABLE_REDIS_URL": "",
                     "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE}", "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{self.port}",
-                    "DURABLE_METRICS_ADDRESS": "", "DURABLE_LOG_FORMAT": "text", "DURABLE_LOG_LEVEL": "WARNING",
+                    "DURABLE_METRICS_ADDRESS": f"127.0.0.1:{self.metrics_port}", "DURABLE_LOG_FORMAT": "text", "DURABLE_LOG_LEVEL": "WARNING",
                     "DURABLE_DB_POOL_TIMEOUT_SECONDS": "2", "DURABLE_DB_CONNECT_TIMEOUT_SECONDS": "10",
                     "DURABLE_HEALTH_CHECK_INTERVAL_SECONDS": "0.5"}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -87,6 +90,15 @@ class SidecarProc:
                 return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
         except grpc.RpcError:
             return "NO_ANSWER"
+
+    def readyz(self) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=0.5) as reply:
+                return f"readyz {reply.status}"
+        except urllib.error.HTTPError as exc:
+            return f"readyz {exc.code}"
+        except OSError:
+            return "readyz NO_ANSWER"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -257,6 +269,7 @@ async def _failover_under_load(cluster: PatroniCluster, sidecars: list[SidecarPr
         while not stop.is_set():
             for i, p in enumerate(sidecars):
                 health_seen[i].add(await asyncio.to_thread(p.health))
+                health_seen[i].add(await asyncio.to_thread(p.readyz))
             await asyncio.sleep(0.3)
 
     try:
@@ -300,11 +313,12 @@ async def _failover_under_load(cluster: PatroniCluster, sidecars: list[SidecarPr
         duplicates = [k for k, attempts in ledger.side_effects.items() if len(attempts) > 1]
         window = _unavailability(ledger.acks_at, fault_at)
         health_after = [await asyncio.to_thread(p.health) for p in sidecars]
+        readyz_after = [await asyncio.to_thread(p.readyz) for p in sidecars]
         figures = {"acked": ledger.acked(), "lost": lost, "duplicates": duplicates, "window_s": round(window, 2),
                    "promoted_s": round(promoted_s, 2), "retries": dict(ledger.retries), "wrong": ledger.wrong,
                    "orders": len(ledger.instances), "wakeups": len(ledger.wakeups),
                    "redelivered": sum(1 for v in ledger.delivered.values() if v > 1),
-                   "health_seen": {i: sorted(v) for i, v in health_seen.items()}, "health_after": health_after,
+                   "health_seen": {i: sorted(v) for i, v in health_seen.items()}, "health_after": health_after + readyz_after,
                    "old_leader": old_leader, "new_leader": cluster.leader().name}
         print(f"\n{name}: {json.dumps(figures, default=str)[:3000]}")
         TALLY.add(name, faults=1, operations=ledger.ops, lost=len(lost), duplicates=len(duplicates),
@@ -313,7 +327,7 @@ async def _failover_under_load(cluster: PatroniCluster, sidecars: list[SidecarPr
         assert ledger.wrong == []
         assert lost == [], lost[:20]
         assert duplicates == []
-        assert health_after == ["SERVING", "SERVING"]
+        assert health_after == ["SERVING", "SERVING"] and readyz_after == ["readyz 200", "readyz 200"]
         assert ledger.acked() > 50
         return figures
     finally:
@@ -328,6 +342,9 @@ async def test_kill9_of_the_primary_node_under_load_loses_nothing(cluster: Patro
         cluster.kill9_node(cluster.leader())
 
     figures = await _failover_under_load(cluster, sidecars, kill_primary, "Patroni: kill -9 of the primary node")
+    # No primary for ~ttl seconds: health and /readyz said so, and came back by themselves (asserted above).
+    for seen in figures["health_seen"].values():
+        assert {"NOT_SERVING", "readyz 503"} <= set(seen), figures["health_seen"]
     assert figures["window_s"] < 30, figures  # aim: under 15 s (Patroni ttl 10 s + loop_wait 1 s)
 
 
