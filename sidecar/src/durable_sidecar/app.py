@@ -29,6 +29,7 @@ from .stores.backend import Backend
 from .stores.base import Database
 from .stores.cache import Cache
 from .stores.gauges import instance_gauges
+from .transport import http as http_json
 from .transport.auth import Authenticator
 from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
@@ -59,6 +60,7 @@ class Sidecar:
     port: int
     stopping: asyncio.Event
     metrics_server: metrics.MetricsServer | None = None
+    http_server: http_json.HttpJsonServer | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)
     # Awaited after the server stopped and before the pools close (pending cache writes).
     drains: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -75,6 +77,8 @@ class Sidecar:
         for name in ["", *SERVICE_NAMES]:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining in-flight RPCs", extra={"grace_s": grace})
+        if self.http_server is not None:
+            await self.http_server.stop()
         await self.server.stop(grace)
         for task in self.background:
             task.cancel()
@@ -235,12 +239,26 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
         metrics_server = metrics.MetricsServer(settings.metrics_address, ready=ready, refresh=refresh)
     stop_traces = telemetry.configure(settings.traces_enabled)
+    http_server = None
+    if settings.http_listen_address:
+        descriptors = [instance_pb2.DESCRIPTOR.services_by_name["InstanceService"],
+                       checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
+                       idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"],
+                       version_pb2.DESCRIPTOR.services_by_name["VersionService"]]
+        tls = (http_json.ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+               if settings.tls_enabled else None)
+        http_server = http_json.HttpJsonServer(
+            settings.http_listen_address, http_json.routes(list(zip(descriptors, servicers, strict=True))),
+            max_body_bytes=settings.max_message_bytes, ssl_context=tls)
+        # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
+        await http_server.start()
     await server.start()
     for name in ["", *SERVICE_NAMES]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
-                      stopping=stopping, metrics_server=metrics_server, drains=[checkpoints.drain])
+                      stopping=stopping, metrics_server=metrics_server, drains=[checkpoints.drain],
+                      http_server=http_server)
     if stop_traces is not None:
         sidecar.drains.append(lambda: asyncio.to_thread(stop_traces))  # flushes the last spans
     if metrics_server is not None and settings.instance_gauges_interval_seconds > 0:

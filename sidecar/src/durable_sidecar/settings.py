@@ -74,6 +74,14 @@ class Settings:
             "host:port of the HTTP server for /metrics, /livez and /readyz; empty disables it.",
         ),
     )
+    http_listen_address: str = field(
+        default="",
+        metadata=_meta(
+            "DURABLE_HTTP_LISTEN_ADDRESS",
+            "host:port of the HTTP/JSON face (the Connect protocol's unary JSON form of the same services, same "
+            "tokens and TLS); empty disables it.",
+        ),
+    )
     instance_gauges_interval_seconds: float = field(
         default=15.0,
         metadata=_meta(
@@ -319,6 +327,11 @@ class Settings:
         need(_is_host_port(self.listen_address), "DURABLE_LISTEN_ADDRESS", "must be host:port")
         need(self.metrics_address == "" or _is_host_port(self.metrics_address), "DURABLE_METRICS_ADDRESS",
              "must be host:port or empty")
+        need(self.http_listen_address == "" or _is_host_port(self.http_listen_address), "DURABLE_HTTP_LISTEN_ADDRESS",
+             "must be host:port or empty")
+        need(self.http_listen_address == "" or self.http_listen_address.endswith(":0")
+             or self.http_listen_address not in (self.listen_address, self.metrics_address),
+             "DURABLE_HTTP_LISTEN_ADDRESS", "must differ from DURABLE_LISTEN_ADDRESS and DURABLE_METRICS_ADDRESS")
         need(self.instance_gauges_interval_seconds == 0 or 1 <= self.instance_gauges_interval_seconds <= 3600,
              "DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS", "must be 0 (off) or 1 to 3600")
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")

@@ -1,0 +1,160 @@
+"""The durable.v1 contract over HTTP/JSON: the Connect protocol's unary JSON form, on an opt-in address.
+
+Every unary method of the proto's services is served as
+`POST /durable.v1.<Service>/<Method>` with `Content-Type: application/json`,
+its body the request message in protobuf's canonical JSON mapping (bytes as
+base64, 64-bit integers as strings, field names in lowerCamelCase; both spellings
+are accepted). The request goes to the very handler gRPC calls (auth, the input
+boundary, metrics, spans, error mapping: transport/rpc.py), with the HTTP headers
+as its metadata. An error is the Connect error body `{"code": "...", "message":
+"..."}` with the HTTP status of `_HTTP_STATUS`, the one table of this boundary.
+Server streaming (WatchResumable) stays gRPC-only.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from aiohttp import web
+from google.protobuf import json_format, message, message_factory
+
+from .boundary import Undecodable
+
+log = logging.getLogger(__name__)
+
+# gRPC status -> (Connect code, HTTP status), as the Connect protocol specifies them.
+_HTTP_STATUS: dict[grpc.StatusCode, tuple[str, int]] = {
+    grpc.StatusCode.CANCELLED: ("canceled", 499),
+    grpc.StatusCode.UNKNOWN: ("unknown", 500),
+    grpc.StatusCode.INVALID_ARGUMENT: ("invalid_argument", 400),
+    grpc.StatusCode.DEADLINE_EXCEEDED: ("deadline_exceeded", 504),
+    grpc.StatusCode.NOT_FOUND: ("not_found", 404),
+    grpc.StatusCode.ALREADY_EXISTS: ("already_exists", 409),
+    grpc.StatusCode.PERMISSION_DENIED: ("permission_denied", 403),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ("resource_exhausted", 429),
+    grpc.StatusCode.FAILED_PRECONDITION: ("failed_precondition", 400),
+    grpc.StatusCode.ABORTED: ("aborted", 409),
+    grpc.StatusCode.OUT_OF_RANGE: ("out_of_range", 400),
+    grpc.StatusCode.UNIMPLEMENTED: ("unimplemented", 501),
+    grpc.StatusCode.INTERNAL: ("internal", 500),
+    grpc.StatusCode.UNAVAILABLE: ("unavailable", 503),
+    grpc.StatusCode.DATA_LOSS: ("data_loss", 500),
+    grpc.StatusCode.UNAUTHENTICATED: ("unauthenticated", 401),
+}
+
+# Headers passed to the handlers as call metadata (the rest of HTTP is not part of the contract).
+_METADATA_HEADERS = ("authorization", "x-request-id", "traceparent", "tracestate")
+
+
+class _Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _Context:
+    """The part of grpc.aio.ServicerContext the handlers use (transport/rpc.py): metadata and abort."""
+
+    def __init__(self, metadata: Sequence[tuple[str, str]]) -> None:
+        self._metadata = tuple(metadata)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise _Aborted(code, details)
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: str  # /durable.v1.Service/Method
+    request_type: type[message.Message]
+    handler: Callable[[Any, Any], Awaitable[message.Message]]
+
+
+def routes(servicers: Sequence[tuple[Any, Any]]) -> dict[str, _Route]:
+    """`(service descriptor, servicer)` pairs -> every unary method's route, from the descriptors alone."""
+    out: dict[str, _Route] = {}
+    for service, servicer in servicers:
+        for method in service.methods:
+            if method.server_streaming or method.client_streaming:
+                continue  # WatchResumable: gRPC only
+            path = f"/{service.full_name}/{method.name}"
+            request_type = message_factory.GetMessageClass(method.input_type)
+            out[path] = _Route(path, request_type, getattr(servicer, method.name))
+    return out
+
+
+def _error(code: grpc.StatusCode, details: str) -> web.Response:
+    name, status = _HTTP_STATUS.get(code, ("unknown", 500))
+    return web.json_response({"code": name, "message": details}, status=status)
+
+
+class HttpJsonServer:
+    """An aiohttp server for the routes; `port` is the bound port once started."""
+
+    def __init__(self, address: str, table: dict[str, _Route], *, max_body_bytes: int,
+                 ssl_context: ssl.SSLContext | None) -> None:
+        self.address = address
+        self._routes = table
+        self._ssl = ssl_context
+        self._app = web.Application(client_max_size=max_body_bytes)
+        self._app.router.add_route("*", "/{path:.*}", self._handle)
+        self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
+        self.port = 0
+
+    async def start(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host.strip("[]"), int(port), ssl_context=self._ssl, reuse_port=False)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        log.info("HTTP/JSON server listening", extra={"port": self.port, "tls": self._ssl is not None})
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        route = self._routes.get(request.path)
+        if route is None:
+            return _error(grpc.StatusCode.UNIMPLEMENTED, f"no unary method {request.path} (WatchResumable is gRPC only)")
+        if request.method != "POST":
+            return web.json_response({"code": "unimplemented", "message": "use POST"}, status=405,
+                                     headers={"Allow": "POST"})
+        if request.content_type != "application/json":
+            return web.json_response({"code": "unknown", "message": "Content-Type must be application/json"},
+                                     status=415, headers={"Accept-Post": "application/json"})
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "request body larger than DURABLE_MAX_MESSAGE_BYTES")
+        decoded: Any
+        try:
+            decoded = json_format.Parse(body or b"{}", route.request_type(), ignore_unknown_fields=False)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            # Refused by the handler after authentication, like an undecodable gRPC request.
+            decoded = Undecodable(route.method, str(exc))
+        metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+        try:
+            response = await route.handler(decoded, _Context(metadata))
+        except _Aborted as aborted:
+            return _error(aborted.code, aborted.details)
+        text = json_format.MessageToJson(response, indent=None)
+        return web.Response(body=text.encode(), content_type="application/json")
+
+
+def ssl_context(cert_file: str, key_file: str, client_ca_file: str = "") -> ssl.SSLContext:
+    """The same certificate (and client CA, for mutual TLS) as the gRPC server."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        ctx.load_verify_locations(client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
