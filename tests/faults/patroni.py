@@ -139,7 +139,7 @@ class PatroniCluster:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self, timeout: float = 90.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         etcd_dir = self.root / "etcd"
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         client = f"http://127.0.0.1:{self.etcd_port}"
@@ -160,7 +160,7 @@ class PatroniCluster:
             node.proc = subprocess.Popen(["patroni", str(node.config)], stdout=log, stderr=subprocess.STDOUT, env=env,
                                          cwd=node.config.parent, **_run_as_postgres())
 
-    def wait_healthy(self, timeout: float = 90.0) -> None:
+    def wait_healthy(self, timeout: float = 120.0) -> None:
         """A leader, a synchronous standby, and every live node running and streaming."""
         def ok() -> bool:
             members = self.members()
