@@ -124,8 +124,13 @@ async def test_postgres_restarts_lose_no_acknowledged_write(pg: ThrowawayPostgre
               note=f"acked={len(acked)} errors={errors} recovery_s={[round(r, 2) for r in recovery]}")
 
 
-async def test_ambiguous_commit_is_resolved_by_idempotent_retry(pg: ThrowawayPostgres) -> None:
-    """The connection dies after COMMIT reached the server but before its answer: the retry finds the write."""
+# A one-item save is one statement in autocommit (durable_save_checkpoint, migration 0006): its
+# ambiguous moment is that statement's answer. A batch is a transaction: its moment is the COMMIT.
+@pytest.mark.parametrize("items, cut_at", [(1, b"durable_save_checkpoint"), (2, b"COMMIT")],
+                         ids=["one-statement-save", "batch-commit"])
+async def test_ambiguous_commit_is_resolved_by_idempotent_retry(pg: ThrowawayPostgres, items: int,
+                                                                cut_at: bytes) -> None:
+    """The connection dies after the commit reached the server but before its answer: the retry finds the write."""
     proxy = TcpProxy(target_port=pg.port)
     proxy.start()
     token = f"ambig-{random.randrange(10**9)}"
@@ -133,20 +138,22 @@ async def test_ambiguous_commit_is_resolved_by_idempotent_retry(pg: ThrowawayPos
     ch = channel(sidecar.port)
     s = Stubs(ch, token)
     try:
-        key = new_key()
-        await start(s, key)
-        proxy.reset_after = b"COMMIT"
-        reply = await save(s, item(key, "payment", {"charged": 1999}))
-        assert proxy.resets == 1, "the proxy must have cut the connection during COMMIT"
-        result = reply.results[0]
-        assert result.checkpoint.sequence == 1
-        assert result.deduplicated, "the retry inside the sidecar must have found the committed write"
+        keys = [new_key() for _ in range(items)]
+        for key in keys:
+            await start(s, key)
+        proxy.reset_after = cut_at
+        reply = await save(s, *[item(key, "payment", {"charged": 1999}) for key in keys])
+        assert proxy.resets == 1, f"the proxy must have cut the connection at {cut_at.decode()}"
+        for result in reply.results:
+            assert result.checkpoint.sequence == 1
+            assert result.deduplicated, "the retry inside the sidecar must have found the committed write"
         with psycopg.connect(pg.url) as conn:
-            rows = conn.execute("SELECT count(*) FROM durable_checkpoints WHERE instance_key = %s", (key,)).fetchone()
-        assert rows == (1,)
+            rows = conn.execute("SELECT count(*) FROM durable_checkpoints WHERE instance_key = ANY(%s)",
+                                (keys,)).fetchone()
+        assert rows == (items,)
         assert check_invariants(pg.url) == []
-        TALLY.add("reset during COMMIT (ambiguous commit)", faults=1, operations=2,
-                  note=f"deduplicated_on_retry={result.deduplicated}")
+        TALLY.add(f"reset at {cut_at.decode()} (ambiguous commit, {items} item(s))", faults=1, operations=2,
+                  note=f"deduplicated_on_retry={all(r.deduplicated for r in reply.results)}")
     finally:
         await ch.close()
         await sidecar.stop(grace=0.5)

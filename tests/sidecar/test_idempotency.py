@@ -362,6 +362,49 @@ async def test_redis_stopped_flushed_or_garbled_gives_identical_outcomes(databas
             await sidecar.stop(grace=0.5)
 
 
+def local_hits() -> float:
+    return REGISTRY.get_sample_value("durable_cache_requests_total",
+                                     {"op": "idempotency_completed_local", "result": "hit"}) or 0.0
+
+
+async def test_completed_key_is_replayed_from_memory_without_redis_or_json_work(
+        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_sidecar.services import idempotency as service
+
+    with redis_server() as redis:
+        settings = make_settings(database_url, redis_url=redis.url, auth_tokens="idem-mem-token=ns-idem-mem",
+                                 redis_timeout_seconds=0.2)
+        sidecar = await app.start(settings)
+        ch = channel(sidecar.port)
+        s = Stubs(ch, "idem-mem-token")
+        try:
+            key, payload = new_key(), {"order": "o-mem", "n": 1}
+            first = await claim_one(s, key, payload)
+            await complete(s, key, first.key.attempt, {"charge": "ch_mem"})
+            assert (await claim_one(s, key, payload)).outcome == DUPLICATE  # these bytes are now known
+            before = local_hits()
+            redis.stop()
+
+            def no_json_work(payload: bytes, field: str = "") -> str:
+                raise AssertionError("a remembered payload was canonicalised again")
+
+            with monkeypatch.context() as patched:
+                patched.setattr(service, "fingerprint_of", no_json_work)
+                for _ in range(3):
+                    again = await claim_one(s, key, payload)
+                    assert again.outcome == DUPLICATE and json.loads(again.key.result_json) == {"charge": "ch_mem"}
+                    assert again.key.attempt == 1 and again.key.derived_key == first.key.derived_key
+                sent = await claim(s, pb.ClaimItem(scope=SCOPE, key=key, fingerprint=first.key.fingerprint))
+                assert sent.results[0].outcome == DUPLICATE
+            assert local_hits() - before == 4
+            # Another payload is never answered from memory: the database refuses it, naming the key.
+            code, details = await refused(claim(s, item(key, {"order": "o-mem", "n": 2})))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and key in details
+        finally:
+            await ch.close()
+            await sidecar.stop(grace=0.5)
+
+
 async def test_expired_key_starts_a_new_life_and_forgets_the_old_cached_result(harness: Harness,
                                                                                database_url: str) -> None:
     s = harness.alpha

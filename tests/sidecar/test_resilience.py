@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import grpc
@@ -52,6 +53,15 @@ async def test_redis_stopped_mid_test_changes_no_answer(database_url: str) -> No
             await sidecar.stop(grace=0.5)
 
 
+async def eventually_cached(client: object) -> None:
+    """The cache write runs after the reply: wait for it (a few seconds at most)."""
+    for _ in range(100):
+        if client.dbsize() > 0:  # type: ignore[attr-defined]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the state was never cached")
+
+
 async def test_flushed_cache_changes_no_answer(database_url: str) -> None:
     import redis as redis_lib
 
@@ -61,12 +71,18 @@ async def test_flushed_cache_changes_no_answer(database_url: str) -> None:
         ch = channel(sidecar.port)
         s = Stubs(ch, "flush-token-1")
         try:
-            key = new_key()
-            await start(s, key)
-            await save(s, item(key, "payment", {"paid": True}))
-            before = await _answers(s, key)
+            key, small = new_key(), new_key()
             client = redis_lib.Redis.from_url(redis.url)
-            assert client.dbsize() > 0  # the state really was cached
+            # A small state is served by PostgreSQL by primary key, as cheaply as by Redis: never cached.
+            await start(s, small)
+            await save(s, item(small, "payment", {"paid": True}))
+            await _answers(s, small)
+            assert client.dbsize() == 0
+            # A state from the compression threshold (16 KiB) on is.
+            await start(s, key)
+            await save(s, item(key, "payment", {"paid": True, "lines": ["x" * 100] * 200}))
+            before = await _answers(s, key)
+            await eventually_cached(client)
             client.flushall()
             assert await _answers(s, key) == before
             # A corrupted cache entry is ignored too (the SHA-256 must match).

@@ -44,7 +44,8 @@ async def _services(settings: Settings) -> AsyncIterator[Services]:
     keys_cache = make_cache(settings, shared_only=True)
     try:
         keys_cache.bind(await db.installation_id())
-        yield build_services(settings, backend, cache, keys_cache=keys_cache)
+        # No in-process copy of completed keys: a command changes keys beside running sidecars.
+        yield build_services(replace(settings, local_key_cache_entries=0), backend, cache, keys_cache=keys_cache)
     finally:
         await keys_cache.close()
         await db.close()

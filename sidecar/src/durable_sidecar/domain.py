@@ -247,9 +247,12 @@ class NewClaim:
     # The instance the claim works for: its lease holder may take the key over
     # from a holder that lost the instance.
     instance: InstanceRef | None = None
-    # The fingerprint of payload_json before RFC 8785 (canonical.py, Migration):
-    # a key claimed before the upgrade still matches it.
-    legacy_fingerprint: str = ""
+    # The payload as sent: its fingerprint before RFC 8785 (canonical.py,
+    # Migration) is computed only when a stored fingerprint differs, so a key
+    # claimed before the upgrade still matches it.
+    payload_json: bytes = b""
+    # SHA-256 of those raw bytes: an in-process replay knows the payload by it (stores/completed_keys.py).
+    raw_sha256: str = ""
 
 
 @dataclass(frozen=True)

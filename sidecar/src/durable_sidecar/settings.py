@@ -127,6 +127,14 @@ class Settings:
         default=1_048_576,
         metadata=_meta("DURABLE_CACHE_MAX_ITEM_BYTES", "States larger than this are not cached (bytes)."),
     )
+    local_key_cache_entries: int = field(
+        default=10_000,
+        metadata=_meta(
+            "DURABLE_LOCAL_KEY_CACHE_ENTRIES",
+            "Completed idempotency keys each process keeps in memory in front of the shared cache, replayed "
+            "without a network hop; 0 disables it (entries).",
+        ),
+    )
     lease_seconds: int = field(
         default=300,
         metadata=_meta("DURABLE_LEASE_SECONDS", "Default instance lease; a checkpoint renews it (seconds)."),
@@ -139,7 +147,7 @@ class Settings:
     )
     compress_threshold_bytes: int = field(
         default=16_384,
-        metadata=_meta("DURABLE_COMPRESS_THRESHOLD_BYTES", "States at least this large are stored zlib-compressed (bytes)."),
+        metadata=_meta("DURABLE_COMPRESS_THRESHOLD_BYTES", "States at least this large are stored zlib-compressed and, with Redis, cached (bytes)."),
     )
     max_message_bytes: int = field(
         default=67_108_864,
@@ -347,6 +355,7 @@ class Settings:
         need(0 < self.redis_timeout_seconds <= 60, "DURABLE_REDIS_TIMEOUT_SECONDS", "must be in (0, 60]")
         need(self.cache_ttl_seconds >= 1, "DURABLE_CACHE_TTL_SECONDS", "must be at least 1")
         need(self.cache_max_item_bytes >= 0, "DURABLE_CACHE_MAX_ITEM_BYTES", "must not be negative")
+        need(self.local_key_cache_entries >= 0, "DURABLE_LOCAL_KEY_CACHE_ENTRIES", "must not be negative")
         need(1 <= self.lease_seconds <= 86_400, "DURABLE_LEASE_SECONDS", "must be 1 to 86400")
         need(1 <= self.max_state_bytes <= 1_073_741_824, "DURABLE_MAX_STATE_BYTES", "must be 1 to 1 GiB")
         need(not self.embedded or self.max_state_bytes <= _SQLITE_MAX_STATE_BYTES, "DURABLE_MAX_STATE_BYTES",

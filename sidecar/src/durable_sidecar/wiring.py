@@ -61,11 +61,15 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                               default_lease_seconds=settings.idempotency_lease_seconds,
                               default_ttl_seconds=settings.idempotency_ttl_seconds,
                               max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
-                              reaper_batch_size=settings.reaper_batch_size, instances=backend.instances)
+                              reaper_batch_size=settings.reaper_batch_size, instances=backend.instances,
+                              local_keys=settings.local_key_cache_entries)
     checkpoints = CheckpointService(db, backend.instances, backend.checkpoints, cache,
                                     max_state_bytes=settings.max_state_bytes,
                                     max_batch_items=settings.max_batch_items,
-                                    default_lease_seconds=settings.lease_seconds, keys=keys)
+                                    default_lease_seconds=settings.lease_seconds, keys=keys,
+                                    # Small states are cheaper from PostgreSQL than from Redis; the
+                                    # in-process cache (embedded setup) is cheaper than either.
+                                    cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0)
     n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
                     max_bytes=settings.max_state_bytes)
     versions = VersionService(db, backend.versions, backend.instances, n8n,

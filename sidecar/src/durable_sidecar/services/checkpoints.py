@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from ..stores.base import (
     Database,
     InstanceStore,
     NewCheckpointRow,
+    SingleSave,
 )
 from ..stores.cache import Cache
 from ..stores.states import EncodedState
@@ -41,6 +43,9 @@ log = logging.getLogger(__name__)
 # Above this many bytes, hashing, JSON checks and compression move off the event
 # loop so one large save does not stall every other RPC.
 _OFFLOAD_BYTES = 256 * 1024
+# From this size a state is compressed on a helper thread while it is checked and hashed.
+_PARALLEL_BYTES = 1024 * 1024
+_HELPERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="durable-compress")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class SaveItem:
     lease_seconds: int
     add_step_result: bool = False
     complete_key: CompleteKey | None = None
+    # The caller has checked that state is JSON (the gRPC boundary does for every request): not parsed twice.
+    json_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ def add_step_result(current: bytes | None, step_name: str, result: bytes) -> byt
 class CheckpointService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore, cache: Cache, *,
                  max_state_bytes: int, max_batch_items: int, default_lease_seconds: int,
-                 keys: IdempotencyService | None = None) -> None:
+                 keys: IdempotencyService | None = None, cache_min_bytes: int = 0) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
@@ -153,17 +160,24 @@ class CheckpointService:
         self.default_lease_seconds = default_lease_seconds
         # Completes the keys saves name (complete_key); without it such saves are refused.
         self.keys = keys
+        # States smaller than this are neither written to nor read from the cache: the
+        # database serves them by primary key in the one round trip a cache would cost.
+        self.cache_min_bytes = cache_min_bytes
         # Cache writes run after the reply; kept here so they are not garbage-collected mid-flight.
         self._cache_writes: set[asyncio.Task[None]] = set()
 
-    def check_state(self, field: str, raw: bytes, *, object_only: bool = False) -> None:
+    def check_state(self, field: str, raw: bytes, *, object_only: bool = False, json_checked: bool = False) -> None:
         """A state-like payload: at most DURABLE_MAX_STATE_BYTES (TooLarge above) of JSON (InvalidArgument)."""
         if len(raw) > self.max_state_bytes:
             raise TooLarge(
                 f"{field} is {len(raw)} bytes; the limit is {self.max_state_bytes} bytes "
                 "(DURABLE_MAX_STATE_BYTES): save fewer fields"
             )
-        validation.json_bytes(field, raw)
+        if json_checked:
+            if not raw:
+                raise InvalidArgument(f"{field} is required (JSON)")
+        else:
+            validation.json_bytes(field, raw)
         # Valid JSON that starts with "{" is an object: no second parse needed.
         if object_only and not raw.lstrip(b" \t\r\n").startswith(b"{"):
             raise InvalidArgument(f"{field} must be a JSON object")
@@ -179,7 +193,7 @@ class CheckpointService:
             lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400, default=0)
             if item.expected_sequence is not None and item.expected_sequence < 0:
                 raise InvalidArgument("expected_sequence must not be negative")
-            self.check_state("state_json", item.state)
+            self.check_state("state_json", item.state, json_checked=item.json_checked)
             completion = self._completion(namespace, item) if item.complete_key is not None else None
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"{where}: {exc}") from None
@@ -213,9 +227,19 @@ class CheckpointService:
     def _prepare(self, namespace: str, items: list[SaveItem]) -> list[tuple[NewCheckpoint, EncodedState]]:
         out = []
         for i, item in enumerate(items):
-            new = self._validate(namespace, i, item)
-            # A step result is encoded once merged into the instance's state (in the transaction).
-            out.append((new, _UNENCODED if new.add_step_result else self.checkpoints.encode(new.state)))
+            if item.add_step_result:
+                # A step result is encoded once merged into the instance's state (in the transaction).
+                out.append((self._validate(namespace, i, item), _UNENCODED))
+            elif len(item.state) >= _PARALLEL_BYTES:
+                # zlib releases the GIL: it compresses on a helper thread while this one checks and hashes.
+                packing = _HELPERS.submit(self.checkpoints.encode, item.state)
+                try:
+                    new = self._validate(namespace, i, item)
+                finally:
+                    encoded = packing.result()
+                out.append((new, encoded))
+            else:
+                out.append((self._validate(namespace, i, item), self.checkpoints.encode(item.state)))
         return out
 
     async def save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
@@ -228,6 +252,11 @@ class CheckpointService:
             prepared = await asyncio.to_thread(self._prepare, namespace, items)
         else:
             prepared = self._prepare(namespace, items)
+        del items  # the prepared items hold what is still needed of the request
+        if len(prepared) == 1 and self.checkpoints.one_statement_save and _single_statement(prepared[0][0]):
+            single = await self._save_single(namespace, *prepared[0])
+            if single is not None:
+                return single
 
         async def txn(conn: Conn) -> tuple[list[SavedCheckpoint], list[NewCheckpoint], list[KeyCompleted]]:
             # Three statements per batch, whatever its size: lock the instances (in a
@@ -263,24 +292,58 @@ class CheckpointService:
         if completions:
             assert self.keys is not None
             await self.keys.completed(completions)
+        self._saved(namespace, saved_items, results)
+        return results
+
+    async def _save_single(self, namespace: str, new: NewCheckpoint,
+                           encoded: EncodedState) -> list[SavedCheckpoint] | None:
+        """One item as one statement (one round trip), where the backend has one; None: take the batch path."""
+        row = NewCheckpointRow(new.ref, 0, new.step_name, encoded, new.sha256, len(new.state), new.execution_id,
+                               new.node_name)
+        del encoded  # the row holds the encoded state; nothing else keeps a copy through the write
+
+        async def one(conn: Conn) -> SingleSave | None:
+            return await self.checkpoints.save_single_txn(conn, row, expected_sequence=new.expected_sequence,
+                                                          lease_seconds=new.lease_seconds,
+                                                          default_lease_seconds=self.default_lease_seconds)
+
+        failpoints.hit("checkpoint.before_insert")
+        done = await self.db.single(one)
+        if done is None:
+            return None
+        if done.outcome == "not_found":
+            raise _not_found(0, new.ref)
+        if done.outcome == "finished":
+            raise _finished(0, new.ref)
+        if done.outcome == "stale":
+            assert new.expected_sequence is not None
+            raise _stale(0, new.expected_sequence, done.last_sequence)
+        assert done.checkpoint is not None, f"unexpected outcome {done.outcome}"
+        failpoints.hit("checkpoint.after_commit")
+        results = [SavedCheckpoint(done.checkpoint, deduplicated=done.outcome == "deduplicated")]
+        self._saved(namespace, [new], results)
+        return results
+
+    def _saved(self, namespace: str, saved_items: list[NewCheckpoint], results: list[SavedCheckpoint]) -> None:
+        """After the commit: counts the saves and hands the new large states to the cache (after the reply)."""
         fresh = []
         for new, saved in zip(saved_items, results, strict=True):
             metrics.CHECKPOINTS_SAVED.labels("deduplicated" if saved.deduplicated else "written").inc()
-            if not saved.deduplicated:
+            if not saved.deduplicated and len(new.state) >= self.cache_min_bytes:
                 fresh.append((new, saved.checkpoint.sequence))
-        if fresh and self.cache.enabled:
+        if self.cache.enabled and (fresh or failpoints.enabled("checkpoint.before_cache")):
             task = asyncio.create_task(self._cache_states(namespace, fresh))
             self._cache_writes.add(task)
             task.add_done_callback(self._cache_writes.discard)
-        return results
 
     async def _cache_states(self, namespace: str, fresh: list[tuple[NewCheckpoint, int]]) -> None:
         """Writes new states to the cache once the reply is on its way (the cache is never on the hot path)."""
         if failpoints.enabled("checkpoint.before_cache"):
             await asyncio.sleep(0.2)  # test only: let the reply reach the client before dying
         failpoints.hit("checkpoint.before_cache")
-        await self.cache.put_states(namespace, [(new.ref.workflow_id, new.ref.instance_key, sequence, new.state)
-                                                for new, sequence in fresh])
+        if fresh:
+                await self.cache.put_states(namespace, [(new.ref.workflow_id, new.ref.instance_key, sequence, new.state)
+                                                    for new, sequence in fresh])
 
     async def drain(self) -> None:
         """Waits for pending cache writes (at shutdown)."""
@@ -293,10 +356,7 @@ class CheckpointService:
         ref = new.ref
         state = locked.get(ref)
         if state is None:
-            raise NotFound(
-                f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} does not exist: "
-                "start it with StartOrResume (the Resume Point node) before saving checkpoints"
-            )
+            raise _not_found(index, ref)
         if new.add_step_result:
             new, encoded = await self._merged(conn, index, new, state)
         if state.last_sequence > 0 and state.last_step == new.step_name:
@@ -310,15 +370,9 @@ class CheckpointService:
                 if state.latest is not None and state.latest.sha256 == new.sha256:
                     return _Planned(state.latest, -1, deduplicated=True, new=new)
         if state.status_final:
-            raise FailedPrecondition(
-                f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} is finished; "
-                "a finished instance takes no more checkpoints"
-            )
+            raise _finished(index, ref)
         if new.expected_sequence is not None and new.expected_sequence != state.last_sequence:
-            raise StaleFencingToken(
-                f"items[{index}]: expected newest sequence {new.expected_sequence} but it is "
-                f"{state.last_sequence}: another execution saved in between; re-read the instance"
-            )
+            raise _stale(index, new.expected_sequence, state.last_sequence)
         sequence = state.last_sequence + 1
         rows.append(NewCheckpointRow(ref, sequence, new.step_name, encoded, new.sha256, len(new.state),
                                      new.execution_id, new.node_name))
@@ -377,7 +431,8 @@ class CheckpointService:
 
     async def with_state(self, namespace: str, cp: Checkpoint) -> Checkpoint:
         """Fills in the state from the cache, or from the database on a miss (then caches it)."""
-        state = await self.cache.get_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence)
+        cached = cp.size_bytes >= self.cache_min_bytes
+        state = await self.cache.get_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence) if cached else None
         if state is not None and hashlib.sha256(state).hexdigest() == cp.sha256:
             return replace(cp, state=state)
         ref = InstanceRef(namespace, cp.workflow_id, cp.instance_key)
@@ -388,24 +443,27 @@ class CheckpointService:
         full = await self.db.transaction(txn)
         if full is None or full.state is None:
             raise NotFound(f"checkpoint {cp.sequence} of {cp.workflow_id}/{cp.instance_key} was pruned")
-        await self.cache.put_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence, full.state)
+        if cached:
+            await self.cache.put_state(namespace, cp.workflow_id, cp.instance_key, cp.sequence, full.state)
         return full
 
     async def latest(self, ref: InstanceRef, *, include_state: bool) -> Checkpoint:
         _check_ref(ref)
 
-        async def txn(conn: Conn) -> Checkpoint:
-            inst = await self.instances.get_txn(conn, ref)
-            if inst is None:
-                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
-            if inst.last_sequence == 0:
-                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} has no checkpoints yet")
-            cp = await self.checkpoints.get_txn(conn, ref, inst.last_sequence, with_state=False)
-            assert cp is not None, "the newest checkpoint is never pruned"
-            return cp
+        # One statement; a state the cache would serve no faster comes along with it.
+        state_below = self.cache_min_bytes if include_state and self.cache.enabled else 1 << 62 if include_state else 0
 
-        cp = await self.db.transaction(txn)
-        return await self.with_state(ref.namespace, cp) if include_state else cp
+        async def one(conn: Conn) -> tuple[bool, Checkpoint | None]:
+            return await self.checkpoints.latest_txn(conn, ref, state_below=state_below)
+
+        exists, cp = await self.db.single(one)
+        if not exists:
+            raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+        if cp is None:
+            raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} has no checkpoints yet")
+        if include_state and cp.state is None:
+            return await self.with_state(ref.namespace, cp)
+        return cp
 
     async def get(self, ref: InstanceRef, sequence: int, *, include_state: bool) -> Checkpoint:
         _check_ref(ref)
@@ -447,6 +505,28 @@ class CheckpointService:
         result = await self.db.transaction(txn)
         log.info("checkpoints pruned", extra={"deleted": result.deleted_count, "dry_run": policy.dry_run})
         return result
+
+
+def _single_statement(new: NewCheckpoint) -> bool:
+    """Whether a lone item can be saved by one statement: a step result is merged and a key completed in the
+    batch path's transaction; a test's failpoint between insert and commit needs that transaction too."""
+    return (not new.add_step_result and new.complete_key is None
+            and not failpoints.enabled("checkpoint.after_insert"))
+
+
+def _not_found(index: int, ref: InstanceRef) -> NotFound:
+    return NotFound(f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} does not exist: "
+                    "start it with StartOrResume (the Resume Point node) before saving checkpoints")
+
+
+def _finished(index: int, ref: InstanceRef) -> FailedPrecondition:
+    return FailedPrecondition(f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} is finished; "
+                              "a finished instance takes no more checkpoints")
+
+
+def _stale(index: int, expected: int, last: int) -> StaleFencingToken:
+    return StaleFencingToken(f"items[{index}]: expected newest sequence {expected} but it is {last}: another "
+                             "execution saved in between; re-read the instance")
 
 
 def _check_ref(ref: InstanceRef) -> None:

@@ -9,6 +9,7 @@ from the database, so a cache problem can cost speed but never change an outcome
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import re
@@ -30,8 +31,9 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
-from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore
+from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore, SingleClaim
 from ..stores.cache import Cache
+from ..stores.completed_keys import CompletedKeys
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +131,12 @@ def _from_cache(raw: bytes) -> IdempotencyKey | None:
 class IdempotencyService:
     def __init__(self, db: Database, store: IdempotencyStore, cache: Cache, *, default_lease_seconds: int,
                  default_ttl_seconds: int, max_batch_items: int, max_payload_bytes: int,
-                 reaper_batch_size: int, instances: InstanceStore | None = None) -> None:
+                 reaper_batch_size: int, instances: InstanceStore | None = None, local_keys: int = 0) -> None:
         self.db = db
         self.store = store
         self.cache = cache
+        # Completed keys replayed from this process's memory, before the shared cache is asked.
+        self.local = CompletedKeys(local_keys, margin=_CACHE_MARGIN)
         # Reads the instance an instance-aware claim names (ClaimItem.workflow_id/instance_key).
         self.instances = instances
         self.default_lease_seconds = default_lease_seconds
@@ -143,7 +147,8 @@ class IdempotencyService:
 
     # Claims.
 
-    def _fingerprint(self, item: ClaimItem) -> str:
+    def _fingerprint(self, item: ClaimItem, known: str | None) -> str:
+        """The claim's fingerprint; `known`: the one its raw payload had before (no canonical JSON work then)."""
         if item.payload_json and item.fingerprint:
             raise InvalidArgument("set payload_json or fingerprint, not both")
         if item.fingerprint:
@@ -155,10 +160,10 @@ class IdempotencyService:
             if len(item.payload_json) > self.max_payload_bytes:
                 raise TooLarge(f"payload_json is {len(item.payload_json)} bytes; the limit is "
                                f"{self.max_payload_bytes} bytes (DURABLE_MAX_STATE_BYTES): send a hash in fingerprint")
-            return fingerprint_of(item.payload_json)
+            return known if known is not None else fingerprint_of(item.payload_json)
         return ""
 
-    def _validate(self, namespace: str, index: int, item: ClaimItem) -> NewClaim:
+    def _validate(self, namespace: str, index: int, item: ClaimItem, known: str | None = None) -> NewClaim:
         try:
             validation.identifier("scope", item.scope)
             validation.identifier("key", item.key)
@@ -167,13 +172,13 @@ class IdempotencyService:
                                         default=self.default_lease_seconds)
             ttl = validation.in_range("ttl_seconds", item.ttl_seconds, MIN_TTL_SECONDS, MAX_TTL_SECONDS,
                                       default=self.default_ttl_seconds)
-            fingerprint = self._fingerprint(item)
+            fingerprint = self._fingerprint(item, known)
             instance = self._instance_of(namespace, item)
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"items[{index}]: {exc}") from None
-        legacy = canonical.legacy_fingerprint_of(item.payload_json) if item.payload_json else ""
+        raw = hashlib.sha256(item.payload_json).hexdigest() if item.payload_json else ""
         return NewClaim(KeyRef(namespace, item.scope, item.key), fingerprint, lease, ttl, item.holder,
-                        legacy_fingerprint=legacy, instance=instance)
+                        instance=instance, payload_json=item.payload_json, raw_sha256=raw)
 
     def _instance_of(self, namespace: str, item: ClaimItem) -> InstanceRef | None:
         if not item.workflow_id and not item.instance_key:
@@ -186,8 +191,9 @@ class IdempotencyService:
             raise InvalidArgument("instance-aware claims are not served here (no instance store)")
         return InstanceRef(namespace, item.workflow_id, item.instance_key)
 
-    def _prepare(self, namespace: str, items: list[ClaimItem]) -> list[NewClaim]:
-        claims = [self._validate(namespace, i, item) for i, item in enumerate(items)]
+    def _prepare(self, namespace: str, items: list[ClaimItem],
+                 known: list[str] | None = None) -> list[NewClaim]:
+        claims = [self._validate(namespace, i, item, known[i] if known else None) for i, item in enumerate(items)]
         seen: dict[KeyRef, int] = {}
         for i, claim in enumerate(claims):
             if claim.ref in seen:
@@ -204,6 +210,11 @@ class IdempotencyService:
             raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
         if len(items) == 1:
             instance_key_var.set(f"{items[0].scope}/{items[0].key}")
+        local = self._replay_from_memory(namespace, items)
+        if local is not None:
+            for _ in local:
+                metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.DUPLICATE.value).inc()
+            return local
         if sum(len(i.payload_json) for i in items) > _OFFLOAD_BYTES:
             claims = await asyncio.to_thread(self._prepare, namespace, items)
         else:
@@ -211,10 +222,16 @@ class IdempotencyService:
 
         cached = await self._replay_from_cache(claims)
         if cached is not None:
-            for _ in cached:
+            for claim, claimed in zip(claims, cached, strict=True):
                 metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.DUPLICATE.value).inc()
+                self.local.put(self.cache.scope, claimed.key, claim.raw_sha256)
             log.debug("claims replayed from the cache", extra={"items": len(cached)})
             return cached
+        if len(claims) == 1:
+            single = await self._claim_single(claims[0])
+            if single is not None:
+                metrics.IDEMPOTENCY_CLAIMS.labels(single.outcome.value).inc()
+                return [single]
 
         async def txn(conn: Conn) -> tuple[list[Claimed], list[KeyRef], datetime, list[tuple[int, str]]]:
             now = await self.store.now_txn(conn)
@@ -247,11 +264,56 @@ class IdempotencyService:
         if renewed:
             # The previous life of these keys may still be cached (it is bounded by
             # that life's expiry, but forgetting it leaves no doubt).
+            self.local.forget(self.cache.scope, renewed)
             await self.cache.forget_completed_keys([(r.namespace, r.scope, r.key) for r in renewed])
-        for claimed in results:
+        for claim, claimed in zip(claims, results, strict=True):
             if claimed.outcome is ClaimOutcome.DUPLICATE:
-                await self._remember(claimed.key, now)
+                await self._remember(claimed.key, now, claim.raw_sha256)
         return results
+
+    def _replay_from_memory(self, namespace: str, items: list[ClaimItem]) -> list[Claimed] | None:
+        """Answers only when every item is a completed key this process remembers, with the same payload.
+
+        The payload is recognised by the fingerprint sent or the SHA-256 of the
+        raw bytes, so no JSON is parsed; the items are validated as always.
+        """
+        if not self.local.enabled:
+            return None
+        found = []
+        for item in items:
+            entry = self.local.get(self.cache.scope, KeyRef(namespace, item.scope, item.key))
+            if entry is None:
+                return None
+            if item.fingerprint:
+                same = item.fingerprint.lower() == entry.key.fingerprint
+            elif item.payload_json:
+                same = hashlib.sha256(item.payload_json).hexdigest() in entry.raw_sha256
+            else:
+                same = entry.key.fingerprint == ""
+            if not same:
+                return None
+            found.append(entry.key)
+        claims = self._prepare(namespace, items, known=[k.fingerprint for k in found])
+        if any(c.fingerprint != k.fingerprint for c, k in zip(claims, found, strict=True)):
+            return None
+        return [Claimed(ClaimOutcome.DUPLICATE, k) for k in found]
+
+    async def _claim_single(self, claim: NewClaim) -> Claimed | None:
+        """One key in one statement: a new key acquired, or a completed one replayed; None: the locked path decides."""
+        async def one(conn: Conn) -> SingleClaim | None:
+            return await self.store.claim_single_txn(conn, claim)
+
+        got = await self.db.single(one)
+        if got is None:
+            return None
+        if got.inserted:
+            return Claimed(ClaimOutcome.ACQUIRED, got.key)
+        key = got.key
+        if (key.status is KeyStatus.COMPLETED and not key.expired(got.now)
+                and (key.fingerprint == claim.fingerprint or self._legacy_match(key.fingerprint, claim))):
+            await self._remember(key, got.now, claim.raw_sha256)
+            return Claimed(ClaimOutcome.DUPLICATE, key)
+        return None
 
     async def _claim_one(self, conn: Conn, now: datetime, index: int, claim: NewClaim,
                          taken_over: list[tuple[int, str]]) -> tuple[Claimed, bool]:
@@ -312,7 +374,10 @@ class IdempotencyService:
     @staticmethod
     def _legacy_match(stored: str, claim: NewClaim) -> bool:
         """A key claimed before RFC 8785 fingerprints holds the old form of the same payload."""
-        return bool(claim.legacy_fingerprint) and stored == claim.legacy_fingerprint
+        if not claim.payload_json:
+            return False
+        legacy = canonical.legacy_fingerprint_of(claim.payload_json)
+        return bool(legacy) and stored == legacy
 
     async def _replay_from_cache(self, claims: list[NewClaim]) -> list[Claimed] | None:
         """Answers only when every item is a cached completed key with the same fingerprint."""
@@ -329,10 +394,12 @@ class IdempotencyService:
             out.append(Claimed(ClaimOutcome.DUPLICATE, key))
         return out
 
-    async def _remember(self, key: IdempotencyKey, now: datetime) -> None:
-        """Caches a committed completed key for no longer than it has left to live."""
+    async def _remember(self, key: IdempotencyKey, now: datetime, raw_sha256: str = "") -> None:
+        """Caches a committed completed key for no longer than it has left to live (here and in the shared cache)."""
         left = int((key.expires_at - now - _CACHE_MARGIN).total_seconds())
         ttl = min(self.cache.ttl_seconds, left)
+        if key.status is KeyStatus.COMPLETED and left > 0:
+            self.local.put(self.cache.scope, key, raw_sha256)
         if key.status is KeyStatus.COMPLETED and ttl > 0:
             try:
                 entry = _to_cache(key)
@@ -386,17 +453,23 @@ class IdempotencyService:
         for d in done:
             if d.changed:
                 await self._remember(d.key, d.now)
-                log.info("idempotency key completed", extra={"key": _name(d.key.ref), "attempt": d.key.attempt})
+                log.debug("idempotency key completed", extra={"key": _name(d.key.ref), "attempt": d.key.attempt})
 
     async def complete(self, ref: KeyRef, *, attempt: int, result_json: bytes) -> IdempotencyKey:
         """Stores the holder's result; retry-safe for the same attempt, refused for any other."""
         _check_ref(ref)
         self.check_completion(ref, attempt=attempt, result_json=result_json)
 
+        async def held(conn: Conn) -> tuple[IdempotencyKey, datetime] | None:
+            return await self.store.complete_held_txn(conn, ref, attempt=attempt, result_json=result_json or None)
+
         async def txn(conn: Conn) -> KeyCompleted:
             return await self.complete_txn(conn, ref, attempt=attempt, result_json=result_json)
 
-        done = await self.db.transaction(txn)
+        # The holder's completion is one statement; anything else (a retry, another
+        # attempt, a released key, no key) takes the locked path, which says why.
+        completed = await self.db.single(held)
+        done = KeyCompleted(*completed, changed=True) if completed else await self.db.transaction(txn)
         failpoints.hit("idempotency.after_commit")
         await self.completed([done])
         return done.key
@@ -421,7 +494,7 @@ class IdempotencyService:
             return await self.store.release_txn(conn, ref, error_message=error_message)
 
         key = await self.db.transaction(txn)
-        log.info("idempotency key released", extra={"attempt": attempt})
+        log.debug("idempotency key released", extra={"attempt": attempt})
         return key
 
     async def force_release(self, ref: KeyRef, *, reason: str) -> ForcedRelease:
@@ -447,6 +520,7 @@ class IdempotencyService:
 
         result = await self.db.transaction(txn)
         # Nothing in progress is ever cached; forgetting anyway costs one call and settles any doubt.
+        self.local.forget(self.cache.scope, [ref])
         await self.cache.forget_completed_key(ref.namespace, ref.scope, ref.key)
         if result.released:
             log.warning("idempotency key force-released by an operator", extra={
@@ -492,6 +566,7 @@ class IdempotencyService:
             if refs:
                 total += len(refs)
                 metrics.KEYS_REAPED.inc(len(refs))
+                self.local.forget(self.cache.scope, refs)
                 await self.cache.forget_completed_keys([(r.namespace, r.scope, r.key) for r in refs])
             if len(refs) < self.reaper_batch_size:
                 return total

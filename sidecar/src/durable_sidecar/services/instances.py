@@ -24,13 +24,21 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..logs import instance_key_var
-from ..stores.base import CheckpointStore, Conn, Database, InstanceStore
+from ..stores.base import CheckpointStore, Conn, Database, InstanceStore, StartedNew
 from .checkpoints import CheckpointService
 from .versions import VersionService
 
 log = logging.getLogger(__name__)
 
 MAX_DELAY_SECONDS = 31_622_400
+
+
+def _log_start(result: StartResult) -> None:
+    # One line per call at DEBUG: at INFO it was a JSON line per order on the hot path.
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("start_or_resume", extra={"outcome": result.outcome.value, "sequence": result.instance.last_sequence,
+                                            "bound_version": result.instance.bound_version,
+                                            "version_mismatch": result.version_mismatch})
 
 
 def _check_ref(ref: InstanceRef) -> None:
@@ -98,6 +106,21 @@ class InstanceService:
         # Parsing and any HTTP call to n8n happen before the transaction opens.
         snapshot = await self.versions.snapshot_for_start(ref.namespace, ref.workflow_id, definition_json,
                                                           actor=execution_id)
+        if snapshot is None and not pinned_version and self.instances.one_statement_start:
+            # A new instance bound to the workflow's current version: one statement.
+            async def one(conn: Conn) -> StartedNew | None:
+                return await self.instances.start_new_txn(
+                    conn, ref, execution_id=execution_id, lease_seconds=requested_lease or self.default_lease_seconds,
+                    version_label=version_label, start_item=start_item, start_item_bytes=len(start_item_json))
+
+            started = await self.db.single(one)
+            if started is not None:
+                # Bound to the version being run and labelled with the label sent: no mismatch.
+                result = StartResult(StartOutcome.STARTED, started.instance, None,
+                                     start_item=start_item_json if include_state and start_item_json else None,
+                                     current_version=started.current_version)
+                _log_start(result)
+                return result
 
         async def txn(conn: Conn) -> StartResult:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
@@ -147,9 +170,7 @@ class InstanceService:
         if include_state and result.latest is not None:
             latest = await self.checkpoint_service.with_state(ref.namespace, result.latest)
             result = replace(result, latest=latest)
-        log.info("start_or_resume", extra={"outcome": result.outcome.value, "sequence": result.instance.last_sequence,
-                                           "bound_version": result.instance.bound_version,
-                                           "version_mismatch": result.version_mismatch})
+        _log_start(result)
         return result
 
     async def _with_version(self, conn: Conn, result: StartResult, *, current: int, version_label: str) -> StartResult:

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from ..domain import (
     ChangeLogEntry,
@@ -28,6 +28,7 @@ from ..domain import (
     InstanceStatus,
     KeyFilter,
     KeyRef,
+    KeyStatus,
     MoveCandidate,
     MoveSelector,
     NewClaim,
@@ -84,6 +85,15 @@ class Database(ABC):
         database cannot serve within the configured time or attempts.
         """
 
+    async def single(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Runs fn, which issues one statement, with no transaction around it: the statement commits alone.
+
+        One round trip instead of three (BEGIN, the statement, COMMIT), retried
+        like `transaction`. A backend whose transactions cost no round trips
+        runs it as one.
+        """
+        return await self.transaction(fn)
+
 
 # --- rows the services hand the checkpoint stores ----------------------------------------
 
@@ -114,11 +124,44 @@ class CheckpointAdvance:
     lease_seconds: int
 
 
+@dataclass(frozen=True)
+class SingleSave:
+    """What the one-statement save of one checkpoint did.
+
+    outcome: 'written' or 'deduplicated' (checkpoint set), or 'not_found',
+    'finished', 'stale' (last_sequence: where the instance stands).
+    """
+
+    outcome: str
+    last_sequence: int
+    checkpoint: Checkpoint | None
+
+
+@dataclass(frozen=True)
+class StartedNew:
+    """An instance the one-statement start created, with the workflow's current version it is bound to."""
+
+    instance: Instance
+    current_version: int
+
+
+@dataclass(frozen=True)
+class SingleClaim:
+    """What the one-statement claim found: the key it inserted (attempt 1), or the key as it stood, at database time now."""
+
+    key: IdempotencyKey
+    inserted: bool
+    now: datetime
+
+
 # --- stores ---------------------------------------------------------------------
 
 
 class InstanceStore(ABC):
     """Rows of durable_instances and their audit events."""
+
+    # Whether start_new_txn does its work (one statement); else the services take the general path at once.
+    one_statement_start: ClassVar[bool] = False
 
     @abstractmethod
     async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
@@ -127,6 +170,17 @@ class InstanceStore(ABC):
 
         lease_seconds is both this lease and the instance's lease length.
         """
+
+    async def start_new_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
+                            version_label: str, start_item: EncodedState | None,
+                            start_item_bytes: int) -> StartedNew | None:
+        """Creates the instance bound to its workflow's current version, with its start item and STARTED event,
+        in one statement (run it with Database.single).
+
+        None when the key exists, and from a backend without such a statement:
+        the caller then takes the general path (create_txn and friends).
+        """
+        return None
 
     @abstractmethod
     async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
@@ -219,6 +273,9 @@ class InstanceStore(ABC):
 class CheckpointStore(ABC):
     """Append-only rows of durable_checkpoints, compressed above a threshold."""
 
+    # Whether save_single_txn does its work (one statement); else the services take the batch path at once.
+    one_statement_save: ClassVar[bool] = False
+
     def __init__(self, *, compress_threshold_bytes: int) -> None:
         self.compress_threshold_bytes = compress_threshold_bytes
 
@@ -226,9 +283,29 @@ class CheckpointStore(ABC):
         """Compresses states from the threshold on (see states.py)."""
         return encode_state(state, compress_threshold_bytes=self.compress_threshold_bytes)
 
+    async def save_single_txn(self, conn: Conn, row: NewCheckpointRow, *, expected_sequence: int | None,
+                              lease_seconds: int, default_lease_seconds: int) -> SingleSave | None:
+        """The whole save of one checkpoint (lock, deduplicate, fence, insert, advance) as one statement.
+
+        Run with Database.single. It decides as the batch path does (services/
+        checkpoints.py) and renews the lease for lease_seconds (0: the
+        instance's length, else default_lease_seconds); row.sequence is not
+        used (the statement numbers it). None from a backend without such a
+        statement: the caller then takes the batch path.
+        """
+        return None
+
     @abstractmethod
     async def insert_many_txn(self, conn: Conn, rows: list[NewCheckpointRow]) -> list[Checkpoint]:
         """Appends the checkpoints (one namespace); returns their metadata (without states) in the same order."""
+
+    @abstractmethod
+    async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
+                         state_below: int) -> tuple[bool, Checkpoint | None]:
+        """(whether the instance exists, its newest checkpoint) in one statement.
+
+        The state comes along, decoded, when smaller than state_below bytes; else state is None.
+        """
 
     @abstractmethod
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,
@@ -270,6 +347,32 @@ class IdempotencyStore(ABC):
         A new life (the key had expired) also takes the claim's fingerprint and
         starts its age again; a take-over keeps both.
         """
+
+    async def claim_single_txn(self, conn: Conn, claim: NewClaim) -> SingleClaim | None:
+        """Inserts the key as insert_txn does or, when it exists, reads it (unlocked), in one statement.
+
+        Run with Database.single. A completed key read this way may be replayed
+        (it cannot change before it expires); any other existing key, and None
+        (no row seen), goes to the locked path. This default takes two statements
+        (fine where statements cost no round trip); PostgreSQL overrides it.
+        """
+        created = await self.insert_txn(conn, claim)
+        if created is not None:
+            return SingleClaim(created, True, await self.now_txn(conn))
+        found = await self.get_txn(conn, claim.ref)
+        return SingleClaim(found, False, await self.now_txn(conn)) if found is not None else None
+
+    async def complete_held_txn(self, conn: Conn, ref: KeyRef, *, attempt: int,
+                                result_json: bytes | None) -> tuple[IdempotencyKey, datetime] | None:
+        """Completes the key in one statement when attempt holds it in progress: the key and the database time.
+
+        None when it does not: the caller takes the locked path, which knows why.
+        This default locks and updates in two statements; PostgreSQL overrides it.
+        """
+        found = await self.get_txn(conn, ref, for_update=True)
+        if found is None or found.attempt != attempt or found.status is not KeyStatus.IN_PROGRESS:
+            return None
+        return await self.complete_txn(conn, ref, result_json=result_json), await self.now_txn(conn)
 
     @abstractmethod
     async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:

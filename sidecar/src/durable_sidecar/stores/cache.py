@@ -52,6 +52,11 @@ class Cache(ABC):
         """
         self._prefix = f"{_PREFIX}{installation_id}:"
 
+    @property
+    def scope(self) -> str:
+        """What scopes every entry (the bound database): in-process caches in front of this one use it too."""
+        return self._prefix
+
     def _key(self, kind: str, *parts: object) -> str:
         # Hash the parts: identifiers may contain ':' or be long.
         digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16).hexdigest()

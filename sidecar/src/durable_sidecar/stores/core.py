@@ -151,6 +151,27 @@ def checkpoint_columns(with_state: bool) -> str:
     return CHECKPOINT_WITH_STATE if with_state else CHECKPOINT_META
 
 
+# The newest checkpoint of an instance in one statement: the instance's row tells
+# "no such instance" from "no checkpoint yet"; the state comes along only when it is
+# smaller than %(state_below)s (larger ones are read from the cache first).
+LATEST_CHECKPOINT = ("SELECT " + ", ".join(f"c.{c.strip()}" for c in CHECKPOINT_META.split(",")) + """,
+           c.encoding, CASE WHEN c.size_bytes < %(state_below)s THEN c.state END AS state
+    FROM durable_instances i
+    LEFT JOIN durable_checkpoints c
+      ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
+     AND c.sequence = i.last_sequence
+    WHERE i.namespace = %(ns)s AND i.workflow_id = %(wf)s AND i.instance_key = %(key)s""")
+
+
+def latest_of(d: Dialect, row: Row | None) -> tuple[bool, Checkpoint | None]:
+    """(the instance exists, its newest checkpoint) from a LATEST_CHECKPOINT row."""
+    if row is None:
+        return False, None
+    if row["sequence"] is None:
+        return True, None
+    return True, checkpoint_of(d, row, with_state=True)
+
+
 def checkpoint_of(d: Dialect, row: Row, *, with_state: bool) -> Checkpoint:
     state = None
     if with_state and row["state"] is not None:

@@ -24,6 +24,25 @@ def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
 
 
 class CheckpointStore(base.CheckpointStore):
+    one_statement_save = True
+
+    async def save_single_txn(self, conn: Conn, row: base.NewCheckpointRow, *, expected_sequence: int | None,
+                              lease_seconds: int, default_lease_seconds: int) -> base.SingleSave:
+        # durable_save_checkpoint() is migration 0006: the whole save in one round trip.
+        cur = await pg(conn).execute(
+            """SELECT * FROM durable_save_checkpoint(
+                   %(ns)s, %(wf)s, %(key)s, %(step)s, %(enc)s::smallint, %(state)s::bytea, %(sha)s,
+                   %(size)s::bigint, %(exec)s, %(node)s, %(expected)s::bigint, %(lease)s::integer,
+                   %(default_lease)s::integer)""",
+            {**_key(row.ref), "step": row.step_name, "enc": row.encoded.encoding, "state": row.encoded.data,
+             "sha": row.sha256, "size": row.size_bytes, "exec": row.execution_id, "node": row.node_name,
+             "expected": expected_sequence, "lease": lease_seconds, "default_lease": default_lease_seconds},
+        )
+        found = await cur.fetchone()
+        assert found is not None, "the function always returns one row"
+        saved = _checkpoint(found, with_state=False) if found["workflow_id"] is not None else None
+        return base.SingleSave(found["outcome"], found["last_sequence"], saved)
+
     async def insert_many_txn(self, conn: Conn, rows: list[base.NewCheckpointRow]) -> list[Checkpoint]:
         if not rows:
             return []
@@ -49,6 +68,11 @@ class CheckpointStore(base.CheckpointStore):
         by_key = {(c.workflow_id, c.instance_key, c.sequence): c
                   for c in (_checkpoint(row, with_state=False) for row in await cur.fetchall())}
         return [by_key[(r.ref.workflow_id, r.ref.instance_key, r.sequence)] for r in rows]
+
+    async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
+                         state_below: int) -> tuple[bool, Checkpoint | None]:
+        cur = await pg(conn).execute(core.LATEST_CHECKPOINT, {**_key(ref), "state_below": state_below})
+        return core.latest_of(DIALECT, await cur.fetchone())
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
         cols = checkpoint_columns(with_state)

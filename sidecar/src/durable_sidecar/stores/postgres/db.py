@@ -105,7 +105,9 @@ class PostgresDatabase(Database):
             max_size=max_size,
             open=False,
             timeout=pool_timeout,
-            kwargs={"row_factory": dict_row, "autocommit": False, "connect_timeout": max(1, int(connect_timeout))},
+            # Autocommit: a transaction is an explicit BEGIN … COMMIT (transaction()), and a
+            # statement outside one commits alone (single(): one round trip).
+            kwargs={"row_factory": dict_row, "autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
             connection_class=psycopg.AsyncConnection[DictRow],
             name="durable",
             reconnect_timeout=_RECONNECT_TIMEOUT_SECONDS,
@@ -161,11 +163,20 @@ class PostgresDatabase(Database):
 
     async def transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Runs fn inside one transaction; retries the whole transaction on transient errors."""
+        return await self._run(fn, in_transaction=True)
+
+    async def single(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Runs fn's one statement in autocommit (one round trip); retried like a transaction."""
+        return await self._run(fn, in_transaction=False)
+
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]], *, in_transaction: bool) -> T:
         attempt = 0
         while True:
             attempt += 1
             try:
                 async with self.pool.connection() as conn:
+                    if not in_transaction:
+                        return await fn(PgConn(conn))
                     async with conn.transaction():
                         return await fn(PgConn(conn))
             except PoolTimeout:

@@ -59,6 +59,26 @@ class IdempotencyStore(base.IdempotencyStore):
         row = await cur.fetchone()
         return _record(row) if row else None
 
+    async def claim_single_txn(self, conn: Conn, claim: NewClaim) -> base.SingleClaim | None:
+        # A row a concurrent claim inserted after this statement's snapshot is in neither
+        # half: no row, and the caller takes the locked path.
+        cur = await pg(conn).execute(
+            f"""WITH inserted AS (
+                    INSERT INTO durable_idempotency_keys
+                        (namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, expires_at)
+                    VALUES (%(ns)s, %(scope)s, %(key)s, 'in_progress', %(fp)s, 1, %(holder)s,
+                            now() + make_interval(secs => %(lease)s), {_NEW_EXPIRY})
+                    ON CONFLICT DO NOTHING
+                    RETURNING {_COLUMNS})
+                SELECT *, true AS inserted, now() AS db_now FROM inserted
+                UNION ALL
+                SELECT {_COLUMNS}, false, now() FROM durable_idempotency_keys
+                WHERE {_KEY} AND NOT EXISTS (SELECT 1 FROM inserted)""",
+            _claim(claim),
+        )
+        row = await cur.fetchone()
+        return base.SingleClaim(_record(row), bool(row["inserted"]), row["db_now"]) if row else None
+
     async def acquire_txn(self, conn: Conn, claim: NewClaim, *, new_life: bool) -> IdempotencyKey:
         """Gives the locked key to a new holder with the next attempt number.
 
@@ -80,6 +100,18 @@ class IdempotencyStore(base.IdempotencyStore):
         row = await cur.fetchone()
         assert row is not None, "caller locked the row"
         return _record(row)
+
+    async def complete_held_txn(self, conn: Conn, ref: KeyRef, *, attempt: int,
+                                result_json: bytes | None) -> tuple[IdempotencyKey, datetime] | None:
+        cur = await pg(conn).execute(
+            f"""UPDATE durable_idempotency_keys
+                SET status = 'completed', result_json = %(result)s, lease_expires_at = NULL, updated_at = now()
+                WHERE {_KEY} AND attempt = %(attempt)s AND status = 'in_progress'
+                RETURNING {_COLUMNS}, now() AS db_now""",
+            {**_key(ref), "result": result_json, "attempt": attempt},
+        )
+        row = await cur.fetchone()
+        return (_record(row), row["db_now"]) if row else None
 
     async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
         cur = await pg(conn).execute(

@@ -27,6 +27,8 @@ def _instance(row: Any) -> Instance:
 class InstanceStore(base.InstanceStore):
     """Reads and writes instances; every method runs inside the caller's transaction."""
 
+    one_statement_start = True
+
     async def create_txn(
         self,
         conn: Conn,
@@ -51,6 +53,44 @@ class InstanceStore(base.InstanceStore):
         )
         row = await cur.fetchone()
         return _instance(row) if row else None
+
+    async def start_new_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
+                            version_label: str, start_item: EncodedState | None,
+                            start_item_bytes: int) -> base.StartedNew | None:
+        """One statement: the instance (bound to the current version), its start item and its STARTED event.
+
+        The child rows' foreign keys are checked at the end of the statement, when the instance exists.
+        """
+        cur = await pg(conn).execute(
+            f"""WITH bound AS (
+                    SELECT coalesce((SELECT current_version FROM durable_workflows
+                                     WHERE namespace = %(ns)s AND workflow_id = %(wf)s), 0) AS version),
+                created AS (
+                    INSERT INTO durable_instances
+                        (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
+                         lease_expires_at, lease_seconds, created_by_execution_id)
+                    SELECT %(ns)s, %(wf)s, %(key)s, bound.version, %(label)s, %(exec)s,
+                           now() + make_interval(secs => %(lease)s), %(lease)s, %(exec)s
+                    FROM bound
+                    ON CONFLICT DO NOTHING
+                    RETURNING {_COLUMNS}),
+                item AS (
+                    INSERT INTO durable_instance_start_items
+                        (namespace, workflow_id, instance_key, encoding, item, size_bytes)
+                    SELECT namespace, workflow_id, instance_key, %(enc)s, %(item)s::bytea, %(size)s
+                    FROM created WHERE %(item)s::bytea IS NOT NULL),
+                started AS (
+                    INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail)
+                    SELECT namespace, workflow_id, instance_key, 'started', %(exec)s,
+                           CASE WHEN bound_version > 0 THEN 'bound to version ' || bound_version ELSE '' END
+                    FROM created)
+                SELECT created.*, bound.version AS current_version FROM created, bound""",
+            {**_key(ref), "label": version_label, "exec": execution_id, "lease": lease_seconds,
+             "enc": start_item.encoding if start_item else 0, "item": start_item.data if start_item else None,
+             "size": start_item_bytes},
+        )
+        row = await cur.fetchone()
+        return base.StartedNew(_instance(row), row["current_version"]) if row else None
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
         lock = " FOR UPDATE" if for_update else ""

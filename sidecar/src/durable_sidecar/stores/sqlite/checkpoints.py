@@ -12,6 +12,7 @@ from ..paging import after_sequence, cut_page
 from .db import DIALECT, Row, lite
 
 _KEY = DIALECT.sql(core.INSTANCE_KEY)
+_LATEST = DIALECT.sql(core.LATEST_CHECKPOINT)
 
 
 def _checkpoint(row: Row, *, with_state: bool) -> Checkpoint:
@@ -38,6 +39,10 @@ class CheckpointStore(base.CheckpointStore):
             assert row is not None
             out.append(_checkpoint(row, with_state=False))
         return out
+
+    async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
+                         state_below: int) -> tuple[bool, Checkpoint | None]:
+        return core.latest_of(DIALECT, await lite(conn).one(_LATEST, {**_key(ref), "state_below": state_below}))
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,
                       with_state: bool) -> Checkpoint | None:

@@ -1,0 +1,4 @@
+-- Store layer v2: PostgreSQL's 0006 adds durable_save_checkpoint(), a save in
+-- one round trip. The embedded database runs in process (a statement costs no
+-- round trip), so it needs no such function: this file keeps the numbering of
+-- the two dialects the same.
