@@ -3,7 +3,7 @@
 The rules follow the field's type and name in the proto descriptor, so a field
 added to the contract is checked without touching this file:
 
-- ``*_json`` bytes: strict UTF-8 JSON (validation.parse_json), at most
+- ``*_json`` bytes: strict UTF-8 JSON (validation.json_bytes: no object tree), at most
   DURABLE_MAX_STATE_BYTES (RESOURCE_EXHAUSTED above it);
 - other bytes: at most DURABLE_MAX_STATE_BYTES;
 - strings: identifiers (at most 255 characters, no C0/DEL/C1 control
@@ -254,7 +254,7 @@ class Boundary:
                 raise TooLarge(f"{_where(prefix, field.name, index)} is {len(value)} bytes; the limit is "
                                f"{self.max_json_bytes} bytes (DURABLE_MAX_STATE_BYTES)")
             if kind == _JSON and value:
-                validation.parse_json(_where(prefix, field.name, index), value)
+                validation.json_bytes(_where(prefix, field.name, index), value)
         elif kind == _INTEGER:
             if not 0 <= value <= field.high:
                 raise InvalidArgument(f"{_where(prefix, field.name, index)} must be 0 to {field.high}, got {value}")

@@ -38,6 +38,7 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
                 complete_key=CompleteKey(scope=i.complete_key.scope, key=i.complete_key.key,
                                          attempt=i.complete_key.attempt, result_json=i.complete_key.result_json)
                 if i.HasField("complete_key") else None,
+                json_checked=True,  # the boundary checked every *_json field of the request (transport/rpc.py)
             )
             for n, i in enumerate(request.items)
         ]
