@@ -134,73 +134,94 @@ def targets(ix: Index) -> list[Target]:
     def missing(name: str, goal: str) -> None:
         out.append(Target(name, goal, "not measured", None, ""))
 
+    # The goals of issue 18 (store layer v2), as ratios against floors measured in the same run.
     # 1. Save 1 KB at c1 against the sum of the floors.
-    name, goal = "save 1 KB, c1: p50 overhead over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 0.3 ms"
+    name, goal = "save 1 KB, c1: p50 overhead over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 0.8 ms"
     save, ins, grpc = ix.get("sidecar", "save", KB, 1), ix.get("floor", "insert", KB, 1), ix.get("floor", "grpc_save", KB, 1)
     if save and ins and grpc:
         over = save["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"]
         out.append(Target(name, goal, f"{_ms(save['p50_ms'])} ms vs {_ms(ins['p50_ms'])} + {_ms(grpc['p50_ms'])} ms: "
-                          f"overhead {over:+.3f} ms", over <= 0.3, _margin(over - 0.3, "ms", lower_is_better=True),
+                          f"overhead {over:+.3f} ms", over <= 0.8, _margin(over - 0.8, "ms", lower_is_better=True),
                           profile="save-1KB-c1"))
     else:
         missing(name, goal)
 
     # 2. Save 1 KB at c16 against the no-op gRPC throughput.
-    name, goal = "save 1 KB, c16: throughput vs no-op gRPC", "≥ 60 % of the no-op gRPC floor's calls/s"
+    name, goal = "save 1 KB, c16: throughput vs no-op gRPC", "≥ 35 % of the no-op gRPC floor's calls/s"
     save, grpc = ix.get("sidecar", "save", KB, 16), ix.get("floor", "grpc_save", KB, 16)
     if save and grpc:
         share = save["calls_per_s"] / grpc["calls_per_s"]
         out.append(Target(name, goal, f"{_rate(save['calls_per_s'])}/s vs {_rate(grpc['calls_per_s'])}/s = {share:.0%}",
-                          share >= 0.6, _margin((share - 0.6) * 100, "points", lower_is_better=False),
+                          share >= 0.35, _margin((share - 0.35) * 100, "points", lower_is_better=False),
                           profile="save-1KB-c16"))
     else:
         missing(name, goal)
 
-    # 3. Claim of a completed key at c1 against the no-op gRPC call.
-    name, goal = "claim completed key, c1: p50 vs no-op gRPC", "p50 ≤ no-op gRPC p50 + 0.2 ms"
+    # 3. Start-or-resume of a new instance at c1 against the save floors.
+    name, goal = "start-or-resume (new instance), c1: p50 over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 1.2 ms"
+    start, floor = ix.get("sidecar", "start", 0, 1), save_floor(ix, KB, 1)
+    if start and floor:
+        over = start["p50_ms"] - floor[0]
+        out.append(Target(name, goal, f"{_ms(start['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead {over:+.3f} ms",
+                          over <= 1.2, _margin(over - 1.2, "ms", lower_is_better=True), profile="start-0KB-c1"))
+    else:
+        missing(name, goal)
+
+    # 4. Claim of a completed key at c1 against the no-op gRPC call.
+    name, goal = "claim completed key, c1: p50 vs no-op gRPC", "p50 ≤ no-op gRPC p50 + 0.3 ms"
     claim, grpc = ix.get("sidecar", "claim_done", KB, 1), ix.near_claims(1)
     if claim and grpc:
         over = claim["p50_ms"] - grpc["p50_ms"]
         out.append(Target(name, goal, f"{_ms(claim['p50_ms'])} ms vs {_ms(grpc['p50_ms'])} ms: overhead {over:+.3f} ms",
-                          over <= 0.2, _margin(over - 0.2, "ms", lower_is_better=True),
+                          over <= 0.3, _margin(over - 0.3, "ms", lower_is_better=True),
                           profile="claim_done-1KB-c1"))
     else:
         missing(name, goal)
 
-    # 4. Batched save throughput, the best concurrency.
-    name, goal = "batched save (100 × 1 KB per call)", "≥ 20,000 items/s"
+    # 5-6. Batched saves: throughput at c1, and no collapse with concurrency.
+    name, goal = "batched save (100 × 1 KB per call), c1", "≥ 10,000 items/s"
     batches = [r for c in ix.concurrencies() if (r := ix.get("sidecar", "batch", KB, c))]
-    if batches:
-        best = max(batches, key=lambda r: r["items_per_s"])
-        each = ", ".join(f"c{r['concurrency']} {_rate(r['items_per_s'])}" for r in batches)
-        out.append(Target(name, goal, f"best {_rate(best['items_per_s'])} items/s at c{best['concurrency']} ({each})",
-                          best["items_per_s"] >= 20_000,
-                          _margin(best["items_per_s"] / 20_000 - 1, "%", lower_is_better=False),
+    one = ix.get("sidecar", "batch", KB, 1)
+    each = ", ".join(f"c{r['concurrency']} {_rate(r['items_per_s'])}" for r in batches)
+    if one:
+        out.append(Target(name, goal, f"{_rate(one['items_per_s'])} items/s ({each})",
+                          one["items_per_s"] >= 10_000,
+                          _margin(one["items_per_s"] / 10_000 - 1, "%", lower_is_better=False),
                           profile="batch-1KB-c1"))
     else:
         missing(name, goal)
+    name, goal = "batched save, c64 vs c1", "c64 items/s ≥ c1 items/s"
+    many = ix.get("sidecar", "batch", KB, 64)
+    if one and many:
+        ratio = many["items_per_s"] / one["items_per_s"]
+        errors = f", {many['errors']} errors at c64" if many.get("errors") else ""
+        out.append(Target(name, goal, f"c64 {_rate(many['items_per_s'])} vs c1 {_rate(one['items_per_s'])} items/s: "
+                          f"{ratio:.2f}×{errors}", ratio >= 1 and not many.get("errors"),
+                          _margin(ratio - 1, "%", lower_is_better=False), profile="batch-1KB-c64"))
+    else:
+        missing(name, goal)
 
-    # 5-6. Against DBOS.
-    name, goal = "vs DBOS, c1: save 1 KB p50 vs a DBOS step", "≥ 2.5× faster (DBOS p50 / save p50)"
+    # 7-8. Against DBOS.
+    name, goal = "vs DBOS, c1: save 1 KB p50 vs a DBOS step", "≥ 2× faster (DBOS p50 / save p50)"
     save, peer = ix.get("sidecar", "save", KB, 1), ix.dbos(KB, 1, by="p50")
     if save and peer:
         speed = peer["p50_ms"] / save["p50_ms"]
         out.append(Target(name, goal, f"{_ms(save['p50_ms'])} ms vs DBOS {_ms(peer['p50_ms'])} ms ({peer['op']}): "
-                          f"{speed:.2f}×", speed >= 2.5, _margin(speed / 2.5 - 1, "%", lower_is_better=False),
+                          f"{speed:.2f}×", speed >= 2, _margin(speed / 2 - 1, "%", lower_is_better=False),
                           profile="save-1KB-c1"))
     else:
         missing(name, goal)
-    name, goal = "vs DBOS, c16: save 1 KB throughput vs DBOS steps", "≥ 6× DBOS steps/s"
+    name, goal = "vs DBOS, c16: save 1 KB throughput vs DBOS steps", "≥ 3× DBOS steps/s"
     save, peer = ix.get("sidecar", "save", KB, 16), ix.dbos(KB, 16, by="tput")
     if save and peer:
         times = save["calls_per_s"] / peer["calls_per_s"]
         out.append(Target(name, goal, f"{_rate(save['calls_per_s'])}/s vs DBOS {_rate(peer['calls_per_s'])}/s "
-                          f"({peer['op']}): {times:.2f}×", times >= 6, _margin(times / 6 - 1, "%", lower_is_better=False),
+                          f"({peer['op']}): {times:.2f}×", times >= 3, _margin(times / 3 - 1, "%", lower_is_better=False),
                           profile="save-1KB-c16"))
     else:
         missing(name, goal)
 
-    # 7. 10 MB save latency.
+    # 9. 10 MB save latency.
     name, goal = "save 10 MB, c1: p50", "< 250 ms"
     save = ix.get("sidecar", "save", 10 * MB, 1)
     if save:
@@ -210,7 +231,7 @@ def targets(ix: Index) -> list[Target]:
     else:
         missing(name, goal)
 
-    # 8. Peak RSS in the 10 MB runs.
+    # 10. Peak RSS in the 10 MB runs.
     name, goal = "10 MB runs: sidecar peak RSS", "< 4 × in-flight bytes + 150 MB, at every concurrency"
     mem = [r for op in ("save", "load") for c in ix.concurrencies() if (r := ix.get("sidecar", op, 10 * MB, c))]
     if mem:

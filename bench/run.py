@@ -57,7 +57,8 @@ SIDECAR_POOL_MAX = 10
 MEMORY_RUN_BYTES = 10 * payloads.MB
 # Scenarios profiled with py-spy (--profile): (system, op, size, concurrency).
 PROFILED = [("sidecar", "save", KB, 1), ("sidecar", "save", KB, 16), ("sidecar", "claim_done", KB, 1),
-            ("sidecar", "claim_new", KB, 1), ("sidecar", "batch", KB, 1), ("sidecar", "save", 10 * payloads.MB, 1)]
+            ("sidecar", "claim_new", KB, 1), ("sidecar", "start", 0, 1), ("sidecar", "batch", KB, 1),
+            ("sidecar", "batch", KB, 64), ("sidecar", "save", 10 * payloads.MB, 1)]
 
 
 _T0 = time.monotonic()
@@ -231,7 +232,7 @@ class Bench:
                 section("profiling the sidecar with py-spy (separate runs)")
                 for key in PROFILED:
                     _, op, size, c = key
-                    if size not in plan.sizes:
+                    if (size and size not in plan.sizes) or c not in plan.concurrency:
                         continue
                     payload = payloads.state_json(size)
                     if op == "save":
@@ -241,6 +242,11 @@ class Bench:
                         await self.profiled(key, save_bodies)
                     elif op == "batch":
                         await self.profiled(key, lambda c=c: client.batch_bodies(one_kb, c), BATCH_ITEMS)
+                    elif op == "start":
+                        async def start_bodies(c: int = c) -> list[WorkerBody]:
+                            return client.start_bodies(c)
+
+                        await self.profiled(key, start_bodies)
                     elif op == "claim_new":
                         async def new_bodies(c: int = c) -> list[WorkerBody]:
                             return client.claim_new_bodies(one_kb, c)
