@@ -22,7 +22,7 @@ from durable.v1 import (
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import failpoints, metrics, telemetry
+from . import allocator, failpoints, metrics, telemetry
 from .failpoints import parse as parse_failpoints
 from .settings import Settings
 from .stores.backend import Backend
@@ -280,6 +280,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
 
 async def serve(settings: Settings) -> None:
     """Runs until SIGTERM or SIGINT, then stops gracefully."""
+    allocator.tune()  # large states go back to the system once freed (see allocator.py)
     sidecar = await start(settings)
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
