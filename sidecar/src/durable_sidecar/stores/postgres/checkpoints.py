@@ -47,14 +47,15 @@ class CheckpointStore(base.CheckpointStore):
         if not rows:
             return []
         # One statement for the whole batch: PostgreSQL parses, plans and round-trips once.
+        # The arrays go in binary (%b): in text, every element is scanned and escaped.
         cur = await pg(conn).execute(
             f"""INSERT INTO durable_checkpoints
                     (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
                      size_bytes, stored_bytes, execution_id, node_name)
-                SELECT %(ns)s, * FROM unnest(%(wfs)s::text[], %(keys)s::text[], %(seqs)s::bigint[],
-                                             %(steps)s::text[], %(encs)s::smallint[], %(states)s::bytea[],
-                                             %(shas)s::text[], %(sizes)s::bigint[], %(stored)s::bigint[],
-                                             %(execs)s::text[], %(nodes)s::text[])
+                SELECT %(ns)s, * FROM unnest(%(wfs)b::text[], %(keys)b::text[], %(seqs)b::bigint[],
+                                             %(steps)b::text[], %(encs)b::smallint[], %(states)b::bytea[],
+                                             %(shas)b::text[], %(sizes)b::bigint[], %(stored)b::bigint[],
+                                             %(execs)b::text[], %(nodes)b::text[])
                 RETURNING {_META}""",
             {"ns": core.one_namespace([r.ref for r in rows]),
              "wfs": [r.ref.workflow_id for r in rows], "keys": [r.ref.instance_key for r in rows],

@@ -157,7 +157,7 @@ class InstanceStore(base.InstanceStore):
         cur = await pg(conn).execute(
             f"""SELECT {_COLUMNS} FROM durable_instances
                 WHERE namespace = %(ns)s
-                  AND (workflow_id, instance_key) IN (SELECT * FROM unnest(%(wfs)s::text[], %(keys)s::text[]))
+                  AND (workflow_id, instance_key) IN (SELECT * FROM unnest(%(wfs)b::text[], %(keys)b::text[]))
                 ORDER BY workflow_id, instance_key
                 FOR UPDATE""",
             {"ns": namespace, "wfs": [w for w, _ in unique], "keys": [k for _, k in unique]},
@@ -173,8 +173,8 @@ class InstanceStore(base.InstanceStore):
                 SET last_sequence = a.seq, last_step = a.step, checkpoint_count = i.checkpoint_count + a.added,
                     lease_owner = a.owner, lease_expires_at = now() + make_interval(secs => a.lease),
                     updated_at = now()
-                FROM unnest(%(wfs)s::text[], %(keys)s::text[], %(seqs)s::bigint[], %(steps)s::text[],
-                            %(added)s::int[], %(owners)s::text[], %(leases)s::int[])
+                FROM unnest(%(wfs)b::text[], %(keys)b::text[], %(seqs)b::bigint[], %(steps)b::text[],
+                            %(added)b::int[], %(owners)b::text[], %(leases)b::int[])
                      AS a(wf, key, seq, step, added, owner, lease)
                 WHERE i.namespace = %(ns)s AND i.workflow_id = a.wf AND i.instance_key = a.key""",
             {"ns": core.one_namespace([a.ref for a in advances]),
