@@ -25,6 +25,7 @@ from ..domain import (
     KeyRef,
     KeyStatus,
     NewClaim,
+    Page,
     Version,
 )
 from .paging import decode_cursor
@@ -269,6 +270,17 @@ def change_of(d: Dialect, row: Row) -> ChangeLogEntry:
         reason=row["reason"],
         created_at=d.time(row["created_at"]),
     )
+
+
+def before_page(page: Page, column: str) -> tuple[str, dict[str, Any]]:
+    """A newest-first page by an integer column: its condition (' AND column < …', '' on the first page) and
+    parameters (the limit asks one row more, for cut_page)."""
+    params: dict[str, Any] = {"limit": page.size + 1}
+    if not page.token:
+        return "", params
+    (before,) = decode_cursor(page.token, 1)
+    params["before"] = before if isinstance(before, int) else 0
+    return f" AND {column} < %(before)s", params
 
 
 def params(base: Mapping[str, Any], **extra: Any) -> dict[str, Any]:

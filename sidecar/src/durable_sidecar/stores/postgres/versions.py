@@ -129,15 +129,10 @@ class VersionStore(base.VersionStore):
         return {row["version"]: frozenset(row["node_names"]) for row in await cur.fetchall()}
 
     async def list_txn(self, conn: Conn, namespace: str, workflow_id: str, page: Page) -> tuple[list[Version], str]:
-        params: dict[str, Any] = {"ns": namespace, "wf": workflow_id, "limit": page.size + 1}
-        after = ""
-        if page.token:
-            (before,) = decode_cursor(page.token, 1)
-            params["before"] = before if isinstance(before, int) else 0
-            after = " AND version < %(before)s"
+        after, params = core.before_page(page, "version")
         cur = await pg(conn).execute(
             f"SELECT {_META} FROM durable_versions WHERE {_WF}{after} ORDER BY version DESC LIMIT %(limit)s",
-            params,
+            {**params, **core.workflow_params(namespace, workflow_id)},
         )
         rows = [core.version_of(DIALECT, r) for r in await cur.fetchall()]
         return cut_page(rows, page.size, lambda r: [r.version])

@@ -118,14 +118,10 @@ class VersionStore(base.VersionStore):
 
     async def list_txn(self, conn: Conn, namespace: str, workflow_id: str,
                        page: Page) -> tuple[list[Version], str]:
-        params: dict[str, object] = {"ns": namespace, "wf": workflow_id, "limit": page.size + 1}
-        after = ""
-        if page.token:
-            (before,) = decode_cursor(page.token, 1)
-            params["before"] = before if isinstance(before, int) else 0
-            after = " AND version < :before"
+        after, params = core.before_page(page, "version")
         found = await lite(conn).all(
-            f"SELECT {_META} FROM durable_versions WHERE {_WF}{after} ORDER BY version DESC LIMIT :limit", params)
+            f"SELECT {_META} FROM durable_versions WHERE {_WF}{DIALECT.sql(after)} ORDER BY version DESC LIMIT :limit",
+            {**params, **core.workflow_params(namespace, workflow_id)})
         rows = [core.version_of(DIALECT, r) for r in found]
         return cut_page(rows, page.size, lambda r: [r.version])
 
