@@ -585,7 +585,8 @@ def test_11_examples_complete_against_services_answering_in_another_shape(stack:
 def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
     """n8n in queue mode (main plus two workers on Redis): kill -9 one worker with calls in flight.
 
-    Runs last: it stops the regular n8n of the shared stack (two cores: one n8n at a time).
+    It stops the regular n8n of the shared stack while it runs (two cores: one n8n at a time) and
+    starts it again afterwards, so scenarios in later files find the stack as they expect.
     """
     from conftest import customise
     from harness import REPO, N8n, create_db, drop_db, import_credential, import_workflow
@@ -629,3 +630,4 @@ def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack:
     finally:
         n8n.stop_all()
         drop_db(database)
+        stack.restart_n8n()
