@@ -93,3 +93,18 @@ async def test_sidecar_on_a_schema_older_than_itself_refuses_to_start_and_says_m
     assert len(ids) == 1 and len(ids[0]) == 32
     sidecar = await app.start(make_settings(empty_db, auto_migrate=False, auth_tokens="migrate-token=ns"))
     await sidecar.stop(grace=0.1)
+
+
+async def test_sidecar_missing_only_its_newest_migration_refuses_to_start_and_names_it(empty_db: str) -> None:
+    """A schema one migration behind (durable_installation present) must not start and fail on queries later."""
+    from durable_sidecar import app
+
+    from tests.conftest import make_settings
+
+    migrations = load_migrations(_dialect(empty_db))
+    await migrate(empty_db, migrations[:-1])
+    with pytest.raises(FailedPrecondition, match=f"durable-sidecar migrate.*{migrations[-1].name}"):
+        await app.start(make_settings(empty_db, auto_migrate=False, auth_tokens="migrate-token=ns"))
+    await migrate(empty_db)
+    sidecar = await app.start(make_settings(empty_db, auto_migrate=False, auth_tokens="migrate-token=ns"))
+    await sidecar.stop(grace=0.1)

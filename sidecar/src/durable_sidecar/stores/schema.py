@@ -59,3 +59,14 @@ def pending(applied: dict[int, tuple[str, str]], migrations: list[Migration]) ->
             f"the database has migrations this sidecar does not know ({sorted(unknown)}): it is older than the schema"
         )
     return [m for m in migrations if m.version not in applied]
+
+
+# Read by each backend at start-up; the same text on both.
+APPLIED_SQL = "SELECT version, name, checksum FROM durable_schema_migrations"
+
+
+def require_current(dialect: Dialect, applied: dict[int, tuple[str, str]], too_old: str) -> None:
+    """Refuses to serve a database that lacks a migration this sidecar needs (DURABLE_AUTO_MIGRATE off)."""
+    missing = pending(applied, load_migrations(dialect))
+    if missing:
+        raise FailedPrecondition(f"{too_old}; missing: {', '.join(m.name for m in missing)}")

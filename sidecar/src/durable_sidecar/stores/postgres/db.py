@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ...errors import FailedPrecondition, Unavailable
 from ..base import Conn, Database
 from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect
+from ..schema import APPLIED_SQL, require_current
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,9 @@ class PostgresDatabase(Database):
             row = await cur.fetchone()
             if row is None:
                 raise FailedPrecondition(NO_INSTALLATION_ROW)
+            applied = await pg(conn).execute(APPLIED_SQL)
+            require_current("postgres", {r["version"]: (r["name"], r["checksum"]) for r in await applied.fetchall()},
+                            SCHEMA_TOO_OLD)
             return str(row["id"])
 
         return await self.transaction(read)

@@ -32,7 +32,7 @@ from typing import TypeVar
 from ...errors import FailedPrecondition, InvalidArgument, Unavailable
 from ..base import Conn, Database
 from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect
-from ..schema import Migration, load_migrations
+from ..schema import APPLIED_SQL, Migration, load_migrations, require_current
 from .migrate import apply
 
 log = logging.getLogger(__name__)
@@ -305,6 +305,8 @@ class SqliteDatabase(Database):
                 raise FailedPrecondition(SCHEMA_TOO_OLD) from None
             if row is None:
                 raise FailedPrecondition(NO_INSTALLATION_ROW)
+            applied = await lite(conn).all(APPLIED_SQL)
+            require_current("sqlite", {r["version"]: (r["name"], r["checksum"]) for r in applied}, SCHEMA_TOO_OLD)
             return str(row["id"])
 
         return await self.transaction(read)
