@@ -234,7 +234,7 @@ class Bench:
                     _, op, size, c = key
                     if (size and size not in plan.sizes) or c not in plan.concurrency:
                         continue
-                    payload = payloads.state_json(size)
+                    payload = payloads.state_json(size) if size else one_kb  # start-or-resume sends no state
                     if op == "save":
                         async def save_bodies(p: bytes = payload, c: int = c) -> list[WorkerBody]:
                             return client.save_bodies(await client.save_setup(c), p)
