@@ -46,7 +46,8 @@ export const protobufFileName = "durable/v1/common.proto";
 
 /**
  * Lifecycle of an instance. Only RUNNING instances take checkpoints, leases
- * and wake-ups; the other three are final.
+ * and wake-ups; COMPLETED, FAILED and CANCELLED are final. SUSPENDED (issue
+ * 15) is not final: an operator can retry, resume or cancel it.
  */
 export enum InstanceStatus {
   INSTANCE_STATUS_UNSPECIFIED = 0,
@@ -58,7 +59,96 @@ export enum InstanceStatus {
   INSTANCE_STATUS_FAILED = 3,
   /** INSTANCE_STATUS_CANCELLED - Stopped by CancelInstance. */
   INSTANCE_STATUS_CANCELLED = 4,
+  /**
+   * INSTANCE_STATUS_SUSPENDED - Dead-lettered: it used up its retry policy's automatic resumes
+   * (RetryPolicy.max_automatic_resumes). It holds no lease, is never handed
+   * out by ClaimResumable / WatchResumable, and StartOrResume answers BUSY for
+   * it. Instance.last_error says why its last attempt failed. Only an
+   * operator moves it on: RecoveryService.RetryInstance / ResumeInstance
+   * (back to RUNNING, due at once) or InstanceService.CancelInstance.
+   */
+  INSTANCE_STATUS_SUSPENDED = 5,
   UNRECOGNIZED = -1,
+}
+
+/**
+ * What a RUNNING instance is doing now; derived from its lease, wake-up and
+ * wait, never stored. RUN_STATE_UNSPECIFIED for an instance that is not
+ * RUNNING.
+ */
+export enum RunState {
+  RUN_STATE_UNSPECIFIED = 0,
+  /** RUN_STATE_ACTIVE - An execution (or a Resume Trigger claim) holds a live lease. */
+  RUN_STATE_ACTIVE = 1,
+  /**
+   * RUN_STATE_WAITING - Parked by EventService.AwaitEvent until the event named
+   * Instance.awaited_event arrives (or wait_deadline passes). No lease.
+   */
+  RUN_STATE_WAITING = 2,
+  /**
+   * RUN_STATE_SCHEDULED - Parked until Instance.wake_at: a ScheduleWakeUp, a retry backoff or an
+   * operator's resume that is not yet claimed. No lease.
+   */
+  RUN_STATE_SCHEDULED = 3,
+  /**
+   * RUN_STATE_STALLED - Its lease lapsed with nothing scheduled and no wait: its execution died.
+   * The Resume Trigger will hand it out (subject to the retry policy).
+   */
+  RUN_STATE_STALLED = 4,
+  UNRECOGNIZED = -1,
+}
+
+/**
+ * When and how often the sidecar resumes an instance by itself (a Resume
+ * Trigger claim of a stalled instance, or FailInstance with retry set), and
+ * when it gives up. Carried on StartOrResumeRequest.retry_policy (per Resume
+ * Point, so per workflow) and stored on the instance. Backoff before
+ * automatic resume n (n = 1, 2, ...): min(max_backoff_ms, initial_backoff_ms *
+ * backoff_multiplier^(n-1)), then reduced by a random fraction of at most
+ * `jitter` (full jitter at 1.0), in database time.
+ */
+export interface RetryPolicy {
+  /**
+   * Automatic resumes allowed without progress (a new checkpoint resets the
+   * count; so do RetryInstance and ResumeInstance). The next failure after
+   * that many suspends the instance. 0 means no limit (the pre-issue-15
+   * behaviour). 0 to 1000.
+   */
+  maxAutomaticResumes: number;
+  /**
+   * Backoff before the first automatic resume, in milliseconds; 0 resumes at
+   * once. 0 to 86400000 (one day).
+   */
+  initialBackoffMs: number;
+  /**
+   * Cap of the backoff in milliseconds; 0 means no cap beyond one day. 0 to
+   * 86400000, and not below initial_backoff_ms when set.
+   */
+  maxBackoffMs: number;
+  /** Growth factor per attempt, 1 to 10; 0 means 2. */
+  backoffMultiplier: number;
+  /** Fraction 0 to 1 of the backoff taken off at random (0: exact backoff). */
+  jitter: number;
+}
+
+/** One event in an instance's durable mailbox (EventService.SignalInstance). */
+export interface Event {
+  workflowId: string;
+  instanceKey: string;
+  /** The name a wait matches (AwaitEventRequest.event_name). */
+  eventName: string;
+  /** The sender's deduplication id: unique per instance. */
+  dedupeId: string;
+  /** The JSON payload as sent (empty when none was sent). */
+  payloadJson: Buffer;
+  /** Who sent it (SignalInstanceRequest.sender), free to choose. */
+  sender: string;
+  /** Database time it was stored. */
+  receivedAt:
+    | Date
+    | undefined;
+  /** Database time a wait consumed it; unset while it waits in the mailbox. */
+  consumedAt: Date | undefined;
 }
 
 /**
@@ -123,6 +213,39 @@ export interface Instance {
    * that renews the lease with lease_seconds 0 (saves, resumes).
    */
   leaseSeconds: number;
+  /** What a RUNNING instance is doing now (see RunState). */
+  runState: RunState;
+  /**
+   * The event name EventService.AwaitEvent parked it for; empty when it is
+   * not waiting for an event.
+   */
+  awaitedEvent: string;
+  /**
+   * While awaited_event is set: when the wait times out (the instance is then
+   * handed out with ResumeReason TIMEOUT); unset for a wait without timeout.
+   */
+  waitDeadline:
+    | Date
+    | undefined;
+  /**
+   * The instance's retry policy (the sidecar's DURABLE_RETRY_* defaults when
+   * no StartOrResume gave one).
+   */
+  retryPolicy:
+    | RetryPolicy
+    | undefined;
+  /**
+   * Automatic resumes since the last progress (checkpoint) or operator
+   * action; compared with retry_policy.max_automatic_resumes.
+   */
+  attempt: number;
+  /**
+   * Why the newest attempt failed ("lease expired ..." or FailInstance's
+   * message with retry set); kept when the instance is suspended.
+   */
+  lastError: string;
+  /** When it was suspended; unset unless status is SUSPENDED. */
+  suspendedAt: Date | undefined;
 }
 
 /** An append-only record of the state after one step. */
@@ -154,6 +277,257 @@ export interface Checkpoint {
   createdAt: Date | undefined;
 }
 
+function createBaseRetryPolicy(): RetryPolicy {
+  return { maxAutomaticResumes: 0, initialBackoffMs: 0, maxBackoffMs: 0, backoffMultiplier: 0, jitter: 0 };
+}
+
+export const RetryPolicy: MessageFns<RetryPolicy> = {
+  encode(message: RetryPolicy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.maxAutomaticResumes !== 0) {
+      writer.uint32(8).int32(message.maxAutomaticResumes);
+    }
+    if (message.initialBackoffMs !== 0) {
+      writer.uint32(16).int64(message.initialBackoffMs);
+    }
+    if (message.maxBackoffMs !== 0) {
+      writer.uint32(24).int64(message.maxBackoffMs);
+    }
+    if (message.backoffMultiplier !== 0) {
+      writer.uint32(33).double(message.backoffMultiplier);
+    }
+    if (message.jitter !== 0) {
+      writer.uint32(41).double(message.jitter);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RetryPolicy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRetryPolicy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.maxAutomaticResumes = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.initialBackoffMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.maxBackoffMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 33) {
+              break;
+            }
+
+            message.backoffMultiplier = reader.double();
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.jitter = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RetryPolicy>, I>>(base?: I): RetryPolicy {
+    return RetryPolicy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RetryPolicy>, I>>(object: I): RetryPolicy {
+    const message = createBaseRetryPolicy();
+    message.maxAutomaticResumes = object.maxAutomaticResumes ?? 0;
+    message.initialBackoffMs = object.initialBackoffMs ?? 0;
+    message.maxBackoffMs = object.maxBackoffMs ?? 0;
+    message.backoffMultiplier = object.backoffMultiplier ?? 0;
+    message.jitter = object.jitter ?? 0;
+    return message;
+  },
+};
+
+function createBaseEvent(): Event {
+  return {
+    workflowId: "",
+    instanceKey: "",
+    eventName: "",
+    dedupeId: "",
+    payloadJson: Buffer.alloc(0),
+    sender: "",
+    receivedAt: undefined,
+    consumedAt: undefined,
+  };
+}
+
+export const Event: MessageFns<Event> = {
+  encode(message: Event, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workflowId !== "") {
+      writer.uint32(10).string(message.workflowId);
+    }
+    if (message.instanceKey !== "") {
+      writer.uint32(18).string(message.instanceKey);
+    }
+    if (message.eventName !== "") {
+      writer.uint32(26).string(message.eventName);
+    }
+    if (message.dedupeId !== "") {
+      writer.uint32(34).string(message.dedupeId);
+    }
+    if (message.payloadJson.length !== 0) {
+      writer.uint32(42).bytes(message.payloadJson);
+    }
+    if (message.sender !== "") {
+      writer.uint32(50).string(message.sender);
+    }
+    if (message.receivedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.receivedAt), writer.uint32(58).fork()).join();
+    }
+    if (message.consumedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.consumedAt), writer.uint32(66).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Event {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workflowId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.instanceKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.eventName = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.dedupeId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.payloadJson = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.sender = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.receivedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.consumedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<Event>, I>>(base?: I): Event {
+    return Event.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Event>, I>>(object: I): Event {
+    const message = createBaseEvent();
+    message.workflowId = object.workflowId ?? "";
+    message.instanceKey = object.instanceKey ?? "";
+    message.eventName = object.eventName ?? "";
+    message.dedupeId = object.dedupeId ?? "";
+    message.payloadJson = object.payloadJson ?? Buffer.alloc(0);
+    message.sender = object.sender ?? "";
+    message.receivedAt = object.receivedAt ?? undefined;
+    message.consumedAt = object.consumedAt ?? undefined;
+    return message;
+  },
+};
+
 function createBaseInstance(): Instance {
   return {
     workflowId: "",
@@ -175,6 +549,13 @@ function createBaseInstance(): Instance {
     updatedAt: undefined,
     finishedAt: undefined,
     leaseSeconds: 0,
+    runState: 0,
+    awaitedEvent: "",
+    waitDeadline: undefined,
+    retryPolicy: undefined,
+    attempt: 0,
+    lastError: "",
+    suspendedAt: undefined,
   };
 }
 
@@ -236,6 +617,27 @@ export const Instance: MessageFns<Instance> = {
     }
     if (message.leaseSeconds !== 0) {
       writer.uint32(152).int32(message.leaseSeconds);
+    }
+    if (message.runState !== 0) {
+      writer.uint32(160).int32(message.runState);
+    }
+    if (message.awaitedEvent !== "") {
+      writer.uint32(170).string(message.awaitedEvent);
+    }
+    if (message.waitDeadline !== undefined) {
+      Timestamp.encode(toTimestamp(message.waitDeadline), writer.uint32(178).fork()).join();
+    }
+    if (message.retryPolicy !== undefined) {
+      RetryPolicy.encode(message.retryPolicy, writer.uint32(186).fork()).join();
+    }
+    if (message.attempt !== 0) {
+      writer.uint32(192).int32(message.attempt);
+    }
+    if (message.lastError !== "") {
+      writer.uint32(202).string(message.lastError);
+    }
+    if (message.suspendedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.suspendedAt), writer.uint32(210).fork()).join();
     }
     return writer;
   },
@@ -405,6 +807,62 @@ export const Instance: MessageFns<Instance> = {
             message.leaseSeconds = reader.int32();
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.runState = reader.int32() as any;
+            continue;
+          }
+          case 21: {
+            if (tag !== 170) {
+              break;
+            }
+
+            message.awaitedEvent = reader.string();
+            continue;
+          }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.waitDeadline = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 23: {
+            if (tag !== 186) {
+              break;
+            }
+
+            message.retryPolicy = RetryPolicy.decode(reader, reader.uint32());
+            continue;
+          }
+          case 24: {
+            if (tag !== 192) {
+              break;
+            }
+
+            message.attempt = reader.int32();
+            continue;
+          }
+          case 25: {
+            if (tag !== 202) {
+              break;
+            }
+
+            message.lastError = reader.string();
+            continue;
+          }
+          case 26: {
+            if (tag !== 210) {
+              break;
+            }
+
+            message.suspendedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -441,6 +899,15 @@ export const Instance: MessageFns<Instance> = {
     message.updatedAt = object.updatedAt ?? undefined;
     message.finishedAt = object.finishedAt ?? undefined;
     message.leaseSeconds = object.leaseSeconds ?? 0;
+    message.runState = object.runState ?? 0;
+    message.awaitedEvent = object.awaitedEvent ?? "";
+    message.waitDeadline = object.waitDeadline ?? undefined;
+    message.retryPolicy = (object.retryPolicy !== undefined && object.retryPolicy !== null)
+      ? RetryPolicy.fromPartial(object.retryPolicy)
+      : undefined;
+    message.attempt = object.attempt ?? 0;
+    message.lastError = object.lastError ?? "";
+    message.suspendedAt = object.suspendedAt ?? undefined;
     return message;
   },
 };
