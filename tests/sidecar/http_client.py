@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import grpc
-from durable.v1 import checkpoint_pb2, idempotency_pb2, instance_pb2, version_pb2
+from durable.v1 import audit_pb2, checkpoint_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf import json_format, message, message_factory
 
 _CODES = {code.name.lower(): code for code in grpc.StatusCode}
@@ -76,3 +76,7 @@ class HttpStubs:
     @property
     def versions(self) -> Any:
         return self._service(version_pb2, "VersionService")
+
+    @property
+    def audit(self) -> Any:
+        return self._service(audit_pb2, "AuditService")

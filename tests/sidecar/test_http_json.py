@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.conftest import Harness, make_settings
-from tests.sidecar import test_checkpoints, test_idempotency, test_instances
+from tests.sidecar import test_audit, test_checkpoints, test_idempotency, test_instances
 from tests.sidecar.helpers import Stubs, channel
 from tests.sidecar.http_client import HttpStubs
 from tests.sidecar.test_security import _make_cert
@@ -44,7 +44,7 @@ _GRPC_ONLY = {
 
 def _cases() -> list[Any]:
     out = []
-    for module in (test_instances, test_checkpoints, test_idempotency):
+    for module in (test_instances, test_checkpoints, test_idempotency, test_audit):
         for name, fn in vars(module).items():
             if not name.startswith("test_") or not inspect.iscoroutinefunction(fn) or name in _GRPC_ONLY:
                 continue

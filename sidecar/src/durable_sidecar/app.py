@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import grpc
 from durable.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     checkpoint_pb2,
     checkpoint_pb2_grpc,
     idempotency_pb2,
@@ -24,12 +26,14 @@ from grpc_reflection.v1alpha import reflection
 
 from . import allocator, failpoints, metrics, telemetry
 from .failpoints import parse as parse_failpoints
+from .services.audit import AuditService
 from .settings import Settings
 from .stores.backend import Backend
 from .stores.base import Database
 from .stores.cache import Cache
 from .stores.gauges import instance_gauges
 from .transport import http as http_json
+from .transport.audit import AuditServicer
 from .transport.auth import Authenticator
 from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
@@ -45,6 +49,7 @@ SERVICE_NAMES = [
     checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
     idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"].full_name,
     version_pb2.DESCRIPTOR.services_by_name["VersionService"].full_name,
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
 ]
 
 
@@ -203,7 +208,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         ("grpc.so_reuseport", 0),
     ], interceptors=[DecodeGuard()])
     servicers = (InstanceServicer(instances, auth, stopping), CheckpointServicer(checkpoints, auth),
-                 IdempotencyServicer(idempotency, auth), VersionServicer(versions, auth))
+                 IdempotencyServicer(idempotency, auth), VersionServicer(versions, auth),
+                 AuditServicer(AuditService(db, backend.instances), auth))
     for servicer in servicers:
         # Every request passes the one input boundary first (transport/rpc.py).
         setattr(servicer, "boundary", boundary)  # noqa: B010 - read by transport/rpc.py, not declared by the servicers
@@ -211,6 +217,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(servicers[1], server)
     idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server(servicers[2], server)
     version_pb2_grpc.add_VersionServiceServicer_to_server(servicers[3], server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(servicers[4], server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -244,12 +251,14 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         descriptors = [instance_pb2.DESCRIPTOR.services_by_name["InstanceService"],
                        checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
                        idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"],
-                       version_pb2.DESCRIPTOR.services_by_name["VersionService"]]
+                       version_pb2.DESCRIPTOR.services_by_name["VersionService"],
+                       audit_pb2.DESCRIPTOR.services_by_name["AuditService"]]
         tls = (http_json.ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
                if settings.tls_enabled else None)
         http_server = http_json.HttpJsonServer(
             settings.http_listen_address, http_json.routes(list(zip(descriptors, servicers, strict=True))),
-            max_body_bytes=settings.max_message_bytes, ssl_context=tls)
+            max_body_bytes=settings.max_message_bytes, ssl_context=tls,
+            console=http_json.Console(settings.console_n8n_url) if settings.console_enabled else None)
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
         await http_server.start()
     await server.start()

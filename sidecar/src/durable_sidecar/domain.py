@@ -152,6 +152,9 @@ class InstanceFilter:
     bound_version: int = 0
     stalled_only: bool = False
     key_prefix: str = ""
+    last_step: str = ""
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
 
 
 @dataclass(frozen=True)
@@ -375,3 +378,30 @@ class ChangeLogEntry:
     actor: str
     reason: str
     created_at: datetime
+
+
+# Audit events whose actor is the n8n execution that caused them (the others name a claimant or an operator).
+EXECUTION_EVENT_KINDS = frozenset({"started", "resumed", "wake_scheduled", "completed", "failed"})
+
+
+@dataclass(frozen=True)
+class InstanceEvent:
+    """One row of an instance's audit trail (durable_instance_events)."""
+
+    id: int
+    kind: str
+    actor: str
+    detail: str
+    created_at: datetime
+
+    @property
+    def execution_id(self) -> str:
+        return self.actor if self.kind in EXECUTION_EVENT_KINDS else ""
+
+
+@dataclass(frozen=True)
+class StatusCounts:
+    """Instances by status under one filter, and how many running ones are stalled."""
+
+    by_status: dict[InstanceStatus, int]
+    stalled: int

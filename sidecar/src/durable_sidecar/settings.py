@@ -82,6 +82,21 @@ class Settings:
             "tokens and TLS); empty disables it.",
         ),
     )
+    console_enabled: bool = field(
+        default=False,
+        metadata=_meta(
+            "DURABLE_CONSOLE_ENABLED",
+            "The web console at /console/ on DURABLE_HTTP_LISTEN_ADDRESS (static files; every call it makes "
+            "is an HTTP/JSON call with the operator's bearer token).",
+        ),
+    )
+    console_n8n_url: str = field(
+        default="",
+        metadata=_meta(
+            "DURABLE_CONSOLE_N8N_URL",
+            "n8n's editor URL (e.g. https://n8n.example.com) the console links executions to; empty: no links.",
+        ),
+    )
     instance_gauges_interval_seconds: float = field(
         default=15.0,
         metadata=_meta(
@@ -340,6 +355,10 @@ class Settings:
         need(self.http_listen_address == "" or self.http_listen_address.endswith(":0")
              or self.http_listen_address not in (self.listen_address, self.metrics_address),
              "DURABLE_HTTP_LISTEN_ADDRESS", "must differ from DURABLE_LISTEN_ADDRESS and DURABLE_METRICS_ADDRESS")
+        need(not self.console_enabled or self.http_listen_address != "", "DURABLE_CONSOLE_ENABLED",
+             "the console is served on the HTTP/JSON face: set DURABLE_HTTP_LISTEN_ADDRESS too")
+        need(self.console_n8n_url == "" or self.console_n8n_url.startswith(("http://", "https://")),
+             "DURABLE_CONSOLE_N8N_URL", "must be an http:// or https:// URL, or empty")
         need(self.instance_gauges_interval_seconds == 0 or 1 <= self.instance_gauges_interval_seconds <= 3600,
              "DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS", "must be 0 (off) or 1 to 3600")
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")

@@ -93,7 +93,7 @@ class GetInstanceResponse(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
-    __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix")
+    __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix", "last_step", "created_after", "created_before")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,9 @@ class ListInstancesRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.InstanceStatus]
     bound_version: int
@@ -108,7 +111,10 @@ class ListInstancesRequest(_message.Message):
     page_size: int
     page_token: str
     instance_key_prefix: str
-    def __init__(self, workflow_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_common_pb2.InstanceStatus, str]]] = ..., bound_version: _Optional[int] = ..., stalled_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., instance_key_prefix: _Optional[str] = ...) -> None: ...
+    last_step: str
+    created_after: _timestamp_pb2.Timestamp
+    created_before: _timestamp_pb2.Timestamp
+    def __init__(self, workflow_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_common_pb2.InstanceStatus, str]]] = ..., bound_version: _Optional[int] = ..., stalled_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
     __slots__ = ("instances", "next_page_token")

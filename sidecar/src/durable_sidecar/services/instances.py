@@ -204,6 +204,7 @@ class InstanceService:
 
     async def list_instances(self, namespace: str, flt: InstanceFilter, page: Page) -> tuple[list[Instance], str]:
         validation.identifier("workflow_id", flt.workflow_id, required=False)
+        validation.identifier("last_step", flt.last_step, required=False)
         if flt.bound_version < 0:
             raise InvalidArgument("bound_version must not be negative")
 

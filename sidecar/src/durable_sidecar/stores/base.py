@@ -22,6 +22,7 @@ from ..domain import (
     Checkpoint,
     IdempotencyKey,
     Instance,
+    InstanceEvent,
     InstanceFilter,
     InstanceMove,
     InstanceRef,
@@ -37,6 +38,7 @@ from ..domain import (
     PrunePolicy,
     PruneResult,
     ResumeReason,
+    StatusCounts,
     Version,
     WorkflowHead,
 )
@@ -268,6 +270,14 @@ class InstanceStore(ABC):
     async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "",
                             detail: str = "") -> None:
         """Appends a lifecycle event to the instance's audit trail."""
+
+    @abstractmethod
+    async def events_txn(self, conn: Conn, ref: InstanceRef, page: Page) -> tuple[list[InstanceEvent], str]:
+        """The instance's audit trail, oldest first (the page token carries the last id)."""
+
+    @abstractmethod
+    async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> StatusCounts:
+        """Instances matching the filter (its statuses and stalled_only ignored), by status."""
 
 
 class CheckpointStore(ABC):

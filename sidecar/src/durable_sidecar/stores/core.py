@@ -20,12 +20,14 @@ from ..domain import (
     Checkpoint,
     IdempotencyKey,
     Instance,
+    InstanceEvent,
     InstanceRef,
     InstanceStatus,
     KeyRef,
     KeyStatus,
     NewClaim,
     Page,
+    StatusCounts,
     Version,
 )
 from .paging import decode_cursor
@@ -270,6 +272,21 @@ def change_of(d: Dialect, row: Row) -> ChangeLogEntry:
         reason=row["reason"],
         created_at=d.time(row["created_at"]),
     )
+
+
+def event_of(d: Dialect, row: Row) -> InstanceEvent:
+    return InstanceEvent(id=row["id"], kind=row["kind"], actor=row["actor"], detail=row["detail"],
+                         created_at=d.time(row["created_at"]))
+
+
+def status_counts(rows: list[Any]) -> StatusCounts:
+    """Rows of (status, n, stalled), one per status present, as counts of every status."""
+    by_status = dict.fromkeys(InstanceStatus, 0)
+    stalled = 0
+    for r in rows:
+        by_status[InstanceStatus(r["status"])] = int(r["n"])
+        stalled += int(r["stalled"] or 0)
+    return StatusCounts(by_status, stalled)
 
 
 def before_page(page: Page, column: str) -> tuple[str, dict[str, Any]]:

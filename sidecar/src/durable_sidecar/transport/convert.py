@@ -44,6 +44,10 @@ _REASON_TO_PB = {
 }
 
 
+def status(value: InstanceStatus) -> common_pb2.InstanceStatus:
+    return _STATUS_TO_PB[value]
+
+
 def ts(value: datetime | None) -> Timestamp | None:
     if value is None:
         return None

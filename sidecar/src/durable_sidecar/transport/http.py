@@ -17,6 +17,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -96,15 +97,39 @@ def _error(code: grpc.StatusCode, details: str) -> web.Response:
     return web.json_response({"code": name, "message": details}, status=status)
 
 
+@dataclass(frozen=True)
+class Console:
+    """The web console's static files (package data) and what its config.json tells the browser."""
+
+    n8n_url: str = ""
+    root: Path = Path(__file__).resolve().parent.parent / "console"
+
+
+# The console's pages load only their own files and talk only to this origin.
+_CONSOLE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; "
+                               "form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+_CONSOLE_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
+
+
 class HttpJsonServer:
-    """An aiohttp server for the routes; `port` is the bound port once started."""
+    """An aiohttp server for the routes (and the console, when given); `port` is the bound port once started."""
 
     def __init__(self, address: str, table: dict[str, _Route], *, max_body_bytes: int,
-                 ssl_context: ssl.SSLContext | None) -> None:
+                 ssl_context: ssl.SSLContext | None, console: Console | None = None) -> None:
         self.address = address
         self._routes = table
         self._ssl = ssl_context
+        self._console = console
         self._app = web.Application(client_max_size=max_body_bytes)
+        if console is not None:
+            self._app.router.add_get("/console", self._console_redirect)
+            self._app.router.add_get("/console/config.json", self._console_config)
+            self._app.router.add_get("/console/{name:[A-Za-z0-9_.-]*}", self._console_file)
         self._app.router.add_route("*", "/{path:.*}", self._handle)
         self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
         self.port = 0
@@ -119,6 +144,24 @@ class HttpJsonServer:
 
     async def stop(self) -> None:
         await self._runner.cleanup()
+
+    async def _console_redirect(self, request: web.Request) -> web.StreamResponse:
+        raise web.HTTPPermanentRedirect("/console/")
+
+    async def _console_config(self, request: web.Request) -> web.StreamResponse:
+        assert self._console is not None
+        return web.json_response({"n8nUrl": self._console.n8n_url}, headers=_CONSOLE_HEADERS)
+
+    async def _console_file(self, request: web.Request) -> web.StreamResponse:
+        """A file of the console folder; no token needed (the files hold no data: every call they make needs one)."""
+        assert self._console is not None
+        name = request.match_info["name"] or "index.html"
+        path = self._console.root / name
+        kind = _CONSOLE_TYPES.get(path.suffix)
+        if kind is None or name.startswith(".") or not path.is_file():
+            raise web.HTTPNotFound(text="no such console file")
+        return web.Response(body=path.read_bytes(), content_type=kind, charset="utf-8" if kind != "image/svg+xml"
+                            else None, headers=_CONSOLE_HEADERS)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = self._routes.get(request.path)

@@ -65,6 +65,9 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             bound_version=request.bound_version,
             stalled_only=request.stalled_only,
             key_prefix=request.instance_key_prefix,
+            last_step=request.last_step,
+            created_after=convert.from_ts(request.created_after) if request.HasField("created_after") else None,
+            created_before=convert.from_ts(request.created_before) if request.HasField("created_before") else None,
         )
         rows, token = await self.service.list_instances(ns, flt, Page(page_size(request.page_size), request.page_token))
         return instance_pb2.ListInstancesResponse(instances=[convert.instance(r) for r in rows], next_page_token=token)

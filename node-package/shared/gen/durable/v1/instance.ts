@@ -169,6 +169,14 @@ export interface ListInstancesRequest {
   pageToken: string;
   /** Optional filter: keys starting with this prefix. */
   instanceKeyPrefix: string;
+  /** Optional filter: instances whose newest checkpoint's step is this one. */
+  lastStep: string;
+  /** Optional filter: instances created at or after this time. */
+  createdAfter:
+    | Date
+    | undefined;
+  /** Optional filter: instances created before this time. */
+  createdBefore: Date | undefined;
 }
 
 export interface ListInstancesResponse {
@@ -734,6 +742,9 @@ function createBaseListInstancesRequest(): ListInstancesRequest {
     pageSize: 0,
     pageToken: "",
     instanceKeyPrefix: "",
+    lastStep: "",
+    createdAfter: undefined,
+    createdBefore: undefined,
   };
 }
 
@@ -763,6 +774,15 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
     }
     if (message.instanceKeyPrefix !== "") {
       writer.uint32(58).string(message.instanceKeyPrefix);
+    }
+    if (message.lastStep !== "") {
+      writer.uint32(66).string(message.lastStep);
+    }
+    if (message.createdAfter !== undefined) {
+      Timestamp.encode(toTimestamp(message.createdAfter), writer.uint32(74).fork()).join();
+    }
+    if (message.createdBefore !== undefined) {
+      Timestamp.encode(toTimestamp(message.createdBefore), writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -846,6 +866,30 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
             message.instanceKeyPrefix = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.lastStep = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.createdAfter = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.createdBefore = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -870,6 +914,9 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
     message.pageSize = object.pageSize ?? 0;
     message.pageToken = object.pageToken ?? "";
     message.instanceKeyPrefix = object.instanceKeyPrefix ?? "";
+    message.lastStep = object.lastStep ?? "";
+    message.createdAfter = object.createdAfter ?? undefined;
+    message.createdBefore = object.createdBefore ?? undefined;
     return message;
   },
 };

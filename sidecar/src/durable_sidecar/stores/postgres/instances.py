@@ -7,14 +7,25 @@ from typing import Any
 
 from psycopg import sql
 
-from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
+from ...domain import (
+    Instance,
+    InstanceEvent,
+    InstanceFilter,
+    InstanceRef,
+    InstanceStatus,
+    MoveCandidate,
+    MoveSelector,
+    Page,
+    ResumeReason,
+    StatusCounts,
+)
 from .. import base, core
 from ..base import Conn
 from ..core import INSTANCE_COLUMNS as _COLUMNS
 from ..core import INSTANCE_KEY as _KEY
 from ..core import instance_cursor
 from ..core import instance_params as _key
-from ..paging import cut_page
+from ..paging import cut_page, decode_cursor
 from ..states import EncodedState, decode_state
 from .db import DIALECT, pg
 
@@ -22,6 +33,31 @@ from .db import DIALECT, pg
 def _instance(row: Any) -> Instance:
     return core.instance_of(DIALECT, row)
 
+
+
+def _filter(namespace: str, flt: InstanceFilter) -> tuple[list[sql.Composable], dict[str, Any]]:
+    """The conditions ListInstances and CountInstances share (all but statuses and stalled_only)."""
+    where: list[sql.Composable] = [sql.SQL("namespace = %(ns)s")]
+    params: dict[str, Any] = {"ns": namespace}
+    if flt.workflow_id:
+        where.append(sql.SQL("workflow_id = %(wf)s"))
+        params["wf"] = flt.workflow_id
+    if flt.bound_version:
+        where.append(sql.SQL("bound_version = %(bv)s"))
+        params["bv"] = flt.bound_version
+    if flt.key_prefix:
+        where.append(sql.SQL("starts_with(instance_key, %(prefix)s)"))
+        params["prefix"] = flt.key_prefix
+    if flt.last_step:
+        where.append(sql.SQL("last_step = %(step)s"))
+        params["step"] = flt.last_step
+    if flt.created_after is not None:
+        where.append(sql.SQL("created_at >= %(after)s"))
+        params["after"] = flt.created_after
+    if flt.created_before is not None:
+        where.append(sql.SQL("created_at < %(before)s"))
+        params["before"] = flt.created_before
+    return where, params
 
 
 class InstanceStore(base.InstanceStore):
@@ -262,22 +298,13 @@ class InstanceStore(base.InstanceStore):
     async def list_txn(
         self, conn: Conn, namespace: str, flt: InstanceFilter, page: Page
     ) -> tuple[list[Instance], str]:
-        where = [sql.SQL("namespace = %(ns)s")]
-        params: dict[str, Any] = {"ns": namespace, "limit": page.size + 1}
-        if flt.workflow_id:
-            where.append(sql.SQL("workflow_id = %(wf)s"))
-            params["wf"] = flt.workflow_id
+        where, params = _filter(namespace, flt)
+        params["limit"] = page.size + 1
         if flt.statuses:
             where.append(sql.SQL("status = ANY(%(statuses)s)"))
             params["statuses"] = [s.value for s in flt.statuses]
-        if flt.bound_version:
-            where.append(sql.SQL("bound_version = %(bv)s"))
-            params["bv"] = flt.bound_version
         if flt.stalled_only:
             where.append(sql.SQL("status = 'running' AND wake_at IS NULL AND lease_expires_at < now()"))
-        if flt.key_prefix:
-            where.append(sql.SQL("starts_with(instance_key, %(prefix)s)"))
-            params["prefix"] = flt.key_prefix
         if page.token:
             created, wf, key = core.time_cursor(DIALECT, page.token)
             where.append(sql.SQL("(created_at, workflow_id, instance_key) < (%(c_at)s::timestamptz, %(c_wf)s, %(c_key)s)"))
@@ -338,6 +365,29 @@ class InstanceStore(base.InstanceStore):
             {"ns": namespace, "wf": workflow_id, "keys": keys, "to": to_version},
         )
         return cur.rowcount
+
+    async def events_txn(self, conn: Conn, ref: InstanceRef, page: Page) -> tuple[list[InstanceEvent], str]:
+        params: dict[str, Any] = {**_key(ref), "limit": page.size + 1, "after": 0}
+        if page.token:
+            (after,) = decode_cursor(page.token, 1)
+            params["after"] = after if isinstance(after, int) else 0
+        cur = await pg(conn).execute(
+            f"""SELECT id, kind, actor, detail, created_at FROM durable_instance_events
+                WHERE {_KEY} AND id > %(after)s ORDER BY id LIMIT %(limit)s""",
+            params,
+        )
+        rows = [core.event_of(DIALECT, r) for r in await cur.fetchall()]
+        return cut_page(rows, page.size, lambda e: [e.id])
+
+    async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> StatusCounts:
+        where, params = _filter(namespace, flt)
+        query = sql.SQL(
+            "SELECT status, count(*) AS n, "
+            "count(*) FILTER (WHERE status = 'running' AND wake_at IS NULL AND lease_expires_at < now()) AS stalled "
+            "FROM durable_instances WHERE {where} GROUP BY status"
+        ).format(where=sql.SQL(" AND ").join(where))
+        cur = await pg(conn).execute(query, params)
+        return core.status_counts(await cur.fetchall())
 
     async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "", detail: str = "") -> None:
         await pg(conn).execute(

@@ -9,13 +9,24 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from ...domain import Instance, InstanceFilter, InstanceRef, InstanceStatus, MoveCandidate, MoveSelector, Page, ResumeReason
+from ...domain import (
+    Instance,
+    InstanceEvent,
+    InstanceFilter,
+    InstanceRef,
+    InstanceStatus,
+    MoveCandidate,
+    MoveSelector,
+    Page,
+    ResumeReason,
+    StatusCounts,
+)
 from .. import base, core
 from ..base import Conn
 from ..core import INSTANCE_COLUMNS as _COLUMNS
 from ..core import instance_cursor
 from ..core import instance_params as _key
-from ..paging import cut_page
+from ..paging import cut_page, decode_cursor
 from ..states import EncodedState, decode_state
 from .db import DIALECT, Row, lite, to_micros
 
@@ -29,6 +40,31 @@ def _instance(row: Row) -> Instance:
 
 def _keys_json(keys: list[str]) -> str:
     return json.dumps(keys)
+
+
+def _filter(namespace: str, flt: InstanceFilter) -> tuple[list[str], dict[str, object]]:
+    """The conditions ListInstances and CountInstances share (all but statuses and stalled_only)."""
+    where = ["namespace = :ns"]
+    params: dict[str, object] = {"ns": namespace}
+    if flt.workflow_id:
+        where.append("workflow_id = :wf")
+        params["wf"] = flt.workflow_id
+    if flt.bound_version:
+        where.append("bound_version = :bv")
+        params["bv"] = flt.bound_version
+    if flt.key_prefix:
+        where.append("substr(instance_key, 1, length(:prefix)) = :prefix")
+        params["prefix"] = flt.key_prefix
+    if flt.last_step:
+        where.append("last_step = :step")
+        params["step"] = flt.last_step
+    if flt.created_after is not None:
+        where.append("created_at >= :after")
+        params["after"] = to_micros(flt.created_after)
+    if flt.created_before is not None:
+        where.append("created_at < :before")
+        params["before"] = to_micros(flt.created_before)
+    return where, params
 
 
 class InstanceStore(base.InstanceStore):
@@ -190,23 +226,14 @@ class InstanceStore(base.InstanceStore):
     async def list_txn(self, conn: Conn, namespace: str, flt: InstanceFilter,
                        page: Page) -> tuple[list[Instance], str]:
         c = lite(conn)
-        where = ["namespace = :ns"]
-        params: dict[str, object] = {"ns": namespace, "limit": page.size + 1}
-        if flt.workflow_id:
-            where.append("workflow_id = :wf")
-            params["wf"] = flt.workflow_id
+        where, params = _filter(namespace, flt)
+        params["limit"] = page.size + 1
         if flt.statuses:
             where.append("status IN (SELECT value FROM json_each(:statuses))")
             params["statuses"] = json.dumps([s.value for s in flt.statuses])
-        if flt.bound_version:
-            where.append("bound_version = :bv")
-            params["bv"] = flt.bound_version
         if flt.stalled_only:
             where.append("status = 'running' AND wake_at IS NULL AND lease_expires_at < :now")
             params["now"] = c.now_us
-        if flt.key_prefix:
-            where.append("substr(instance_key, 1, length(:prefix)) = :prefix")
-            params["prefix"] = flt.key_prefix
         if page.token:
             created, wf, key = core.time_cursor(DIALECT, page.token)
             where.append("(created_at, workflow_id, instance_key) < (:c_at, :c_wf, :c_key)")
@@ -259,6 +286,30 @@ class InstanceStore(base.InstanceStore):
                WHERE namespace = :ns AND workflow_id = :wf AND instance_key IN (SELECT value FROM json_each(:keys))""",
             {"ns": namespace, "wf": workflow_id, "keys": _keys_json(keys), "to": to_version, "now": c.now_us},
         )
+
+    async def events_txn(self, conn: Conn, ref: InstanceRef, page: Page) -> tuple[list[InstanceEvent], str]:
+        params: dict[str, object] = {**_key(ref), "limit": page.size + 1, "after": 0}
+        if page.token:
+            (after,) = decode_cursor(page.token, 1)
+            params["after"] = after if isinstance(after, int) else 0
+        rows = await lite(conn).all(
+            f"""SELECT id, kind, actor, detail, created_at FROM durable_instance_events
+                WHERE {_KEY} AND id > :after ORDER BY id LIMIT :limit""",
+            params,
+        )
+        return cut_page([core.event_of(DIALECT, r) for r in rows], page.size, lambda e: [e.id])
+
+    async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> StatusCounts:
+        c = lite(conn)
+        where, params = _filter(namespace, flt)
+        params["now"] = c.now_us
+        rows = await c.all(
+            f"""SELECT status, count(*) AS n,
+                       sum(status = 'running' AND wake_at IS NULL AND lease_expires_at < :now) AS stalled
+                FROM durable_instances WHERE {" AND ".join(where)} GROUP BY status""",
+            params,
+        )
+        return core.status_counts(list(rows))
 
     async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "",
                             detail: str = "") -> None:

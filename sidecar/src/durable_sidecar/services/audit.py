@@ -1,0 +1,44 @@
+"""AuditService: the read-only operator views (an instance's audit trail, instance counts by status)."""
+
+from __future__ import annotations
+
+from .. import validation
+from ..domain import InstanceEvent, InstanceFilter, InstanceRef, Page, StatusCounts
+from ..errors import InvalidArgument, NotFound
+from ..logs import instance_key_var
+from ..stores.base import Conn, Database, InstanceStore
+
+
+def check_filter(flt: InstanceFilter) -> None:
+    """The filters ListInstances and CountInstances share."""
+    validation.identifier("workflow_id", flt.workflow_id, required=False)
+    validation.identifier("last_step", flt.last_step, required=False)
+    if flt.bound_version < 0:
+        raise InvalidArgument("bound_version must not be negative")
+
+
+class AuditService:
+    def __init__(self, db: Database, instances: InstanceStore) -> None:
+        self.db = db
+        self.instances = instances
+
+    async def list_events(self, ref: InstanceRef, page: Page) -> tuple[list[InstanceEvent], str]:
+        validation.identifier("workflow_id", ref.workflow_id)
+        validation.identifier("instance_key", ref.instance_key)
+        instance_key_var.set(ref.instance_key)
+
+        async def txn(conn: Conn) -> tuple[list[InstanceEvent], str]:
+            # An unknown instance is NOT_FOUND, not an empty trail (every instance has its STARTED event).
+            if await self.instances.get_txn(conn, ref) is None:
+                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            return await self.instances.events_txn(conn, ref, page)
+
+        return await self.db.transaction(txn)
+
+    async def count_instances(self, namespace: str, flt: InstanceFilter) -> StatusCounts:
+        check_filter(flt)
+
+        async def txn(conn: Conn) -> StatusCounts:
+            return await self.instances.count_txn(conn, namespace, flt)
+
+        return await self.db.transaction(txn)
