@@ -25,6 +25,10 @@ class ResumeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESUME_REASON_UNSPECIFIED: _ClassVar[ResumeReason]
     RESUME_REASON_STALLED: _ClassVar[ResumeReason]
     RESUME_REASON_WAKE_UP: _ClassVar[ResumeReason]
+    RESUME_REASON_EVENT: _ClassVar[ResumeReason]
+    RESUME_REASON_TIMEOUT: _ClassVar[ResumeReason]
+    RESUME_REASON_RETRY: _ClassVar[ResumeReason]
+    RESUME_REASON_REDRIVE: _ClassVar[ResumeReason]
 START_OUTCOME_UNSPECIFIED: StartOutcome
 START_OUTCOME_STARTED: StartOutcome
 START_OUTCOME_RESUMED: StartOutcome
@@ -33,9 +37,13 @@ START_OUTCOME_BUSY: StartOutcome
 RESUME_REASON_UNSPECIFIED: ResumeReason
 RESUME_REASON_STALLED: ResumeReason
 RESUME_REASON_WAKE_UP: ResumeReason
+RESUME_REASON_EVENT: ResumeReason
+RESUME_REASON_TIMEOUT: ResumeReason
+RESUME_REASON_RETRY: ResumeReason
+RESUME_REASON_REDRIVE: ResumeReason
 
 class StartOrResumeRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +54,7 @@ class StartOrResumeRequest(_message.Message):
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
     START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -56,10 +65,11 @@ class StartOrResumeRequest(_message.Message):
     claim_token: str
     include_state: bool
     start_item_json: bytes
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ...) -> None: ...
+    retry_policy: _common_pb2.RetryPolicy
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ...) -> None: ...
 
 class StartOrResumeResponse(_message.Message):
-    __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json")
+    __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json", "event", "wait_outcome")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +77,8 @@ class StartOrResumeResponse(_message.Message):
     VERSION_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
     START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
     outcome: StartOutcome
     instance: _common_pb2.Instance
     latest_checkpoint: _common_pb2.Checkpoint
@@ -74,7 +86,9 @@ class StartOrResumeResponse(_message.Message):
     version_mismatch: bool
     bound_version: _version_pb2.Version
     start_item_json: bytes
-    def __init__(self, outcome: _Optional[_Union[StartOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., current_version: _Optional[int] = ..., version_mismatch: _Optional[bool] = ..., bound_version: _Optional[_Union[_version_pb2.Version, _Mapping]] = ..., start_item_json: _Optional[bytes] = ...) -> None: ...
+    event: _common_pb2.Event
+    wait_outcome: ResumeReason
+    def __init__(self, outcome: _Optional[_Union[StartOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., current_version: _Optional[int] = ..., version_mismatch: _Optional[bool] = ..., bound_version: _Optional[_Union[_version_pb2.Version, _Mapping]] = ..., start_item_json: _Optional[bytes] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., wait_outcome: _Optional[_Union[ResumeReason, str]] = ...) -> None: ...
 
 class GetInstanceRequest(_message.Message):
     __slots__ = ("workflow_id", "instance_key")
@@ -143,16 +157,18 @@ class CompleteInstanceResponse(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
 
 class FailInstanceRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "error_message")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "error_message", "retry")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
     error_message: str
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+    retry: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., error_message: _Optional[str] = ..., retry: _Optional[bool] = ...) -> None: ...
 
 class FailInstanceResponse(_message.Message):
     __slots__ = ("instance",)
@@ -199,16 +215,18 @@ class ScheduleWakeUpResponse(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
 
 class ResumableInstance(_message.Message):
-    __slots__ = ("instance", "reason", "claim_token", "latest_checkpoint")
+    __slots__ = ("instance", "reason", "claim_token", "latest_checkpoint", "event")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
     instance: _common_pb2.Instance
     reason: ResumeReason
     claim_token: str
     latest_checkpoint: _common_pb2.Checkpoint
-    def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., reason: _Optional[_Union[ResumeReason, str]] = ..., claim_token: _Optional[str] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+    event: _common_pb2.Event
+    def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., reason: _Optional[_Union[ResumeReason, str]] = ..., claim_token: _Optional[str] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ...) -> None: ...
 
 class ClaimResumableRequest(_message.Message):
     __slots__ = ("workflow_ids", "claimant", "max_instances", "lease_seconds")

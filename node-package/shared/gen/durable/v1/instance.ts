@@ -21,7 +21,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp";
-import { Checkpoint, Instance, InstanceStatus } from "./common";
+import { Checkpoint, Event, Instance, InstanceStatus, RetryPolicy } from "./common";
 import { Version } from "./version";
 
 export const protobufPackage = "durable.v1";
@@ -47,7 +47,9 @@ export enum StartOutcome {
   START_OUTCOME_FINISHED = 3,
   /**
    * START_OUTCOME_BUSY - Another execution holds a live lease, or a wake-up is scheduled in the
-   * future: the caller must not run the instance now. Nothing was changed.
+   * future, or the instance waits for an event (EventService.AwaitEvent), or
+   * it is SUSPENDED: the caller must not run the instance now. Nothing was
+   * changed.
    */
   START_OUTCOME_BUSY = 4,
   UNRECOGNIZED = -1,
@@ -60,6 +62,17 @@ export enum ResumeReason {
   RESUME_REASON_STALLED = 1,
   /** RESUME_REASON_WAKE_UP - A scheduled wake-up fell due. */
   RESUME_REASON_WAKE_UP = 2,
+  /** RESUME_REASON_EVENT - The event the instance waited for arrived (ResumableInstance.event). */
+  RESUME_REASON_EVENT = 3,
+  /** RESUME_REASON_TIMEOUT - Its AwaitEvent timeout passed before the event arrived; the wait is over. */
+  RESUME_REASON_TIMEOUT = 4,
+  /**
+   * RESUME_REASON_RETRY - An automatic resume after a retry backoff (a stalled instance or a
+   * FailInstance with retry); Instance.attempt counts them.
+   */
+  RESUME_REASON_RETRY = 5,
+  /** RESUME_REASON_REDRIVE - An operator's RetryInstance or ResumeInstance. */
+  RESUME_REASON_REDRIVE = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -111,6 +124,12 @@ export interface StartOrResumeRequest {
    * hands it back, so a resumed execution sees the delivery that started it.
    */
   startItemJson: Buffer;
+  /**
+   * Optional retry policy (see RetryPolicy): when set, stored on the
+   * instance, new or existing, replacing the one it had; unset keeps the
+   * instance's policy (the sidecar's DURABLE_RETRY_* defaults for a new one).
+   */
+  retryPolicy: RetryPolicy | undefined;
 }
 
 export interface StartOrResumeResponse {
@@ -139,6 +158,20 @@ export interface StartOrResumeResponse {
    * include_state is set and one was stored; empty otherwise.
    */
   startItemJson: Buffer;
+  /**
+   * When this execution resumes the instance after its wait ended and no
+   * checkpoint was saved since: the event that ended it (unset for a
+   * timeout). Lets a Resume Point hand the payload to the flow even when the
+   * trigger's item did not carry it.
+   */
+  event:
+    | Event
+    | undefined;
+  /**
+   * Likewise: how the instance's last wait ended (EVENT or TIMEOUT), UNSPECIFIED
+   * when no wait ended since the newest checkpoint.
+   */
+  waitOutcome: ResumeReason;
 }
 
 export interface GetInstanceRequest {
@@ -204,6 +237,15 @@ export interface FailInstanceRequest {
   executionId: string;
   /** Required: why it failed (up to 4096 characters). */
   errorMessage: string;
+  /**
+   * Whether the failure may be retried by the instance's retry policy: the
+   * instance then stays RUNNING, its lease is released and the Resume
+   * Trigger hands it out (reason RETRY) after the policy's backoff; once
+   * max_automatic_resumes is used up it becomes SUSPENDED with this error
+   * instead (audit events "retry_scheduled" / "suspended", with the backoff).
+   * False: FAILED, final, as before.
+   */
+  retry: boolean;
 }
 
 export interface FailInstanceResponse {
@@ -248,7 +290,16 @@ export interface ResumableInstance {
   /** Token that owns the claim lease; pass it to StartOrResume.claim_token. */
   claimToken: string;
   /** Newest checkpoint metadata (without state). */
-  latestCheckpoint: Checkpoint | undefined;
+  latestCheckpoint:
+    | Checkpoint
+    | undefined;
+  /**
+   * With reason EVENT: the event (name and payload) that ended the wait.
+   * When the execution that took it died before saving a checkpoint, the
+   * next claim hands the instance out again with reason EVENT (or TIMEOUT)
+   * and the same event: a consumed event is never lost.
+   */
+  event: Event | undefined;
 }
 
 export interface ClaimResumableRequest {
@@ -292,6 +343,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     claimToken: "",
     includeState: false,
     startItemJson: Buffer.alloc(0),
+    retryPolicy: undefined,
   };
 }
 
@@ -326,6 +378,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.startItemJson.length !== 0) {
       writer.uint32(82).bytes(message.startItemJson);
+    }
+    if (message.retryPolicy !== undefined) {
+      RetryPolicy.encode(message.retryPolicy, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -423,6 +478,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.startItemJson = Buffer.from(reader.bytes());
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.retryPolicy = RetryPolicy.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -450,6 +513,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     message.claimToken = object.claimToken ?? "";
     message.includeState = object.includeState ?? false;
     message.startItemJson = object.startItemJson ?? Buffer.alloc(0);
+    message.retryPolicy = (object.retryPolicy !== undefined && object.retryPolicy !== null)
+      ? RetryPolicy.fromPartial(object.retryPolicy)
+      : undefined;
     return message;
   },
 };
@@ -463,6 +529,8 @@ function createBaseStartOrResumeResponse(): StartOrResumeResponse {
     versionMismatch: false,
     boundVersion: undefined,
     startItemJson: Buffer.alloc(0),
+    event: undefined,
+    waitOutcome: 0,
   };
 }
 
@@ -488,6 +556,12 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
     }
     if (message.startItemJson.length !== 0) {
       writer.uint32(58).bytes(message.startItemJson);
+    }
+    if (message.event !== undefined) {
+      Event.encode(message.event, writer.uint32(66).fork()).join();
+    }
+    if (message.waitOutcome !== 0) {
+      writer.uint32(72).int32(message.waitOutcome);
     }
     return writer;
   },
@@ -561,6 +635,22 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
             message.startItemJson = Buffer.from(reader.bytes());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.event = Event.decode(reader, reader.uint32());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.waitOutcome = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -591,6 +681,8 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
       ? Version.fromPartial(object.boundVersion)
       : undefined;
     message.startItemJson = object.startItemJson ?? Buffer.alloc(0);
+    message.event = (object.event !== undefined && object.event !== null) ? Event.fromPartial(object.event) : undefined;
+    message.waitOutcome = object.waitOutcome ?? 0;
     return message;
   },
 };
@@ -1137,7 +1229,7 @@ export const CompleteInstanceResponse: MessageFns<CompleteInstanceResponse> = {
 };
 
 function createBaseFailInstanceRequest(): FailInstanceRequest {
-  return { workflowId: "", instanceKey: "", executionId: "", errorMessage: "" };
+  return { workflowId: "", instanceKey: "", executionId: "", errorMessage: "", retry: false };
 }
 
 export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
@@ -1153,6 +1245,9 @@ export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
     }
     if (message.errorMessage !== "") {
       writer.uint32(34).string(message.errorMessage);
+    }
+    if (message.retry !== false) {
+      writer.uint32(40).bool(message.retry);
     }
     return writer;
   },
@@ -1202,6 +1297,14 @@ export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
             message.errorMessage = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.retry = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1223,6 +1326,7 @@ export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
     message.instanceKey = object.instanceKey ?? "";
     message.executionId = object.executionId ?? "";
     message.errorMessage = object.errorMessage ?? "";
+    message.retry = object.retry ?? false;
     return message;
   },
 };
@@ -1607,7 +1711,7 @@ export const ScheduleWakeUpResponse: MessageFns<ScheduleWakeUpResponse> = {
 };
 
 function createBaseResumableInstance(): ResumableInstance {
-  return { instance: undefined, reason: 0, claimToken: "", latestCheckpoint: undefined };
+  return { instance: undefined, reason: 0, claimToken: "", latestCheckpoint: undefined, event: undefined };
 }
 
 export const ResumableInstance: MessageFns<ResumableInstance> = {
@@ -1623,6 +1727,9 @@ export const ResumableInstance: MessageFns<ResumableInstance> = {
     }
     if (message.latestCheckpoint !== undefined) {
       Checkpoint.encode(message.latestCheckpoint, writer.uint32(34).fork()).join();
+    }
+    if (message.event !== undefined) {
+      Event.encode(message.event, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -1672,6 +1779,14 @@ export const ResumableInstance: MessageFns<ResumableInstance> = {
             message.latestCheckpoint = Checkpoint.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.event = Event.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1697,6 +1812,7 @@ export const ResumableInstance: MessageFns<ResumableInstance> = {
     message.latestCheckpoint = (object.latestCheckpoint !== undefined && object.latestCheckpoint !== null)
       ? Checkpoint.fromPartial(object.latestCheckpoint)
       : undefined;
+    message.event = (object.event !== undefined && object.event !== null) ? Event.fromPartial(object.event) : undefined;
     return message;
   },
 };
