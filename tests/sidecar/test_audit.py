@@ -6,7 +6,7 @@ import datetime as dt
 
 import grpc
 import pytest
-from durable.v1 import audit_pb2, common_pb2, instance_pb2
+from durable.v1 import audit_pb2, common_pb2, idempotency_pb2, instance_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.conftest import Harness
@@ -126,3 +126,13 @@ async def test_audit_calls_need_a_token(harness: Harness) -> None:
         await harness.alpha.audit.CountInstances(audit_pb2.CountInstancesRequest(),
                                                  metadata=(("authorization", "Bearer wrong-token-x"),))
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_list_keys_by_key_prefix_finds_an_instances_keys_in_every_scope(harness: Harness) -> None:
+    s = harness.alpha
+    order = new_key()
+    for scope, key in (("payment", order), ("email", order + "-confirmation"), ("payment", new_key())):
+        await s.idempotency.Claim(idempotency_pb2.ClaimRequest(items=[idempotency_pb2.ClaimItem(
+            scope=scope, key=key, holder="exec-1")]), metadata=s.metadata)
+    reply = await s.idempotency.ListKeys(idempotency_pb2.ListKeysRequest(key_prefix=order), metadata=s.metadata)
+    assert sorted((k.scope, k.key) for k in reply.keys) == [("email", order + "-confirmation"), ("payment", order)]

@@ -270,6 +270,7 @@ class KeyFilter:
     statuses: tuple[KeyStatus, ...] = ()
     include_expired: bool = False
     stuck_only: bool = False  # in progress with a lapsed lease
+    key_prefix: str = ""
 
 
 @dataclass(frozen=True)

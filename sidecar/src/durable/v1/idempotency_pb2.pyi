@@ -153,16 +153,18 @@ class GetKeyResponse(_message.Message):
     def __init__(self, key: _Optional[_Union[IdempotencyKey, _Mapping]] = ...) -> None: ...
 
 class ListKeysRequest(_message.Message):
-    __slots__ = ("scope", "statuses", "page_size", "page_token")
+    __slots__ = ("scope", "statuses", "page_size", "page_token", "key_prefix")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    KEY_PREFIX_FIELD_NUMBER: _ClassVar[int]
     scope: str
     statuses: _containers.RepeatedScalarFieldContainer[KeyStatus]
     page_size: int
     page_token: str
-    def __init__(self, scope: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[KeyStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    key_prefix: str
+    def __init__(self, scope: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[KeyStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., key_prefix: _Optional[str] = ...) -> None: ...
 
 class ListKeysResponse(_message.Message):
     __slots__ = ("keys", "next_page_token")

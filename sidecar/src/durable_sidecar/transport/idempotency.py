@@ -59,7 +59,8 @@ class IdempotencyServicer(idempotency_pb2_grpc.IdempotencyServiceServicer):
     @unary("ListKeys")
     async def ListKeys(self, request: idempotency_pb2.ListKeysRequest, ns: str) -> idempotency_pb2.ListKeysResponse:  # noqa: N802
         rows, token = await self.service.list_keys(
-            ns, KeyFilter(scope=request.scope, statuses=_statuses(list(request.statuses))),
+            ns, KeyFilter(scope=request.scope, statuses=_statuses(list(request.statuses)),
+                          key_prefix=request.key_prefix),
             Page(page_size(request.page_size), request.page_token),
         )
         return idempotency_pb2.ListKeysResponse(keys=[convert.idempotency_key(k) for k in rows], next_page_token=token)

@@ -177,6 +177,12 @@ export interface ListKeysRequest {
   /** 1 to 1000; 0 means 100. */
   pageSize: number;
   pageToken: string;
+  /**
+   * Optional filter: keys starting with this prefix. An instance's keys: its
+   * instance key is the Idempotency Guard's default key, and keys an author
+   * builds from it (e.g. "<order id>-charge") start with it.
+   */
+  keyPrefix: string;
 }
 
 export interface ListKeysResponse {
@@ -1145,7 +1151,7 @@ export const GetKeyResponse: MessageFns<GetKeyResponse> = {
 };
 
 function createBaseListKeysRequest(): ListKeysRequest {
-  return { scope: "", statuses: [], pageSize: 0, pageToken: "" };
+  return { scope: "", statuses: [], pageSize: 0, pageToken: "", keyPrefix: "" };
 }
 
 export const ListKeysRequest: MessageFns<ListKeysRequest> = {
@@ -1165,6 +1171,9 @@ export const ListKeysRequest: MessageFns<ListKeysRequest> = {
     }
     if (message.pageToken !== "") {
       writer.uint32(34).string(message.pageToken);
+    }
+    if (message.keyPrefix !== "") {
+      writer.uint32(42).string(message.keyPrefix);
     }
     return writer;
   },
@@ -1224,6 +1233,14 @@ export const ListKeysRequest: MessageFns<ListKeysRequest> = {
             message.pageToken = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.keyPrefix = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1245,6 +1262,7 @@ export const ListKeysRequest: MessageFns<ListKeysRequest> = {
     message.statuses = object.statuses?.map((e) => e) || [];
     message.pageSize = object.pageSize ?? 0;
     message.pageToken = object.pageToken ?? "";
+    message.keyPrefix = object.keyPrefix ?? "";
     return message;
   },
 };

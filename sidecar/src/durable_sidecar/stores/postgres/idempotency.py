@@ -148,6 +148,9 @@ class IdempotencyStore(base.IdempotencyStore):
             params["statuses"] = [s.value for s in flt.statuses]
         if flt.stuck_only:
             where.append(sql.SQL("status = 'in_progress' AND lease_expires_at <= now()"))
+        if flt.key_prefix:
+            where.append(sql.SQL("starts_with(key, %(prefix)s)"))
+            params["prefix"] = flt.key_prefix
         if not flt.include_expired:
             where.append(sql.SQL("(expires_at > now() OR (status = 'in_progress' AND lease_expires_at > now()))"))
         if page.token:

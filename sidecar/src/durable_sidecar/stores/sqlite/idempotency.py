@@ -107,6 +107,9 @@ class IdempotencyStore(base.IdempotencyStore):
             params["statuses"] = json.dumps([s.value for s in flt.statuses])
         if flt.stuck_only:
             where.append("status = 'in_progress' AND lease_expires_at <= :now")
+        if flt.key_prefix:
+            where.append("substr(key, 1, length(:prefix)) = :prefix")
+            params["prefix"] = flt.key_prefix
         if not flt.include_expired:
             where.append("(expires_at > :now OR (status = 'in_progress' AND lease_expires_at > :now))")
         if page.token:
