@@ -23,7 +23,7 @@ NODE_ENV_VARS := PATH="$(abspath $(NODE_HOME))/bin:$$PATH" npm_config_nodedir="$
 NPM := cd $(NODE_PKG) && $(NODE_ENV_VARS) npm
 
 .PHONY: setup proto proto-check lint test e2e faults run run-sidecar clean help \
-	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick browser-setup ha-setup
+	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick n8n-install browser-setup ha-setup
 
 help:
 	@echo "make setup        create $(VENV) with the sidecar and its tools"
@@ -33,8 +33,8 @@ help:
 	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
 	@echo "make faults       the long fault tests (Patroni failover under load, 10-minute soak)"
 	@echo "make ha-setup     Debian's patroni and etcd-server for the failover tests (apt-get, once)"
-	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS (~30 min; writes docs/bench/)"
-	@echo "make bench-quick  the same benchmarks in short runs (under 3 minutes; docs/ untouched)"
+	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS, then durability inside a real n8n (~40 min; writes docs/bench/)"
+	@echo "make bench-quick  the same benchmarks in short runs (under 5 minutes; docs/ untouched)"
 	@echo "make proto        regenerate gRPC code from proto/"
 	@echo "make proto-check  fail when generated code differs from proto/"
 	@echo "make run          the sidecar and n8n with our nodes and the examples (embedded storage)"
@@ -99,9 +99,7 @@ test: setup bench-setup node-lint node-build node-test
 # The real-n8n end-to-end suite: installs a pinned n8n on Node 24 into a cache outside
 # the clone (minutes the first time, seconds after), packs our node package, and runs
 # the scenarios in e2e/ against it, the sidecar, PostgreSQL and Redis.
-e2e: setup node-pack browser-setup
-	e2e/install-n8n.sh
-	e2e/build-n8n-sqlite.sh
+e2e: setup node-pack browser-setup bench-setup n8n-install
 	$(BIN)/python -m pytest e2e -p no:cacheprovider $(E2E_ARGS)
 
 # The browser test drives Debian's chromium with the pinned Python playwright (which never
@@ -142,11 +140,20 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 
 # Results in bench/results/<time>/ (untracked); the summary and chart also go to docs/bench/.
 # The full run also profiles chosen sidecar runs with py-spy. Extra flags through ARGS, e.g. `make bench ARGS=--quick`.
-bench: bench-setup
+# Then bench/n8n.py: plain, durable and control workflows in one real n8n (installed as for make e2e);
+# N8N_ARGS passes flags to it, e.g. `make bench-quick N8N_ARGS=--rounds=1`.
+bench: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench --docs docs/bench --profile $(ARGS)
+	$(BIN)/python -m bench.n8n --docs docs/bench --profile $(N8N_ARGS)
 
-bench-quick: bench-setup
+bench-quick: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench --quick $(ARGS)
+	$(BIN)/python -m bench.n8n --quick $(N8N_ARGS)
+
+# The pinned n8n on Node 24 that make e2e and the n8n benchmark use (once; then seconds).
+n8n-install:
+	e2e/install-n8n.sh
+	e2e/build-n8n-sqlite.sh
 
 # --- the n8n node package ----------------------------------------------------
 

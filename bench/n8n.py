@@ -1,0 +1,478 @@
+"""`python -m bench.n8n`: what durability costs per order inside one real n8n.
+
+One n8n (the pinned 2.41 on Node 24 that `make e2e` installs, on PostgreSQL, with our packed
+nodes installed the documented way), one sidecar, one set of fake services (e2e/fake_services.py),
+three workflows side by side:
+
+- **plain**: Webhook (answers when the last node finishes) → three HTTP Request calls;
+- **durable**: the same, wired as the node README documents it now: Resume Point, then per call
+  Idempotency Guard *Claim* → HTTP call → Durable Checkpoint *Save* (completes the key the Claim
+  took; *Done Before* goes to the same Save), then *Complete*;
+- **control**: plain plus as many No Operation nodes as *durable* has durable nodes (what n8n's
+  engine itself charges for that many more nodes).
+
+Runs are interleaved (round after round, each workflow once per round and concurrency, the order
+rotating), closed loop at 1 and 8 concurrent orders. Per workflow and concurrency it reports p50 /
+p95 per order, orders/s, CPU per order of n8n (its whole process tree, task runner included), the
+sidecar and all PostgreSQL processes (psutil), RPCs per order (the sidecar's Prometheus counter
+durable_rpc_total) and the size of n8n's execution record per order (execution_data.data), and the
+durable/plain ratios the targets of issue 20 name. `--profile` also runs the durable workflow with
+n8n under `node --cpu-prof` and the sidecar under py-spy and summarises both.
+
+The e2e smoke test (e2e/test_bench_n8n_smoke.py) calls `run_workloads` against the e2e stack's
+n8n with tiny counts; `make bench` / `make bench-quick` run `main`, which builds its own stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import itertools
+import json
+import os
+import shlex
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "e2e") not in sys.path:
+    sys.path.insert(0, str(ROOT / "e2e"))
+
+import harness  # noqa: E402  (e2e/harness.py: how a real n8n is installed and started)
+from fake_services import FakeServices  # noqa: E402
+
+from bench.infra import OtherLoad, _busy_seconds, _cpu_seconds, _postgres_cpu, describe_code  # noqa: E402
+
+CALLS = ("payment", "inventory", "shipping")
+WORKFLOWS = ("plain", "durable", "control")
+PATHS = {"plain": "bench-plain", "durable": "bench-durable", "control": "bench-control"}
+
+
+# --- the three workflows -------------------------------------------------------------------------------
+
+
+def _node(name: str, type_: str, version: float, params: dict[str, Any], x: int, y: int = 300,
+          credential: str | None = None, **extra: Any) -> dict[str, Any]:
+    node = {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"bench-n8n/{name}/{type_}")), "name": name, "type": type_,
+            "typeVersion": version, "position": [x, y], "parameters": params, **extra}
+    if credential:
+        node["credentials"] = {"durableSidecarApi": {"id": credential, "name": "Durable Sidecar"}}
+    return node
+
+
+def _webhook(kind: str) -> dict[str, Any]:
+    return _node("Webhook", "n8n-nodes-base.webhook", 2.1,
+                 {"httpMethod": "POST", "path": PATHS[kind], "responseMode": "lastNode", "options": {}}, 0,
+                 webhookId=str(uuid.uuid5(uuid.NAMESPACE_URL, f"bench-n8n/webhook/{kind}")))
+
+
+def _http(service: str, services_url: str, x: int) -> dict[str, Any]:
+    # The same expression in all three workflows: the order from the Webhook's item (paired items).
+    body = ("={{ JSON.stringify({ orderId: $('Webhook').item.json.body.orderId, "
+            "amount: $('Webhook').item.json.body.amount }) }}")
+    return _node(f"Call {service}", "n8n-nodes-base.httpRequest", 4.2,
+                 {"method": "POST", "url": f"{services_url}/{service}", "sendBody": True, "specifyBody": "json",
+                  "jsonBody": body, "options": {}}, x)
+
+
+def _chain(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]} for a, b in itertools.pairwise(nodes)}
+
+
+def workflows(services_url: str, credential: str) -> dict[str, dict[str, Any]]:
+    """The plain, durable and control workflows (n8n workflow JSON, not yet saved)."""
+    settings = {"executionOrder": "v1"}
+    out: dict[str, dict[str, Any]] = {}
+
+    plain = [_webhook("plain"), *(_http(s, services_url, 220 * (i + 1)) for i, s in enumerate(CALLS))]
+    out["plain"] = {"name": "bench: plain", "nodes": plain, "connections": _chain(plain), "settings": settings}
+
+    nodes = [_webhook("durable"),
+             _node("Resume Point", "n8n-nodes-durable.resumePoint", 2,
+                   {"instanceKey": "={{ $json.body.orderId }}", "options": {}}, 220, credential=credential)]
+    connections: dict[str, Any] = {"Webhook": {"main": [[{"node": "Resume Point", "type": "main", "index": 0}]]}}
+    previous, output = "Resume Point", 0  # Resume Point output 0: Start
+    x = 440
+    for service in CALLS:
+        claim = _node(f"Claim {service}", "n8n-nodes-durable.idempotencyGuard", 2,
+                      {"operation": "claim", "scope": service, "options": {}}, x, credential=credential)
+        call = _http(service, services_url, x + 220)
+        save = _node(f"Save {service}", "n8n-nodes-durable.durableCheckpoint", 2,
+                     {"operation": "save", "stepName": service, "options": {}}, x + 440, credential=credential)
+        nodes += [claim, call, save]
+        connections.setdefault(previous, {"main": []})["main"] += [[] for _ in range(output + 1 - len(
+            connections[previous]["main"]))]
+        connections[previous]["main"][output] = [{"node": claim["name"], "type": "main", "index": 0}]
+        # Claim: 0 First Run → the call, 1 Done Before → the same Save.
+        connections[claim["name"]] = {"main": [[{"node": call["name"], "type": "main", "index": 0}],
+                                               [{"node": save["name"], "type": "main", "index": 0}]]}
+        connections[call["name"]] = {"main": [[{"node": save["name"], "type": "main", "index": 0}]]}
+        previous, output, x = save["name"], 0, x + 660
+    complete = _node("Complete", "n8n-nodes-durable.durableCheckpoint", 2,
+                     {"operation": "complete", "resultWhat": "none"}, x, credential=credential)
+    nodes.append(complete)
+    connections[previous] = {"main": [[{"node": "Complete", "type": "main", "index": 0}]]}
+    out["durable"] = {"name": "bench: durable", "nodes": nodes, "connections": connections, "settings": settings}
+
+    durable_nodes = durable_node_count(out["durable"])
+    control = [_webhook("control")]
+    x = 220
+    for i, service in enumerate(CALLS):
+        # Spread the No Operation nodes as the durable nodes are: before, around and after each call.
+        per_call = durable_nodes // len(CALLS) + (1 if i < durable_nodes % len(CALLS) else 0)
+        for j in range(per_call):
+            control.append(_node(f"NoOp {service} {j + 1}", "n8n-nodes-base.noOp", 1, {}, x))
+            x += 220
+        control.append(_http(service, services_url, x))
+        x += 220
+    out["control"] = {"name": "bench: control", "nodes": control, "connections": _chain(control),
+                      "settings": settings}
+    return out
+
+
+def durable_node_count(workflow: dict[str, Any]) -> int:
+    return sum(1 for n in workflow["nodes"] if n["type"].startswith("n8n-nodes-durable."))
+
+
+# --- measuring ----------------------------------------------------------------------------------------
+
+
+def _tree_cpu(pid: int) -> dict[int, float]:
+    out: dict[int, float] = {}
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                out[p.pid] = _cpu_seconds(p)
+    return out
+
+
+def _delta(start: dict[int, float], end: dict[int, float]) -> float:
+    return sum(max(0.0, cpu - start.get(pid, 0.0)) for pid, cpu in end.items())
+
+
+def rpc_total(metrics_url: str | None) -> float | None:
+    """Sum of durable_rpc_total over all methods and codes (health checks are not counted there)."""
+    if not metrics_url:
+        return None
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("durable_rpc_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@dataclass
+class Cell:
+    """Everything measured for one workflow at one concurrency, summed over the rounds."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    orders: int = 0
+    errors: int = 0
+    first_error: str = ""
+    cpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    rpcs: float = 0.0
+    rpcs_known: bool = True
+    others_s: float = 0.0
+
+
+@dataclass
+class Target:
+    """Where the load goes: a running n8n, the sidecar's pid and metrics, the PostgreSQL database of n8n."""
+
+    n8n_url: str
+    n8n_pid: int
+    sidecar_pid: int
+    n8n_database_url: str
+    metrics_url: str | None
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, bytes]:
+    return harness.http("POST", url, body, timeout=timeout)
+
+
+def window(target: Target, kind: str, concurrency: int, orders: int, cell: Cell | None) -> None:
+    """`orders` orders of one workflow, `concurrency` closed-loop workers; measured into `cell` (None: warm-up)."""
+    url = f"{target.n8n_url}/webhook/{PATHS[kind]}"
+    lock = threading.Lock()
+    left = [orders]
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            order = f"{kind}-{uuid.uuid4().hex[:12]}"
+            t0 = time.perf_counter()
+            status, reply = _post(url, {"orderId": order, "amount": 42.0, "email": f"{order}@example.com"})
+            elapsed = (time.perf_counter() - t0) * 1000
+            with lock:
+                if status == 200:
+                    latencies.append(elapsed)
+                else:
+                    errors.append(f"HTTP {status}: {reply[:300]!r}")
+
+    n8n0, side0, pg0 = _tree_cpu(target.n8n_pid), _tree_cpu(target.sidecar_pid), _postgres_cpu()
+    busy0, me0 = _busy_seconds(), _tree_cpu(os.getpid())
+    rpc0 = rpc_total(target.metrics_url)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    n8n = _delta(n8n0, _tree_cpu(target.n8n_pid))
+    side = _delta(side0, _tree_cpu(target.sidecar_pid))
+    pg = _delta(pg0, _postgres_cpu())
+    me = _delta(me0, _tree_cpu(os.getpid()))
+    busy = _busy_seconds() - busy0
+    rpc1 = rpc_total(target.metrics_url)
+    if cell is None:
+        if errors:
+            raise RuntimeError(f"warm-up of {kind}: {len(errors)} of {orders} orders failed, first: {errors[0]}")
+        return
+    cell.latencies_ms += latencies
+    cell.wall_s += wall
+    cell.orders += len(latencies)
+    cell.errors += len(errors)
+    if errors and not cell.first_error:
+        cell.first_error = errors[0]
+    cell.cpu_s["n8n"] += n8n
+    cell.cpu_s["sidecar"] += side
+    cell.cpu_s["postgres"] += pg
+    cell.cpu_s["load generator"] += me
+    cell.others_s += max(0.0, busy - n8n - side - pg - me)
+    if rpc0 is None or rpc1 is None:
+        cell.rpcs_known = False
+    else:
+        cell.rpcs += rpc1 - rpc0
+
+
+def execution_sizes(database_url: str, workflow_ids: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Per workflow: executions saved and the mean size of their execution_data.data (n8n's run record)."""
+    out: dict[str, dict[str, float]] = {}
+    with psycopg.connect(database_url) as conn:
+        for kind, wid in workflow_ids.items():
+            row = conn.execute(
+                'SELECT count(*), avg(octet_length(d.data)), avg(pg_column_size(d.data)) '
+                'FROM execution_entity e JOIN execution_data d ON d."executionId" = e.id '
+                'WHERE e."workflowId" = %s AND e.status = %s', (wid, "success")).fetchone()
+            if row and row[0]:
+                out[kind] = {"executions": int(row[0]), "data_bytes": round(float(row[1]), 0),
+                             "stored_bytes": round(float(row[2]), 0)}
+    return out
+
+
+@dataclass
+class Plan:
+    concurrency: list[int]
+    rounds: int
+    orders: dict[int, int]  # orders per window, by concurrency
+    warmup: int
+
+
+QUICK = Plan([1, 8], rounds=2, orders={1: 10, 8: 24}, warmup=5)
+FULL = Plan([1, 8], rounds=5, orders={1: 60, 8: 200}, warmup=20)
+SMOKE = Plan([1, 8], rounds=1, orders={1: 2, 8: 8}, warmup=1)
+
+
+def create_workflows(n8n: harness.N8n, api_key: str, services_url: str, credential: str) -> dict[str, str]:
+    """Creates and publishes the three workflows through n8n's public API; their ids by kind."""
+    ids = {}
+    for kind, wf in workflows(services_url, credential).items():
+        status, reply = harness.http("POST", f"{n8n.url}/api/v1/workflows", wf,
+                                     headers={"X-N8N-API-KEY": api_key}, timeout=60)
+        if status != 200:
+            raise RuntimeError(f"creating the {kind} workflow: HTTP {status}: {reply[:2000]!r}")
+        wid = json.loads(reply)["id"]
+        status, reply = harness.http("POST", f"{n8n.url}/api/v1/workflows/{wid}/activate", {},
+                                     headers={"X-N8N-API-KEY": api_key}, timeout=60)
+        if status != 200:
+            raise RuntimeError(f"publishing the {kind} workflow: HTTP {status}: {reply[:2000]!r}")
+        ids[kind] = wid
+    for kind in ids:
+        n8n.wait_webhook(PATHS[kind])
+    return ids
+
+
+def run_workloads(target: Target, plan: Plan, workflow_ids: dict[str, str],
+                  log: Any = print) -> dict[str, Any]:
+    """Warm-up, then the interleaved rounds; the rows (one per workflow and concurrency)."""
+    for kind in WORKFLOWS:
+        window(target, kind, 1, plan.warmup, None)
+    cells = {(k, c): Cell() for k in WORKFLOWS for c in plan.concurrency}
+    sizes_before = execution_sizes(target.n8n_database_url, workflow_ids)
+    for r in range(plan.rounds):
+        for c in plan.concurrency:
+            order = WORKFLOWS[r % 3:] + WORKFLOWS[:r % 3]
+            for kind in order:
+                window(target, kind, c, plan.orders[c], cells[(kind, c)])
+        log(f"  round {r + 1}/{plan.rounds} done")
+    sizes = execution_sizes(target.n8n_database_url, workflow_ids)
+    rows = []
+    for (kind, c), cell in cells.items():
+        n = max(1, cell.orders)
+        lat = sorted(cell.latencies_ms)
+        row = {
+            "workflow": kind, "concurrency": c, "orders": cell.orders, "errors": cell.errors,
+            "first_error": cell.first_error,
+            "p50_ms": round(statistics.median(lat), 2) if lat else None,
+            "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2) if lat else None,
+            "orders_per_s": round(cell.orders / cell.wall_s, 2) if cell.wall_s else None,
+            "cpu_ms_per_order": {k: round(v * 1000 / n, 2) for k, v in cell.cpu_s.items()},
+            "others_cpu_ms_per_order": round(cell.others_s * 1000 / n, 2),
+            "rpcs_per_order": round(cell.rpcs / n, 2) if cell.rpcs_known else None,
+            "execution_data_bytes": (sizes.get(kind) or sizes_before.get(kind) or {}).get("data_bytes"),
+        }
+        rows.append(row)
+        log(f"  {kind:<8} c{c:<2} p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms  {row['orders_per_s']} orders/s  "
+            f"n8n {row['cpu_ms_per_order'].get('n8n')} ms CPU/order  rpcs {row['rpcs_per_order']}  "
+            f"record {row['execution_data_bytes']} B  errors {cell.errors}")
+    return {"rows": rows, "durable_nodes": None}
+
+
+def ratios(rows: list[dict[str, Any]], durable_nodes: int) -> dict[str, Any]:
+    """The figures the targets name, from the rows."""
+    by = {(r["workflow"], r["concurrency"]): r for r in rows}
+
+    def get(kind: str, c: int, key: str) -> float | None:
+        row = by.get((kind, c))
+        return None if row is None else row.get(key)
+
+    def cpu(kind: str, c: int, who: str = "n8n") -> float | None:
+        row = by.get((kind, c))
+        return None if row is None else row["cpu_ms_per_order"].get(who)
+
+    out: dict[str, Any] = {"durable_nodes": durable_nodes}
+    p_plain, p_durable = get("plain", 1, "p50_ms"), get("durable", 1, "p50_ms")
+    out["p50_ratio_c1"] = round(p_durable / p_plain, 3) if p_plain and p_durable else None
+    t_plain, t_durable = get("plain", 8, "orders_per_s"), get("durable", 8, "orders_per_s")
+    out["throughput_share_c8"] = round(t_durable / t_plain, 3) if t_plain and t_durable else None
+    for c in (1, 8):
+        a, b, k = cpu("plain", c), cpu("durable", c), cpu("control", c)
+        if a is not None and b is not None and k is not None and durable_nodes:
+            out[f"n8n_cpu_ms_per_durable_node_c{c}"] = round((b - a) / durable_nodes, 3)
+            out[f"n8n_cpu_ms_per_noop_node_c{c}"] = round((k - a) / durable_nodes, 3)
+        for who in ("n8n", "sidecar", "postgres"):
+            a, b = cpu("plain", c, who), cpu("durable", c, who)
+            if a is not None and b is not None:
+                out[f"extra_cpu_ms_per_order_{who}_c{c}"] = round(b - a, 2)
+    return out
+
+
+# --- the stack main() builds --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stack(work: Path, n8n_env: dict[str, str] | None = None) -> Iterator[tuple[harness.N8n, harness.Sidecar,
+                                                                                 FakeServices, Target]]:
+    package_dir = Path(os.environ.get("DURABLE_E2E_PACKAGE_DIR", str(ROOT / "node-package")))
+    sidecar_db, n8n_db = harness.create_db("durable_bench_n8n"), harness.create_db("n8n_bench")
+    services = FakeServices().start()
+    sidecar = harness.Sidecar(work, sidecar_db, lease_seconds=60)
+    metrics_port = harness.free_port()
+    sidecar.process.env["DURABLE_METRICS_ADDRESS"] = f"127.0.0.1:{metrics_port}"
+    sidecar.process.env["DURABLE_LOG_LEVEL"] = "warning"
+    n8n = harness.N8n(work, n8n_db, package_dir, extra_env={"N8N_LOG_LEVEL": "error", **(n8n_env or {})})
+    try:
+        sidecar.start()
+        harness.import_credential(n8n, sidecar, credential_id="durableSidecarBench")
+        main = n8n.start_main()
+        assert main.proc is not None and sidecar.process.proc is not None
+        target = Target(n8n.url, main.proc.pid, sidecar.process.proc.pid, harness.db_url(n8n_db),
+                        f"http://127.0.0.1:{metrics_port}/metrics")
+        yield n8n, sidecar, services, target
+    finally:
+        n8n.stop_all()
+        sidecar.close()
+        services.stop()
+        harness.drop_db(n8n_db)
+        harness.drop_db(sidecar_db)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.n8n", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="two short rounds (bench-quick); docs untouched")
+    p.add_argument("--smoke", action="store_true", help="one tiny round (CI: only that it runs)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 2)")
+    p.add_argument("--orders", help="orders per window at c1,c8 (default 60,200; quick 10,24)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile the durable workflow: n8n with node --cpu-prof, the sidecar with py-spy")
+    p.add_argument("--out", type=Path, help="results directory (default bench/results/<time>-n8n)")
+    p.add_argument("--docs", type=Path, help="also write n8n-summary.md and n8n-chart.png here (not with --quick)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench import n8n_report
+
+    args = parse_args(argv)
+    base = SMOKE if args.smoke else QUICK if args.quick else FULL
+    plan = Plan(base.concurrency, args.rounds or base.rounds,
+                dict(zip(base.concurrency, map(int, args.orders.split(",")), strict=False)) if args.orders else base.orders,
+                base.warmup)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or ROOT / "bench" / "results" / (stamp + "-n8n" + ("-quick" if args.quick or args.smoke else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python -m bench.n8n " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    print(f"bench.n8n: results in {out}", flush=True)
+    started = dt.datetime.now(dt.UTC)
+    other = OtherLoad()
+    t0 = time.monotonic()
+    profiles: dict[str, Any] = {}
+    with harness.work_dir() as work, stack(work) as (n8n, _sidecar, services, target):
+        version = n8n.env.get("N8N_E2E_VERSION", "")
+        print(f"== [{time.monotonic() - t0:6.1f} s] n8n {version} ready at {n8n.url}",
+              flush=True)
+        api_key = n8n.create_api_key("bench")
+        ids = create_workflows(n8n, api_key, services.url, "durableSidecarBench")
+        nodes = durable_node_count(workflows(services.url, "x")["durable"])
+        print(f"== [{time.monotonic() - t0:6.1f} s] workflows published; interleaved runs at c"
+              f"{','.join(map(str, plan.concurrency))}", flush=True)
+        result = run_workloads(target, plan, ids)
+        if args.profile:
+            from bench import n8n_profile
+
+            print(f"== [{time.monotonic() - t0:6.1f} s] profiling the durable workflow", flush=True)
+            profiles = n8n_profile.profile(n8n, target, out, orders=plan.orders[1] * 2)
+    finished = dt.datetime.now(dt.UTC)
+    data = {
+        "meta": {"command": command, "started": started.isoformat(timespec="seconds"),
+                 "finished": finished.isoformat(timespec="seconds"), "plan": plan.__dict__,
+                 "n8n": version, "other_load": other.report(),
+                 "code": describe_code(ROOT), "quick": bool(args.quick or args.smoke)},
+        "rows": result["rows"],
+        "ratios": ratios(result["rows"], nodes),
+        "profiles": profiles,
+    }
+    (out / "n8n-results.json").write_text(json.dumps(data, indent=1))
+    docs = None if (args.quick or args.smoke) else args.docs
+    n8n_report.write(data, out, docs)
+    print(f"== [{time.monotonic() - t0:6.1f} s] done: {out / 'n8n-summary.md'}"
+          + (f" and {docs}/n8n-summary.md" if docs else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

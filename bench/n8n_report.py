@@ -1,0 +1,136 @@
+"""The n8n benchmark's summary (markdown) and chart (matplotlib), from n8n-results.json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+TARGET_P50_RATIO = 1.25
+TARGET_THROUGHPUT_SHARE = 0.80
+TARGET_NODE_FACTOR = 2.0
+
+
+def _f(v: Any, unit: str = "", digits: int = 1) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+def targets(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(target, goal, measured, verdict with margin)."""
+    r = data["ratios"]
+    out = []
+    p = r.get("p50_ratio_c1")
+    out.append(("durable / plain, p50 per order at 1 order at a time", f"≤ {TARGET_P50_RATIO:.2f}×", _f(p, "×", 2),
+                "n/a" if p is None else (f"met (margin {TARGET_P50_RATIO - p:+.2f}×)" if p <= TARGET_P50_RATIO
+                                         else f"missed by {p - TARGET_P50_RATIO:.2f}×")))
+    t = r.get("throughput_share_c8")
+    out.append(("durable / plain, orders/s at 8 concurrent orders", f"≥ {TARGET_THROUGHPUT_SHARE:.0%}",
+                "n/a" if t is None else f"{t:.0%}",
+                "n/a" if t is None else (f"met (margin {100 * (t - TARGET_THROUGHPUT_SHARE):+.0f} points)"
+                                         if t >= TARGET_THROUGHPUT_SHARE
+                                         else f"missed by {100 * (TARGET_THROUGHPUT_SHARE - t):.0f} points")))
+    d, n = r.get("n8n_cpu_ms_per_durable_node_c1"), r.get("n8n_cpu_ms_per_noop_node_c1")
+    client = (data.get("profiles") or {}).get("n8n", {}).get("grpc_client_ms_per_durable_node")
+    if d is not None and n is not None:
+        limit = TARGET_NODE_FACTOR * max(n, 0.0) + (client or 0.0)
+        verdict = f"met (margin {limit - d:+.2f} ms)" if d <= limit else f"missed by {d - limit:.2f} ms"
+        out.append(("n8n CPU per durable node (c1)",
+                    f"≤ 2 × NoOp node ({_f(n, ' ms', 2)}) + RPC client ({_f(client, ' ms', 2)})",
+                    _f(d, " ms", 2), verdict))
+    return out
+
+
+def markdown(data: dict[str, Any]) -> str:
+    meta, rows, r = data["meta"], data["rows"], data["ratios"]
+    lines = ["# n8n benchmark: what durability costs per order", ""]
+    if meta.get("quick"):
+        lines += ["**Quick/smoke run: too short for the targets; the figures only show that it runs.**", ""]
+    lines += [f"n8n {meta.get('n8n')} (Node 24, PostgreSQL), one sidecar, the fake services of e2e/; "
+              f"commit {meta['code']['commit']}; `{meta['command']}`; {meta['started']} to {meta['finished']}. "
+              f"Machine busy {meta['other_load']['machine_busy_pct']} % on average "
+              f"(load {', '.join(f'{x:.1f}' for x in meta['other_load']['loadavg_start'])} at the start).", "",
+              f"Workflows: **plain** = Webhook (answers on the last node) → 3 HTTP Request calls; **durable** = "
+              f"the same wired as node-package/README.md documents it ({r['durable_nodes']} durable nodes: "
+              f"Resume Point, per call Claim → call → Save that completes the key, Complete); **control** = plain "
+              f"+ {r['durable_nodes']} No Operation nodes. Interleaved rounds "
+              f"({meta['plan']['rounds']} × {meta['plan']['orders']} orders per window), closed loop.", "",
+              "## Targets (issue 20)", "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in targets(data)]
+    lines += ["", "## Per workflow", "",
+              "| workflow | orders at once | orders | p50 ms | p95 ms | orders/s | n8n CPU ms/order | sidecar CPU "
+              "ms/order | PostgreSQL CPU ms/order | RPCs/order | execution record B | errors |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in sorted(rows, key=lambda x: (x["concurrency"], ["plain", "durable", "control"].index(x["workflow"]))):
+        cpu = row["cpu_ms_per_order"]
+        lines.append(f"| {row['workflow']} | {row['concurrency']} | {row['orders']} | {_f(row['p50_ms'])} | "
+                     f"{_f(row['p95_ms'])} | {_f(row['orders_per_s'])} | {_f(cpu.get('n8n'))} | "
+                     f"{_f(cpu.get('sidecar'))} | {_f(cpu.get('postgres'))} | {_f(row['rpcs_per_order'])} | "
+                     f"{_f(row['execution_data_bytes'], digits=0)} | {row['errors']} |")
+    lines += ["", "## Durable over plain", ""]
+    for c in (1, 8):
+        parts = [f"{who} {_f(r.get(f'extra_cpu_ms_per_order_{who}_c{c}'), ' ms', 2)}"
+                 for who in ("n8n", "sidecar", "postgres")]
+        lines.append(f"- at {c} order(s) at a time, extra CPU per order: " + ", ".join(parts)
+                     + f"; n8n CPU per durable node {_f(r.get(f'n8n_cpu_ms_per_durable_node_c{c}'), ' ms', 2)}, "
+                     f"per No Operation node {_f(r.get(f'n8n_cpu_ms_per_noop_node_c{c}'), ' ms', 2)}")
+    prof = data.get("profiles") or {}
+    if prof.get("n8n"):
+        lines += ["", "## Profile of n8n running the durable workflow (node --cpu-prof)", "",
+                  "| where | share of n8n's samples |", "|---|---:|"]
+        lines += [f"| {c['name']} | {c['share']:.1%} |" for c in prof["n8n"].get("categories", [])]
+    if prof.get("sidecar"):
+        lines += ["", "## Profile of the sidecar (py-spy)", "", "| where | share |", "|---|---:|"]
+        lines += [f"| {c['name']} | {c['share']:.1%} |" for c in prof["sidecar"].get("categories", [])[:8]]
+    lines += ["", "CPU per order is psutil's user+system time of each process tree over the measured windows divided "
+              "by the orders; PostgreSQL is every postgres process (the sidecar's and n8n's databases share the "
+              "server). RPCs per order come from the sidecar's durable_rpc_total; the execution record is the mean "
+              "octet_length of n8n's execution_data.data for the workflow's successful executions.", ""]
+    return "\n".join(lines)
+
+
+def chart(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = data["rows"]
+    kinds = ["plain", "control", "durable"]
+    colors = {"plain": "#4c72b0", "control": "#999999", "durable": "#dd8452"}
+    by = {(r["workflow"], r["concurrency"]): r for r in rows}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (title, getter) in zip(axes, [
+            ("p50 per order, 1 at a time (ms)", lambda k: by.get((k, 1), {}).get("p50_ms")),
+            ("orders/s, 8 at a time", lambda k: by.get((k, 8), {}).get("orders_per_s")),
+            ("n8n CPU per order, 1 at a time (ms)",
+             lambda k: by.get((k, 1), {}).get("cpu_ms_per_order", {}).get("n8n"))], strict=False):
+        values = [getter(k) or 0 for k in kinds]
+        bars = ax.bar(kinds, values, color=[colors[k] for k in kinds])
+        ax.bar_label(bars, fmt="%.1f")
+        ax.set_title(title)
+    r = data["ratios"]
+    fig.suptitle(f"durability inside n8n: p50 ×{r.get('p50_ratio_c1')} at c1, "
+                 f"{(r.get('throughput_share_c8') or 0):.0%} of plain throughput at c8")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(data: dict[str, Any], out: Path, docs: Path | None) -> None:
+    (out / "n8n-summary.md").write_text(markdown(data))
+    chart(data, out / "n8n-chart.png")
+    if docs is not None:
+        docs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out / "n8n-summary.md", docs / "n8n-summary.md")
+        shutil.copy(out / "n8n-chart.png", docs / "n8n-chart.png")
+
+
+if __name__ == "__main__":
+    results = Path(sys.argv[1])
+    write(json.loads(results.read_text()), results.parent, Path(sys.argv[2]) if len(sys.argv) > 2 else None)

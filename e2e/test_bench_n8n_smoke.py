@@ -1,0 +1,47 @@
+"""The n8n benchmark (bench/n8n.py, `make bench`) in its smoke form: it runs and yields numbers.
+
+Tiny counts against the suite's own n8n and sidecar; no timing assertion (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import Stack
+from harness import REPO, db_url, free_port
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import n8n as bench_n8n
+from bench import n8n_report
+
+
+def test_n8n_benchmark_runs(stack: Stack, tmp_path: object) -> None:
+    # The sidecar with its Prometheus endpoint on (same port, so n8n's credential still reaches it).
+    metrics_port = free_port()
+    stack.sidecar.reconfigure({"DURABLE_METRICS_ADDRESS": f"127.0.0.1:{metrics_port}"})
+    assert stack.main.proc is not None and stack.sidecar.process.proc is not None
+    target = bench_n8n.Target(stack.n8n.url, stack.main.proc.pid, stack.sidecar.process.proc.pid,
+                              db_url(stack.n8n.database), f"http://127.0.0.1:{metrics_port}/metrics")
+    api_key = stack.n8n.create_api_key("bench-smoke")
+    ids = bench_n8n.create_workflows(stack.n8n, api_key, stack.services.url, "durableSidecarE2E")
+    result = bench_n8n.run_workloads(target, bench_n8n.SMOKE, ids)
+    rows = result["rows"]
+    assert {(r["workflow"], r["concurrency"]) for r in rows} == {
+        (k, c) for k in bench_n8n.WORKFLOWS for c in bench_n8n.SMOKE.concurrency}
+    for row in rows:
+        assert row["errors"] == 0, row
+        assert row["orders"] > 0 and row["p50_ms"] is not None and row["orders_per_s"], row
+        assert row["cpu_ms_per_order"]["n8n"] >= 0 and row["execution_data_bytes"], row
+        assert row["rpcs_per_order"] is not None, row
+    durable = [r for r in rows if r["workflow"] == "durable"]
+    assert all(r["rpcs_per_order"] > 0 for r in durable), durable
+    data = {"meta": {"command": "e2e smoke", "started": "", "finished": "", "plan": bench_n8n.SMOKE.__dict__,
+                     "n8n": "", "other_load": {"machine_busy_pct": 0, "loadavg_start": [0, 0, 0]},
+                     "code": {"commit": "test"}, "quick": True},
+            "rows": rows, "ratios": bench_n8n.ratios(rows, bench_n8n.durable_node_count(
+                bench_n8n.workflows(stack.services.url, "x")["durable"])), "profiles": {}}
+    assert data["ratios"]["p50_ratio_c1"] is not None
+    n8n_report.write(data, tmp_path, None)  # type: ignore[arg-type]
+    assert (tmp_path / "n8n-summary.md").read_text().startswith("# n8n benchmark")  # type: ignore[operator]
