@@ -117,8 +117,8 @@ def build_stack() -> Iterator[Stack]:
     sidecar_db, n8n_db = create_db("durable_e2e"), create_db("n8n_e2e")
     services = FakeServices().start()
     with work_dir() as work:
-        sidecar = Sidecar(work, sidecar_db)
         n8n = N8n(work, n8n_db, package_dir)
+        sidecar = Sidecar(work, sidecar_db, console_n8n_url=n8n.url)
         try:
             sidecar.start()
             import_credential(n8n, sidecar)

@@ -168,8 +168,11 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
 class Sidecar:
     """`durable-sidecar serve` on a fixed port (so a restart is found again), on its own database."""
 
-    def __init__(self, work: Path, database: str, *, lease_seconds: int = 10) -> None:
+    def __init__(self, work: Path, database: str, *, lease_seconds: int = 10, console_n8n_url: str = "") -> None:
         self.port = free_port()
+        # The HTTP/JSON face and the web console on it (e2e/test_console_browser.py, test_http_request_node.py).
+        self.http_port = free_port()
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
         self.database = database
         env = {**os.environ,
                "DURABLE_DATABASE_URL": db_url(database),
@@ -178,6 +181,9 @@ class Sidecar:
                "DURABLE_METRICS_ADDRESS": "",
                "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE}",
                "DURABLE_LEASE_SECONDS": str(lease_seconds),
+               "DURABLE_HTTP_LISTEN_ADDRESS": f"127.0.0.1:{self.http_port}",
+               "DURABLE_CONSOLE_ENABLED": "true",
+               "DURABLE_CONSOLE_N8N_URL": console_n8n_url,
                "DURABLE_LOG_FORMAT": "text"}
         self.base_env = env
         self.command = os.environ.get("DURABLE_E2E_SIDECAR", str(REPO / ".venv/bin/durable-sidecar"))

@@ -473,7 +473,9 @@ async function renderInstance(params) {
   // The timeline: audit events, checkpoints, version moves and signals, in time order.
   const entries = [];
   for (const e of events || []) {
-    entries.push({ at: e.createdAt, order: 0, id: Number(e.id), kind: e.kind, actor: e.actor,
+    // Same database time as a checkpoint (one transaction): a start comes before it, an end after it.
+    const order = ["started", "resumed", "claimed"].includes(e.kind) ? 0 : 2;
+    entries.push({ at: e.createdAt, order, id: Number(e.id), kind: e.kind, actor: e.actor,
       execution: e.executionId || "", node: "", detail: e.detail || "" });
   }
   for (const c of checkpoints) {
@@ -483,11 +485,11 @@ async function renderInstance(params) {
   }
   for (const m of changes) {
     if (m.kind !== "CHANGE_KIND_INSTANCE_MOVED") continue;
-    entries.push({ at: m.createdAt, order: 2, id: Number(m.id), kind: "moved", actor: m.actor, execution: "",
+    entries.push({ at: m.createdAt, order: 3, id: Number(m.id), kind: "moved", actor: m.actor, execution: "",
       node: "", detail: `version ${m.fromVersion || 0} → ${m.toVersion || 0}: ${m.reason || ""}` });
   }
   for (const s of signals) {
-    entries.push({ at: s.receivedAt, order: 3, id: 0, kind: "signal", actor: s.sender || "", execution: "",
+    entries.push({ at: s.receivedAt, order: 4, id: 0, kind: "signal", actor: s.sender || "", execution: "",
       node: "", detail: `event “${s.eventName}” (${s.dedupeId})${s.consumedAt ? ", consumed " + fmtTime(s.consumedAt) : ", pending"}` });
   }
   entries.sort((x, y) => (new Date(x.at) - new Date(y.at)) || (x.order - y.order) || (x.id - y.id));
