@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 import grpc
 import psycopg
-from durable.v1 import audit_pb2_grpc, checkpoint_pb2_grpc, idempotency_pb2_grpc, instance_pb2_grpc, version_pb2_grpc
+from durable.v1 import (
+    audit_pb2_grpc,
+    checkpoint_pb2_grpc,
+    events_pb2_grpc,
+    idempotency_pb2_grpc,
+    instance_pb2_grpc,
+    version_pb2_grpc,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ADMIN_URL = os.environ.get("DURABLE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -119,6 +126,14 @@ class Stubs:
     @property
     def audit(self) -> audit_pb2_grpc.AuditServiceStub:
         return audit_pb2_grpc.AuditServiceStub(self.channel)
+
+    @property
+    def events(self) -> events_pb2_grpc.EventServiceStub:
+        return events_pb2_grpc.EventServiceStub(self.channel)
+
+    @property
+    def recovery(self) -> events_pb2_grpc.RecoveryServiceStub:
+        return events_pb2_grpc.RecoveryServiceStub(self.channel)
 
 
 def channel(port: int) -> grpc.aio.Channel:

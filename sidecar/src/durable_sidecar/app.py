@@ -14,6 +14,8 @@ from durable.v1 import (
     audit_pb2_grpc,
     checkpoint_pb2,
     checkpoint_pb2_grpc,
+    events_pb2,
+    events_pb2_grpc,
     idempotency_pb2,
     idempotency_pb2_grpc,
     instance_pb2,
@@ -37,6 +39,7 @@ from .transport.audit import AuditServicer
 from .transport.auth import Authenticator
 from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.checkpoints import CheckpointServicer
+from .transport.events import EventServicer, RecoveryServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
 from .transport.versions import VersionServicer
@@ -50,6 +53,8 @@ SERVICE_NAMES = [
     idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"].full_name,
     version_pb2.DESCRIPTOR.services_by_name["VersionService"].full_name,
     audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+    events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
+    events_pb2.DESCRIPTOR.services_by_name["RecoveryService"].full_name,
 ]
 
 
@@ -209,7 +214,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     ], interceptors=[DecodeGuard()])
     servicers = (InstanceServicer(instances, auth, stopping), CheckpointServicer(checkpoints, auth),
                  IdempotencyServicer(idempotency, auth), VersionServicer(versions, auth),
-                 AuditServicer(AuditService(db, backend.instances), auth))
+                 AuditServicer(AuditService(db, backend.instances), auth),
+                 EventServicer(services.events, auth), RecoveryServicer(services.recovery, auth))
     for servicer in servicers:
         # Every request passes the one input boundary first (transport/rpc.py).
         setattr(servicer, "boundary", boundary)  # noqa: B010 - read by transport/rpc.py, not declared by the servicers
@@ -218,6 +224,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server(servicers[2], server)
     version_pb2_grpc.add_VersionServiceServicer_to_server(servicers[3], server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(servicers[4], server)
+    events_pb2_grpc.add_EventServiceServicer_to_server(servicers[5], server)
+    events_pb2_grpc.add_RecoveryServiceServicer_to_server(servicers[6], server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -252,7 +260,9 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
                        checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
                        idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"],
                        version_pb2.DESCRIPTOR.services_by_name["VersionService"],
-                       audit_pb2.DESCRIPTOR.services_by_name["AuditService"]]
+                       audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
+                       events_pb2.DESCRIPTOR.services_by_name["EventService"],
+                       events_pb2.DESCRIPTOR.services_by_name["RecoveryService"]]
         tls = (http_json.ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
                if settings.tls_enabled else None)
         http_server = http_json.HttpJsonServer(

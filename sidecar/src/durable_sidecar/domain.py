@@ -14,10 +14,12 @@ class InstanceStatus(str, enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Stored as 'running' with suspended_at set (see migration 0008); not final.
+    SUSPENDED = "suspended"
 
     @property
     def final(self) -> bool:
-        return self is not InstanceStatus.RUNNING
+        return self in (InstanceStatus.COMPLETED, InstanceStatus.FAILED, InstanceStatus.CANCELLED)
 
 
 class StartOutcome(enum.Enum):
@@ -30,6 +32,31 @@ class StartOutcome(enum.Enum):
 class ResumeReason(enum.Enum):
     STALLED = "stalled"
     WAKE_UP = "wake_up"
+    EVENT = "event"
+    TIMEOUT = "timeout"
+    RETRY = "retry"
+    REDRIVE = "redrive"
+
+
+class RunState(enum.Enum):
+    """What a running instance does now (derived, never stored); NONE when it is not running."""
+
+    NONE = ""
+    ACTIVE = "active"
+    WAITING = "waiting"
+    SCHEDULED = "scheduled"
+    STALLED = "stalled"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Automatic resumes allowed without progress (0: no limit) and the backoff before each."""
+
+    max_automatic_resumes: int = 0
+    initial_backoff_ms: int = 0
+    max_backoff_ms: int = 0  # 0: no cap beyond one day
+    backoff_multiplier: float = 2.0
+    jitter: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -65,10 +92,35 @@ class Instance:
     # The instance's lease length; 0 for an instance made before it was recorded
     # (it renews with the sidecar's default).
     lease_seconds: int = 0
+    # Issue 15: the wait (event name, why wake_at is set), how the last wait ended
+    # (while no newer checkpoint exists), the retry policy (None: the sidecar's
+    # default), automatic resumes without progress, and suspension.
+    awaited_event: str = ""
+    wake_reason: str = ""
+    wait_outcome: str = ""
+    wait_event_id: int | None = None
+    retry_policy: RetryPolicy | None = None
+    attempt: int = 0
+    last_error: str = ""
+    suspended_at: datetime | None = None
 
     @property
     def ref(self) -> InstanceRef:
         return InstanceRef(self.namespace, self.workflow_id, self.instance_key)
+
+    def run_state(self, now: datetime) -> RunState:
+        if self.status is not InstanceStatus.RUNNING:
+            return RunState.NONE
+        if self.awaited_event:
+            return RunState.WAITING
+        if self.wake_at is not None:
+            return RunState.SCHEDULED
+        if self.lease_expires_at is not None and self.lease_expires_at > now:
+            return RunState.ACTIVE
+        if self.lease_expires_at is None and not self.lease_owner:
+            # Released without a wake-up: only an instance parked by an old sidecar; nothing will claim it.
+            return RunState.SCHEDULED
+        return RunState.STALLED
 
 
 @dataclass(frozen=True)
@@ -135,6 +187,9 @@ class StartResult:
     bound: Version | None = None
     # The instance's start item, when the caller asked for state and one is stored.
     start_item: bytes | None = None
+    # How the instance's last wait ended, and its event, when no checkpoint was saved since.
+    wait_outcome: ResumeReason | None = None
+    event: MailboxEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +198,44 @@ class Resumable:
     reason: ResumeReason
     claim_token: str
     latest: Checkpoint | None
+    event: MailboxEvent | None = None
+
+
+@dataclass(frozen=True)
+class MailboxEvent:
+    """One signal in an instance's durable mailbox."""
+
+    id: int
+    workflow_id: str
+    instance_key: str
+    event_name: str
+    dedupe_id: str
+    payload_json: bytes | None
+    sender: str
+    received_at: datetime
+    consumed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """A signal to store, validated by the service."""
+
+    ref: InstanceRef
+    event_name: str
+    dedupe_id: str
+    payload_json: bytes | None
+    sender: str
+
+
+class SignalOutcome(enum.Enum):
+    DELIVERED = "delivered"
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+
+
+class AwaitOutcome(enum.Enum):
+    WAITING = "waiting"
+    RECEIVED = "received"
 
 
 @dataclass(frozen=True)

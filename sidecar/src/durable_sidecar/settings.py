@@ -154,6 +154,32 @@ class Settings:
         default=300,
         metadata=_meta("DURABLE_LEASE_SECONDS", "Default instance lease; a checkpoint renews it (seconds)."),
     )
+    retry_max_automatic_resumes: int = field(
+        default=0,
+        metadata=_meta("DURABLE_RETRY_MAX_AUTOMATIC_RESUMES",
+                       "Default retry policy: automatic resumes of an instance without progress before it is "
+                       "suspended; 0: no limit (count). A Resume Point's retry policy replaces the defaults."),
+    )
+    retry_initial_backoff_ms: int = field(
+        default=0,
+        metadata=_meta("DURABLE_RETRY_INITIAL_BACKOFF_MS",
+                       "Default retry policy: backoff before the first automatic resume; 0: at once (milliseconds)."),
+    )
+    retry_max_backoff_ms: int = field(
+        default=0,
+        metadata=_meta("DURABLE_RETRY_MAX_BACKOFF_MS",
+                       "Default retry policy: cap of the backoff; 0: one day (milliseconds)."),
+    )
+    retry_backoff_multiplier: float = field(
+        default=2.0,
+        metadata=_meta("DURABLE_RETRY_BACKOFF_MULTIPLIER",
+                       "Default retry policy: growth of the backoff per attempt, 1 to 10 (factor)."),
+    )
+    retry_jitter: float = field(
+        default=0.0,
+        metadata=_meta("DURABLE_RETRY_JITTER",
+                       "Default retry policy: fraction of the backoff taken off at random, 0 to 1 (fraction)."),
+    )
     max_state_bytes: int = field(
         default=16_777_216,
         metadata=_meta(
@@ -376,6 +402,15 @@ class Settings:
         need(self.cache_max_item_bytes >= 0, "DURABLE_CACHE_MAX_ITEM_BYTES", "must not be negative")
         need(self.local_key_cache_entries >= 0, "DURABLE_LOCAL_KEY_CACHE_ENTRIES", "must not be negative")
         need(1 <= self.lease_seconds <= 86_400, "DURABLE_LEASE_SECONDS", "must be 1 to 86400")
+        need(0 <= self.retry_max_automatic_resumes <= 1000, "DURABLE_RETRY_MAX_AUTOMATIC_RESUMES",
+             "must be 0 to 1000")
+        need(0 <= self.retry_initial_backoff_ms <= 86_400_000, "DURABLE_RETRY_INITIAL_BACKOFF_MS",
+             "must be 0 to 86400000")
+        need(0 <= self.retry_max_backoff_ms <= 86_400_000 and (
+            self.retry_max_backoff_ms == 0 or self.retry_max_backoff_ms >= self.retry_initial_backoff_ms),
+             "DURABLE_RETRY_MAX_BACKOFF_MS", "must be 0, or DURABLE_RETRY_INITIAL_BACKOFF_MS to 86400000")
+        need(1 <= self.retry_backoff_multiplier <= 10, "DURABLE_RETRY_BACKOFF_MULTIPLIER", "must be 1 to 10")
+        need(0 <= self.retry_jitter <= 1, "DURABLE_RETRY_JITTER", "must be 0 to 1")
         need(1 <= self.max_state_bytes <= 1_073_741_824, "DURABLE_MAX_STATE_BYTES", "must be 1 to 1 GiB")
         need(not self.embedded or self.max_state_bytes <= _SQLITE_MAX_STATE_BYTES, "DURABLE_MAX_STATE_BYTES",
              f"must be at most {_SQLITE_MAX_STATE_BYTES} with the embedded database (SQLite stores at most 1 GB "

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .domain import RetryPolicy
 from .n8n_api import N8nClient
 from .services.checkpoints import CheckpointService
+from .services.events import EventService, RecoveryService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
 from .services.versions import VersionService
@@ -46,12 +48,14 @@ def make_cache(settings: Settings, *, shared_only: bool = False) -> Cache:
 
 @dataclass
 class Services:
-    """The four services over one backend: what the gRPC servicers and the CLI commands call."""
+    """The services over one backend: what the gRPC servicers and the CLI commands call."""
 
     instances: InstanceService
     checkpoints: CheckpointService
     keys: IdempotencyService
     versions: VersionService
+    events: EventService
+    recovery: RecoveryService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -69,12 +73,22 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                                     default_lease_seconds=settings.lease_seconds, keys=keys,
                                     # Small states are cheaper from PostgreSQL than from Redis; the
                                     # in-process cache (embedded setup) is cheaper than either.
-                                    cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0)
+                                    cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0,
+                                    # Large reads take at most half the pool (and at most 4 at once).
+                                    large_read_slots=max(1, min(4, settings.db_pool_max // 2)))
     n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
                     max_bytes=settings.max_state_bytes)
     versions = VersionService(db, backend.versions, backend.instances, n8n,
                               sync_interval_seconds=settings.n8n_sync_interval_seconds,
                               max_batch_items=settings.max_batch_items)
+    default_retry = RetryPolicy(max_automatic_resumes=settings.retry_max_automatic_resumes,
+                                initial_backoff_ms=settings.retry_initial_backoff_ms,
+                                max_backoff_ms=settings.retry_max_backoff_ms,
+                                backoff_multiplier=settings.retry_backoff_multiplier, jitter=settings.retry_jitter)
     instances = InstanceService(db, backend.instances, backend.checkpoints, checkpoints, versions,
-                                default_lease_seconds=settings.lease_seconds)
-    return Services(instances, checkpoints, keys, versions)
+                                default_lease_seconds=settings.lease_seconds, waits=backend.waits,
+                                default_retry_policy=default_retry)
+    events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
+                          default_lease_seconds=settings.lease_seconds)
+    recovery = RecoveryService(db, backend.instances, backend.waits)
+    return Services(instances, checkpoints, keys, versions, events, recovery)

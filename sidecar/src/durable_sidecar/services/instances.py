@@ -19,13 +19,17 @@ from ..domain import (
     InstanceStatus,
     Page,
     Resumable,
+    ResumeReason,
+    RetryPolicy,
     StartOutcome,
     StartResult,
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..logs import instance_key_var
 from ..stores.base import CheckpointStore, Conn, Database, InstanceStore, StartedNew
+from ..stores.waits import WaitStore, policy_columns
 from .checkpoints import CheckpointService
+from .events import RetryRules, check_policy, hand_out_reason
 from .versions import VersionService
 
 log = logging.getLogger(__name__)
@@ -50,13 +54,16 @@ def _check_ref(ref: InstanceRef) -> None:
 class InstanceService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore,
                  checkpoint_service: CheckpointService, versions: VersionService, *,
-                 default_lease_seconds: int) -> None:
+                 default_lease_seconds: int, waits: WaitStore,
+                 default_retry_policy: RetryPolicy | None = None) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
         self.checkpoint_service = checkpoint_service
         self.versions = versions
         self.default_lease_seconds = default_lease_seconds
+        self.waits = waits
+        self.retry = RetryRules(instances, waits, default_retry_policy or RetryPolicy())
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
 
@@ -77,6 +84,7 @@ class InstanceService:
         claim_token: str = "",
         include_state: bool = False,
         start_item_json: bytes = b"",
+        retry_policy: RetryPolicy | None = None,
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
@@ -96,6 +104,7 @@ class InstanceService:
         requested_lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=0)
         if pinned_version < 0:
             raise InvalidArgument("pinned_version must not be negative")
+        policy = check_policy(retry_policy) if retry_policy is not None else None
         start_item = None
         if start_item_json:
             self.checkpoint_service.check_state("start_item_json", start_item_json, object_only=True)
@@ -106,7 +115,7 @@ class InstanceService:
         # Parsing and any HTTP call to n8n happen before the transaction opens.
         snapshot = await self.versions.snapshot_for_start(ref.namespace, ref.workflow_id, definition_json,
                                                           actor=execution_id)
-        if snapshot is None and not pinned_version and self.instances.one_statement_start:
+        if snapshot is None and not pinned_version and policy is None and self.instances.one_statement_start:
             # A new instance bound to the workflow's current version: one statement.
             async def one(conn: Conn) -> StartedNew | None:
                 return await self.instances.start_new_txn(
@@ -126,6 +135,15 @@ class InstanceService:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
                                                       pinned_version=pinned_version)
             result = await found_or_started(conn, binding.for_new)
+            if policy is not None and result.outcome is not StartOutcome.FINISHED:
+                now = await self.waits.now_txn(conn)
+                result = replace(result, instance=await self.waits.update_txn(conn, ref, now=now,
+                                                                              **policy_columns(policy)))
+            if result.outcome is StartOutcome.RESUMED and result.instance.wait_outcome:
+                inst = result.instance
+                event = (await self.waits.get_event_txn(conn, ref, inst.wait_event_id)
+                         if inst.wait_event_id is not None else None)
+                result = replace(result, wait_outcome=ResumeReason(inst.wait_outcome), event=event)
             if include_state and result.start_item is None:
                 result = replace(result, start_item=await self.instances.start_item_txn(conn, ref))
             return await self._with_version(conn, result, current=binding.current, version_label=version_label)
@@ -148,6 +166,9 @@ class InstanceService:
             latest = await self._latest_meta(conn, inst)
             if inst.status.final:
                 return StartResult(StartOutcome.FINISHED, inst, latest)
+            if inst.status is InstanceStatus.SUSPENDED or (inst.awaited_event and not inst.lease_owner):
+                # Suspended (an operator moves it on) or parked by AwaitEvent: not to be run now.
+                return StartResult(StartOutcome.BUSY, inst, latest)
             if inst.lease_owner == execution_id:
                 # A retry by the execution that already holds the lease: same answer, no new resume.
                 inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id,
@@ -221,8 +242,14 @@ class InstanceService:
         actor: str,
         error_message: str = "",
         result_json: bytes | None = None,
+        retry: bool = False,
     ) -> Instance:
-        """Moves a running instance to a final status; repeating the same final status is a no-op."""
+        """Moves a running instance to a final status; repeating the same final status is a no-op.
+
+        A FAILED with retry goes to the retry policy instead: the instance stays
+        running and is handed out again after the backoff, or is suspended once
+        its automatic resumes are used up.
+        """
         _check_ref(ref)
         validation.identifier("execution_id" if status is not InstanceStatus.CANCELLED else "actor", actor,
                               required=status is not InstanceStatus.CANCELLED)
@@ -241,6 +268,13 @@ class InstanceService:
                     f"instance {ref.workflow_id}/{ref.instance_key} is already {inst.status.value}; "
                     f"it cannot become {status.value}"
                 )
+            if status is InstanceStatus.FAILED and retry:
+                if inst.status is InstanceStatus.SUSPENDED or (inst.wake_reason == "retry" and not inst.lease_owner):
+                    return inst  # a repeated call: the failure was counted already
+                now = await self.waits.now_txn(conn)
+                verdict = await self.retry.after_failure_txn(conn, inst, error=error_message, actor=actor, now=now,
+                                                             park_always=True)
+                return verdict.instance
             done = await self.instances.finish_txn(conn, ref, status=status, error_message=error_message,
                                                    result_json=result_json or None)
             await self.instances.add_event_txn(conn, ref, status.value, actor=actor, detail=error_message)
@@ -261,14 +295,18 @@ class InstanceService:
             inst = await self.instances.get_txn(conn, ref, for_update=True)
             if inst is None:
                 raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
-            if inst.status.final:
+            if inst.status is not InstanceStatus.RUNNING:
                 raise FailedPrecondition(
                     f"instance {ref.workflow_id}/{ref.instance_key} is {inst.status.value}; only running "
                     "instances can be scheduled"
                 )
-            if wake_at is not None and inst.wake_at == wake_at and not inst.lease_owner:
+            if wake_at is not None and inst.wake_at == wake_at and not inst.lease_owner and not inst.wake_reason:
                 return inst  # a retry: parked until that very time already
             done = await self.instances.schedule_wake_txn(conn, ref, wake_at=wake_at, delay_seconds=delay_seconds)
+            if done.awaited_event or done.wake_reason or done.wait_outcome:
+                # The wake-up replaces a wait (or a retry's schedule).
+                done = await self.waits.update_txn(conn, ref, now=await self.waits.now_txn(conn), awaited_event="",
+                                                   wake_reason="", wait_outcome="", wait_event_id=None)
             await self.instances.add_event_txn(conn, ref, "wake_scheduled", actor=execution_id,
                                                detail=done.wake_at.isoformat() if done.wake_at else "")
             return done
@@ -289,9 +327,33 @@ class InstanceService:
                 token_prefix=self._claim_prefix,
             )
             out = []
-            for inst, reason, token in claimed:
-                await self.instances.add_event_txn(conn, inst.ref, "claimed", actor=claimant, detail=reason.value)
-                out.append(Resumable(inst, reason, token, await self._latest_meta(conn, inst)))
+            now = await self.waits.now_txn(conn) if claimed else None
+            for inst, claimed_as, token in claimed:
+                assert now is not None
+                reason = hand_out_reason(inst, claimed_as)
+                detail = reason.value
+                if inst.awaited_event:  # the wait's deadline passed first: it ends with a timeout
+                    inst = await self.waits.update_txn(conn, inst.ref, now=now, awaited_event="", wake_reason="",
+                                                       wait_outcome="timeout", wait_sequence=inst.last_sequence,
+                                                       wait_event_id=None)
+                    await self.instances.add_event_txn(conn, inst.ref, "wait_timed_out", actor=claimant)
+                elif inst.wake_reason:
+                    inst = await self.waits.update_txn(conn, inst.ref, now=now, wake_reason="")
+                if claimed_as is ResumeReason.STALLED:
+                    verdict = await self.retry.after_failure_txn(
+                        conn, inst, error=f"lease lapsed at sequence {inst.last_sequence} (its execution died)",
+                        actor=claimant, now=now, park_always=False)
+                    if not verdict.resume_now:
+                        continue  # parked for its backoff, or suspended
+                    inst = verdict.instance
+                    detail = f"{reason.value}, automatic resume {inst.attempt}"
+                elif reason is ResumeReason.RETRY:
+                    detail = f"retry, automatic resume {inst.attempt}"
+                event = None
+                if reason is ResumeReason.EVENT and inst.wait_event_id is not None:
+                    event = await self.waits.get_event_txn(conn, inst.ref, inst.wait_event_id)
+                await self.instances.add_event_txn(conn, inst.ref, "claimed", actor=claimant, detail=detail)
+                out.append(Resumable(inst, reason, token, await self._latest_meta(conn, inst), event))
             return out
 
         claimed = await self.db.transaction(txn)

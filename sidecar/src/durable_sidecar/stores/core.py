@@ -27,6 +27,7 @@ from ..domain import (
     KeyStatus,
     NewClaim,
     Page,
+    RetryPolicy,
     StatusCounts,
     Version,
 )
@@ -100,7 +101,9 @@ def one_namespace(refs: list[InstanceRef]) -> str:
 
 INSTANCE_COLUMNS = """namespace, workflow_id, instance_key, status, bound_version, version_label, lease_owner,
     lease_expires_at, wake_at, last_sequence, last_step, checkpoint_count, resume_count, error_message,
-    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds"""
+    result_json, created_by_execution_id, created_at, updated_at, finished_at, lease_seconds, awaited_event,
+    wake_reason, wait_outcome, wait_sequence, wait_event_id, retry_max_resumes, retry_initial_ms, retry_max_ms,
+    retry_multiplier, retry_jitter, attempt, attempt_sequence, last_error, suspended_at"""
 INSTANCE_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
 
 
@@ -108,12 +111,27 @@ def instance_params(ref: InstanceRef) -> dict[str, Any]:
     return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
 
 
+def retry_policy_of(row: Row) -> RetryPolicy | None:
+    """The instance's stored retry policy; None when it has none (the sidecar's default applies)."""
+    if row["retry_max_resumes"] is None:
+        return None
+    return RetryPolicy(max_automatic_resumes=row["retry_max_resumes"], initial_backoff_ms=row["retry_initial_ms"],
+                       max_backoff_ms=row["retry_max_ms"], backoff_multiplier=float(row["retry_multiplier"]),
+                       jitter=float(row["retry_jitter"]))
+
+
 def instance_of(d: Dialect, row: Row) -> Instance:
+    status = InstanceStatus(row["status"])
+    suspended_at = d.time_or_none(row["suspended_at"])
+    if status is InstanceStatus.RUNNING and suspended_at is not None:
+        status = InstanceStatus.SUSPENDED
+    progressed = row["last_sequence"] != row["attempt_sequence"]
+    pending_wait = row["wait_outcome"] if row["wait_sequence"] == row["last_sequence"] else ""
     return Instance(
         namespace=row["namespace"],
         workflow_id=row["workflow_id"],
         instance_key=row["instance_key"],
-        status=InstanceStatus(row["status"]),
+        status=status,
         bound_version=row["bound_version"],
         version_label=row["version_label"],
         lease_owner=row["lease_owner"],
@@ -130,6 +148,15 @@ def instance_of(d: Dialect, row: Row) -> Instance:
         updated_at=d.time(row["updated_at"]),
         finished_at=d.time_or_none(row["finished_at"]),
         lease_seconds=row["lease_seconds"],
+        awaited_event=row["awaited_event"],
+        wake_reason=row["wake_reason"],
+        wait_outcome=pending_wait,
+        wait_event_id=row["wait_event_id"] if pending_wait == "event" else None,
+        retry_policy=retry_policy_of(row),
+        # Automatic resumes count only while the instance makes no progress.
+        attempt=0 if progressed else row["attempt"],
+        last_error=row["last_error"],
+        suspended_at=suspended_at if status is InstanceStatus.SUSPENDED else None,
     )
 
 

@@ -14,6 +14,7 @@ added to the contract is checked without touching this file:
 - integers: 0 to 2^53 - 1 (what JavaScript and every store hold exactly;
   no field of the contract means anything negative), and the durations
   below in range;
+- doubles (retry policy factors): finite, 0 or more;
 - Timestamps: inside the Timestamp range (years 1 to 9999), nanos 0 to 999,999,999;
 - enums: a value the contract defines;
 - repeated fields: at most DURABLE_MAX_BATCH_ITEMS entries.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,8 +48,8 @@ from ..errors import InvalidArgument, TooLarge
 MAX_SAFE_INTEGER = 2**53 - 1
 # Age and delay fields: a century is past any retention or wake-up anyone means.
 MAX_DURATION_SECONDS = 100 * 366 * 86_400
-_DURATION_FIELDS = frozenset({"older_than_seconds", "delay_seconds", "ttl_seconds"})
-_FREE_TEXT = frozenset({"error_message", "reason", "note"})
+_DURATION_FIELDS = frozenset({"older_than_seconds", "delay_seconds", "ttl_seconds", "timeout_seconds"})
+_FREE_TEXT = frozenset({"error_message", "reason", "note", "last_error"})
 _SEMVER = frozenset({"version_label", "label"})
 MAX_PAGE_TOKEN_LENGTH = 2048
 # google.protobuf.Timestamp: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
@@ -258,6 +260,10 @@ class Boundary:
         elif kind == _INTEGER:
             if not 0 <= value <= field.high:
                 raise InvalidArgument(f"{_where(prefix, field.name, index)} must be 0 to {field.high}, got {value}")
+        elif kind == _FLOAT:
+            if not (math.isfinite(value) and 0 <= value <= MAX_SAFE_INTEGER):
+                raise InvalidArgument(f"{_where(prefix, field.name, index)} must be a finite number, 0 or more, "
+                                      f"got {value}")
         elif kind == _ENUM:
             if value not in field.known:
                 raise InvalidArgument(f"{_where(prefix, field.name, index)} is {value}, not a value of {field.type_name}")
@@ -275,7 +281,7 @@ def _where(prefix: str, name: str, index: int | None) -> str:
 
 
 # The rule each field gets, by type and name; computed once per message type.
-_IDENTIFIER, _TEXT, _PAGE_TOKEN, _JSON, _BYTES, _INTEGER, _ENUM, _TIMESTAMP, _MESSAGE, _OTHER = range(10)
+_IDENTIFIER, _TEXT, _PAGE_TOKEN, _JSON, _BYTES, _INTEGER, _ENUM, _TIMESTAMP, _MESSAGE, _OTHER, _FLOAT = range(11)
 _BAD_ID = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _BAD_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
@@ -314,10 +320,12 @@ def _rule(fd: Any) -> _Field:
                       type_name=fd.enum_type.name)
     if fd.type in _INTEGER_TYPES:
         return _Field(name, _INTEGER, repeated, high=MAX_DURATION_SECONDS if name in _DURATION_FIELDS else MAX_SAFE_INTEGER)
+    if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return _Field(name, _FLOAT, repeated)
     if fd.type == FieldDescriptor.TYPE_MESSAGE:
         if fd.message_type.full_name == "google.protobuf.Timestamp":
             return _Field(name, _TIMESTAMP, repeated)
         if fd.message_type.full_name.startswith("google.protobuf."):
             return _Field(name, _OTHER, repeated)
         return _Field(name, _MESSAGE, repeated, sub=fd.message_type)
-    return _Field(name, _OTHER, repeated)  # bool, double: every value is in range
+    return _Field(name, _OTHER, repeated)  # bool: every value is in range

@@ -17,8 +17,11 @@ from ..domain import (
     InstanceMove,
     InstanceStatus,
     KeyStatus,
+    MailboxEvent,
     Resumable,
     ResumeReason,
+    RetryPolicy,
+    RunState,
     StartOutcome,
     Version,
 )
@@ -28,6 +31,7 @@ _STATUS_TO_PB = {
     InstanceStatus.COMPLETED: common_pb2.INSTANCE_STATUS_COMPLETED,
     InstanceStatus.FAILED: common_pb2.INSTANCE_STATUS_FAILED,
     InstanceStatus.CANCELLED: common_pb2.INSTANCE_STATUS_CANCELLED,
+    InstanceStatus.SUSPENDED: common_pb2.INSTANCE_STATUS_SUSPENDED,
 }
 STATUS_FROM_PB: dict[int, InstanceStatus] = {int(v): k for k, v in _STATUS_TO_PB.items()}
 
@@ -41,7 +45,48 @@ OUTCOME_TO_PB = {
 _REASON_TO_PB = {
     ResumeReason.STALLED: instance_pb2.RESUME_REASON_STALLED,
     ResumeReason.WAKE_UP: instance_pb2.RESUME_REASON_WAKE_UP,
+    ResumeReason.EVENT: instance_pb2.RESUME_REASON_EVENT,
+    ResumeReason.TIMEOUT: instance_pb2.RESUME_REASON_TIMEOUT,
+    ResumeReason.RETRY: instance_pb2.RESUME_REASON_RETRY,
+    ResumeReason.REDRIVE: instance_pb2.RESUME_REASON_REDRIVE,
 }
+
+
+def reason(value: ResumeReason | None) -> instance_pb2.ResumeReason:
+    return instance_pb2.RESUME_REASON_UNSPECIFIED if value is None else _REASON_TO_PB[value]
+
+
+_RUN_STATE_TO_PB = {
+    RunState.NONE: common_pb2.RUN_STATE_UNSPECIFIED,
+    RunState.ACTIVE: common_pb2.RUN_STATE_ACTIVE,
+    RunState.WAITING: common_pb2.RUN_STATE_WAITING,
+    RunState.SCHEDULED: common_pb2.RUN_STATE_SCHEDULED,
+    RunState.STALLED: common_pb2.RUN_STATE_STALLED,
+}
+
+
+def retry_policy(p: RetryPolicy | None) -> common_pb2.RetryPolicy | None:
+    if p is None:
+        return None
+    return common_pb2.RetryPolicy(max_automatic_resumes=p.max_automatic_resumes,
+                                  initial_backoff_ms=p.initial_backoff_ms, max_backoff_ms=p.max_backoff_ms,
+                                  backoff_multiplier=p.backoff_multiplier, jitter=p.jitter)
+
+
+def retry_policy_from(msg: common_pb2.RetryPolicy) -> RetryPolicy:
+    return RetryPolicy(max_automatic_resumes=msg.max_automatic_resumes, initial_backoff_ms=msg.initial_backoff_ms,
+                       max_backoff_ms=msg.max_backoff_ms, backoff_multiplier=msg.backoff_multiplier,
+                       jitter=msg.jitter)
+
+
+def event(e: MailboxEvent | None) -> common_pb2.Event | None:
+    return None if e is None else event_pb(e)
+
+
+def event_pb(e: MailboxEvent) -> common_pb2.Event:
+    return common_pb2.Event(workflow_id=e.workflow_id, instance_key=e.instance_key, event_name=e.event_name,
+                            dedupe_id=e.dedupe_id, payload_json=e.payload_json or b"", sender=e.sender,
+                            received_at=ts(e.received_at), consumed_at=ts(e.consumed_at))
 
 
 def status(value: InstanceStatus) -> common_pb2.InstanceStatus:
@@ -81,6 +126,13 @@ def instance(inst: Instance) -> common_pb2.Instance:
         updated_at=ts(inst.updated_at),
         finished_at=ts(inst.finished_at),
         lease_seconds=inst.lease_seconds,
+        run_state=_RUN_STATE_TO_PB[inst.run_state(datetime.now(UTC))],
+        awaited_event=inst.awaited_event,
+        wait_deadline=ts(inst.wake_at) if inst.awaited_event else None,
+        retry_policy=retry_policy(inst.retry_policy),
+        attempt=inst.attempt,
+        last_error=inst.last_error,
+        suspended_at=ts(inst.suspended_at),
     )
 
 
@@ -110,6 +162,7 @@ def resumable(item: Resumable) -> instance_pb2.ResumableInstance:
         reason=_REASON_TO_PB[item.reason],
         claim_token=item.claim_token,
         latest_checkpoint=checkpoint(item.latest),
+        event=event(item.event),
     )
 
 

@@ -41,6 +41,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             claim_token=request.claim_token,
             include_state=request.include_state,
             start_item_json=request.start_item_json,
+            retry_policy=convert.retry_policy_from(request.retry_policy) if request.HasField("retry_policy") else None,
         )
         return instance_pb2.StartOrResumeResponse(
             outcome=convert.OUTCOME_TO_PB[result.outcome],
@@ -50,6 +51,8 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             version_mismatch=result.version_mismatch,
             bound_version=convert.version(result.bound) if result.bound is not None else None,
             start_item_json=result.start_item or b"",
+            event=convert.event(result.event),
+            wait_outcome=convert.reason(result.wait_outcome),
         )
 
     @unary("GetInstance")
@@ -84,7 +87,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
     async def FailInstance(self, request: instance_pb2.FailInstanceRequest, ns: str) -> instance_pb2.FailInstanceResponse:  # noqa: N802
         inst = await self.service.finish(
             InstanceRef(ns, request.workflow_id, request.instance_key), InstanceStatus.FAILED,
-            actor=request.execution_id, error_message=request.error_message,
+            actor=request.execution_id, error_message=request.error_message, retry=request.retry,
         )
         return instance_pb2.FailInstanceResponse(instance=convert.instance(inst))
 

@@ -273,8 +273,8 @@ class InstanceStore(base.InstanceStore):
                    SELECT namespace, workflow_id, instance_key,
                           CASE WHEN wake_at IS NULL THEN 'stalled' ELSE 'wake_up' END AS reason
                    FROM durable_instances
-                   WHERE namespace = %(ns)s AND status = 'running'
-                     AND ((wake_at IS NULL AND lease_expires_at < now()) OR wake_at <= now())
+                   WHERE namespace = %(ns)s AND status = 'running' AND suspended_at IS NULL
+                     AND ((wake_at IS NULL AND awaited_event = '' AND lease_expires_at < now()) OR wake_at <= now())
                      AND (cardinality(%(wfs)s::text[]) = 0 OR workflow_id = ANY(%(wfs)s::text[]))
                    ORDER BY coalesce(wake_at, lease_expires_at)
                    LIMIT %(limit)s

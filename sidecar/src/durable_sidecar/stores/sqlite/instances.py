@@ -195,8 +195,8 @@ class InstanceStore(base.InstanceStore):
             """SELECT workflow_id, instance_key,
                       CASE WHEN wake_at IS NULL THEN 'stalled' ELSE 'wake_up' END AS reason
                FROM durable_instances
-               WHERE namespace = :ns AND status = 'running'
-                 AND ((wake_at IS NULL AND lease_expires_at < :now) OR wake_at <= :now)
+               WHERE namespace = :ns AND status = 'running' AND suspended_at IS NULL
+                 AND ((wake_at IS NULL AND awaited_event = '' AND lease_expires_at < :now) OR wake_at <= :now)
                  AND (:any_wf OR workflow_id IN (SELECT value FROM json_each(:wfs)))
                ORDER BY coalesce(wake_at, lease_expires_at)
                LIMIT :limit""",

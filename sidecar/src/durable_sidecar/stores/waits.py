@@ -1,0 +1,155 @@
+"""WaitStore: the mailbox of signals and the wait, retry and suspension columns of instances, written once.
+
+Both backends run the same SQL text (through their Dialect's placeholders);
+each gives only a `Runner`: how a statement executes on its connection, the
+transaction's database time, and how a time travels as a parameter. Every
+method runs inside the caller's transaction, on an instance row the caller has
+locked (InstanceStore.get_txn with for_update): that lock, not this module,
+makes each event consumed once when several sidecars signal at once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime
+from typing import Any
+
+from ..domain import Instance, InstanceRef, MailboxEvent, NewEvent, Page, RetryPolicy
+from .base import Conn
+from .core import INSTANCE_COLUMNS, INSTANCE_KEY, Dialect, Row, blob, instance_of, instance_params
+from .paging import cut_page, decode_cursor
+
+
+class Runner(ABC):
+    """How one backend executes the shared SQL."""
+
+    dialect: Dialect
+
+    @abstractmethod
+    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[Row]:
+        """Rows of one statement (query already in the backend's placeholder form)."""
+
+    @abstractmethod
+    async def now(self, conn: Conn) -> datetime:
+        """The transaction's database time."""
+
+    @abstractmethod
+    def at(self, value: datetime | None) -> Any:
+        """A time as a query parameter."""
+
+    async def one(self, conn: Conn, query: str, params: dict[str, Any]) -> Row | None:
+        rows = await self.all(conn, query, params)
+        return rows[0] if rows else None
+
+
+EVENT_COLUMNS = ("id, workflow_id, instance_key, event_name, dedupe_id, payload_json, sender, received_at, "
+                 "consumed_at")
+
+# Instance columns a wait, retry or redrive may set, and which of them hold times.
+_SETTABLE = frozenset({
+    "status", "error_message", "finished_at", "lease_owner", "lease_expires_at", "wake_at", "wake_reason",
+    "awaited_event", "wait_outcome", "wait_sequence", "wait_event_id", "retry_max_resumes", "retry_initial_ms",
+    "retry_max_ms", "retry_multiplier", "retry_jitter", "attempt", "attempt_sequence", "last_error", "suspended_at",
+})
+_TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
+# Payloads listed by ListEvents up to this size; larger ones are left out of a list.
+LIST_PAYLOAD_MAX_BYTES = 64 * 1024
+
+
+def policy_columns(policy: RetryPolicy) -> dict[str, Any]:
+    return {"retry_max_resumes": policy.max_automatic_resumes, "retry_initial_ms": policy.initial_backoff_ms,
+            "retry_max_ms": policy.max_backoff_ms, "retry_multiplier": policy.backoff_multiplier,
+            "retry_jitter": policy.jitter}
+
+
+class WaitStore:
+    """Mailbox rows (durable_instance_mailbox) and the issue-15 columns of durable_instances."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.r = runner
+        d = runner.dialect
+        self._key = d.sql(INSTANCE_KEY)
+        self._by_dedupe = d.sql(f"SELECT {EVENT_COLUMNS} FROM durable_instance_mailbox "
+                                f"WHERE {INSTANCE_KEY} AND dedupe_id = %(dedupe)s")
+        self._by_id = d.sql(f"SELECT {EVENT_COLUMNS} FROM durable_instance_mailbox WHERE {INSTANCE_KEY} AND id = %(id)s")
+        self._insert = d.sql(f"""INSERT INTO durable_instance_mailbox
+                (namespace, workflow_id, instance_key, event_name, dedupe_id, payload_json, sender, received_at)
+            VALUES (%(ns)s, %(wf)s, %(key)s, %(name)s, %(dedupe)s, %(payload)s, %(sender)s, %(now)s)
+            ON CONFLICT DO NOTHING
+            RETURNING {EVENT_COLUMNS}""")
+        self._oldest = d.sql(f"""SELECT {EVENT_COLUMNS} FROM durable_instance_mailbox
+            WHERE {INSTANCE_KEY} AND event_name = %(name)s AND consumed_at IS NULL
+            ORDER BY id LIMIT 1""")
+        # consumed_at IS NULL: a second consumer (there can be none under the instance's lock) changes nothing.
+        self._consume = d.sql(f"""UPDATE durable_instance_mailbox
+            SET consumed_at = %(now)s, consumed_sequence = %(seq)s, consumed_by = %(by)s
+            WHERE {INSTANCE_KEY} AND id = %(id)s AND consumed_at IS NULL
+            RETURNING {EVENT_COLUMNS}""")
+
+    def _event(self, row: Row) -> MailboxEvent:
+        d = self.r.dialect
+        return MailboxEvent(id=row["id"], workflow_id=row["workflow_id"], instance_key=row["instance_key"],
+                            event_name=row["event_name"], dedupe_id=row["dedupe_id"],
+                            payload_json=blob(row["payload_json"]), sender=row["sender"],
+                            received_at=d.time(row["received_at"]), consumed_at=d.time_or_none(row["consumed_at"]))
+
+    async def now_txn(self, conn: Conn) -> datetime:
+        return await self.r.now(conn)
+
+    async def by_dedupe_txn(self, conn: Conn, ref: InstanceRef, dedupe_id: str) -> MailboxEvent | None:
+        row = await self.r.one(conn, self._by_dedupe, {**instance_params(ref), "dedupe": dedupe_id})
+        return self._event(row) if row else None
+
+    async def get_event_txn(self, conn: Conn, ref: InstanceRef, event_id: int) -> MailboxEvent | None:
+        row = await self.r.one(conn, self._by_id, {**instance_params(ref), "id": event_id})
+        return self._event(row) if row else None
+
+    async def insert_event_txn(self, conn: Conn, new: NewEvent, *, now: datetime) -> MailboxEvent | None:
+        """Stores the event; None when its dedupe id is taken (the unique key decides)."""
+        row = await self.r.one(conn, self._insert, {
+            **instance_params(new.ref), "name": new.event_name, "dedupe": new.dedupe_id, "payload": new.payload_json,
+            "sender": new.sender, "now": self.r.at(now)})
+        return self._event(row) if row else None
+
+    async def oldest_pending_txn(self, conn: Conn, ref: InstanceRef, event_name: str) -> MailboxEvent | None:
+        row = await self.r.one(conn, self._oldest, {**instance_params(ref), "name": event_name})
+        return self._event(row) if row else None
+
+    async def consume_txn(self, conn: Conn, ref: InstanceRef, event_id: int, *, sequence: int, consumed_by: str,
+                          now: datetime) -> MailboxEvent | None:
+        """Marks the event consumed by a wait at the instance's sequence; None when it was consumed already."""
+        row = await self.r.one(conn, self._consume, {**instance_params(ref), "id": event_id, "seq": sequence,
+                                                     "by": consumed_by, "now": self.r.at(now)})
+        return self._event(row) if row else None
+
+    async def list_events_txn(self, conn: Conn, ref: InstanceRef, *, pending_only: bool,
+                              page: Page) -> tuple[list[MailboxEvent], str]:
+        """Oldest first, paged by id; payloads above LIST_PAYLOAD_MAX_BYTES are left out."""
+        params: dict[str, Any] = {**instance_params(ref), "limit": page.size + 1, "after": 0,
+                                  "max": LIST_PAYLOAD_MAX_BYTES}
+        if page.token:
+            (after,) = decode_cursor(page.token, 1)
+            params["after"] = after if isinstance(after, int) else 0
+        pending = " AND consumed_at IS NULL" if pending_only else ""
+        columns = EVENT_COLUMNS.replace("payload_json", "CASE WHEN length(payload_json) <= %(max)s "
+                                                        "THEN payload_json END AS payload_json")
+        rows = await self.r.all(conn, self.r.dialect.sql(
+            f"""SELECT {columns} FROM durable_instance_mailbox
+                WHERE {INSTANCE_KEY} AND id > %(after)s{pending} ORDER BY id LIMIT %(limit)s"""), params)
+        return cut_page([self._event(r) for r in rows], page.size, lambda e: [e.id])
+
+    async def update_txn(self, conn: Conn, ref: InstanceRef, *, now: datetime, **columns: Any) -> Instance:
+        """Sets the given columns of the (locked) instance (and updated_at); returns it."""
+        unknown = set(columns) - _SETTABLE
+        if unknown:
+            raise ValueError(f"not a settable instance column: {sorted(unknown)}")
+        params: dict[str, Any] = {**instance_params(ref), "now": self.r.at(now)}
+        sets = []
+        for name, value in columns.items():
+            sets.append(f"{name} = %(v_{name})s")
+            params[f"v_{name}"] = self.r.at(value) if name in _TIMES else value
+        row = await self.r.one(conn, self.r.dialect.sql(
+            f"""UPDATE durable_instances SET {", ".join(sets)}, updated_at = %(now)s
+                WHERE {INSTANCE_KEY} RETURNING {INSTANCE_COLUMNS}"""), params)
+        assert row is not None, "caller locked the row"
+        return instance_of(self.r.dialect, row)
