@@ -12,7 +12,7 @@ import {
 	ITEM_SCOPED,
 	sidecarError,
 } from './errors';
-import { callContext, chunks, mapLimited, MAX_BATCH_ITEMS } from './node-helpers';
+import { callContext, chunks, mapLimited, MAX_BATCH_ITEMS, type ErrorContext } from './node-helpers';
 import type { SidecarClient } from './transport';
 
 export type NodeError = NodeOperationError | NodeApiError;
@@ -82,6 +82,7 @@ export async function perItem<T>(
 	count: number,
 	call: (index: number) => Promise<T>,
 	concurrency = 8,
+	hints?: ErrorContext['hints'],
 ): Promise<Settled<T>> {
 	const node = ctx.getNode();
 	// Once the sidecar proved unreachable for a whole deadline, the items not yet
@@ -95,7 +96,7 @@ export async function perItem<T>(
 			if (isSidecarUnreachable(error)) unreachable = error;
 			return {
 				ok: false as const,
-				error: sidecarError(node, error, callContext(client, action, index)),
+				error: sidecarError(node, error, callContext(client, action, index, hints)),
 			};
 		}
 	});

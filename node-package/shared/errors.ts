@@ -147,6 +147,8 @@ export interface ErrorContext {
 	target: string;
 	deadlineSeconds: number;
 	itemIndex?: number;
+	/** A sentence per status code that says more than the generic hint (e.g. for Signal's NOT_FOUND). */
+	hints?: Partial<Record<number, string>>;
 }
 
 /** Turns any failure of a sidecar call into the n8n error the author should see. */
@@ -179,7 +181,9 @@ export function sidecarError(
 		return out;
 	}
 	const details = error.details || codeName;
-	const description = hintFor(error.code, details, context.target, context.deadlineSeconds);
+	const description =
+		context.hints?.[error.code] ??
+		hintFor(error.code, details, context.target, context.deadlineSeconds);
 	const message = `${context.action} failed: ${details}`;
 	if (AUTHOR_FIXABLE.has(error.code)) {
 		const out = new NodeOperationError(node, message, { itemIndex, description });

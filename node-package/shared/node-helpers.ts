@@ -15,7 +15,10 @@ import { sidecarError, type ErrorContext } from './errors';
 import {
 	connectionFromCredentials,
 	getSidecarClient,
+	RunState,
 	targetOf,
+	type Event,
+	type Instance,
 	type SidecarClient,
 } from './transport';
 
@@ -45,12 +48,14 @@ export function callContext(
 	client: SidecarClient,
 	action: string,
 	itemIndex?: number,
+	hints?: ErrorContext['hints'],
 ): ErrorContext {
 	return {
 		action,
 		target: targetOf(client.connection),
 		deadlineSeconds: client.connection.deadlineSeconds,
 		itemIndex,
+		hints,
 	};
 }
 
@@ -232,3 +237,21 @@ export function chunks(count: number, size: number): number[][] {
 
 export { sidecarError };
 export type { ErrorContext };
+
+/** "waiting", "active", ... for a RUNNING instance; "" otherwise. */
+export function runStateName(inst: Instance | undefined): string {
+	if (!inst || !inst.runState) return '';
+	return (RunState[inst.runState] ?? '').replace('RUN_STATE_', '').toLowerCase();
+}
+
+/** An event as the nodes put it on an item: its payload parsed, times as ISO strings. */
+export function eventJson(event: Event | undefined): IDataObject | null {
+	if (!event) return null;
+	return {
+		name: event.eventName,
+		payload: (fromJsonBytes(event.payloadJson) ?? null) as IDataObject,
+		dedupeId: event.dedupeId,
+		sender: event.sender,
+		receivedAt: event.receivedAt ? event.receivedAt.toISOString() : null,
+	};
+}

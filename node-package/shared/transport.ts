@@ -38,6 +38,7 @@ import {
 	type ReleaseResponse,
 } from './gen/durable/v1/idempotency';
 import {
+	CancelInstanceRequest,
 	CompleteInstanceRequest,
 	FailInstanceRequest,
 	InstanceServiceClient,
@@ -45,6 +46,7 @@ import {
 	ScheduleWakeUpRequest,
 	StartOrResumeRequest,
 	WatchResumableRequest,
+	type CancelInstanceResponse,
 	type CompleteInstanceResponse,
 	type FailInstanceResponse,
 	type ListInstancesResponse,
@@ -54,13 +56,27 @@ import {
 	type WatchResumableResponse,
 } from './gen/durable/v1/instance';
 import {
+	AwaitEventRequest,
+	EventServiceClient,
+	RecoveryServiceClient,
+	ResumeInstanceRequest,
+	RetryInstanceRequest,
+	SignalInstanceRequest,
+	type AwaitEventResponse,
+	type ResumeInstanceResponse,
+	type RetryInstanceResponse,
+	type SignalInstanceResponse,
+} from './gen/durable/v1/events';
+import {
 	SyncVersionFromN8nRequest,
 	VersionServiceClient,
 	type SyncVersionFromN8nResponse,
 } from './gen/durable/v1/version';
 
-export { InstanceStatus } from './gen/durable/v1/common';
-export type { Checkpoint, Instance } from './gen/durable/v1/common';
+export { InstanceStatus, RunState } from './gen/durable/v1/common';
+export type { Checkpoint, Event, Instance, RetryPolicy } from './gen/durable/v1/common';
+export { AwaitOutcome, SignalOutcome } from './gen/durable/v1/events';
+export type { AwaitEventResponse, SignalInstanceResponse } from './gen/durable/v1/events';
 export { ClaimOutcome, KeyStatus } from './gen/durable/v1/idempotency';
 export type { IdempotencyKey, ClaimItem } from './gen/durable/v1/idempotency';
 export { ResumeReason, StartOutcome } from './gen/durable/v1/instance';
@@ -276,6 +292,8 @@ export class SidecarClient {
 	readonly checkpoints: CheckpointServiceClient;
 	readonly idempotency: IdempotencyServiceClient;
 	readonly versions: VersionServiceClient;
+	readonly events: EventServiceClient;
+	readonly recovery: RecoveryServiceClient;
 	private readonly generic: Client;
 	private readonly channel: Channel;
 	/** When the channel last failed to connect (ms since the epoch; 0: never). */
@@ -303,6 +321,8 @@ export class SidecarClient {
 		this.checkpoints = new CheckpointServiceClient(target, creds, shared);
 		this.idempotency = new IdempotencyServiceClient(target, creds, shared);
 		this.versions = new VersionServiceClient(target, creds, shared);
+		this.events = new EventServiceClient(target, creds, shared);
+		this.recovery = new RecoveryServiceClient(target, creds, shared);
 		this.generic = new Client(target, creds, shared);
 		this.followConnectivity();
 	}
@@ -426,6 +446,42 @@ export class SidecarClient {
 		);
 	}
 
+	cancelInstance(request: DeepPartial<CancelInstanceRequest>): Promise<CancelInstanceResponse> {
+		return this.unary(
+			this.instances,
+			this.instances.cancelInstance,
+			CancelInstanceRequest.fromPartial(request),
+		);
+	}
+
+	awaitEvent(request: DeepPartial<AwaitEventRequest>): Promise<AwaitEventResponse> {
+		return this.unary(this.events, this.events.awaitEvent, AwaitEventRequest.fromPartial(request));
+	}
+
+	signalInstance(request: DeepPartial<SignalInstanceRequest>): Promise<SignalInstanceResponse> {
+		return this.unary(
+			this.events,
+			this.events.signalInstance,
+			SignalInstanceRequest.fromPartial(request),
+		);
+	}
+
+	retryInstance(request: DeepPartial<RetryInstanceRequest>): Promise<RetryInstanceResponse> {
+		return this.unary(
+			this.recovery,
+			this.recovery.retryInstance,
+			RetryInstanceRequest.fromPartial(request),
+		);
+	}
+
+	resumeInstance(request: DeepPartial<ResumeInstanceRequest>): Promise<ResumeInstanceResponse> {
+		return this.unary(
+			this.recovery,
+			this.recovery.resumeInstance,
+			ResumeInstanceRequest.fromPartial(request),
+		);
+	}
+
 	scheduleWakeUp(request: DeepPartial<ScheduleWakeUpRequest>): Promise<ScheduleWakeUpResponse> {
 		return this.unary(
 			this.instances,
@@ -522,6 +578,8 @@ export class SidecarClient {
 		this.checkpoints.close();
 		this.idempotency.close();
 		this.versions.close();
+		this.events.close();
+		this.recovery.close();
 		this.generic.close();
 		this.channel.close();
 	}

@@ -48,9 +48,10 @@ const repoUrl = pkg.repository.url.replace(/^git\+/, '').replace(/\.git$/, '');
 const readmeUrl = `${repoUrl}/blob/main/${pkg.repository.directory}/README.md`;
 
 describe('codex files', () => {
-	it('cover the four nodes', () => {
+	it('cover the five nodes', () => {
 		expect(codexes.map(([folder]) => folder).sort()).toEqual([
 			'DurableCheckpoint',
+			'DurableInstance',
 			'IdempotencyGuard',
 			'ResumePoint',
 			'ResumeTrigger',

@@ -4,6 +4,7 @@ import {
 	type IDataObject,
 	type IExecuteFunctions,
 	type INodeExecutionData,
+	type INodeParameters,
 	type INodeType,
 	type INodeTypeDescription,
 } from 'n8n-workflow';
@@ -14,6 +15,7 @@ import {
 	asNodeError,
 	DURABLE_FIELD,
 	errorItem,
+	eventJson,
 	executionIdOf,
 	fieldList,
 	fromJsonBytes,
@@ -27,15 +29,27 @@ import {
 	workflowIdOf,
 } from '../../shared/node-helpers';
 import {
+	AwaitOutcome,
 	InstanceStatus,
 	StateMode,
+	type AwaitEventResponse,
 	type Instance,
 	type SaveCheckpointItem,
 	type SidecarClient,
 } from '../../shared/transport';
 import { parameterReader, Upstream, type ClaimRef } from '../../shared/upstream';
 
-type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume';
+type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume' | 'awaitEvent';
+
+/**
+ * One output; Wait for Event labels it Received (only items whose event was
+ * already in the mailbox leave; a parked instance ends the execution here).
+ * Evaluated by n8n as an expression, so it must be self-contained.
+ */
+const configuredOutputs = (parameters: INodeParameters) =>
+	parameters.operation === 'awaitEvent'
+		? [{ type: 'main', displayName: 'Received' }]
+		: ['main'];
 
 const V1 = { '@version': [1] };
 const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
@@ -246,13 +260,13 @@ export class DurableCheckpoint implements INodeType {
 		version: [1, 2],
 		defaultVersion: 2,
 		subtitle:
-			'={{ $parameter["operation"] === "save" ? "save: " + ($parameter["stepName"] || "(no step name)") : ({ complete: "complete instance", fail: "fail instance", scheduleResume: "schedule resume" })[$parameter["operation"]] || "" }}',
+			'={{ $parameter["operation"] === "save" ? "save: " + ($parameter["stepName"] || "(no step name)") : $parameter["operation"] === "awaitEvent" ? "wait for: " + ($parameter["eventName"] || "(no event name)") : ({ complete: "complete instance", fail: "fail instance", scheduleResume: "schedule resume" })[$parameter["operation"]] || "" }}',
 		description:
-			"Save the state after a step so the instance resumes here after a crash (each save renews the instance's lease, as long as chosen on the Resume Point); complete, fail or schedule a durable wake-up of an instance",
+			"Save the state after a step so the instance resumes here after a crash (each save renews the instance's lease, as long as chosen on the Resume Point); complete, fail, schedule a durable wake-up of an instance or park it until an event arrives",
 		defaults: { name: 'Durable Checkpoint' },
 		usableAsTool: true,
 		inputs: [NodeConnectionTypes.Main],
-		outputs: [NodeConnectionTypes.Main],
+		outputs: `={{(${configuredOutputs})($parameter)}}`,
 		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
 		properties: [
 			{
@@ -262,12 +276,6 @@ export class DurableCheckpoint implements INodeType {
 				noDataExpression: true,
 				default: 'save',
 				options: [
-					{
-						name: 'Save',
-						value: 'save',
-						description: 'Save the state after a step (and renew the instance lease)',
-						action: 'Save a checkpoint',
-					},
 					{
 						name: 'Complete Instance',
 						value: 'complete',
@@ -282,11 +290,24 @@ export class DurableCheckpoint implements INodeType {
 						action: 'Fail an instance',
 					},
 					{
+						name: 'Save',
+						value: 'save',
+						description: 'Save the state after a step (and renew the instance lease)',
+						action: 'Save a checkpoint',
+					},
+					{
 						name: 'Schedule Resume',
 						value: 'scheduleResume',
 						description:
 							'Wake the instance later (durably, surviving restarts) through the Resume Trigger; replaces long Wait nodes',
 						action: 'Schedule a resume',
+					},
+					{
+						name: 'Wait for Event',
+						value: 'awaitEvent',
+						description:
+							'Park the instance (no lease, never stalled) until a Durable Instance node or the API signals the named event, with an optional timeout; replaces a Wait node on a webhook',
+						action: 'Wait for an event',
 					},
 				],
 			},
@@ -438,6 +459,31 @@ export class DurableCheckpoint implements INodeType {
 				displayOptions: { show: { operation: ['fail'] } },
 			},
 			{
+				displayName: 'Event Name',
+				name: 'eventName',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. delivered',
+				description:
+					'The event to wait for. A signal with this name sent before the instance got here is kept and consumed now (the item leaves by Received); otherwise the instance waits and the execution ends here.',
+				displayOptions: { show: { operation: ['awaitEvent'] } },
+			},
+			{
+				displayName: 'Timeout',
+				name: 'resumeWhen',
+				type: 'options',
+				default: 'never',
+				options: [
+					{ name: 'No Timeout', value: 'never' },
+					{ name: 'After a Duration', value: 'after' },
+					{ name: 'At a Time', value: 'at' },
+				],
+				description:
+					"When to stop waiting: the Resume Trigger then hands the instance out and the Resume Point sends it to Timed Out (turn on its Wait Outputs)",
+				displayOptions: { show: { operation: ['awaitEvent'] } },
+			},
+			{
 				displayName: 'Resume',
 				name: 'resumeWhen',
 				type: 'options',
@@ -454,7 +500,9 @@ export class DurableCheckpoint implements INodeType {
 				type: 'number',
 				default: 1,
 				typeOptions: { minValue: 0 },
-				displayOptions: { show: { operation: ['scheduleResume'], resumeWhen: ['after'] } },
+				displayOptions: {
+					show: { operation: ['scheduleResume', 'awaitEvent'], resumeWhen: ['after'] },
+				},
 			},
 			{
 				displayName: 'Unit',
@@ -467,7 +515,9 @@ export class DurableCheckpoint implements INodeType {
 					{ name: 'Hours', value: 'hours' },
 					{ name: 'Days', value: 'days' },
 				],
-				displayOptions: { show: { operation: ['scheduleResume'], resumeWhen: ['after'] } },
+				displayOptions: {
+					show: { operation: ['scheduleResume', 'awaitEvent'], resumeWhen: ['after'] },
+				},
 			},
 			{
 				displayName: 'Date and Time',
@@ -475,8 +525,11 @@ export class DurableCheckpoint implements INodeType {
 				type: 'dateTime',
 				default: '',
 				required: true,
-				description: 'When to resume the instance (a past time resumes it at once)',
-				displayOptions: { show: { operation: ['scheduleResume'], resumeWhen: ['at'] } },
+				description:
+					'When to resume the instance (Schedule Resume; a past time resumes it at once) or when its wait times out (Wait for Event)',
+				displayOptions: {
+					show: { operation: ['scheduleResume', 'awaitEvent'], resumeWhen: ['at'] },
+				},
 			},
 			{
 				displayName:
@@ -485,6 +538,32 @@ export class DurableCheckpoint implements INodeType {
 				type: 'notice',
 				default: '',
 				displayOptions: { show: { operation: ['scheduleResume'] } },
+			},
+			{
+				displayName:
+					'Save a checkpoint before this node, and connect that step\'s output on the Resume Point back to this node (a crash before the wait waits again). The awaited event reaches the Resume Point\'s Event output, a timeout its Timed Out output (turn on Wait Outputs there).',
+				name: 'awaitNotice',
+				type: 'notice',
+				default: '',
+				displayOptions: { show: { operation: ['awaitEvent'] } },
+			},
+			{
+				displayName: 'Options',
+				name: 'options',
+				type: 'collection',
+				placeholder: 'Add Option',
+				default: {},
+				displayOptions: { show: { operation: ['fail'] } },
+				options: [
+					{
+						displayName: 'Retry Per Policy',
+						name: 'retry',
+						type: 'boolean',
+						default: false,
+						description:
+							"Whether the failure is retried under the instance's retry policy (Resume Point options) instead of being final: the instance is resumed after the backoff and suspended once the policy's automatic resumes are used up",
+					},
+				],
 			},
 			{
 				displayName: 'Options',
@@ -603,7 +682,31 @@ export class DurableCheckpoint implements INodeType {
 				? 'Completing the instance'
 				: operation === 'fail'
 					? 'Failing the instance'
-					: 'Scheduling the resume';
+					: operation === 'awaitEvent'
+						? 'Waiting for the event'
+						: 'Scheduling the resume';
+		const timeOf = (raw: string, i: number): Date => {
+			const at = new Date(raw);
+			if (!raw || Number.isNaN(at.getTime())) {
+				throw new NodeOperationError(node, `Date and Time is not a valid time: '${raw}'`, {
+					itemIndex: i,
+					description: 'Give an ISO date and time, e.g. 2026-05-01T09:00:00Z.',
+				});
+			}
+			return at;
+		};
+		const secondsOf = (i: number): number => {
+			const amount = Number(this.getNodeParameter('amount', i, 0));
+			const unit = this.getNodeParameter('unit', i, 'hours') as string;
+			const seconds = Math.round(amount * (UNIT_SECONDS[unit] ?? 1));
+			if (!Number.isFinite(seconds) || seconds < 0) {
+				throw new NodeOperationError(node, `Amount must be zero or more, got ${String(amount)}`, {
+					itemIndex: i,
+				});
+			}
+			return seconds;
+		};
+		const awaited = new Map<number, AwaitEventResponse>();
 		const keys: Array<string | NodeError> = items.map((_, i) => {
 			try {
 				return keyOf(i);
@@ -648,19 +751,44 @@ export class DurableCheckpoint implements INodeType {
 					instanceKey: key,
 					executionId,
 					errorMessage: message,
+					retry: this.getNodeParameter('options.retry', i, false) as boolean,
 				});
 				return response.instance;
 			}
-			const when = this.getNodeParameter('resumeWhen', i, 'after') as string;
-			if (when === 'at') {
-				const raw = this.getNodeParameter('wakeAt', i, '') as string;
-				const at = new Date(raw);
-				if (!raw || Number.isNaN(at.getTime())) {
-					throw new NodeOperationError(node, `Date and Time is not a valid time: '${raw}'`, {
+			if (operation === 'awaitEvent') {
+				const eventName = String(this.getNodeParameter('eventName', i, '') ?? '').trim();
+				if (!eventName) {
+					throw new NodeOperationError(node, 'Event Name is empty', {
 						itemIndex: i,
-						description: 'Give an ISO date and time, e.g. 2026-05-01T09:00:00Z.',
+						description: 'Name the event this instance waits for, e.g. delivered.',
 					});
 				}
+				const when = this.getNodeParameter('resumeWhen', i, 'never') as string;
+				let timeout: { $case: 'deadline'; value: Date } | { $case: 'timeoutSeconds'; value: number } | undefined;
+				if (when === 'at') {
+					timeout = { $case: 'deadline', value: timeOf(this.getNodeParameter('wakeAt', i, '') as string, i) };
+				} else if (when === 'after') {
+					const seconds = secondsOf(i);
+					if (seconds < 1) {
+						throw new NodeOperationError(node, 'The timeout must be at least 1 second', {
+							itemIndex: i,
+							description: 'Give a longer duration, or set Timeout to No Timeout.',
+						});
+					}
+					timeout = { $case: 'timeoutSeconds', value: seconds };
+				}
+				awaited.set(i, await client.awaitEvent({
+					workflowId,
+					instanceKey: key,
+					executionId,
+					eventName,
+					timeout,
+				}));
+				return undefined;
+			}
+			const when = this.getNodeParameter('resumeWhen', i, 'after') as string;
+			if (when === 'at') {
+				const at = timeOf(this.getNodeParameter('wakeAt', i, '') as string, i);
 				const response = await client.scheduleWakeUp({
 					workflowId,
 					instanceKey: key,
@@ -669,14 +797,7 @@ export class DurableCheckpoint implements INodeType {
 				});
 				return response.instance;
 			}
-			const amount = Number(this.getNodeParameter('amount', i, 0));
-			const unit = this.getNodeParameter('unit', i, 'hours') as string;
-			const seconds = Math.round(amount * (UNIT_SECONDS[unit] ?? 1));
-			if (!Number.isFinite(seconds) || seconds < 0) {
-				throw new NodeOperationError(node, `Amount must be zero or more, got ${String(amount)}`, {
-					itemIndex: i,
-				});
-			}
+			const seconds = secondsOf(i);
 			const response = await client.scheduleWakeUp({
 				workflowId,
 				instanceKey: key,
@@ -689,6 +810,19 @@ export class DurableCheckpoint implements INodeType {
 			const result = settled[i];
 			if (!result.ok) {
 				fail(i, result.error);
+				continue;
+			}
+			const answer = awaited.get(i);
+			if (answer) {
+				// Parked: the instance waits without a lease and this item goes no further.
+				if (answer.outcome !== AwaitOutcome.AWAIT_OUTCOME_RECEIVED) continue;
+				const json: IDataObject = { ...items[i].json, event: eventJson(answer.event) };
+				json[DURABLE_FIELD] = {
+					...(isObject(items[i].json[DURABLE_FIELD]) ? (items[i].json[DURABLE_FIELD] as IDataObject) : {}),
+					...instanceSummary(answer.instance),
+					waitOutcome: 'received',
+				};
+				out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 				continue;
 			}
 			out.push(withDurable(items[i], instanceSummary(result.value), i));

@@ -17,11 +17,13 @@ import {
 	DURABLE_FIELD,
 	durableOf,
 	errorItem,
+	eventJson,
 	executionIdOf,
 	fieldList,
 	fromJsonBytes,
 	isObject,
 	mapLimited,
+	runStateName,
 	sidecarError,
 	sidecarFor,
 	toJsonBytes,
@@ -32,8 +34,10 @@ import { isSidecarUnreachable } from '../../shared/errors';
 import { parameterReader } from '../../shared/upstream';
 import {
 	InstanceStatus,
+	ResumeReason,
 	StartOutcome,
 	type Instance,
+	type RetryPolicy,
 	type StartOrResumeResponse,
 } from '../../shared/transport';
 
@@ -69,6 +73,10 @@ const configuredOutputs = (parameters: INodeParameters, version: number) => {
 	}
 	if (parameters.versionMismatchOutput === true) {
 		outputs.push({ type: 'main', displayName: v2 ? 'Old Version' : 'Version Mismatch' });
+	}
+	if (parameters.waitOutputs === true) {
+		outputs.push({ type: 'main', displayName: 'Event' });
+		outputs.push({ type: 'main', displayName: 'Timed Out' });
 	}
 	return outputs;
 };
@@ -184,6 +192,15 @@ export class ResumePoint implements INodeType {
 					"Whether resumed instances bound to an older workflow version leave by a separate output, carrying the bound version's workflow JSON and this execution's lease, for an Execute Workflow node that runs that JSON (its Execute Workflow Trigger feeds its own Resume Point, which takes the lease over)",
 			},
 			{
+				displayName: 'Wait Outputs',
+				name: 'waitOutputs',
+				type: 'boolean',
+				default: false,
+				noDataExpression: true,
+				description:
+					'Whether instances that waited (Durable Checkpoint: Wait for Event) leave by two more outputs: Event (the awaited event arrived; it is on the item under event) and Timed Out (the wait\'s timeout passed first). Without them such an instance fails this node.',
+			},
+			{
 				displayName: 'Options',
 				name: 'options',
 				type: 'collection',
@@ -198,6 +215,32 @@ export class ResumePoint implements INodeType {
 						typeOptions: { minValue: 0, maxValue: 86400 },
 						description:
 							"The instance's lease: how long an execution holds the instance between checkpoints. If the execution dies, the Resume Trigger picks the instance up after the lease lapses. Saves and claims after this node keep this length unless they set their own. 0 keeps the instance's length (a new instance: the sidecar default, DURABLE_LEASE_SECONDS, 300).",
+					},
+					{
+						displayName: 'Max Automatic Resumes',
+						name: 'maxAutomaticResumes',
+						type: 'number',
+						default: 5,
+						typeOptions: { minValue: 0, maxValue: 1000 },
+						description:
+							"Retry policy: how often the sidecar resumes an instance by itself (its execution died, or Fail Instance with Retry Per Policy) without progress; the next failure suspends it (dead-lettered) for an operator. A saved checkpoint resets the count. 0: no limit. Any retry option replaces the instance's policy; the ones not added take their defaults.",
+					},
+					{
+						displayName: 'Pinned Version',
+						name: 'pinnedVersion',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0 },
+						description:
+							'Bind new instances to this registered version number instead of the current one (gray release). 0 binds the current version.',
+					},
+					{
+						displayName: 'Register Current Version',
+						name: 'registerVersion',
+						type: 'boolean',
+						default: false,
+						description:
+							"Whether the sidecar fetches this workflow from n8n's API and registers it as a version first (needs DURABLE_N8N_BASE_URL and DURABLE_N8N_API_KEY on the sidecar)",
 					},
 					{
 						displayName: 'Restore State',
@@ -220,25 +263,42 @@ export class ResumePoint implements INodeType {
 								value: 'field',
 								description: 'The item stays as it is; the saved state is put under durable.state',
 							},
-						],
-						description: "How the last checkpoint's state is put into a resumed item",
-					},
-					{
-						displayName: 'Pinned Version',
-						name: 'pinnedVersion',
+							{
+						displayName: 'Retry Backoff (Seconds)',
+						name: 'initialBackoffSeconds',
 						type: 'number',
-						default: 0,
-						typeOptions: { minValue: 0 },
+						default: 10,
+						typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
 						description:
-							'Bind new instances to this registered version number instead of the current one (gray release). 0 binds the current version.',
+							'Retry policy: the wait before the first automatic resume; it grows by Retry Backoff Multiplier with every further attempt',
 					},
 					{
-						displayName: 'Register Current Version',
-						name: 'registerVersion',
-						type: 'boolean',
-						default: false,
+						displayName: 'Retry Backoff Cap (Seconds)',
+						name: 'maxBackoffSeconds',
+						type: 'number',
+						default: 600,
+						typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
+						description: 'Retry policy: the longest wait between automatic resumes. 0: one day.',
+					},
+					{
+						displayName: 'Retry Backoff Multiplier',
+						name: 'backoffMultiplier',
+						type: 'number',
+						default: 2,
+						typeOptions: { minValue: 1, maxValue: 10, numberPrecision: 2 },
+						description: 'Retry policy: the growth factor of the wait per attempt',
+					},
+					{
+						displayName: 'Retry Jitter',
+						name: 'jitter',
+						type: 'number',
+						default: 0.2,
+						typeOptions: { minValue: 0, maxValue: 1, numberPrecision: 2 },
 						description:
-							"Whether the sidecar fetches this workflow from n8n's API and registers it as a version first (needs DURABLE_N8N_BASE_URL and DURABLE_N8N_API_KEY on the sidecar)",
+							'Retry policy: the fraction (0 to 1) of each wait taken off at random, so many failed instances do not retry in step',
+					},
+				],
+						description: "How the last checkpoint's state is put into a resumed item",
 					},
 				],
 			},
@@ -258,11 +318,16 @@ export class ResumePoint implements INodeType {
 			(s, i, all) => all.indexOf(s) === i,
 		);
 		const mismatchOutput = this.getNodeParameter('versionMismatchOutput', 0, false) as boolean;
+		const waitOutputs = this.getNodeParameter('waitOutputs', 0, false) as boolean;
 		const outputs: INodeExecutionData[][] = Array.from(
-			{ length: FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) },
+			{
+				length:
+					FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0),
+			},
 			() => [],
 		);
 		const mismatchIndex = mismatchOutput ? FIXED_OUTPUTS + stepNames.length : -1;
+		const eventIndex = waitOutputs ? FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) : -1;
 		if (items.length === 0) return outputs;
 
 		const v2 = node.typeVersion >= 2;
@@ -332,6 +397,7 @@ export class ResumePoint implements INodeType {
 		});
 
 		const versionLabel = this.getNodeParameter('versionLabel', 0, '') as string;
+		const retryPolicy = retryPolicyOf(this.getNodeParameter('options', 0, {}) as IDataObject);
 		const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
 		const pinnedOf = parameterReader<number>(this, 'options.pinnedVersion', 0);
 		// Once the sidecar proved unreachable for a whole deadline, the remaining
@@ -351,6 +417,7 @@ export class ResumePoint implements INodeType {
 					pinnedVersion: pinnedOf(i),
 					claimToken: prep.claimToken,
 					includeState: true,
+					retryPolicy,
 					// v2: the delivery belongs to the instance (stored with a new one only);
 					// an item from the Resume Trigger is no delivery.
 					startItemJson: v2 && !prep.claimToken ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
@@ -391,10 +458,54 @@ export class ResumePoint implements INodeType {
 				continue;
 			}
 			const response = result as StartOrResumeResponse;
-			routeResponse(this, item, i, response, outputs, stepNames, mismatchIndex, executionId, v2);
+			routeResponse(this, item, i, response, outputs, {
+				stepNames,
+				mismatchIndex,
+				eventIndex,
+				executionId,
+				v2,
+			});
 		}
 		return outputs;
 	}
+}
+
+interface RouteSettings {
+	stepNames: string[];
+	mismatchIndex: number;
+	/** Index of the Event output (Timed Out follows it); -1 without Wait Outputs. */
+	eventIndex: number;
+	executionId: string;
+	v2: boolean;
+}
+
+const RETRY_DEFAULTS = {
+	maxAutomaticResumes: 5,
+	initialBackoffSeconds: 10,
+	maxBackoffSeconds: 600,
+	backoffMultiplier: 2,
+	jitter: 0.2,
+};
+
+/**
+ * The retry policy the Resume Point sends: none unless a retry option was
+ * added (the instance keeps its policy, a new one the sidecar's defaults);
+ * otherwise the options given, the rest at their defaults.
+ */
+export function retryPolicyOf(options: IDataObject): RetryPolicy | undefined {
+	const given = Object.keys(RETRY_DEFAULTS).filter((k) => options[k] !== undefined);
+	if (given.length === 0) return undefined;
+	const value = (name: keyof typeof RETRY_DEFAULTS): number => {
+		const raw = Number(options[name] ?? RETRY_DEFAULTS[name]);
+		return Number.isFinite(raw) ? raw : RETRY_DEFAULTS[name];
+	};
+	return {
+		maxAutomaticResumes: Math.round(value('maxAutomaticResumes')),
+		initialBackoffMs: Math.round(value('initialBackoffSeconds') * 1000),
+		maxBackoffMs: Math.round(value('maxBackoffSeconds') * 1000),
+		backoffMultiplier: value('backoffMultiplier'),
+		jitter: value('jitter'),
+	};
 }
 
 /**
@@ -436,10 +547,7 @@ function routeResponse(
 	i: number,
 	response: StartOrResumeResponse,
 	outputs: INodeExecutionData[][],
-	stepNames: string[],
-	mismatchIndex: number,
-	executionId: string,
-	v2: boolean,
+	{ stepNames, mismatchIndex, eventIndex, executionId, v2 }: RouteSettings,
 ): void {
 	const handedOver = durableOf(item).runsBoundVersion;
 	const runsBound =
@@ -464,9 +572,14 @@ function routeResponse(
 			meta.errorMessage = response.instance?.errorMessage ?? '';
 			outputs[OUTPUT_COMPLETED].push(route(item, i, meta));
 			return;
-		case StartOutcome.START_OUTCOME_BUSY:
+		case StartOutcome.START_OUTCOME_BUSY: {
+			// Waiting for an event, parked for a backoff, or suspended: say which.
+			const runState = runStateName(response.instance);
+			if (runState) meta.runState = runState;
+			if (response.instance?.awaitedEvent) meta.awaitedEvent = response.instance.awaitedEvent;
 			outputs[OUTPUT_IN_PROGRESS].push(route(item, i, meta));
 			return;
+		}
 		case StartOutcome.START_OUTCOME_RESUMED:
 			break;
 		default:
@@ -518,6 +631,30 @@ function routeResponse(
 		};
 	}
 	if (runsBound) meta.runsBoundVersion = handedOver;
+	const waitOutcome = response.waitOutcome;
+	const waited =
+		waitOutcome === ResumeReason.RESUME_REASON_EVENT ||
+		waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
+	if (waited && !(response.versionMismatch && mismatchIndex >= 0 && !runsBound)) {
+		// The instance's last wait ended (and nothing was saved since): its event, or its timeout.
+		if (eventIndex < 0) {
+			throw new NodeOperationError(
+				ctx.getNode(),
+				`Instance ${response.instance?.instanceKey ?? ''} was resumed after its wait ${waitOutcome === ResumeReason.RESUME_REASON_EVENT ? 'received its event' : 'timed out'}, but this Resume Point has no Wait Outputs`,
+				{
+					itemIndex: i,
+					description:
+						'Turn on Wait Outputs on this Resume Point and connect Event (the awaited event arrived) and Timed Out. The instance is handed out again with its event once its lease lapses.',
+				},
+			);
+		}
+		const timedOut = waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
+		meta.waitOutcome = timedOut ? 'timedOut' : 'event';
+		const base = json ?? { ...item.json };
+		if (!timedOut) base.event = eventJson(response.event);
+		outputs[timedOut ? eventIndex + 1 : eventIndex].push(route(item, i, meta, base));
+		return;
+	}
 	if (response.versionMismatch && mismatchIndex >= 0 && !runsBound) {
 		const bound = response.boundVersion;
 		if (bound) {

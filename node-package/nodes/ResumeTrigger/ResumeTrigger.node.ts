@@ -13,7 +13,7 @@ import {
 
 import { testSidecarCredential } from '../../shared/credential-test';
 import { GrpcStatus, hintFor, isGrpcFailure } from '../../shared/errors';
-import { CREDENTIAL_NAME, DURABLE_FIELD } from '../../shared/node-helpers';
+import { CREDENTIAL_NAME, DURABLE_FIELD, eventJson } from '../../shared/node-helpers';
 import {
 	connectionFromCredentials,
 	getSidecarClient,
@@ -45,6 +45,16 @@ export interface WatchSettings {
 	silenceMs: number;
 }
 
+/** durable.reason on the emitted item, per hand-out reason. */
+const REASONS: Record<number, string> = {
+	[ResumeReason.RESUME_REASON_STALLED]: 'stalled',
+	[ResumeReason.RESUME_REASON_WAKE_UP]: 'wakeUp',
+	[ResumeReason.RESUME_REASON_EVENT]: 'event',
+	[ResumeReason.RESUME_REASON_TIMEOUT]: 'timeout',
+	[ResumeReason.RESUME_REASON_RETRY]: 'retry',
+	[ResumeReason.RESUME_REASON_REDRIVE]: 'redrive',
+};
+
 /** The item emitted for one claimed instance; the Resume Point reads durable.claimToken from it. */
 export function resumableItem(
 	resumable: ResumableInstance,
@@ -56,7 +66,7 @@ export function resumableItem(
 		claimToken: resumable.claimToken,
 		workflowId: inst?.workflowId ?? settings.workflowId,
 		instanceKey: inst?.instanceKey ?? '',
-		reason: resumable.reason === ResumeReason.RESUME_REASON_WAKE_UP ? 'wakeUp' : 'stalled',
+		reason: REASONS[resumable.reason] ?? 'stalled',
 		lastStep: inst?.lastStep ?? '',
 		lastSequence: inst?.lastSequence ?? 0,
 		resumeCount: inst?.resumeCount ?? 0,
@@ -65,7 +75,10 @@ export function resumableItem(
 		wakeAt: inst?.wakeAt ? inst.wakeAt.toISOString() : null,
 		claimLeaseSeconds: settings.claimLeaseSeconds,
 		claimant: settings.claimant,
+		attempt: inst?.attempt ?? 0,
 	};
+	// The awaited event (reason "event"); the Resume Point reads it again from the sidecar.
+	if (resumable.event) durable.event = eventJson(resumable.event);
 	return { json: { [DURABLE_FIELD]: durable } };
 }
 
@@ -194,7 +207,7 @@ export class ResumeTrigger implements INodeType {
 		version: 1,
 		subtitle: '=every {{$parameter["pollIntervalSeconds"]}} s',
 		description:
-			'Starts an execution for every instance of this workflow whose execution died (its lease lapsed) or whose scheduled wake-up is due',
+			'Starts an execution for every instance of this workflow whose execution died (its lease lapsed), whose scheduled wake-up or retry is due, whose awaited event arrived or whose wait timed out',
 		defaults: { name: 'Resume Trigger' },
 		inputs: [],
 		outputs: [NodeConnectionTypes.Main],
