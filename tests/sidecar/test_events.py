@@ -464,3 +464,29 @@ async def test_resume_ends_a_wait_and_cancel_takes_a_suspended_instance(harness:
     code, _ = await refused(s.recovery.ResumeInstance(events_pb2.ResumeInstanceRequest(
         workflow_id=WF, instance_key=key2, actor="bob", reason="x"), metadata=s.metadata))
     assert code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_cli_retries_resumes_and_cancels_with_actor_and_reason(harness: Harness, database_url: str) -> None:
+    from tests.sidecar.test_server import _cli
+
+    s = harness.alpha
+    ns = harness.sidecar.settings.tokens[s.token]
+    key = await suspended_instance(s)
+    done = await asyncio.to_thread(_cli, database_url, "instances", "retry", WF, key, "--reason", "API fixed",
+                                   "--actor", "ops-alice", "--namespace", ns)
+    assert done.returncode == 0, done.stderr
+    assert "running (due now" in done.stdout and "ops-alice" in done.stdout
+    assert ("retried", "ops-alice") in [(k, a) for k, a, _ in await audit(database_url, key)]
+    # Resume of a running, active instance: a clear refusal, exit 1, nothing changed.
+    handed = await claim_key(s, key)
+    await start(s, key, "exec-9", claim_token=handed[0].claim_token)
+    refused_run = await asyncio.to_thread(_cli, database_url, "instances", "resume", WF, key, "--reason", "x",
+                                          "--namespace", ns)
+    assert refused_run.returncode == 1 and "no wait to end" in refused_run.stderr
+    cancelled = await asyncio.to_thread(_cli, database_url, "instances", "cancel", WF, key, "--reason",
+                                        "customer gone", "--actor", "ops-bob", "--namespace", ns)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+    assert (await audit(database_url, key))[-1] == ("cancelled", "ops-bob", "customer gone")
+    unknown = await asyncio.to_thread(_cli, database_url, "instances", "retry", WF, new_key(), "--reason", "x",
+                                      "--namespace", ns)
+    assert unknown.returncode == 1 and "does not exist" in unknown.stderr

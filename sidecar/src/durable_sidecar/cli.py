@@ -142,6 +142,17 @@ async def _run(args: argparse.Namespace) -> int:
             await _keys(svc.keys, ns, args)
         elif cmd == "instances" and args.action == "move":
             await _move(svc.versions, ns, args)
+        elif cmd == "instances" and args.action in ("retry", "resume", "cancel"):
+            ref = InstanceRef(ns, args.workflow, args.key)
+            actor = _actor(args.actor)
+            if args.action == "retry":
+                inst = await svc.recovery.retry(ref, actor=actor, reason=args.reason)
+            elif args.action == "resume":
+                inst = await svc.recovery.resume(ref, actor=actor, reason=args.reason)
+            else:
+                inst = await svc.instances.finish(ref, InstanceStatus.CANCELLED, actor=actor, error_message=args.reason)
+            due = " (due now: the Resume Trigger takes it)" if inst.wake_reason == "redrive" else ""
+            print(f"{inst.workflow_id}/{inst.instance_key}: {inst.status.value}{due}; by {actor}: {args.reason}")
         elif cmd == "versions":
             await _versions(svc.versions, ns, args)
     return 0
@@ -286,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--namespace", default="default", help="namespace (a token's namespace); default 'default'")
         return sp
 
-    inst = sub.add_parser("instances", help="list or show instances").add_subparsers(dest="action", required=True)
+    inst = sub.add_parser("instances", help="list, show, move, retry, resume or cancel instances").add_subparsers(dest="action", required=True)
     il = with_ns(inst.add_parser("list"))
     il.add_argument("--workflow")
     il.add_argument("--status", action="append", default=[], choices=[s.value for s in InstanceStatus])
@@ -305,6 +316,14 @@ def parser() -> argparse.ArgumentParser:
     im.add_argument("--dry-run", action="store_true", help="list what would move; change nothing")
     im.add_argument("--reason", default="", help="why (required for a real move; in the change log)")
     im.add_argument("--actor", default="", help="who (default cli:<user>)")
+    for action, text in (("retry", "run a suspended or failed instance again from its newest checkpoint"),
+                         ("resume", "end a suspended instance's suspension or a running one's wait: due now"),
+                         ("cancel", "cancel a running, waiting or suspended instance")):
+        op = with_ns(inst.add_parser(action, help=f"{text} (an audit event with actor and reason)"))
+        op.add_argument("workflow")
+        op.add_argument("key")
+        op.add_argument("--reason", required=True, help="why (in the audit trail)")
+        op.add_argument("--actor", default="", help="who (default cli:<user>)")
 
     cps = sub.add_parser("checkpoints", help="list or show checkpoints").add_subparsers(dest="action", required=True)
     cl = with_ns(cps.add_parser("list"))
