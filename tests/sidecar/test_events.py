@@ -8,7 +8,7 @@ from collections import Counter
 
 import grpc
 import pytest
-from durable.v1 import common_pb2, events_pb2, instance_pb2
+from durable.v1 import audit_pb2, common_pb2, events_pb2, instance_pb2
 from durable_sidecar.domain import RetryPolicy
 from durable_sidecar.services.events import backoff_ms
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -354,6 +354,13 @@ async def test_stalled_instance_backs_off_then_is_suspended_past_the_maximum(har
     listed = await s.instances.ListInstances(instance_pb2.ListInstancesRequest(
         workflow_id=WF, instance_key_prefix=key), metadata=s.metadata)
     assert [i.status for i in listed.instances] == [common_pb2.INSTANCE_STATUS_SUSPENDED]
+    for wanted, found in ((common_pb2.INSTANCE_STATUS_SUSPENDED, [key]), (common_pb2.INSTANCE_STATUS_RUNNING, [])):
+        by_status = await s.instances.ListInstances(instance_pb2.ListInstancesRequest(
+            workflow_id=WF, instance_key_prefix=key, statuses=[wanted]), metadata=s.metadata)
+        assert [i.instance_key for i in by_status.instances] == found
+    counted = await s.audit.CountInstances(audit_pb2.CountInstancesRequest(workflow_id=WF, instance_key_prefix=key),
+                                           metadata=s.metadata)
+    assert {c.status: c.count for c in counted.counts if c.count} == {common_pb2.INSTANCE_STATUS_SUSPENDED: 1}
 
 
 async def test_fail_with_retry_counts_attempts_and_progress_resets_them(harness: Harness, database_url: str) -> None:

@@ -107,6 +107,26 @@ INSTANCE_COLUMNS = """namespace, workflow_id, instance_key, status, bound_versio
 INSTANCE_KEY = "namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s"
 
 
+# The status an instance is reported with: a suspended one is stored as 'running' with suspended_at (0008).
+STATUS_EXPR = "CASE WHEN status = 'running' AND suspended_at IS NOT NULL THEN 'suspended' ELSE status END"
+# Stalled: running, not suspended, not waiting for an event, no wake-up, its lease lapsed before {now}.
+STALLED_WHERE = ("status = 'running' AND suspended_at IS NULL AND awaited_event = '' AND wake_at IS NULL "
+                 "AND lease_expires_at < {now}")
+
+
+def status_condition(statuses: tuple[InstanceStatus, ...]) -> str:
+    """SQL for 'the reported status is one of these' (fixed literals only: the enum's own values)."""
+    parts = []
+    for s in statuses:
+        if s is InstanceStatus.SUSPENDED:
+            parts.append("(status = 'running' AND suspended_at IS NOT NULL)")
+        elif s is InstanceStatus.RUNNING:
+            parts.append("(status = 'running' AND suspended_at IS NULL)")
+        else:
+            parts.append(f"status = '{s.value}'")
+    return "(" + " OR ".join(parts) + ")"
+
+
 def instance_params(ref: InstanceRef) -> dict[str, Any]:
     return {"ns": ref.namespace, "wf": ref.workflow_id, "key": ref.instance_key}
 

@@ -301,10 +301,9 @@ class InstanceStore(base.InstanceStore):
         where, params = _filter(namespace, flt)
         params["limit"] = page.size + 1
         if flt.statuses:
-            where.append(sql.SQL("status = ANY(%(statuses)s)"))
-            params["statuses"] = [s.value for s in flt.statuses]
+            where.append(sql.SQL(core.status_condition(flt.statuses)))  # enum literals only
         if flt.stalled_only:
-            where.append(sql.SQL("status = 'running' AND wake_at IS NULL AND lease_expires_at < now()"))
+            where.append(sql.SQL(core.STALLED_WHERE.format(now="now()")))  # fixed text
         if page.token:
             created, wf, key = core.time_cursor(DIALECT, page.token)
             where.append(sql.SQL("(created_at, workflow_id, instance_key) < (%(c_at)s::timestamptz, %(c_wf)s, %(c_key)s)"))
@@ -382,10 +381,10 @@ class InstanceStore(base.InstanceStore):
     async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> StatusCounts:
         where, params = _filter(namespace, flt)
         query = sql.SQL(
-            "SELECT status, count(*) AS n, "
-            "count(*) FILTER (WHERE status = 'running' AND wake_at IS NULL AND lease_expires_at < now()) AS stalled "
-            "FROM durable_instances WHERE {where} GROUP BY status"
-        ).format(where=sql.SQL(" AND ").join(where))
+            "SELECT {status} AS status, count(*) AS n, count(*) FILTER (WHERE {stalled}) AS stalled "
+            "FROM durable_instances WHERE {where} GROUP BY 1"
+        ).format(status=sql.SQL(core.STATUS_EXPR), stalled=sql.SQL(core.STALLED_WHERE.format(now="now()")),
+                 where=sql.SQL(" AND ").join(where))
         cur = await pg(conn).execute(query, params)
         return core.status_counts(await cur.fetchall())
 

@@ -229,10 +229,9 @@ class InstanceStore(base.InstanceStore):
         where, params = _filter(namespace, flt)
         params["limit"] = page.size + 1
         if flt.statuses:
-            where.append("status IN (SELECT value FROM json_each(:statuses))")
-            params["statuses"] = json.dumps([s.value for s in flt.statuses])
+            where.append(core.status_condition(flt.statuses))
         if flt.stalled_only:
-            where.append("status = 'running' AND wake_at IS NULL AND lease_expires_at < :now")
+            where.append(core.STALLED_WHERE.format(now=":now"))
             params["now"] = c.now_us
         if page.token:
             created, wf, key = core.time_cursor(DIALECT, page.token)
@@ -304,9 +303,9 @@ class InstanceStore(base.InstanceStore):
         where, params = _filter(namespace, flt)
         params["now"] = c.now_us
         rows = await c.all(
-            f"""SELECT status, count(*) AS n,
-                       sum(status = 'running' AND wake_at IS NULL AND lease_expires_at < :now) AS stalled
-                FROM durable_instances WHERE {" AND ".join(where)} GROUP BY status""",
+            f"""SELECT {core.STATUS_EXPR} AS status, count(*) AS n,
+                       sum({core.STALLED_WHERE.format(now=":now")}) AS stalled
+                FROM durable_instances WHERE {" AND ".join(where)} GROUP BY 1""",
             params,
         )
         return core.status_counts(list(rows))
