@@ -497,3 +497,26 @@ async def test_cli_retries_resumes_and_cancels_with_actor_and_reason(harness: Ha
     unknown = await asyncio.to_thread(_cli, database_url, "instances", "retry", WF, new_key(), "--reason", "x",
                                       "--namespace", ns)
     assert unknown.returncode == 1 and "does not exist" in unknown.stderr
+
+
+async def test_gauges_count_waiting_and_suspended_instances_and_due_timeouts(harness: Harness,
+                                                                             database_url: str) -> None:
+    from durable_sidecar import metrics
+    from durable_sidecar.stores.gauges import instance_gauges
+    from prometheus_client import REGISTRY
+
+    s = harness.alpha
+    await suspended_instance(s)  # first: it claims what is due in the workflow
+    waiting, timed, active = new_key(), new_key(), new_key()
+    for key in (waiting, timed, active):
+        await started_with_checkpoint(s, key)
+    await await_event(s, waiting)
+    await await_event(s, timed, deadline=Timestamp(seconds=1_000_000_000))  # its timeout is due
+    backend = "sqlite" if harness.sidecar.settings.embedded else "postgres"
+    ns = harness.sidecar.settings.tokens[s.token]
+    g = (await instance_gauges(harness.sidecar.db, backend))[ns]
+    assert (g.running, g.waiting, g.stalled, g.suspended, g.due_wake_ups) == (1, 2, 0, 1, 1)
+    metrics.set_instance_gauges({ns: g})
+    assert REGISTRY.get_sample_value("durable_instances", {"namespace": ns, "state": "suspended"}) == 1
+    assert REGISTRY.get_sample_value("durable_instances", {"namespace": ns, "state": "waiting"}) == 2
+    metrics.set_instance_gauges({})

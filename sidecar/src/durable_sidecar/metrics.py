@@ -28,15 +28,16 @@ IDEMPOTENCY_CLAIMS = Counter("durable_idempotency_claims_total", "Idempotency cl
 KEYS_REAPED = Counter("durable_idempotency_keys_reaped_total", "Expired idempotency keys deleted.")
 # Refreshed by one periodic query (app.py, DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS), never per scrape. Every
 # sidecar on one database reports the same values: aggregate with max by (namespace), not sum.
-INSTANCES = Gauge("durable_instances", "Running instances by state: running (live lease), waiting (for a wake-up), "
-                  "stalled (lease lapsed, no wake-up).", ["namespace", "state"])
+INSTANCES = Gauge("durable_instances", "Instances by state: running (live lease), waiting (for a wake-up, a retry "
+                  "backoff or an event), stalled (lease lapsed, nothing scheduled), suspended (retry policy used up: "
+                  "an operator must retry, resume or cancel).", ["namespace", "state"])
 WAKE_UPS_DUE = Gauge("durable_wake_ups_due", "Instances whose wake-up time has passed and not yet resumed.",
                      ["namespace"])
 OLDEST_STALLED = Gauge("durable_oldest_stalled_instance_age_seconds",
                        "Seconds since the lease of the oldest stalled instance lapsed (0: none stalled).", ["namespace"])
 INSTANCE_GAUGES_UPDATED = Gauge("durable_instance_gauges_updated_timestamp_seconds",
                                 "When the instance gauges were last refreshed (Unix time).")
-_INSTANCE_STATES = ("running", "waiting", "stalled")
+_INSTANCE_STATES = ("running", "waiting", "stalled", "suspended")
 _gauge_namespaces: set[str] = set()
 
 
@@ -51,6 +52,8 @@ class InstanceCounts(Protocol):
     def due_wake_ups(self) -> int: ...
     @property
     def oldest_stalled_seconds(self) -> float: ...
+    @property
+    def suspended(self) -> int: ...
 
 
 def set_instance_gauges(by_namespace: Mapping[str, InstanceCounts]) -> None:
@@ -64,6 +67,7 @@ def set_instance_gauges(by_namespace: Mapping[str, InstanceCounts]) -> None:
         INSTANCES.labels(namespace, "running").set(g.running)
         INSTANCES.labels(namespace, "waiting").set(g.waiting)
         INSTANCES.labels(namespace, "stalled").set(g.stalled)
+        INSTANCES.labels(namespace, "suspended").set(g.suspended)
         WAKE_UPS_DUE.labels(namespace).set(g.due_wake_ups)
         OLDEST_STALLED.labels(namespace).set(g.oldest_stalled_seconds)
     _gauge_namespaces.clear()

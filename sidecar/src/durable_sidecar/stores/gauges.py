@@ -1,44 +1,61 @@
 """One cheap query for the dashboard gauges: running instances by state, per namespace.
 
-It reads only running instances, through the two partial indexes on them
-(leases: wake_at IS NULL; wake-ups: wake_at IS NOT NULL), and is run by a
-periodic task (app.py), never per scrape.
+It reads only running instances, through the partial indexes on them (leases:
+wake_at IS NULL; wake-ups: wake_at IS NOT NULL; event waits; suspended ones),
+and is run by a periodic task (app.py), never per scrape. A suspended instance
+is stored as running with suspended_at set (migration 0008).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .base import Conn, Database
 
 
 @dataclass(frozen=True)
 class NamespaceGauges:
-    """Running instances of one namespace: holding a live lease, waiting for a wake-up, stalled."""
+    """Instances of one namespace: holding a live lease, waiting (for a wake-up, a retry backoff or an event),
+    stalled, suspended (dead-lettered); due wake-ups (timeouts and backoffs included)."""
 
     running: int = 0
     waiting: int = 0
     stalled: int = 0
     due_wake_ups: int = 0
     oldest_stalled_seconds: float = 0.0
+    suspended: int = 0
 
 
 _POSTGRES = """
 SELECT namespace, 'lease' AS kind, count(*) AS total, count(*) FILTER (WHERE lease_expires_at < now()) AS late,
        coalesce(extract(epoch FROM now() - min(lease_expires_at)), 0)::float8 AS oldest_s
-FROM durable_instances WHERE status = 'running' AND wake_at IS NULL GROUP BY namespace
+FROM durable_instances
+WHERE status = 'running' AND wake_at IS NULL AND awaited_event = '' AND suspended_at IS NULL GROUP BY namespace
 UNION ALL
 SELECT namespace, 'wake', count(*), count(*) FILTER (WHERE wake_at <= now()), 0
 FROM durable_instances WHERE status = 'running' AND wake_at IS NOT NULL GROUP BY namespace
+UNION ALL
+SELECT namespace, 'event', count(*), 0, 0
+FROM durable_instances WHERE status = 'running' AND awaited_event <> '' AND wake_at IS NULL GROUP BY namespace
+UNION ALL
+SELECT namespace, 'suspended', count(*), 0, 0
+FROM durable_instances WHERE status = 'running' AND suspended_at IS NOT NULL GROUP BY namespace
 """
 
 _SQLITE = """
 SELECT namespace, 'lease' AS kind, count(*) AS total, sum(lease_expires_at < :now) AS late,
        coalesce((:now - min(lease_expires_at)) / 1e6, 0) AS oldest_s
-FROM durable_instances WHERE status = 'running' AND wake_at IS NULL GROUP BY namespace
+FROM durable_instances
+WHERE status = 'running' AND wake_at IS NULL AND awaited_event = '' AND suspended_at IS NULL GROUP BY namespace
 UNION ALL
 SELECT namespace, 'wake', count(*), sum(wake_at <= :now), 0
 FROM durable_instances WHERE status = 'running' AND wake_at IS NOT NULL GROUP BY namespace
+UNION ALL
+SELECT namespace, 'event', count(*), 0, 0
+FROM durable_instances WHERE status = 'running' AND awaited_event <> '' AND wake_at IS NULL GROUP BY namespace
+UNION ALL
+SELECT namespace, 'suspended', count(*), 0, 0
+FROM durable_instances WHERE status = 'running' AND suspended_at IS NOT NULL GROUP BY namespace
 """
 
 
@@ -63,10 +80,13 @@ async def instance_gauges(db: Database, dialect: str) -> dict[str, NamespaceGaug
     for namespace, kind, total, late, oldest in await db.transaction(read):
         g = out.get(namespace, NamespaceGauges())
         if kind == "lease":
-            g = NamespaceGauges(running=total - late, waiting=g.waiting, stalled=late, due_wake_ups=g.due_wake_ups,
-                                oldest_stalled_seconds=max(0.0, oldest) if late else 0.0)
+            g = replace(g, running=total - late, stalled=late,
+                        oldest_stalled_seconds=max(0.0, oldest) if late else 0.0)
+        elif kind == "wake":
+            g = replace(g, waiting=g.waiting + total, due_wake_ups=late)
+        elif kind == "event":
+            g = replace(g, waiting=g.waiting + total)
         else:
-            g = NamespaceGauges(running=g.running, waiting=total, stalled=g.stalled, due_wake_ups=late,
-                                oldest_stalled_seconds=g.oldest_stalled_seconds)
+            g = replace(g, suspended=total)
         out[namespace] = g
     return out
