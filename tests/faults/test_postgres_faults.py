@@ -124,12 +124,16 @@ async def test_postgres_restarts_lose_no_acknowledged_write(pg: ThrowawayPostgre
               note=f"acked={len(acked)} errors={errors} recovery_s={[round(r, 2) for r in recovery]}")
 
 
-# A one-item save is one statement in autocommit (durable_save_checkpoint, migration 0006): its
-# ambiguous moment is that statement's answer. A batch is a transaction: its moment is the COMMIT.
-@pytest.mark.parametrize("items, cut_at", [(1, b"durable_save_checkpoint"), (2, b"COMMIT")],
-                         ids=["one-statement-save", "batch-commit"])
+# A one-item save is one statement in autocommit (durable_save_checkpoint, migration 0006), and so is a
+# batch of plain items (durable_save_checkpoints, migration 0009): their ambiguous moment is that
+# statement's answer. A batch that adds step results is a transaction: its moment is the COMMIT.
+@pytest.mark.parametrize("items, cut_at, mode", [
+    (1, b"durable_save_checkpoint(", checkpoint_pb2.STATE_MODE_REPLACE),
+    (2, b"durable_save_checkpoints(", checkpoint_pb2.STATE_MODE_REPLACE),
+    (2, b"COMMIT", checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT)],
+    ids=["one-statement-save", "one-statement-batch", "batch-commit"])
 async def test_ambiguous_commit_is_resolved_by_idempotent_retry(pg: ThrowawayPostgres, items: int,
-                                                                cut_at: bytes) -> None:
+                                                                cut_at: bytes, mode: int) -> None:
     """The connection dies after the commit reached the server but before its answer: the retry finds the write."""
     proxy = TcpProxy(target_port=pg.port)
     proxy.start()
@@ -142,7 +146,7 @@ async def test_ambiguous_commit_is_resolved_by_idempotent_retry(pg: ThrowawayPos
         for key in keys:
             await start(s, key)
         proxy.reset_after = cut_at
-        reply = await save(s, *[item(key, "payment", {"charged": 1999}) for key in keys])
+        reply = await save(s, *[item(key, "payment", {"charged": 1999}, state_mode=mode) for key in keys])
         assert proxy.resets == 1, f"the proxy must have cut the connection at {cut_at.decode()}"
         for result in reply.results:
             assert result.checkpoint.sequence == 1

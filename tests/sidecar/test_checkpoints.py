@@ -164,6 +164,32 @@ async def test_batch_numbers_deduplicates_and_advances_each_instance_once(harnes
     assert await count_rows(database_url, key_a) == 2 and await count_rows(database_url, key_b) == 2
 
 
+async def test_batch_refusals_name_the_item_and_write_nothing(harness: Harness, database_url: str) -> None:
+    # On PostgreSQL a batch of plain items is one statement (durable_save_checkpoints): it refuses as the
+    # transaction does, at the first item that fails, with nothing of the batch written.
+    s = harness.alpha
+    key_a, key_b, missing = new_key(), new_key(), new_key()
+    await start(s, key_a)
+    await start(s, key_b)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await save(s, item(key_a, "a1", {"a": 1}), item(missing, "m1", {"m": 1}), item(key_b, "b1", {"b": 1}))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "items[1]" in (err.value.details() or "")
+    await save(s, item(key_b, "b1", {"b": 1}))
+    await s.instances.CompleteInstance(
+        instance_pb2.CompleteInstanceRequest(workflow_id=WF, instance_key=key_b, execution_id="exec-1"),
+        metadata=s.metadata)
+    # The finished instance's last save again is answered; a new step for it refuses the batch.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await save(s, item(key_a, "a1", {"a": 1}), item(key_b, "b1", {"b": 1}), item(key_b, "b2", {"b": 2}))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "items[2]" in (err.value.details() or "")
+    assert await count_rows(database_url, key_a) == 0
+    reply = await save(s, item(key_a, "a1", {"a": 1}, lease_seconds=60), item(key_b, "b1", {"b": 1}),
+                       item(key_a, "a2", {"a": 2}, expected_sequence=1))
+    assert [(r.checkpoint.sequence, r.deduplicated) for r in reply.results] == [(1, False), (1, True), (2, False)]
+    assert reply.results[1].checkpoint.execution_id == "exec-1"
+    assert await count_rows(database_url, key_a) == 2 and await count_rows(database_url, key_b) == 1
+
+
 async def test_concurrent_batches_over_the_same_instances_neither_deadlock_nor_skip(harness: Harness,
                                                                                    database_url: str) -> None:
     import asyncio
@@ -279,3 +305,45 @@ async def test_prune_keeps_the_final_checkpoint(harness: Harness) -> None:
         await s.checkpoints.GetCheckpoint(
             checkpoint_pb2.GetCheckpointRequest(workflow_id=WF, instance_key=key, sequence=1), metadata=s.metadata)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_large_reads_take_at_most_half_the_pool(database_url: str) -> None:
+    # 12 loads of a 2 MB state at once: they queue for their own places (half the pool's connections), first
+    # come first served and without the pool timeout, so the connections small calls need stay free and no
+    # load waits for one behind eleven others (with 64 at once, past the pool timeout: UNAVAILABLE).
+    import asyncio
+
+    from durable_sidecar.domain import InstanceRef
+    from durable_sidecar.services.checkpoints import SaveItem
+    from durable_sidecar.wiring import build_services, make_cache, open_backend
+
+    from tests.conftest import make_settings
+
+    settings = make_settings(database_url, redis_url="", db_pool_max=4, auth_tokens="token-large-reads=ns")
+    backend = await open_backend(settings, owner=False, migrate=False)
+    try:
+        services = build_services(settings, backend, make_cache(settings, shared_only=True))
+        service = services.checkpoints
+        assert service.large_read_slots == settings.db_pool_max // 2
+        ref = InstanceRef(f"ns-large-{uuid.uuid4().hex[:8]}", WF, new_key())
+        await services.instances.start_or_resume(ref, execution_id="exec-1")
+        state = json.dumps({"blob": "x" * (2 * 1024 * 1024)}).encode()
+        await service.save(ref.namespace, [SaveItem(WF, ref.instance_key, "big", state, "exec-1", "", None, 0)])
+        reading = peak = 0
+        store_get = backend.checkpoints.get_txn
+
+        async def counting_get(*args: object, **kw: object) -> object:
+            nonlocal reading, peak
+            reading += 1
+            peak = max(peak, reading)
+            try:
+                return await store_get(*args, **kw)  # type: ignore[arg-type]
+            finally:
+                reading -= 1
+
+        backend.checkpoints.get_txn = counting_get  # type: ignore[method-assign]
+        loaded = await asyncio.gather(*[service.latest(ref, include_state=True) for _ in range(12)])
+        assert all(cp.state == state for cp in loaded)
+        assert 1 <= peak <= service.large_read_slots
+    finally:
+        await backend.db.close()

@@ -73,7 +73,9 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                                     default_lease_seconds=settings.lease_seconds, keys=keys,
                                     # Small states are cheaper from PostgreSQL than from Redis; the
                                     # in-process cache (embedded setup) is cheaper than either.
-                                    cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0)
+                                    cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0,
+                                    # Large reads take at most half the pool (and at most 4 at once).
+                                    large_read_slots=max(1, min(4, settings.db_pool_max // 2)))
     n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
                     max_bytes=settings.max_state_bytes)
     versions = VersionService(db, backend.versions, backend.instances, n8n,

@@ -24,6 +24,7 @@ from ..domain import (
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
 from ..stores.base import (
+    BatchSave,
     CheckpointAdvance,
     CheckpointStore,
     Conn,
@@ -45,6 +46,12 @@ log = logging.getLogger(__name__)
 _OFFLOAD_BYTES = 256 * 1024
 # From this size a state is compressed on a helper thread while it is checked and hashed.
 _PARALLEL_BYTES = 1024 * 1024
+# States from this size are read from the database through a gate of _LARGE_READ_SLOTS places: fewer than the
+# pool's default 10 connections, so large reads never take them all.
+_LARGE_READ_BYTES = 1024 * 1024
+_LARGE_READ_SLOTS = 4
+# A batch of plain items up to this many encoded bytes is one statement (its states go as one bytea).
+_ONE_STATEMENT_BATCH_BYTES = 8 * 1024 * 1024
 _HELPERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="durable-compress")
 
 
@@ -62,7 +69,8 @@ class SaveItem:
     lease_seconds: int
     add_step_result: bool = False
     complete_key: CompleteKey | None = None
-    # The caller has checked that state is JSON (the gRPC boundary does for every request): not parsed twice.
+    # The caller has checked that state is JSON and every identifier's length and characters (the gRPC
+    # boundary does for every request): not checked twice.
     json_checked: bool = False
 
 
@@ -150,7 +158,8 @@ def add_step_result(current: bytes | None, step_name: str, result: bytes) -> byt
 class CheckpointService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore, cache: Cache, *,
                  max_state_bytes: int, max_batch_items: int, default_lease_seconds: int,
-                 keys: IdempotencyService | None = None, cache_min_bytes: int = 0) -> None:
+                 keys: IdempotencyService | None = None, cache_min_bytes: int = 0,
+                 large_read_slots: int = _LARGE_READ_SLOTS) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
@@ -165,6 +174,9 @@ class CheckpointService:
         self.cache_min_bytes = cache_min_bytes
         # Cache writes run after the reply; kept here so they are not garbage-collected mid-flight.
         self._cache_writes: set[asyncio.Task[None]] = set()
+        # Reads of large states from the database: at most this many at once (see with_state).
+        self.large_read_slots = large_read_slots
+        self._large_reads = asyncio.Semaphore(large_read_slots)
 
     def check_state(self, field: str, raw: bytes, *, object_only: bool = False, json_checked: bool = False) -> None:
         """A state-like payload: at most DURABLE_MAX_STATE_BYTES (TooLarge above) of JSON (InvalidArgument)."""
@@ -185,11 +197,18 @@ class CheckpointService:
     def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
         where = f"items[{index}]"
         try:
-            validation.identifier("workflow_id", item.workflow_id)
-            validation.identifier("instance_key", item.instance_key)
-            validation.identifier("step_name", item.step_name)
-            validation.identifier("execution_id", item.execution_id)
-            validation.identifier("node_name", item.node_name, required=False)
+            if item.json_checked:
+                # The boundary checked every identifier's length and characters: only requiredness is left.
+                for field, value in (("workflow_id", item.workflow_id), ("instance_key", item.instance_key),
+                                     ("step_name", item.step_name), ("execution_id", item.execution_id)):
+                    if not value:
+                        raise InvalidArgument(f"{field} is required")
+            else:
+                validation.identifier("workflow_id", item.workflow_id)
+                validation.identifier("instance_key", item.instance_key)
+                validation.identifier("step_name", item.step_name)
+                validation.identifier("execution_id", item.execution_id)
+                validation.identifier("node_name", item.node_name, required=False)
             lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400, default=0)
             if item.expected_sequence is not None and item.expected_sequence < 0:
                 raise InvalidArgument("expected_sequence must not be negative")
@@ -257,6 +276,11 @@ class CheckpointService:
             single = await self._save_single(namespace, *prepared[0])
             if single is not None:
                 return single
+        elif (len(prepared) > 1 and all(_single_statement(new) for new, _ in prepared)
+              and sum(len(encoded.data) for _, encoded in prepared) <= _ONE_STATEMENT_BATCH_BYTES):
+            batch = await self._save_batch(namespace, prepared)
+            if batch is not None:
+                return batch
 
         async def txn(conn: Conn) -> tuple[list[SavedCheckpoint], list[NewCheckpoint], list[KeyCompleted]]:
             # Three statements per batch, whatever its size: lock the instances (in a
@@ -324,13 +348,44 @@ class CheckpointService:
         self._saved(namespace, [new], results)
         return results
 
+    async def _save_batch(self, namespace: str,
+                          prepared: list[tuple[NewCheckpoint, EncodedState]]) -> list[SavedCheckpoint] | None:
+        """Plain items (no step result, no key) as one statement, where the backend has one; None: the batch path."""
+
+        async def one(conn: Conn) -> BatchSave | None:
+            return await self.checkpoints.save_many_txn(conn, prepared,
+                                                        default_lease_seconds=self.default_lease_seconds)
+
+        failpoints.hit("checkpoint.before_insert")
+        done = await self.db.single(one)
+        if done is None:
+            return None
+        if done.refusal:
+            new = prepared[done.index][0]
+            if done.refusal == "not_found":
+                raise _not_found(done.index, new.ref)
+            if done.refusal == "finished":
+                raise _finished(done.index, new.ref)
+            assert done.refusal == "stale" and new.expected_sequence is not None, f"unexpected {done.refusal}"
+            raise _stale(done.index, new.expected_sequence, done.last_sequence)
+        failpoints.hit("checkpoint.after_commit")
+        results = [SavedCheckpoint(cp, deduplicated=dup) for cp, dup in done.saved]
+        self._saved(namespace, [new for new, _ in prepared], results)
+        return results
+
     def _saved(self, namespace: str, saved_items: list[NewCheckpoint], results: list[SavedCheckpoint]) -> None:
         """After the commit: counts the saves and hands the new large states to the cache (after the reply)."""
         fresh = []
+        repeated = 0
         for new, saved in zip(saved_items, results, strict=True):
-            metrics.CHECKPOINTS_SAVED.labels("deduplicated" if saved.deduplicated else "written").inc()
-            if not saved.deduplicated and len(new.state) >= self.cache_min_bytes:
+            if saved.deduplicated:
+                repeated += 1
+            elif len(new.state) >= self.cache_min_bytes:
                 fresh.append((new, saved.checkpoint.sequence))
+        if repeated:
+            metrics.CHECKPOINTS_SAVED.labels("deduplicated").inc(repeated)
+        if len(results) > repeated:
+            metrics.CHECKPOINTS_SAVED.labels("written").inc(len(results) - repeated)
         if self.cache.enabled and (fresh or failpoints.enabled("checkpoint.before_cache")):
             task = asyncio.create_task(self._cache_states(namespace, fresh))
             self._cache_writes.add(task)
@@ -440,7 +495,14 @@ class CheckpointService:
         async def txn(conn: Conn) -> Checkpoint | None:
             return await self.checkpoints.get_txn(conn, ref, cp.sequence, with_state=True)
 
-        full = await self.db.transaction(txn)
+        if cp.size_bytes >= _LARGE_READ_BYTES:
+            # Large reads queue here, first come first served and without a timeout (the caller's deadline
+            # bounds the wait), rather than for a pooled connection: many at once would otherwise wait
+            # past the pool timeout (UNAVAILABLE), and hold every connection the small calls need.
+            async with self._large_reads:
+                full = await self.db.transaction(txn)
+        else:
+            full = await self.db.transaction(txn)
         if full is None or full.state is None:
             raise NotFound(f"checkpoint {cp.sequence} of {cp.workflow_id}/{cp.instance_key} was pruned")
         if cached:
@@ -450,8 +512,10 @@ class CheckpointService:
     async def latest(self, ref: InstanceRef, *, include_state: bool) -> Checkpoint:
         _check_ref(ref)
 
-        # One statement; a state the cache would serve no faster comes along with it.
-        state_below = self.cache_min_bytes if include_state and self.cache.enabled else 1 << 62 if include_state else 0
+        # One statement; a state the cache would serve no faster comes along with it. A large one is read
+        # apart (with_state), through the gate for large reads.
+        state_below = (min(self.cache_min_bytes if self.cache.enabled else _LARGE_READ_BYTES, _LARGE_READ_BYTES)
+                       if include_state else 0)
 
         async def one(conn: Conn) -> tuple[bool, Checkpoint | None]:
             return await self.checkpoints.latest_txn(conn, ref, state_below=state_below)

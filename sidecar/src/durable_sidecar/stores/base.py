@@ -32,6 +32,7 @@ from ..domain import (
     KeyStatus,
     MoveCandidate,
     MoveSelector,
+    NewCheckpoint,
     NewClaim,
     NewVersion,
     Page,
@@ -137,6 +138,21 @@ class SingleSave:
     outcome: str
     last_sequence: int
     checkpoint: Checkpoint | None
+
+
+@dataclass(frozen=True)
+class BatchSave:
+    """What the one-statement save of a batch did.
+
+    saved: every item's checkpoint (metadata) and whether it was there already; or, when
+    refusal is 'not_found', 'finished' or 'stale', item `index` refused the batch (nothing
+    was written; last_sequence: where its instance stands).
+    """
+
+    saved: list[tuple[Checkpoint, bool]]
+    refusal: str = ""
+    index: int = 0
+    last_sequence: int = 0
 
 
 @dataclass(frozen=True)
@@ -302,6 +318,15 @@ class CheckpointStore(ABC):
         instance's length, else default_lease_seconds); row.sequence is not
         used (the statement numbers it). None from a backend without such a
         statement: the caller then takes the batch path.
+        """
+        return None
+
+    async def save_many_txn(self, conn: Conn, items: list[tuple[NewCheckpoint, EncodedState]], *,
+                            default_lease_seconds: int) -> BatchSave | None:
+        """A whole batch of plain saves (no step result to add, no key to complete) as one statement.
+
+        Run with Database.single; decides item by item as the batch path does (services/checkpoints.py).
+        None from a backend without such a statement: the caller then takes the batch path.
         """
         return None
 

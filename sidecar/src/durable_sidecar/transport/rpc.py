@@ -44,7 +44,8 @@ async def _admit(boundary: Boundary | None, method: str, namespace: str, request
     refuse_undecodable(request)
     if boundary is None:
         return
-    if boundary.json_bytes(request) > _OFFLOAD_JSON_BYTES:
+    # The encoded size (computed in C) bounds the JSON bytes: only a large request is walked to count them.
+    if request.ByteSize() > _OFFLOAD_JSON_BYTES and boundary.json_bytes(request) > _OFFLOAD_JSON_BYTES:
         await asyncio.to_thread(boundary.admit, method, namespace, request)
     else:
         boundary.admit(method, namespace, request)

@@ -1,0 +1,4 @@
+-- Issue 18: PostgreSQL's 0009 adds durable_save_checkpoints(), a batched save in one
+-- round trip. The embedded database runs in process (a statement costs no round
+-- trip), so it needs no such function: this file keeps the numbering of the two
+-- dialects the same.
