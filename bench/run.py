@@ -80,6 +80,11 @@ class Plan:
     profile: bool
     dbos_variants: list[str]
     max_inflight_mb: float = 0.0
+    # The scenario groups to run (--only); empty: all of them.
+    only: frozenset[str] = frozenset()
+
+    def wants(self, group: str) -> bool:
+        return not self.only or group in self.only
 
     def cells(self, size: int) -> list[int]:
         """The concurrencies run at this size: all, unless size × concurrency is above max_inflight_mb."""
@@ -181,7 +186,7 @@ class Bench:
         one_kb = payloads.state_json(KB)
         try:
             section("checkpoint save (floors: raw INSERT, no-op gRPC)")
-            for size in plan.sizes:
+            for size in plan.sizes if plan.wants("save") else []:
                 payload = payloads.state_json(size)
                 for c in plan.cells(size):
                     await raw.open(c)
@@ -193,14 +198,14 @@ class Bench:
                         await self.fresh_sidecar(client)
                     await self.measure("sidecar", "save", size, c, client.save_bodies(keys, payload),
                                        server=self.sidecar)
-                if size == KB and plan.dbos_variants:
+                if size == KB and plan.dbos_variants and plan.wants("dbos"):
                     # Right after the 1 KB saves, so the comparisons the targets make share the machine's
                     # conditions; the sidecar and the no-op server sit idle meanwhile.
                     await asyncio.to_thread(self.run_dbos, dbos_url, [KB], plan.dbos_variants)
                     section("checkpoint save, continued")
 
             section("checkpoint load, newest with state (floors: raw SELECT, no-op gRPC)")
-            for size in plan.sizes:
+            for size in plan.sizes if plan.wants("load") else []:
                 payload = payloads.state_json(size)
                 for c in plan.cells(size):
                     await raw.open(c)
@@ -214,12 +219,12 @@ class Bench:
                                        server=self.sidecar)
 
             section(f"batched save, {BATCH_ITEMS} items of 1 KB per call; start-or-resume; idempotency claims")
-            for c in plan.concurrency:
+            for c in plan.concurrency if plan.wants("batch") else []:
                 await self.measure("sidecar", "batch", KB, c, await client.batch_bodies(one_kb, c),
                                    server=self.sidecar, items_per_call=BATCH_ITEMS)
-            for c in plan.concurrency:
+            for c in plan.concurrency if plan.wants("start") else []:
                 await self.measure("sidecar", "start", 0, c, client.start_bodies(c), server=self.sidecar)
-            for c in plan.concurrency:
+            for c in plan.concurrency if plan.wants("claims") else []:
                 await self.measure("floor", "grpc_save", KB, c, noop.save_bodies(one_kb, c), server=self.noop,
                                    note="again, next to the claims")
                 await self.measure("sidecar", "claim_new", KB, c, client.claim_new_bodies(one_kb, c),
@@ -232,7 +237,8 @@ class Bench:
                 section("profiling the sidecar with py-spy (separate runs)")
                 for key in PROFILED:
                     _, op, size, c = key
-                    if (size and size not in plan.sizes) or c not in plan.concurrency:
+                    group = {"claim_new": "claims", "claim_done": "claims"}.get(op, op)
+                    if (size and size not in plan.sizes) or c not in plan.concurrency or not plan.wants(group):
                         continue
                     payload = payloads.state_json(size) if size else one_kb  # start-or-resume sends no state
                     if op == "save":
@@ -260,6 +266,8 @@ class Bench:
 
                         await self.profiled(key, done_bodies)
 
+            if not plan.wants("redis_down"):
+                return
             section("Redis unavailable (the benchmark's own redis-server, stopped)")
             done_keys = {c: await client.completed_keys(one_kb, one_kb, c) for c in plan.concurrency}
             redis.stop()
@@ -306,6 +314,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--channels", type=int, default=1, help="grpc.aio channels shared by the workers (default 1)")
     p.add_argument("--profile", action="store_true", help="also profile chosen sidecar runs with py-spy")
     p.add_argument("--dbos-variants", default="async,sync", help="DBOS APIs to run: async, sync or both")
+    p.add_argument("--only", default="",
+                   help="comma-separated scenario groups to run (default all): save, load, batch, start, claims, "
+                        "redis_down, dbos (save and load include their floors)")
     p.add_argument("--out", type=Path, help="results directory (default bench/results/<time>)")
     p.add_argument("--docs", type=Path, help="also write summary.md and chart.png here (ignored with --quick)")
     return p.parse_args(argv)
@@ -326,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile,
         dbos_variants=[v for v in args.dbos_variants.split(",") if v],
         max_inflight_mb=args.max_inflight_mb if args.max_inflight_mb is not None else (200.0 if quick else 0.0),
+        only=frozenset(g for g in args.only.split(",") if g),
     )
     if KB not in plan.sizes:
         plan.sizes.insert(0, KB)  # batches, claims and the targets are all at 1 KB
@@ -351,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.noop.stop()
             # The asyncio API at the other sizes; the thread API only at 1 KB, the size the targets use.
             larger = [s for s in plan.sizes if s != KB]
-            if "async" in plan.dbos_variants and larger:
+            if "async" in plan.dbos_variants and larger and plan.wants("dbos"):
                 bench.run_dbos(dbos_url, larger, ["async"])
         finally:
             for server in (bench.sidecar, bench.noop):
@@ -363,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {
             "command": command, "started": started.isoformat(timespec="seconds"),
             "finished": finished.isoformat(timespec="seconds"), "quick": quick,
-            "plan": plan.__dict__, "machine": machine, "other_load": other.report(), "code": describe_code(ROOT),
+            "plan": {**plan.__dict__, "only": sorted(plan.only)}, "machine": machine, "other_load": other.report(), "code": describe_code(ROOT),
             "pid": os.getpid(),
         },
         "results": bench.results,
