@@ -32,7 +32,7 @@ from typing import Any
 
 import grpc
 import pytest
-from durable.v1 import checkpoint_pb2, idempotency_pb2, instance_pb2, version_pb2
+from durable.v1 import checkpoint_pb2, events_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf import descriptor, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
@@ -69,6 +69,8 @@ SERVICES = [
     checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
     idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"],
     version_pb2.DESCRIPTOR.services_by_name["VersionService"],
+    events_pb2.DESCRIPTOR.services_by_name["EventService"],
+    events_pb2.DESCRIPTOR.services_by_name["RecoveryService"],
 ]
 METHODS = [(svc, m) for svc in SERVICES for m in svc.methods]
 # A few real identifiers, so generated requests also reach existing rows.
@@ -169,6 +171,10 @@ def _field_value(field: descriptor.FieldDescriptor, depth: int, hostile: bool) -
         return _string_field(field.name, hostile)
     if field.type == FieldDescriptor.TYPE_BOOL:
         return st.booleans()
+    if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return _mostly(st.sampled_from([0.0, 0.5, 1.0, 2.0, 10.0]),
+                       st.one_of(st.floats(), st.sampled_from([-1.0, 11.0, 1e308, float("nan"), float("inf")])),
+                       hostile)
     return _int_field(field, hostile)
 
 

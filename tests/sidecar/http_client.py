@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import grpc
-from durable.v1 import audit_pb2, checkpoint_pb2, idempotency_pb2, instance_pb2, version_pb2
+from durable.v1 import audit_pb2, checkpoint_pb2, events_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf import json_format, message, message_factory
 
 _CODES = {code.name.lower(): code for code in grpc.StatusCode}
@@ -80,3 +80,11 @@ class HttpStubs:
     @property
     def audit(self) -> Any:
         return self._service(audit_pb2, "AuditService")
+
+    @property
+    def events(self) -> Any:
+        return self._service(events_pb2, "EventService")
+
+    @property
+    def recovery(self) -> Any:
+        return self._service(events_pb2, "RecoveryService")
