@@ -13,6 +13,8 @@ chooses the folder, e.g. docs/images to refresh the ones in the docs).
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import json
 import os
 import time
@@ -23,9 +25,18 @@ from typing import Any
 
 import pytest
 from conftest import ORDER_WF, REPORT, Stack
-from durable.v1 import audit_pb2, audit_pb2_grpc, checkpoint_pb2, common_pb2
+from durable.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
+    checkpoint_pb2,
+    common_pb2,
+    instance_pb2,
+    instance_pb2_grpc,
+    version_pb2,
+    version_pb2_grpc,
+)
 from harness import REPO, TOKEN, wait_until
-from test_http_request_node import HTTP_WF, install_http_face_workflow, post_http_face_order
+from test_http_request_node import HTTP_WF, http_face_workflow, install_http_face_workflow, post_http_face_order
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -157,3 +168,131 @@ def test_console_login_timeline_diff_and_cancel_on_real_runs(stack: Stack, page:
         "cancelled", "ops:e2e", "duplicate order, cancelled from the console")
     REPORT.add("console: login, timeline, diff, cancel (browser)", 2, 1, 0, time.monotonic() - t0,
                note="wrong token refused; cancel confirmed with actor and reason")
+
+
+def _login(page: Any, base_url: str) -> None:
+    """Logs in unless this tab already holds the token."""
+    page.goto(f"{base_url}/console/")
+    if page.evaluate("sessionStorage.getItem('durable.console.token')") is None:
+        page.fill("#token", TOKEN)
+        page.click("#login")
+    page.wait_for_selector("[data-testid=instances-table], [data-testid=no-instances]")
+
+
+def test_console_versions_node_diff_move_with_dry_run_and_keys(stack: Stack, page: Any) -> None:
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    install_http_face_workflow(stack)
+    run = uuid.uuid4().hex[:6]
+    moved, order = f"console-{run}-move", f"console-{run}-keys"
+    # An instance bound to no version yet, then two versions of its workflow: the second changes
+    # one node and adds one.
+    post_http_face_order(stack, moved, 10, complete=False)
+    v1 = copy.deepcopy(http_face_workflow(sidecar.http_url))
+    v2 = copy.deepcopy(v1)
+    v2["nodes"][2]["parameters"]["options"] = {"timeout": 5000}
+    v2["nodes"].append({"id": str(uuid.uuid4()), "name": "Audit Copy", "type": "n8n-nodes-base.noOp",
+                        "typeVersion": 1, "position": [880, 0], "parameters": {}})
+    versions = version_pb2_grpc.VersionServiceStub(sidecar.channel)
+    numbers = []
+    for definition, label in ((v1, "1.0.0"), (v2, "1.1.0")):
+        reply = versions.RegisterVersion(version_pb2.RegisterVersionRequest(
+            workflow_id=HTTP_WF, definition_json=json.dumps(definition).encode(), label=label, actor="e2e",
+            note=f"console test {run}"), metadata=sidecar.md, timeout=10)
+        numbers.append(reply.version.version)
+    old, new = numbers
+
+    _login(page, sidecar.http_url)
+    page.goto(f"{sidecar.http_url}/console/#/versions?wf={HTTP_WF}")
+    page.wait_for_selector("[data-testid=versions-table]")
+    page.check(f"input[aria-label='old {old}']")
+    page.check(f"input[aria-label='new {new}']")
+    page.click("#version-diff-button")
+    page.wait_for_selector("[data-testid=node-diff]")
+    node_diff = page.inner_text("[data-testid=node-diff]")
+    assert "+ Audit Copy (added)" in node_diff and "~ Save Checkpoints (changed: parameters)" in node_diff, node_diff
+    assert node_diff.count("\n") == 1, node_diff  # nothing else differs
+
+    # Move the running instance to the newer version: the dialog insists on a dry run first.
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={HTTP_WF}&key={moved}")
+    page.click("#move-instance")
+    page.wait_for_selector("#confirm[open] #move-target")
+    page.select_option("#move-target", str(new))
+    page.fill("#confirm-actor", "ops:e2e")
+    page.fill("#confirm-reason", "needs the audit copy")
+    page.click("#confirm-ok")
+    page.wait_for_selector("#confirm-error:not([hidden])")
+    assert "dry run" in page.inner_text("#confirm-error").lower()
+    assert sidecar.instance(HTTP_WF, moved).bound_version == 0  # type: ignore[union-attr]
+    page.click("#move-dry-run")
+    page.wait_for_selector("#move-preview li")
+    assert f"{moved}: version 0 → {new}" in page.inner_text("#move-preview")
+    assert sidecar.instance(HTTP_WF, moved).bound_version == 0  # type: ignore[union-attr]  # a dry run moves nothing
+    page.click("#confirm-ok")
+    page.wait_for_selector("[data-testid=timeline] tr[data-kind=moved]")
+    assert "needs the audit copy" in page.inner_text("[data-testid=timeline] tr[data-kind=moved]")
+    assert sidecar.instance(HTTP_WF, moved).bound_version == new  # type: ignore[union-attr]
+    moves = [e for e in sidecar.change_log(HTTP_WF) if e.kind == version_pb2.CHANGE_KIND_INSTANCE_MOVED]
+    assert [(e.instance_key, e.to_version, e.actor, e.reason) for e in moves] == [
+        (moved, new, "ops:e2e", "needs the audit copy")], moves
+
+    # An order's idempotency keys: the Guard's default key is the instance key, one per scope.
+    assert stack.post_order(order, amount=7.0) == 200
+    wait_until("the order to complete", lambda: (i := sidecar.instance(ORDER_WF, order)) is not None
+               and i.status == common_pb2.INSTANCE_STATUS_COMPLETED, 180)
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={ORDER_WF}&key={order}")
+    page.wait_for_selector("[data-testid=keys-table]")
+    keys = page.locator("[data-testid=keys-table] tbody tr").all_inner_texts()
+    scopes = sorted(row.split("\t")[0] for row in keys)
+    assert scopes == ["coupon", "inventory", "payment", "shipping"] and all("completed" in r for r in keys), keys
+    page.goto(f"{sidecar.http_url}/console/#/keys?prefix={order}&scope=payment")
+    page.wait_for_selector("[data-testid=keys-table]")
+    assert page.locator("[data-testid=keys-table] tbody tr").count() == 1
+    REPORT.add("console: versions diff, move with dry run, keys", 2, 1, 0, time.monotonic() - t0,
+               note="node diff in the browser; move refused before its dry run")
+
+
+def test_console_retry_a_failed_instance_and_resume_a_parked_one(stack: Stack, page: Any) -> None:
+    """The events-and-failures actions: Retry (FAILED → RUNNING) and Resume now (a wake-up ends at once)."""
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    install_http_face_workflow(stack)
+    run = uuid.uuid4().hex[:6]
+    failed, parked = f"console-{run}-failed", f"console-{run}-parked"
+    for key in (failed, parked):
+        post_http_face_order(stack, key, 5, complete=False)
+    instances = instance_pb2_grpc.InstanceServiceStub(sidecar.channel)
+    execution = sidecar.instance(HTTP_WF, failed).created_by_execution_id  # type: ignore[union-attr]
+    instances.FailInstance(instance_pb2.FailInstanceRequest(workflow_id=HTTP_WF, instance_key=failed,
+                                                            execution_id=execution, error_message="card declined"),
+                           metadata=sidecar.md, timeout=5)
+    parked_by = sidecar.instance(HTTP_WF, parked).created_by_execution_id  # type: ignore[union-attr]
+    instances.ScheduleWakeUp(instance_pb2.ScheduleWakeUpRequest(workflow_id=HTTP_WF, instance_key=parked,
+                                                                execution_id=parked_by, delay_seconds=86_400),
+                             metadata=sidecar.md, timeout=5)
+
+    _login(page, sidecar.http_url)
+    for key, button, kind, reason in ((failed, "#retry-instance", "retried", "card replaced by the customer"),
+                                      (parked, "#resume-instance", "resumed_by_operator", "no need to wait a day")):
+        page.goto(f"{sidecar.http_url}/console/#/instance?wf={HTTP_WF}&key={key}")
+        page.wait_for_selector(button)
+        page.click(button)
+        page.fill("#confirm-actor", "ops:e2e")
+        page.fill("#confirm-reason", reason)
+        page.click("#confirm-ok")
+        page.wait_for_selector(f"[data-testid=timeline] tr[data-kind={kind}]")
+        assert reason in page.inner_text(f"[data-testid=timeline] tr[data-kind={kind}]")
+        events = audit_pb2_grpc.AuditServiceStub(sidecar.channel).ListInstanceEvents(
+            audit_pb2.ListInstanceEventsRequest(workflow_id=HTTP_WF, instance_key=key), metadata=sidecar.md,
+            timeout=5).events
+        last = events[-1]
+        assert (last.kind, last.actor) == (kind, "ops:e2e") and reason in last.detail, events
+    retried = sidecar.instance(HTTP_WF, failed)
+    assert retried is not None and retried.status == common_pb2.INSTANCE_STATUS_RUNNING
+    resumed = sidecar.instance(HTTP_WF, parked)
+    assert resumed is not None and resumed.status == common_pb2.INSTANCE_STATUS_RUNNING
+    # Due now instead of in a day (same machine's clock; an hour of slack).
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    assert not resumed.HasField("wake_at") or resumed.wake_at.ToDatetime(tzinfo=dt.UTC) < soon, resumed
+    REPORT.add("console: retry and resume (browser)", 2, 0, 0, time.monotonic() - t0,
+               note="RecoveryService through the confirmation dialog")
