@@ -39,6 +39,8 @@ class Ledger:
     # The `logic` a caller sent with each effect (workflow versions mark their calls with it).
     logic: dict[str, dict[str, list[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     shape: str = "echo"
+    # (service, order) pairs that answer 500 and perform nothing (a poison order), until healed.
+    failing: set[tuple[str, str]] = field(default_factory=set)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,8 +94,15 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("Idempotency-Key", "")
         with self.ledger.lock:
             self.ledger.calls.append({"service": path, "order": order, "key": key, "at": time.time(), "body": body})
-            self.ledger.in_flight[path] += 1
+            if (path, order) in self.ledger.failing:
+                failing = True
+            else:
+                failing = False
+                self.ledger.in_flight[path] += 1
             stall = path in self.ledger.stalled
+        if failing:
+            self._reply(500, {"error": f"{path} is down for order {order}"})
+            return
         try:
             if stall:
                 self.ledger.release.wait(timeout=120)
@@ -146,6 +155,15 @@ class FakeServices:
         with self.ledger.lock:
             self.ledger.stalled.clear()
         self.ledger.release.set()
+
+    def fail(self, service: str, order: str) -> None:
+        """Every call of `order` to `service` answers 500 and performs nothing, until `heal`."""
+        with self.ledger.lock:
+            self.ledger.failing.add((service, order))
+
+    def heal(self) -> None:
+        with self.ledger.lock:
+            self.ledger.failing.clear()
 
     def set_shape(self, shape: str) -> None:
         """"echo" (the default) or "bare": `{ "id": ..., "status": ... }` and nothing else."""

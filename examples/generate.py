@@ -209,6 +209,108 @@ def renewal_reminder() -> None:
             "the subscription exists in the sidecar.")
 
 
+def order_delivery() -> None:
+    """An order waits (durably, days if need be) for the carrier's "delivered" event, sent by another workflow."""
+    f = Flow("durableOrderDelivery", "Order delivery: wait for the carrier's event")
+    rp_y = 3 * ROW
+    webhook = intake(f, "shipments", (0, rp_y - ROW))
+    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
+        "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
+    }, (0, rp_y), creds=True)
+    rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
+        "instanceKey": "={{ $json.body.orderId }}",
+        "stepOutputs": "shipped",
+        "waitOutputs": True,
+        # A shipping call that keeps failing: three automatic resumes, 10 s, 20 s, 40 s apart, then suspended.
+        "options": {"leaseSeconds": 120, "maxAutomaticResumes": 3, "initialBackoffSeconds": 10,
+                    "maxBackoffSeconds": 600, "backoffMultiplier": 2, "jitter": 0.2},
+    }, (2 * COL, rp_y), creds=True)
+    f.link(webhook, rp)
+    f.link(trigger, rp)
+    ok = accepted(f, (4 * COL, 0))
+    claim_ship = f.node("Claim Shipping", f"{PKG}.idempotencyGuard", 2, {
+        "operation": "claim", "scope": "shipping", "options": {},
+    }, (5 * COL, ROW), creds=True)
+    ship = http(f, "Ship Order", "shipping", (6 * COL, 0), order_body(), "={{ $json.idempotency.derivedKey }}")
+    # A failed call goes to its error output: the failure is retried under the Resume Point's policy.
+    f.nodes[-1]["onError"] = "continueErrorOutput"
+    retry_later = f.node("Retry Later", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "fail", "instanceFrom": "resumePoint",
+        "errorMessage": "={{ 'shipping failed: ' + String($json.error?.message ?? $json.error ?? 'unknown error') }}",
+        "options": {"retry": True},
+    }, (7 * COL, -ROW), creds=True)
+    save_ship = f.node("Save Shipped", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "save", "stepName": "shipped", "options": {},
+    }, (7 * COL, ROW), creds=True)
+    wait = f.node("Wait for Delivery", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "awaitEvent", "instanceFrom": "resumePoint", "eventName": "delivered",
+        "resumeWhen": "after", "amount": 7, "unit": "days",
+    }, (8 * COL, ROW), creds=True)
+    claim_notify = f.node("Claim Notify", f"{PKG}.idempotencyGuard", 2, {
+        "operation": "claim", "scope": "notify", "options": {},
+    }, (9 * COL, 2 * ROW), creds=True)
+    notify = http(f, "Tell Customer", "notify", (10 * COL, ROW),
+                  "={{ JSON.stringify({ orderId: $json.body.orderId, email: $json.body.email, "
+                  "deliveredAt: $json.event.payload.deliveredAt }) }}", "={{ $json.idempotency.derivedKey }}")
+    save_notify = f.node("Save Notified", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "save", "stepName": "notified", "options": {},
+    }, (11 * COL, 2 * ROW), creds=True)
+    done = f.node("Complete", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "complete", "resultWhat": "none",
+    }, (12 * COL, 2 * ROW), creds=True)
+    no_delivery = f.node("No Delivery", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "fail", "instanceFrom": "resumePoint",
+        "errorMessage": "no delivery confirmed within the wait",
+    }, (9 * COL, 4 * ROW), creds=True)
+    # Resume Point outputs: 0 Start, 1 Resume, 2 Finished, 3 Busy, 4 shipped, 5 Event, 6 Timed Out.
+    f.link(rp, ok, 0)
+    f.link(ok, claim_ship)
+    f.link(rp, claim_ship, 1)       # crashed before shipping was saved
+    f.link(rp, wait, 4)             # shipped, but crashed before the wait: wait (again)
+    f.link(rp, claim_notify, 5)     # Event: the carrier's "delivered" arrived
+    f.link(rp, no_delivery, 6)      # Timed Out
+    f.link(claim_ship, ship, 0)
+    f.link(claim_ship, save_ship, 1)
+    f.link(ship, save_ship, 0)
+    f.link(ship, retry_later, 1)    # error output
+    f.link(save_ship, wait)
+    f.link(wait, claim_notify)      # Received: the event came before the wait
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notify, 1)
+    f.link(notify, save_notify)
+    f.link(save_notify, done)
+    f.write("order-delivery.json",
+            "New order by webhook → ship (Claim → Call → Save) → Wait for Event \"delivered\" (7 days at most) → "
+            "tell the customer → complete. The carrier's webhook (workflow \"Carrier webhook\") signals the event; "
+            "the Resume Trigger then resumes the order and the Resume Point sends it to Event. An event signalled "
+            "before the order reached its wait is consumed at once (Received). No event within 7 days: Timed Out "
+            "fails the order. A failing shipping call is retried under the Resume Point's retry policy (three "
+            "automatic resumes with backoff), then the order is suspended for an operator "
+            "(durable-sidecar instances retry).")
+
+
+def carrier_webhook() -> None:
+    """The carrier's "delivered" webhook signals the waiting order, once per carrier event id."""
+    f = Flow("durableCarrierWebhook", "Carrier webhook: signal delivered")
+    hook = f.node("Carrier Webhook", "n8n-nodes-base.webhook", 2.1, {
+        "httpMethod": "POST", "path": "carrier", "responseMode": "lastNode", "options": {},
+    }, (0, 0), webhookId=_id("webhook", f.wf_id))
+    signal = f.node("Signal Delivered", f"{PKG}.durableInstance", 1, {
+        "operation": "signal", "workflowId": "durableOrderDelivery",
+        "instanceKey": "={{ $json.body.orderId }}", "eventName": "delivered",
+        "payloadFrom": "json", "payloadJson": "={{ JSON.stringify($json.body) }}",
+        "dedupeId": "={{ $json.body.eventId }}", "options": {"sender": "carrier"},
+    }, (COL, 0), creds=True)
+    f.link(hook, signal)
+    f.write("carrier-webhook.json",
+            "The carrier posts { orderId, eventId, deliveredAt } when a parcel is delivered; Durable Instance "
+            "(Signal) delivers the event \"delivered\" to that order's instance of \"Order delivery\", "
+            "deduplicated by the carrier's eventId, and the carrier is answered when the event is stored "
+            "(500 when the order does not exist: the carrier retries).")
+
+
 if __name__ == "__main__":
     order_tracking()
     renewal_reminder()
+    order_delivery()
+    carrier_webhook()

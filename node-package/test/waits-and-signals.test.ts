@@ -252,6 +252,34 @@ describe('Resume Point: retry policy', () => {
 		).toMatchObject({ maxAutomaticResumes: 2, initialBackoffMs: 1500, maxBackoffMs: 4000, jitter: 0 });
 	});
 
+	test("every retry option survives n8n's own parameter resolution (a misplaced option is dropped by n8n)", () => {
+		const rp = new ResumePoint();
+		const options = {
+			leaseSeconds: 12,
+			maxAutomaticResumes: 2,
+			initialBackoffSeconds: 1,
+			maxBackoffSeconds: 2,
+			backoffMultiplier: 3,
+			jitter: 0,
+		};
+		const resolved = NodeHelpers.getNodeParameters(
+			rp.description.properties,
+			{ instanceKey: 'k', options },
+			false,
+			false,
+			{ typeVersion: 2 },
+			rp.description,
+		);
+		expect(resolved?.options).toEqual(options);
+		expect(retryPolicyOf(resolved!.options as IDataObject)).toEqual({
+			maxAutomaticResumes: 2,
+			initialBackoffMs: 1000,
+			maxBackoffMs: 2000,
+			backoffMultiplier: 3,
+			jitter: 0,
+		});
+	});
+
 	test('the policy goes out on every StartOrResume of the node', async () => {
 		const spy = jest.spyOn(client, 'startOrResume');
 		const [start] = await runNode(

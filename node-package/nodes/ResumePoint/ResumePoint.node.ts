@@ -263,7 +263,10 @@ export class ResumePoint implements INodeType {
 								value: 'field',
 								description: 'The item stays as it is; the saved state is put under durable.state',
 							},
-							{
+						],
+						description: "How the last checkpoint's state is put into a resumed item",
+					},
+					{
 						displayName: 'Retry Backoff (Seconds)',
 						name: 'initialBackoffSeconds',
 						type: 'number',
@@ -296,9 +299,6 @@ export class ResumePoint implements INodeType {
 						typeOptions: { minValue: 0, maxValue: 1, numberPrecision: 2 },
 						description:
 							'Retry policy: the fraction (0 to 1) of each wait taken off at random, so many failed instances do not retry in step',
-					},
-				],
-						description: "How the last checkpoint's state is put into a resumed item",
 					},
 				],
 			},
