@@ -384,3 +384,44 @@ def test_a_boolean_never_passes_for_a_cursor_number_even_behind_the_signature() 
     for crafted in ([True], [False], ["2020-01-01", True, "k"]):
         with pytest.raises(InvalidArgument):
             decode_cursor(_b64(crafted), len(crafted))
+
+
+# Issue 15: the fields of waits, signals, retry policies and operator actions ----------------------
+
+
+async def test_wait_signal_retry_and_operator_fields_are_checked_at_the_boundary(harness: Harness) -> None:
+    from durable.v1 import common_pb2, events_pb2
+
+    s = harness.alpha
+    key = new_key()
+    await start(s, key)
+    ev, rec = s.events, s.recovery
+
+    def sig(**kw: Any) -> Any:
+        fields = {"workflow_id": WF, "instance_key": key, "event_name": "delivered", "dedupe_id": "d-1", **kw}
+        return ev.SignalInstance(events_pb2.SignalInstanceRequest(**fields), metadata=s.metadata)
+
+    for call, contains in [
+        (sig(event_name="deli\x00vered"), "control characters"),
+        (sig(dedupe_id="d\x85"), "control characters"),
+        (sig(sender="carrier\x00"), "control characters"),
+        (sig(payload_json='{"a": 1}'.encode("utf-16")), "payload_json"),
+        (rec.RetryInstance(events_pb2.RetryInstanceRequest(workflow_id=WF, instance_key=key, actor="ops\x00",
+                                                           reason="x"), metadata=s.metadata), "control characters"),
+        (rec.ResumeInstance(events_pb2.ResumeInstanceRequest(workflow_id=WF, instance_key=key, actor="ops",
+                                                             reason="why\x00"), metadata=s.metadata),
+         "control characters"),
+        (ev.AwaitEvent(events_pb2.AwaitEventRequest(workflow_id=WF, instance_key=key, execution_id="exec-1",
+                                                    event_name="delivered", deadline=Timestamp(seconds=2**62)),
+                       metadata=s.metadata), "deadline"),
+        (ev.AwaitEvent(events_pb2.AwaitEventRequest(workflow_id=WF, instance_key=key, execution_id="exec-1",
+                                                    event_name="delivered", timeout_seconds=2**62),
+                       metadata=s.metadata), "timeout_seconds"),
+        (ev.ListEvents(events_pb2.ListEventsRequest(workflow_id=WF, instance_key=key, page_token=CRAFTED_TOKENS[0]),
+                       metadata=s.metadata), "page_token"),
+    ]:
+        await refused(harness, s, grpc.StatusCode.INVALID_ARGUMENT, call, contains=contains)
+    for bad in (float("nan"), float("inf"), -1.0):
+        for field in ("backoff_multiplier", "jitter"):
+            await refused(harness, s, grpc.StatusCode.INVALID_ARGUMENT, start(
+                s, key, retry_policy=common_pb2.RetryPolicy(**{field: bad})), contains=f"retry_policy.{field}")
