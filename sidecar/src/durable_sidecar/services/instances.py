@@ -135,7 +135,8 @@ class InstanceService:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
                                                       pinned_version=pinned_version)
             result = await found_or_started(conn, binding.for_new)
-            if policy is not None and result.outcome is not StartOutcome.FINISHED:
+            if policy is not None and result.outcome is not StartOutcome.FINISHED \
+                    and result.instance.retry_policy != policy:  # written once, not on every resume
                 now = await self.waits.now_txn(conn)
                 result = replace(result, instance=await self.waits.update_txn(conn, ref, now=now,
                                                                               **policy_columns(policy)))
