@@ -520,3 +520,20 @@ async def test_gauges_count_waiting_and_suspended_instances_and_due_timeouts(har
     assert REGISTRY.get_sample_value("durable_instances", {"namespace": ns, "state": "suspended"}) == 1
     assert REGISTRY.get_sample_value("durable_instances", {"namespace": ns, "state": "waiting"}) == 2
     metrics.set_instance_gauges({})
+
+
+async def test_signal_racing_the_timeout_ends_the_wait_once_either_way(harness: Harness) -> None:
+    s = harness.alpha
+    for round_ in range(8):
+        key = new_key()
+        await started_with_checkpoint(s, key)
+        await await_event(s, key, deadline=Timestamp(seconds=1_000_000_000))  # the timeout is due already
+        sent, claimed = await asyncio.gather(signal(s, key, f"race-{round_}", {"r": round_}), claim_key(s, key))
+        handed = claimed or await claim_key(s, key)
+        assert len(handed) == 1, round_
+        if sent.outcome == DELIVERED:  # the signal was recorded first: the wait ends with the event
+            assert handed[0].reason == instance_pb2.RESUME_REASON_EVENT and handed[0].event.dedupe_id == f"race-{round_}"
+        else:  # the timeout was claimed first: the event waits in the mailbox for the next wait
+            assert sent.outcome == STORED and handed[0].reason == instance_pb2.RESUME_REASON_TIMEOUT
+            assert not sent.event.HasField("consumed_at")
+        assert await claim_key(s, key) == []  # handed out once
