@@ -10,6 +10,7 @@ the stack, and inclusive shares of our nodes, of n8n's expression engine and of 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ SELF_RULES: list[tuple[str, str]] = [
     ("n8n-nodes-durable/", "our nodes (JavaScript)"),
     ("n8n-workflow/dist/expression", "n8n expression engine"),
     ("@n8n/tournament", "n8n expression engine"),
+    ("isolated-vm", "n8n expression engine"),
     ("@n8n_io/riot-tmpl", "n8n expression engine"),
     ("esprima", "n8n expression engine"),
     ("recast", "n8n expression engine"),
@@ -50,7 +52,9 @@ def _category(url: str, function: str) -> str:
     return "other n8n dependencies" if url else "V8 / native (program)"
 
 
-def summarise_cpuprofile(path: Path, orders: int, durable_nodes: int) -> dict[str, Any]:
+def summarise_cpuprofile(path: Path, orders: int, durable_nodes: int,
+                         window_us: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Self and inclusive time; only samples inside `window_us` (CLOCK_MONOTONIC µs, V8's clock) when given."""
     prof = json.loads(path.read_text())
     nodes = {n["id"]: n for n in prof["nodes"]}
     parent: dict[int, int] = {}
@@ -60,7 +64,11 @@ def summarise_cpuprofile(path: Path, orders: int, durable_nodes: int) -> dict[st
     samples = prof.get("samples", [])
     deltas = prof.get("timeDeltas", [])
     weight: Counter[int] = Counter()
+    at = float(prof.get("startTime", 0))
     for sid, delta in zip(samples, deltas, strict=False):
+        at += delta
+        if window_us and not window_us[0] <= at <= window_us[1]:
+            continue
         weight[sid] += max(0, delta)  # microseconds
     total_us = sum(weight.values())
     idle_us = sum(w for sid, w in weight.items() if nodes[sid]["callFrame"]["functionName"] == "(idle)")
@@ -84,7 +92,7 @@ def summarise_cpuprofile(path: Path, orders: int, durable_nodes: int) -> dict[st
                 seen.add("inside our nodes (inclusive)")
                 if url.endswith("shared/transport.js"):
                     seen.add("inside our RPC client (inclusive)")
-            if "/expression" in url or "tournament" in url or "riot-tmpl" in url:
+            if "/expression" in url or "tournament" in url or "riot-tmpl" in url or "isolated-vm" in url:
                 seen.add("inside n8n's expression engine (inclusive)")
             if "workflow-data-proxy" in url:
                 seen.add("inside n8n's data proxy / paired items (inclusive)")
@@ -99,6 +107,7 @@ def summarise_cpuprofile(path: Path, orders: int, durable_nodes: int) -> dict[st
         "inclusive": [{"name": k, "share": v / busy_us, "ms": round(v / ms, 1)}
                       for k, v in sorted(inclusive.items(), key=lambda kv: -kv[1])],
         "top_functions": [{"name": k, "share": v / busy_us} for k, v in functions.most_common(25)],
+        "ms_per_order": round(busy_us / ms / orders, 2) if orders else None,
         "orders": orders,
     }
     client_ms = inclusive.get("inside our RPC client (inclusive)", 0.0) / ms
@@ -124,16 +133,18 @@ def profile(n8n: Any, target: bench_n8n.Target, out: Path, orders: int) -> dict[
     bench_n8n.window(target, "durable", 1, 5, None)  # warm-up (JIT)
     recorder = profiling.Recorder(target.sidecar_pid, out / "n8n-profile-sidecar.txt")
     problem = None
+    start_us = time.monotonic() * 1e6
     try:
         bench_n8n.window(target, "durable", 1, orders, None)
     finally:
         problem = recorder.stop()
+    end_us = time.monotonic() * 1e6
     p.stop(timeout=60)
     result: dict[str, Any] = {}
     files = sorted(prof_dir.glob("*.cpuprofile"), key=lambda f: f.stat().st_size)
     if files:
         nodes = bench_n8n.durable_node_count(bench_n8n.workflows("http://x", "x")["durable"])
-        result["n8n"] = summarise_cpuprofile(files[-1], orders + 5, nodes)
+        result["n8n"] = summarise_cpuprofile(files[-1], orders, nodes, (start_us, end_us))
         result["n8n"]["file"] = str(files[-1])
     else:
         result["n8n"] = {"error": f"no .cpuprofile in {prof_dir} (n8n did not exit cleanly?)", "categories": []}

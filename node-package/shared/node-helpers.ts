@@ -11,6 +11,7 @@ import {
 	type NodeApiError,
 } from 'n8n-workflow';
 
+import { cachedCredentials } from './credential-cache';
 import { sidecarError, type ErrorContext } from './errors';
 import {
 	connectionFromCredentials,
@@ -33,7 +34,7 @@ export const DURABLE_FIELD = 'durable';
 export const IDEMPOTENCY_FIELD = 'idempotency';
 
 export async function sidecarFor(ctx: IExecuteFunctions): Promise<SidecarClient> {
-	const data = await ctx.getCredentials(CREDENTIAL_NAME);
+	const data = await cachedCredentials(ctx, CREDENTIAL_NAME);
 	try {
 		return getSidecarClient(connectionFromCredentials(data));
 	} catch (error) {

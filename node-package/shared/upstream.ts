@@ -9,6 +9,8 @@ import {
 	type IExecuteFunctions,
 	type INodeExecutionData,
 	type INodeParameters,
+	type IPairedItemData,
+	type ISourceData,
 	type IWorkflowDataProxyData,
 	type NodeParameterValueType,
 } from 'n8n-workflow';
@@ -138,13 +140,53 @@ export class Upstream {
 			if (this.proxy?.itemIndex !== itemIndex) {
 				this.proxy = { itemIndex, data: this.ctx.getWorkflowDataProxy(itemIndex) };
 			}
-			const value = (this.proxy.data.$(name) as { item?: unknown }).item;
+			const value = this.direct(itemIndex, name, this.proxy.data) ?? this.viaNodeProxy(name);
 			if (isObject(value) && isObject(value.json)) item = value as unknown as INodeExecutionData;
 		} catch {
 			item = null;
 		}
 		this.resolved.set(id, item);
 		return item;
+	}
+
+	/**
+	 * What `$(name).item` answers, without its checks: the data proxy's own
+	 * paired-item walk ($getPairedItem) from this item's pairedItem and input
+	 * source, which is what `.item` calls after them. Those checks make n8n
+	 * 2.41 evaluate this node's `outputs` expression (getParentMainInputNode)
+	 * on every lookup, milliseconds of CPU each; the node is known to be a
+	 * parent already (durableAncestors). Undefined where this form does not
+	 * apply (no $getPairedItem in this n8n, no single pairedItem): `.item` then.
+	 */
+	private direct(itemIndex: number, name: string, data: IWorkflowDataProxyData): unknown {
+		const walk = (data as { $getPairedItem?: unknown }).$getPairedItem;
+		if (typeof walk !== 'function' || typeof this.ctx.getInputSourceData !== 'function') {
+			return undefined;
+		}
+		const raw = this.ctx.getInputData()[itemIndex]?.pairedItem;
+		const paired: IPairedItemData | undefined =
+			typeof raw === 'number'
+				? { item: raw }
+				: isObject(raw)
+					? (raw as IPairedItemData)
+					: undefined;
+		if (!paired) return undefined;
+		let source: ISourceData | undefined;
+		try {
+			source = this.ctx.getInputSourceData(paired.input || 0) ?? this.ctx.getInputSourceData(0);
+		} catch {
+			return undefined;
+		}
+		if (!source) return undefined;
+		return (walk as (n: string, s: ISourceData, p: IPairedItemData) => unknown)(
+			name,
+			source,
+			paired,
+		);
+	}
+
+	private viaNodeProxy(name: string): unknown {
+		return (this.proxy!.data.$(name) as { item?: unknown }).item;
 	}
 
 	/** The item's instance: its own `durable.instanceKey`, else the nearest upstream one. */
@@ -195,10 +237,50 @@ export class Upstream {
 	}
 }
 
+/** `={{ $json.a.b }}`, `={{ $json["a b"][0] }}`: the whole parameter is one path into the item's JSON. */
+const JSON_PATH_EXPRESSION =
+	/^=\{\{\s*\$json((?:\s*\.\s*[A-Za-z_$][\w$]*|\s*\[\s*(?:'[^'\\]*'|"[^"\\]*"|\d+)\s*\])+)\s*\}\}$/;
+const JSON_PATH_PART = /\.\s*([A-Za-z_$][\w$]*)|\[\s*(?:'([^'\\]*)'|"([^"\\]*)"|(\d+))\s*\]/g;
+
+/**
+ * The path of an expression that only reads a field of the item's own JSON
+ * (`{{ $json.body.orderId }}`, the usual Instance Key), or undefined for any
+ * other expression.
+ */
+export function jsonPathOf(expression: string): string[] | undefined {
+	const match = JSON_PATH_EXPRESSION.exec(expression);
+	if (!match) return undefined;
+	const path: string[] = [];
+	for (const part of match[1].matchAll(JSON_PATH_PART)) {
+		path.push(part[1] ?? part[2] ?? part[3] ?? part[4]);
+	}
+	return path.length ? path : undefined;
+}
+
+/**
+ * The value at `path` in `json` when it is a string, number or boolean;
+ * undefined otherwise (a missing field, an object), where n8n's own
+ * evaluation decides (its value, or its error).
+ */
+export function scalarAt(json: unknown, path: string[]): string | number | boolean | undefined {
+	let value: unknown = json;
+	for (const part of path) {
+		if (!isObject(value) && !Array.isArray(value)) return undefined;
+		if (!Object.prototype.hasOwnProperty.call(value, part)) return undefined;
+		value = (value as Record<string, unknown>)[part];
+	}
+	return typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean'
+		? value
+		: undefined;
+}
+
 /**
  * A parameter read once per node run unless the author made it an expression
  * (then per item, as n8n resolves it): keeps expression evaluation off the
- * per-item path for the usual plain values.
+ * per-item path for the usual plain values. An expression that only reads a
+ * field of the item (`{{ $json.body.orderId }}`) is read from the item
+ * directly: the same value n8n's expression engine would give, without
+ * starting it (in n8n 2.41 one evaluation costs milliseconds of CPU).
  */
 export function parameterReader<T extends NodeParameterValueType | object>(
 	ctx: IExecuteFunctions,
@@ -208,6 +290,16 @@ export function parameterReader<T extends NodeParameterValueType | object>(
 	let raw: unknown = ctx.getNode().parameters;
 	for (const part of name.split('.')) raw = isObject(raw) ? raw[part] : undefined;
 	if (typeof raw === 'string' && raw.startsWith('=')) {
+		const path = jsonPathOf(raw);
+		if (path) {
+			const items = ctx.getInputData();
+			return (itemIndex) => {
+				const value = scalarAt(items[itemIndex]?.json, path);
+				return value !== undefined
+					? (value as T)
+					: (ctx.getNodeParameter(name, itemIndex, fallback) as T);
+			};
+		}
 		return (itemIndex) => ctx.getNodeParameter(name, itemIndex, fallback) as T;
 	}
 	let once: { value: T } | undefined;

@@ -333,6 +333,8 @@ export class ResumePoint implements INodeType {
 		const v2 = node.typeVersion >= 2;
 		const client = await sidecarFor(this);
 		const workflowId = workflowIdOf(this);
+		// {{ $json.… }} keys are read from the item, without n8n's expression engine.
+		const instanceKeyOf = parameterReader<string>(this, 'instanceKey', '');
 		const executionId = executionIdOf(this);
 
 		if (this.getNodeParameter('options.registerVersion', 0, false) as boolean) {
@@ -373,7 +375,7 @@ export class ResumePoint implements INodeType {
 					key = meta.instanceKey;
 					claimToken = meta.claimToken;
 				} else {
-					const raw: unknown = this.getNodeParameter('instanceKey', i, '');
+					const raw: unknown = instanceKeyOf(i);
 					key =
 						typeof raw === 'string'
 							? raw.trim()
