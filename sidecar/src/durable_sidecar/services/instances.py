@@ -115,7 +115,7 @@ class InstanceService:
         # Parsing and any HTTP call to n8n happen before the transaction opens.
         snapshot = await self.versions.snapshot_for_start(ref.namespace, ref.workflow_id, definition_json,
                                                           actor=execution_id)
-        if snapshot is None and not pinned_version and policy is None and self.instances.one_statement_start:
+        if snapshot is None and not pinned_version and self.instances.one_statement_start:
             # A new instance bound to the workflow's current version: one statement.
             async def one(conn: Conn) -> StartedNew | None:
                 return await self.instances.start_new_txn(
@@ -124,8 +124,15 @@ class InstanceService:
 
             started = await self.db.single(one)
             if started is not None:
+                created = started.instance
+                if policy is not None:  # the new instance's retry policy: one more short transaction
+                    async def with_policy(conn: Conn) -> Instance:
+                        return await self.waits.update_txn(conn, ref, now=await self.waits.now_txn(conn),
+                                                           **policy_columns(policy))
+
+                    created = await self.db.transaction(with_policy)
                 # Bound to the version being run and labelled with the label sent: no mismatch.
-                result = StartResult(StartOutcome.STARTED, started.instance, None,
+                result = StartResult(StartOutcome.STARTED, created, None,
                                      start_item=start_item_json if include_state and start_item_json else None,
                                      current_version=started.current_version)
                 _log_start(result)
