@@ -29,10 +29,10 @@ from ..domain import (
     RunState,
     SignalOutcome,
 )
-from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from ..errors import FailedPrecondition, InvalidArgument, NotFound, TooLarge
 from ..logs import instance_key_var
 from ..stores.base import Conn, Database, InstanceStore
-from ..stores.waits import WaitStore, policy_columns
+from ..stores.waits import WaitStore
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,6 @@ class EventService:
         validation.identifier("sender", sender, required=False)
         if payload_json:
             if len(payload_json) > self.max_payload_bytes:
-                from ..errors import TooLarge
-
                 raise TooLarge(f"payload_json is {len(payload_json)} bytes; the limit is {self.max_payload_bytes} "
                                "bytes (DURABLE_MAX_STATE_BYTES)")
             validation.json_bytes("payload_json", payload_json)
@@ -325,11 +323,6 @@ class RecoveryService:
             return await self._redrive_txn(conn, inst, kind="resumed_by_operator", actor=actor, reason=reason)
 
         return await self.db.transaction(txn)
-
-
-def policy_update(policy: RetryPolicy) -> dict[str, object]:
-    """The instance columns that store a retry policy."""
-    return policy_columns(policy)
 
 
 def hand_out_reason(inst: Instance, claimed_as: ResumeReason) -> ResumeReason:
