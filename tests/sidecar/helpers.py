@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -187,3 +188,27 @@ class SidecarProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def two_sidecar_processes(token: str, namespace: str) -> AsyncIterator[tuple[str, list[Stubs]]]:
+    """Two `durable-sidecar serve` processes on one new PostgreSQL database and a throwaway Redis: (its URL, a stub
+    per process, both with the token). The first starts (and migrates) before the second; all is removed after."""
+    url = create_database()
+    procs: list[SidecarProcess] = []
+    channels: list[grpc.aio.Channel] = []
+    with redis_server() as redis:
+        try:
+            env = {"DURABLE_DATABASE_URL": url, "DURABLE_REDIS_URL": redis.url,
+                   "DURABLE_AUTH_TOKENS": f"{token}={namespace}"}
+            procs = [SidecarProcess(env), SidecarProcess(env)]
+            for proc in procs:
+                await asyncio.to_thread(proc.start)
+            channels = [channel(p.port) for p in procs]
+            yield url, [Stubs(ch, token) for ch in channels]
+        finally:
+            for ch in channels:
+                await ch.close()
+            for p in procs:
+                p.stop()
+            drop_database(url)

@@ -14,7 +14,7 @@ from durable_sidecar.services.events import backoff_ms
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.conftest import Harness
-from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database, redis_server
+from tests.sidecar.helpers import Stubs, two_sidecar_processes
 from tests.sidecar.storage import ago, expire_instance_lease, fetch
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
 
@@ -263,48 +263,30 @@ async def test_bad_event_and_retry_inputs_are_invalid_argument_and_change_nothin
 @pytest.mark.postgres_only(reason="two sidecar processes on one database: the embedded database has one owner "
                                    "(a second sidecar is refused, see test_embedded.py)")
 async def test_concurrent_signals_from_two_sidecar_processes_consume_each_event_once() -> None:
-    url = create_database()
-    token = "events-two-procs"
-    procs: list[SidecarProcess] = []
-    channels: list[grpc.aio.Channel] = []
-    with redis_server() as redis:
-        try:
-            env = {"DURABLE_DATABASE_URL": url, "DURABLE_REDIS_URL": redis.url,
-                   "DURABLE_AUTH_TOKENS": f"{token}=ns-events"}
-            procs = [SidecarProcess(env), SidecarProcess(env)]
-            await asyncio.to_thread(procs[0].start)
-            await asyncio.to_thread(procs[1].start)
-            channels = [channel(p.port) for p in procs]
-            stubs = [Stubs(ch, token) for ch in channels]
-            key = new_key()
-            await started_with_checkpoint(stubs[0], key)
-            await await_event(stubs[0], key)
-            # 40 deliveries of 20 dedupe ids, each id sent once through each process, all at once.
-            replies = await asyncio.gather(*[signal(stubs[i % 2], key, f"d-{i // 2}", {"i": i}) for i in range(40)])
-            outcomes = Counter(r.outcome for r in replies)
-            assert outcomes[DELIVERED] == 1 and outcomes[STORED] == 19 and outcomes[DUPLICATE] == 20
-            box = await mailbox(url, key)
-            assert len(box) == 20 and sum(c for _, _, c in box) == 1
-            # Each of the 19 kept events is consumed by exactly one of 19 waits, through either process.
-            handed = await claim_key(stubs[1], key)
-            assert len(handed) == 1 and handed[0].reason == instance_pb2.RESUME_REASON_EVENT
-            await start(stubs[1], key, "exec-2", claim_token=handed[0].claim_token)
-            taken = []
-            for n in range(19):
-                s = stubs[n % 2]
-                await save(s, item(key, f"step-{n}", {"n": n}, execution="exec-2"))
-                got = await await_event(s, key, execution="exec-2")
-                assert got.outcome == RECEIVED
-                taken.append(got.event.dedupe_id)
-            assert len(set(taken)) == 19 and handed[0].event.dedupe_id not in taken
-            await save(stubs[0], item(key, "all-taken", {}, execution="exec-2"))
-            assert (await await_event(stubs[0], key, execution="exec-2")).outcome == WAITING
-        finally:
-            for ch in channels:
-                await ch.close()
-            for p in procs:
-                p.stop()
-            drop_database(url)
+    async with two_sidecar_processes("events-two-procs", "ns-events") as (url, stubs):
+        key = new_key()
+        await started_with_checkpoint(stubs[0], key)
+        await await_event(stubs[0], key)
+        # 40 deliveries of 20 dedupe ids, each id sent once through each process, all at once.
+        replies = await asyncio.gather(*[signal(stubs[i % 2], key, f"d-{i // 2}", {"i": i}) for i in range(40)])
+        outcomes = Counter(r.outcome for r in replies)
+        assert outcomes[DELIVERED] == 1 and outcomes[STORED] == 19 and outcomes[DUPLICATE] == 20
+        box = await mailbox(url, key)
+        assert len(box) == 20 and sum(c for _, _, c in box) == 1
+        # Each of the 19 kept events is consumed by exactly one of 19 waits, through either process.
+        handed = await claim_key(stubs[1], key)
+        assert len(handed) == 1 and handed[0].reason == instance_pb2.RESUME_REASON_EVENT
+        await start(stubs[1], key, "exec-2", claim_token=handed[0].claim_token)
+        taken = []
+        for n in range(19):
+            s = stubs[n % 2]
+            await save(s, item(key, f"step-{n}", {"n": n}, execution="exec-2"))
+            got = await await_event(s, key, execution="exec-2")
+            assert got.outcome == RECEIVED
+            taken.append(got.event.dedupe_id)
+        assert len(set(taken)) == 19 and handed[0].event.dedupe_id not in taken
+        await save(stubs[0], item(key, "all-taken", {}, execution="exec-2"))
+        assert (await await_event(stubs[0], key, execution="exec-2")).outcome == WAITING
 
 
 # --- Retry policy and suspension ------------------------------------------------------------------------

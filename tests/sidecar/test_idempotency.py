@@ -22,7 +22,7 @@ from durable_sidecar.services.idempotency import fingerprint_of
 from prometheus_client import REGISTRY
 
 from tests.conftest import Harness, make_settings
-from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database, redis_server
+from tests.sidecar.helpers import Stubs, channel, redis_server, two_sidecar_processes
 from tests.sidecar.storage import ago, fetch
 
 SCOPE = "payment"
@@ -133,46 +133,27 @@ async def test_claim_acquires_once_then_replays_the_stored_result(harness: Harne
 @pytest.mark.postgres_only(reason="two sidecar processes on one database: the embedded database has one owner "
                                    "(a second sidecar is refused, see test_embedded.py)")
 async def test_64_concurrent_claims_over_two_sidecar_processes_acquire_exactly_once() -> None:
-    url = create_database()
-    token = "two-procs-token"
-    procs: list[SidecarProcess] = []
-    channels: list[grpc.aio.Channel] = []
-    with redis_server() as redis:
-        try:
-            env = {"DURABLE_DATABASE_URL": url, "DURABLE_REDIS_URL": redis.url,
-                   "DURABLE_AUTH_TOKENS": f"{token}=ns-two-procs"}
-            procs = [SidecarProcess(env), SidecarProcess(env)]
-            # One starts first and migrates; the second then finds the schema up to date.
-            await asyncio.to_thread(procs[0].start)
-            await asyncio.to_thread(procs[1].start)
-            channels = [channel(p.port) for p in procs]
-            stubs = [Stubs(ch, token) for ch in channels]
-            key = new_key()
-            effects = 0
+    async with two_sidecar_processes("two-procs-token", "ns-two-procs") as (url, stubs):
+        key = new_key()
+        effects = 0
 
-            async def deliver(i: int) -> int:
-                nonlocal effects
-                s = stubs[i % 2]
-                result = await claim_one(s, key, {"order": key, "amount": 99}, holder=f"exec-{i}")
-                if result.outcome == ACQUIRED:
-                    effects += 1
-                    await complete(s, key, result.key.attempt, {"charge": "ch_two"})
-                return int(result.outcome)
+        async def deliver(i: int) -> int:
+            nonlocal effects
+            s = stubs[i % 2]
+            result = await claim_one(s, key, {"order": key, "amount": 99}, holder=f"exec-{i}")
+            if result.outcome == ACQUIRED:
+                effects += 1
+                await complete(s, key, result.key.attempt, {"charge": "ch_two"})
+            return int(result.outcome)
 
-            outcomes = Counter(await asyncio.gather(*(deliver(i) for i in range(64))))
-            assert outcomes[ACQUIRED] == 1 and effects == 1
-            assert outcomes[IN_PROGRESS] + outcomes[DUPLICATE] == 63
-            for s in stubs:  # both processes now replay the one result
-                again = await claim_one(s, key, {"amount": 99, "order": key})
-                assert again.outcome == DUPLICATE and json.loads(again.key.result_json) == {"charge": "ch_two"}
-            rows = await sql(url, "SELECT status, attempt FROM durable_idempotency_keys WHERE key = %s", key)
-            assert rows == [("completed", 1)]
-        finally:
-            for ch in channels:
-                await ch.close()
-            for p in procs:
-                p.stop()
-            drop_database(url)
+        outcomes = Counter(await asyncio.gather(*(deliver(i) for i in range(64))))
+        assert outcomes[ACQUIRED] == 1 and effects == 1
+        assert outcomes[IN_PROGRESS] + outcomes[DUPLICATE] == 63
+        for s in stubs:  # both processes now replay the one result
+            again = await claim_one(s, key, {"amount": 99, "order": key})
+            assert again.outcome == DUPLICATE and json.loads(again.key.result_json) == {"charge": "ch_two"}
+        rows = await sql(url, "SELECT status, attempt FROM durable_idempotency_keys WHERE key = %s", key)
+        assert rows == [("completed", 1)]
 
 
 async def test_side_effect_runs_once_over_1000_deliveries_including_while_in_flight(harness: Harness) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -49,6 +49,14 @@ def _check_ref(ref: InstanceRef) -> None:
 
 def _name(ref: InstanceRef) -> str:
     return f"{ref.workflow_id}/{ref.instance_key}"
+
+
+async def _locked(instances: InstanceStore, conn: Conn, ref: InstanceRef, *, hint: str = "") -> Instance:
+    """The instance, its row locked to the end of the transaction; NotFound when it does not exist."""
+    inst = await instances.get_txn(conn, ref, for_update=True)
+    if inst is None:
+        raise NotFound(f"instance {_name(ref)} does not exist{hint}")
+    return inst
 
 
 def check_policy(policy: RetryPolicy) -> RetryPolicy:
@@ -146,12 +154,6 @@ class EventService:
         self.max_payload_bytes = max_payload_bytes
         self.default_lease_seconds = default_lease_seconds
 
-    async def _locked(self, conn: Conn, ref: InstanceRef) -> Instance:
-        inst = await self.instances.get_txn(conn, ref, for_update=True)
-        if inst is None:
-            raise NotFound(f"instance {_name(ref)} does not exist")
-        return inst
-
     async def await_event(self, ref: InstanceRef, *, execution_id: str, event_name: str,
                           deadline: datetime | None, timeout_seconds: int | None
                           ) -> tuple[AwaitOutcome, Instance, MailboxEvent | None]:
@@ -162,7 +164,7 @@ class EventService:
             raise InvalidArgument(f"timeout_seconds must be 1 to {MAX_TIMEOUT_SECONDS}, got {timeout_seconds}")
 
         async def txn(conn: Conn) -> tuple[AwaitOutcome, Instance, MailboxEvent | None]:
-            inst = await self._locked(conn, ref)
+            inst = await _locked(self.instances, conn, ref)
             if inst.status is not InstanceStatus.RUNNING:
                 raise FailedPrecondition(f"instance {_name(ref)} is {inst.status.value}; only running instances "
                                          "can wait for an event")
@@ -214,9 +216,7 @@ class EventService:
         new = NewEvent(ref, event_name, dedupe_id, payload_json or None, sender)
 
         async def txn(conn: Conn) -> tuple[SignalOutcome, MailboxEvent, Instance]:
-            inst = await self.instances.get_txn(conn, ref, for_update=True)
-            if inst is None:
-                raise NotFound(f"instance {_name(ref)} does not exist; a signal never starts an instance")
+            inst = await _locked(self.instances, conn, ref, hint="; a signal never starts an instance")
             seen = await self.waits.by_dedupe_txn(conn, ref, dedupe_id)
             if seen is not None:
                 return SignalOutcome.DUPLICATE, seen, inst
@@ -283,46 +283,49 @@ class RecoveryService:
         log.info("instance redriven", extra={"action": kind, "actor": actor})
         return done
 
-    async def retry(self, ref: InstanceRef, *, actor: str, reason: str) -> Instance:
+    async def _act(self, ref: InstanceRef, *, kind: str, actor: str, reason: str,
+                   refuse: Callable[[Conn, Instance], Awaitable[Instance | None]]) -> Instance:
+        """Locks the instance, lets `refuse` raise (or return the instance to leave it as it is), then redrives it."""
         self._check(ref, actor, reason)
 
         async def txn(conn: Conn) -> Instance:
-            inst = await self.instances.get_txn(conn, ref, for_update=True)
-            if inst is None:
-                raise NotFound(f"instance {_name(ref)} does not exist")
+            inst = await _locked(self.instances, conn, ref)
+            unchanged = await refuse(conn, inst)
+            if unchanged is not None:
+                return unchanged
+            return await self._redrive_txn(conn, inst, kind=kind, actor=actor, reason=reason)
+
+        return await self.db.transaction(txn)
+
+    async def retry(self, ref: InstanceRef, *, actor: str, reason: str) -> Instance:
+        async def refuse(conn: Conn, inst: Instance) -> Instance | None:
             if inst.status is InstanceStatus.RUNNING:
                 return inst  # retried already (or never failed): nothing to redrive
             if inst.status in (InstanceStatus.COMPLETED, InstanceStatus.CANCELLED):
                 raise FailedPrecondition(f"instance {_name(ref)} is {inst.status.value}; only suspended or failed "
                                          "instances can be retried")
-            return await self._redrive_txn(conn, inst, kind="retried", actor=actor, reason=reason)
+            return None
 
-        return await self.db.transaction(txn)
+        return await self._act(ref, kind="retried", actor=actor, reason=reason, refuse=refuse)
 
     async def resume(self, ref: InstanceRef, *, actor: str, reason: str) -> Instance:
-        self._check(ref, actor, reason)
-
-        async def txn(conn: Conn) -> Instance:
-            inst = await self.instances.get_txn(conn, ref, for_update=True)
-            if inst is None:
-                raise NotFound(f"instance {_name(ref)} does not exist")
+        async def refuse(conn: Conn, inst: Instance) -> Instance | None:
             if inst.status is InstanceStatus.FAILED:
                 raise FailedPrecondition(f"instance {_name(ref)} is failed; retry it (RetryInstance, "
                                          "`durable-sidecar instances retry`) to run it again")
             if inst.status.final:
                 raise FailedPrecondition(f"instance {_name(ref)} is {inst.status.value}; it cannot be resumed")
             if inst.status is InstanceStatus.RUNNING:
-                now = await self.waits.now_txn(conn)
-                state = inst.run_state(now)
+                state = inst.run_state(await self.waits.now_txn(conn))
                 if inst.wake_reason == "redrive" and state is RunState.SCHEDULED:
                     return inst  # resumed already, not yet claimed
                 if state not in (RunState.WAITING, RunState.SCHEDULED):
                     raise FailedPrecondition(
                         f"instance {_name(ref)} is running and {state.value}: there is no wait to end "
                         "(a stalled instance is taken by the Resume Trigger)")
-            return await self._redrive_txn(conn, inst, kind="resumed_by_operator", actor=actor, reason=reason)
+            return None
 
-        return await self.db.transaction(txn)
+        return await self._act(ref, kind="resumed_by_operator", actor=actor, reason=reason, refuse=refuse)
 
 
 def hand_out_reason(inst: Instance, claimed_as: ResumeReason) -> ResumeReason:

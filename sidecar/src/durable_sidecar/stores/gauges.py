@@ -26,13 +26,16 @@ class NamespaceGauges:
     suspended: int = 0
 
 
-_POSTGRES = """
-SELECT namespace, 'lease' AS kind, count(*) AS total, count(*) FILTER (WHERE lease_expires_at < now()) AS late,
-       coalesce(extract(epoch FROM now() - min(lease_expires_at)), 0)::float8 AS oldest_s
+def _query(count_if: str, oldest_lapsed: str, now: str) -> str:
+    """The one gauge query in a dialect: how it counts rows that meet a condition, ages a time, says now."""
+    late_lease = count_if.format(f"lease_expires_at < {now}")
+    due_wake = count_if.format(f"wake_at <= {now}")
+    return f"""
+SELECT namespace, 'lease' AS kind, count(*) AS total, {late_lease} AS late, {oldest_lapsed} AS oldest_s
 FROM durable_instances
 WHERE status = 'running' AND wake_at IS NULL AND awaited_event = '' AND suspended_at IS NULL GROUP BY namespace
 UNION ALL
-SELECT namespace, 'wake', count(*), count(*) FILTER (WHERE wake_at <= now()), 0
+SELECT namespace, 'wake', count(*), {due_wake}, 0
 FROM durable_instances WHERE status = 'running' AND wake_at IS NOT NULL GROUP BY namespace
 UNION ALL
 SELECT namespace, 'event', count(*), 0, 0
@@ -42,21 +45,10 @@ SELECT namespace, 'suspended', count(*), 0, 0
 FROM durable_instances WHERE status = 'running' AND suspended_at IS NOT NULL GROUP BY namespace
 """
 
-_SQLITE = """
-SELECT namespace, 'lease' AS kind, count(*) AS total, sum(lease_expires_at < :now) AS late,
-       coalesce((:now - min(lease_expires_at)) / 1e6, 0) AS oldest_s
-FROM durable_instances
-WHERE status = 'running' AND wake_at IS NULL AND awaited_event = '' AND suspended_at IS NULL GROUP BY namespace
-UNION ALL
-SELECT namespace, 'wake', count(*), sum(wake_at <= :now), 0
-FROM durable_instances WHERE status = 'running' AND wake_at IS NOT NULL GROUP BY namespace
-UNION ALL
-SELECT namespace, 'event', count(*), 0, 0
-FROM durable_instances WHERE status = 'running' AND awaited_event <> '' AND wake_at IS NULL GROUP BY namespace
-UNION ALL
-SELECT namespace, 'suspended', count(*), 0, 0
-FROM durable_instances WHERE status = 'running' AND suspended_at IS NOT NULL GROUP BY namespace
-"""
+
+_POSTGRES = _query("count(*) FILTER (WHERE {})", "coalesce(extract(epoch FROM now() - min(lease_expires_at)), 0)::float8",
+                   "now()")
+_SQLITE = _query("sum({})", "coalesce((:now - min(lease_expires_at)) / 1e6, 0)", ":now")
 
 
 async def instance_gauges(db: Database, dialect: str) -> dict[str, NamespaceGauges]:

@@ -56,6 +56,15 @@ def pg(conn: Conn) -> Connection:
         raise TypeError(f"a PostgreSQL store was given a {type(conn).__name__}, not a PostgreSQL transaction")
     return conn.connection
 
+
+async def database_now(conn: Conn) -> datetime:
+    """The transaction's database time: the same now() every statement of it uses."""
+    cur = await pg(conn).execute("SELECT now() AS now")
+    row = await cur.fetchone()
+    assert row is not None
+    now: datetime = row["now"]
+    return now
+
 # SQLSTATE classes and codes worth retrying: connection exceptions, serialization
 # failures, deadlocks, insufficient resources, operator intervention, and a write
 # refused by a read-only server (a primary demoted under an HA manager).

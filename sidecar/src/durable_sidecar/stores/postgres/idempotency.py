@@ -16,7 +16,7 @@ from ..core import claim_params as _claim
 from ..core import key_cursor
 from ..core import key_params as _key
 from ..paging import cut_page
-from .db import DIALECT, pg
+from .db import DIALECT, database_now, pg
 
 
 def _record(row: Any) -> IdempotencyKey:
@@ -33,11 +33,7 @@ class IdempotencyStore(base.IdempotencyStore):
 
     async def now_txn(self, conn: Conn) -> datetime:
         """The transaction's database time: the same now() every statement of it uses."""
-        cur = await pg(conn).execute("SELECT now() AS now")
-        row = await cur.fetchone()
-        assert row is not None
-        now: datetime = row["now"]
-        return now
+        return await database_now(conn)
 
     async def get_txn(self, conn: Conn, ref: KeyRef, *, for_update: bool = False) -> IdempotencyKey | None:
         lock = " FOR UPDATE" if for_update else ""

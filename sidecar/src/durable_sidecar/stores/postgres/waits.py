@@ -8,7 +8,7 @@ from typing import Any
 from .. import waits
 from ..base import Conn
 from ..core import Row
-from .db import DIALECT, pg
+from .db import DIALECT, database_now, pg
 
 
 class Runner(waits.Runner):
@@ -19,11 +19,7 @@ class Runner(waits.Runner):
         return list(await cur.fetchall()) if cur.description else []
 
     async def now(self, conn: Conn) -> datetime:
-        cur = await pg(conn).execute("SELECT now() AS now")
-        row = await cur.fetchone()
-        assert row is not None
-        now: datetime = row["now"]
-        return now
+        return await database_now(conn)
 
     def at(self, value: datetime | None) -> Any:
         return value
