@@ -261,6 +261,11 @@ class Run:
         sidecar_env = {**os.environ, "DURABLE_AUTH_TOKENS": f"{conf['token']}=default",
                        "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{args.sidecar_port}",
                        "DURABLE_METRICS_ADDRESS": os.environ.get("DURABLE_METRICS_ADDRESS", "127.0.0.1:9464"),
+                       # The contract over HTTP/JSON and the web console on it, linked to this n8n.
+                       "DURABLE_HTTP_LISTEN_ADDRESS": os.environ.get("DURABLE_HTTP_LISTEN_ADDRESS", "127.0.0.1:8080"),
+                       "DURABLE_CONSOLE_ENABLED": os.environ.get("DURABLE_CONSOLE_ENABLED", "true"),
+                       "DURABLE_CONSOLE_N8N_URL": os.environ.get("DURABLE_CONSOLE_N8N_URL",
+                                                                 f"http://127.0.0.1:{args.n8n_port}"),
                        "DURABLE_DATA_DIR": str(data), "DURABLE_LOG_FORMAT": "text",
                        "DURABLE_LEASE_SECONDS": os.environ.get("DURABLE_LEASE_SECONDS", "60")}
         storage = "PostgreSQL" if os.environ.get("DURABLE_DATABASE_URL") else f"SQLite in {data / 'durable.sqlite3'}"
@@ -321,6 +326,7 @@ class Run:
   n8n            {base_url}   (log in: {OWNER_EMAIL} / {conf['password']})
   sidecar        127.0.0.1:{args.sidecar_port} ({storage}); token in {secrets_file}
   metrics        http://{sidecar_env['DURABLE_METRICS_ADDRESS']}/metrics
+  console        http://{sidecar_env['DURABLE_HTTP_LISTEN_ADDRESS']}/console/   (log in with the token above)
 
   Open the workflow "Order tracking (durable)"; it is published. Post an order:
     curl -X POST {base_url}/webhook/orders -H 'Content-Type: application/json' \\

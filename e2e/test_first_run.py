@@ -52,6 +52,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
     tmp = tmp_path_factory.mktemp("make-run")
     env = {k: v for k, v in os.environ.items() if k not in ("DURABLE_DATABASE_URL", "DURABLE_REDIS_URL")}
     env["DURABLE_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
+    env["DURABLE_HTTP_LISTEN_ADDRESS"] = f"127.0.0.1:{free_port()}"
     n8n_port, sidecar_port, services_port = free_port(), free_port(), free_port()
     log, rc_file = tmp / "run.log", tmp / "run.rc"
     argv = (f"{sys.executable} {REPO / 'e2e' / 'run.py'} --data-dir {tmp / 'data'} --n8n-port {n8n_port} "
@@ -79,6 +80,13 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
 def test_8_make_run_leaves_no_execution_after_start(make_run: MakeRun) -> None:
     # Its readiness probe runs no workflow: not one execution, so none that failed.
     assert make_run.executions() == [], make_run.executions()
+
+
+def test_8_make_run_serves_the_console(make_run: MakeRun) -> None:
+    address = make_run.env["DURABLE_HTTP_LISTEN_ADDRESS"]
+    assert f"http://{address}/console/" in make_run.log.read_text()
+    status, body = http("GET", f"http://{address}/console/")
+    assert status == 200 and b"<html" in body.lower(), (status, body[:200])
 
 
 def test_8_make_run_on_embedded_storage_completes_an_order(make_run: MakeRun) -> None:
