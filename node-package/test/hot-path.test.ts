@@ -11,7 +11,13 @@ import {
 	clearCredentialCache,
 	CREDENTIAL_TTL_MS,
 } from '../shared/credential-cache';
-import { jsonPathOf, parameterReader, scalarAt, Upstream } from '../shared/upstream';
+import {
+	jsonPathOf,
+	parameterReader,
+	scalarAt,
+	shareUnchanged,
+	Upstream,
+} from '../shared/upstream';
 
 describe('jsonPathOf', () => {
 	it.each([
@@ -218,5 +224,26 @@ describe('Upstream paired items', () => {
 			expect(new Upstream(t.ctx).claim(0, { json: {} })).toMatchObject({ key: 'o-1' });
 			expect(t.viaNode()).toBe(1);
 		}
+	});
+});
+
+describe('shareUnchanged', () => {
+	it('points equal fields at the objects the item came with, and leaves the rest', () => {
+		const body = { orderId: 'o-1', amount: 42 };
+		const payment = { id: 'ch_1', status: 'ok' };
+		const before = { body, payment, durable: { instanceKey: 'o-1' }, list: [1, 2] };
+		const next: Record<string, unknown> = {
+			body: { orderId: 'o-1', amount: 42 },
+			payment: { id: 'ch_1', status: 'ok' },
+			inventory: { id: 'inv_1' },
+			list: [1, 3],
+			durable: { instanceKey: 'o-1' },
+		};
+		shareUnchanged(next as never, before as never, 'durable');
+		expect(next.body).toBe(body);
+		expect(next.payment).toBe(payment);
+		expect(next.list).toEqual([1, 3]);
+		expect(next.durable).not.toBe(before.durable);
+		expect(next.inventory).toEqual({ id: 'inv_1' });
 	});
 });

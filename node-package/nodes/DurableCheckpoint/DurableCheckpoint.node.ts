@@ -37,7 +37,7 @@ import {
 	type SaveCheckpointItem,
 	type SidecarClient,
 } from '../../shared/transport';
-import { parameterReader, Upstream, type ClaimRef } from '../../shared/upstream';
+import { parameterReader, shareUnchanged, Upstream, type ClaimRef } from '../../shared/upstream';
 
 type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume' | 'awaitEvent';
 
@@ -235,6 +235,8 @@ async function saveCheckpoints(
 		const json: IDataObject = isObject(stored)
 			? { ...stored }
 			: { state: (stored ?? null) as IDataObject[string] };
+		// Unchanged fields keep the objects the item came with (a small execution record).
+		shareUnchanged(json, (upstream.claimItem(i, items[i]) ?? items[i]).json, DURABLE_FIELD);
 		const meta: IDataObject = {
 			workflowId,
 			instanceKey: sent.request.instanceKey,
