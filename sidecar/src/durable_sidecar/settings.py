@@ -155,7 +155,7 @@ class Settings:
         metadata=_meta("DURABLE_LEASE_SECONDS", "Default instance lease; a checkpoint renews it (seconds)."),
     )
     retry_max_automatic_resumes: int = field(
-        default=0,
+        default=20,
         metadata=_meta("DURABLE_RETRY_MAX_AUTOMATIC_RESUMES",
                        "Default retry policy: automatic resumes of an instance without progress before it is "
                        "suspended; 0: no limit (count). A Resume Point's retry policy replaces the defaults."),
