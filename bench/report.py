@@ -514,6 +514,10 @@ def chart(data: dict[str, Any], path: Path) -> None:
 
 def write(data: dict[str, Any], out: Path, docs: Path | None) -> None:
     (out / "summary.md").write_text(markdown(data))
+    if data["meta"].get("plan", {}).get("only"):
+        # A subset (--only) leaves most panels empty (and log axes with no data fail): no chart, and
+        # docs/ keeps the last full run's summary.
+        return
     chart(data, out / "chart.png")
     if docs is not None:
         docs.mkdir(parents=True, exist_ok=True)

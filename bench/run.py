@@ -385,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     docs = None if quick else args.docs
     report.write(data, out, docs)
     section("done")
+    if plan.only:
+        print(f"bench: wrote {out / 'results.json'}, {out / 'summary.md'} (a subset: no chart, docs untouched)",
+              flush=True)
+        return 0
     print(f"bench: wrote {out / 'results.json'}, {out / 'summary.md'}, {out / 'chart.png'}"
           + (f"; and {docs}/summary.md, {docs}/chart.png" if docs else ""), flush=True)
     return 0
