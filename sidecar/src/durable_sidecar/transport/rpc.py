@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import time
 import uuid
@@ -28,6 +29,11 @@ Resp = TypeVar("Resp")
 class HasAuth(Protocol):
     auth: Authenticator
 
+
+# A generated request id: a random prefix per process and a counter (16 hex characters, as uuid4's were,
+# without a getrandom system call and a UUID object per call).
+_RID_PREFIX = uuid.uuid4().hex[:8]
+_RID_COUNTER = itertools.count(1)
 
 # Above this many JSON bytes in one request, the boundary's checks run off the event loop.
 _OFFLOAD_JSON_BYTES = 256 * 1024
@@ -57,7 +63,7 @@ def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> 
     for item in metadata or ():
         if item[0] == "x-request-id":
             rid = str(item[1])[:64]
-    request_id_var.set(rid or uuid.uuid4().hex[:16])
+    request_id_var.set(rid or f"{_RID_PREFIX}{next(_RID_COUNTER) & 0xFFFFFFFF:08x}")
     instance_key_var.set("")
     namespace = auth.namespace_for(metadata)
     namespace_var.set(namespace)
