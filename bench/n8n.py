@@ -283,6 +283,17 @@ def execution_sizes(database_url: str, workflow_ids: dict[str, str]) -> dict[str
     return out
 
 
+def dump_records(database_url: str, workflow_ids: dict[str, str], out: Path) -> None:
+    """One successful execution's record per workflow (execution_data.data, n8n's flatted JSON), for reading."""
+    with psycopg.connect(database_url) as conn:
+        for kind, wid in workflow_ids.items():
+            row = conn.execute(
+                'SELECT d.data FROM execution_entity e JOIN execution_data d ON d."executionId" = e.id '
+                'WHERE e."workflowId" = %s AND e.status = %s ORDER BY e.id DESC LIMIT 1', (wid, "success")).fetchone()
+            if row:
+                (out / f"n8n-record-{kind}.json").write_text(str(row[0]))
+
+
 @dataclass
 class Plan:
     concurrency: list[int]
@@ -451,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== [{time.monotonic() - t0:6.1f} s] workflows published; interleaved runs at c"
               f"{','.join(map(str, plan.concurrency))}", flush=True)
         result = run_workloads(target, plan, ids)
+        dump_records(target.n8n_database_url, ids, out)
         if args.profile:
             from bench import n8n_profile
 

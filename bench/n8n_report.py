@@ -84,6 +84,23 @@ def markdown(data: dict[str, Any]) -> str:
         lines += ["", "## Profile of n8n running the durable workflow (node --cpu-prof)", "",
                   "| where | share of n8n's samples |", "|---|---:|"]
         lines += [f"| {c['name']} | {c['share']:.1%} |" for c in prof["n8n"].get("categories", [])]
+    by = prof.get("n8n_by_workflow") or {}
+    if by.get("durable") and by.get("plain"):
+        names = [c["name"] for c in by["durable"].get("inclusive", [])]
+        lines += ["", "## n8n CPU per order by part of the stack, one order at a time (profiled; parts overlap)", "",
+                  "| part (inclusive) | plain ms/order | control ms/order | durable ms/order | durable − plain |",
+                  "|---|---:|---:|---:|---:|"]
+
+        def per_order(kind: str, name: str) -> float:
+            row = next((c for c in by.get(kind, {}).get("inclusive", []) if c["name"] == name), None)
+            return row["ms"] / max(1, by[kind]["orders"]) if row else 0.0
+
+        lines.append(f"| everything n8n did (busy) | {by['plain'].get('ms_per_order')} | "
+                     f"{(by.get('control') or {}).get('ms_per_order')} | {by['durable'].get('ms_per_order')} | "
+                     f"{(by['durable'].get('ms_per_order') or 0) - (by['plain'].get('ms_per_order') or 0):+.1f} |")
+        for name in names:
+            a, k, d = per_order("plain", name), per_order("control", name), per_order("durable", name)
+            lines.append(f"| {name} | {a:.1f} | {k:.1f} | {d:.1f} | {d - a:+.1f} |")
     if prof.get("sidecar"):
         lines += ["", "## Profile of the sidecar (py-spy)", "", "| where | share |", "|---|---:|"]
         lines += [f"| {c['name']} | {c['share']:.1%} |" for c in prof["sidecar"].get("categories", [])[:8]]
