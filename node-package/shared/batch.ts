@@ -12,7 +12,13 @@ import {
 	ITEM_SCOPED,
 	sidecarError,
 } from './errors';
-import { callContext, chunks, mapLimited, MAX_BATCH_ITEMS, type ErrorContext } from './node-helpers';
+import {
+	callContext,
+	chunks,
+	mapLimited,
+	MAX_BATCH_ITEMS,
+	type ErrorContext,
+} from './node-helpers';
 import type { SidecarClient } from './transport';
 
 export type NodeError = NodeOperationError | NodeApiError;

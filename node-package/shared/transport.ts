@@ -130,7 +130,8 @@ export function connectionFromCredentials(data: Record<string, unknown>): Sideca
 
 /** 4 or 6 for an IPv4 or IPv6 literal, 0 otherwise (node:net is off limits in a community node). */
 function ipFamily(host: string): 0 | 4 | 6 {
-	if (/^(\d{1,3})(\.\d{1,3}){3}$/.test(host) && host.split('.').every((o) => Number(o) <= 255)) return 4;
+	if (/^(\d{1,3})(\.\d{1,3}){3}$/.test(host) && host.split('.').every((o) => Number(o) <= 255))
+		return 4;
 	// An IPv6 literal has at least two colons ("10.0.0.5:50051" is an IPv4 address and a port).
 	if (host.split(':').length > 2 && /^[0-9a-fA-F:.]+(%[\w.-]+)?$/.test(host)) return 6;
 	return 0;
@@ -154,7 +155,8 @@ export function addressesOf(conn: Pick<SidecarConnection, 'host' | 'port'>): Sid
 		.filter((e) => e !== '');
 	const addresses = entries.map((entry): SidecarAddress => {
 		const bracketed = /^\[([^\]]+)\](?::(\d+))?$/.exec(entry);
-		if (bracketed) return { host: bracketed[1], port: bracketed[2] ? Number(bracketed[2]) : conn.port };
+		if (bracketed)
+			return { host: bracketed[1], port: bracketed[2] ? Number(bracketed[2]) : conn.port };
 		if (ipFamily(entry) === 6) return { host: entry, port: conn.port }; // a bare IPv6 literal has no port
 		const withPort = /^([^:]+):(\d+)$/.exec(entry);
 		if (withPort) return { host: withPort[1], port: Number(withPort[2]) };

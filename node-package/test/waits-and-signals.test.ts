@@ -177,9 +177,9 @@ const labels = (type: INodeType, version: number, p: INodeParameters) =>
 describe('descriptions', () => {
 	test('Resume Point: Wait Outputs adds Event and Timed Out after every other output, in both versions', () => {
 		const rp = new ResumePoint();
-		expect(labels(rp, 2, { stepOutputs: 'paid', versionMismatchOutput: true, waitOutputs: true })).toEqual(
-			['Start', 'Resume', 'Finished', 'Busy', 'paid', 'Old Version', 'Event', 'Timed Out'],
-		);
+		expect(
+			labels(rp, 2, { stepOutputs: 'paid', versionMismatchOutput: true, waitOutputs: true }),
+		).toEqual(['Start', 'Resume', 'Finished', 'Busy', 'paid', 'Old Version', 'Event', 'Timed Out']);
 		expect(labels(rp, 2, { waitOutputs: true })).toEqual([
 			'Start',
 			'Resume',
@@ -195,7 +195,9 @@ describe('descriptions', () => {
 
 	test('Durable Checkpoint: Wait for Event labels its output Received; the other operations keep one plain output', () => {
 		const cp = new DurableCheckpoint();
-		expect(labels(cp, 2, { operation: 'awaitEvent', eventName: 'delivered' })).toEqual(['Received']);
+		expect(labels(cp, 2, { operation: 'awaitEvent', eventName: 'delivered' })).toEqual([
+			'Received',
+		]);
 		expect(labels(cp, 1, { operation: 'awaitEvent' })).toEqual(['Received']);
 		for (const operation of ['save', 'complete', 'fail', 'scheduleResume']) {
 			expect(labels(cp, 2, { operation })).toEqual(['main']);
@@ -205,7 +207,12 @@ describe('descriptions', () => {
 
 	test.each([
 		[new DurableCheckpoint(), 2, { operation: 'awaitEvent' }, 'wait for: (no event name)'],
-		[new DurableCheckpoint(), 2, { operation: 'awaitEvent', eventName: 'delivered' }, 'wait for: delivered'],
+		[
+			new DurableCheckpoint(),
+			2,
+			{ operation: 'awaitEvent', eventName: 'delivered' },
+			'wait for: delivered',
+		],
 		[new DurableInstance(), 1, {}, 'signal: (no event name)'],
 		[new DurableInstance(), 1, { eventName: 'delivered' }, 'signal: delivered'],
 		[new DurableInstance(), 1, { operation: 'retry' }, 'retry instance'],
@@ -248,8 +255,18 @@ describe('Resume Point: retry policy', () => {
 			jitter: 0.2,
 		});
 		expect(
-			retryPolicyOf({ maxAutomaticResumes: 2, initialBackoffSeconds: 1.5, maxBackoffSeconds: 4, jitter: 0 }),
-		).toMatchObject({ maxAutomaticResumes: 2, initialBackoffMs: 1500, maxBackoffMs: 4000, jitter: 0 });
+			retryPolicyOf({
+				maxAutomaticResumes: 2,
+				initialBackoffSeconds: 1.5,
+				maxBackoffSeconds: 4,
+				jitter: 0,
+			}),
+		).toMatchObject({
+			maxAutomaticResumes: 2,
+			initialBackoffMs: 1500,
+			maxBackoffMs: 4000,
+			jitter: 0,
+		});
 	});
 
 	test("every retry option survives n8n's own parameter resolution (a misplaced option is dropped by n8n)", () => {
@@ -284,7 +301,10 @@ describe('Resume Point: retry policy', () => {
 		const spy = jest.spyOn(client, 'startOrResume');
 		const [start] = await runNode(
 			new ResumePoint(),
-			{ instanceKey: 'retry-policy-1', options: { maxAutomaticResumes: 2, initialBackoffSeconds: 1 } },
+			{
+				instanceKey: 'retry-policy-1',
+				options: { maxAutomaticResumes: 2, initialBackoffSeconds: 1 },
+			},
 			{ workflowId: 'wf-retry-policy' },
 		);
 		expect(start).toHaveLength(1);
@@ -314,11 +334,15 @@ describe('Resume Point: routing after a wait', () => {
 	test('the awaited event leaves by Event, with the payload under event and the start item restored', async () => {
 		jest
 			.spyOn(client, 'startOrResume')
-			.mockResolvedValue(resumed({ waitOutcome: ResumeReason.RESUME_REASON_EVENT, event: event() }));
+			.mockResolvedValue(
+				resumed({ waitOutcome: ResumeReason.RESUME_REASON_EVENT, event: event() }),
+			);
 		const out = await runNode(
 			new ResumePoint(),
 			{ instanceKey: 'order-1', stepOutputs: 'paid', waitOutputs: true },
-			{ items: [{ durable: { claimToken: 'claim-1', instanceKey: 'order-1', workflowId: 'wf-x' } }] },
+			{
+				items: [{ durable: { claimToken: 'claim-1', instanceKey: 'order-1', workflowId: 'wf-x' } }],
+			},
 		);
 		expect(out).toHaveLength(7);
 		const [item] = out[5];
@@ -349,7 +373,9 @@ describe('Resume Point: routing after a wait', () => {
 	test('without Wait Outputs, an instance back from a wait fails the node with the fix, rather than being routed as if nothing happened', async () => {
 		jest
 			.spyOn(client, 'startOrResume')
-			.mockResolvedValue(resumed({ waitOutcome: ResumeReason.RESUME_REASON_EVENT, event: event() }));
+			.mockResolvedValue(
+				resumed({ waitOutcome: ResumeReason.RESUME_REASON_EVENT, event: event() }),
+			);
 		const failure = runNode(new ResumePoint(), { instanceKey: 'order-1', stepOutputs: 'paid' });
 		await expect(failure).rejects.toThrow(NodeOperationError);
 		await expect(failure).rejects.toMatchObject({
@@ -414,7 +440,12 @@ describe('Durable Checkpoint: Wait for Event', () => {
 			instance: instance(),
 			event: undefined,
 		});
-		const params = { operation: 'awaitEvent', instanceFrom: 'key', instanceKey: 'order-1', eventName: 'ok' };
+		const params = {
+			operation: 'awaitEvent',
+			instanceFrom: 'key',
+			instanceKey: 'order-1',
+			eventName: 'ok',
+		};
 		await runNode(new DurableCheckpoint(), params);
 		expect(spy.mock.calls[0][0].timeout).toBeUndefined();
 		await runNode(new DurableCheckpoint(), {
@@ -436,11 +467,19 @@ describe('Durable Checkpoint: Wait for Event', () => {
 		});
 		const [out] = await runNode(
 			new DurableCheckpoint(),
-			{ operation: 'awaitEvent', instanceFrom: 'key', instanceKey: 'order-1', eventName: 'delivered' },
+			{
+				operation: 'awaitEvent',
+				instanceFrom: 'key',
+				instanceKey: 'order-1',
+				eventName: 'delivered',
+			},
 			{ items: [{ ...fromRp, body: { orderId: 'order-1' } }] },
 		);
 		expect(out).toHaveLength(1);
-		expect(out[0].json.event).toMatchObject({ name: 'delivered', payload: { deliveredAt: '2026-12-01T10:00:00Z' } });
+		expect(out[0].json.event).toMatchObject({
+			name: 'delivered',
+			payload: { deliveredAt: '2026-12-01T10:00:00Z' },
+		});
 		expect(out[0].json.body).toEqual({ orderId: 'order-1' });
 		expect(out[0].json.durable).toMatchObject({ waitOutcome: 'received', instanceKey: 'order-1' });
 		expect(out[0].pairedItem).toEqual({ item: 0 });
@@ -521,7 +560,7 @@ describe('Durable Instance', () => {
 		expect(out[0].json.durable).toBeUndefined(); // not mistaken for this item's own instance downstream
 	});
 
-	test('Signal: another workflow, the whole item as payload, the sender\'s dedupe id; a duplicate is reported', async () => {
+	test("Signal: another workflow, the whole item as payload, the sender's dedupe id; a duplicate is reported", async () => {
 		const spy = jest.spyOn(client, 'signalInstance').mockResolvedValue({
 			outcome: SignalOutcome.SIGNAL_OUTCOME_DUPLICATE,
 			event: event(),
@@ -540,15 +579,24 @@ describe('Durable Instance', () => {
 			{ items: [{ body: { orderId: 'order-9' } }] },
 		);
 		const request = spy.mock.calls[0][0];
-		expect(request).toMatchObject({ workflowId: 'wf-orders', dedupeId: 'carrier-evt-1', sender: 'carrier' });
-		expect(JSON.parse(Buffer.from(request.payloadJson!).toString())).toEqual({ body: { orderId: 'order-9' } });
+		expect(request).toMatchObject({
+			workflowId: 'wf-orders',
+			dedupeId: 'carrier-evt-1',
+			sender: 'carrier',
+		});
+		expect(JSON.parse(Buffer.from(request.payloadJson!).toString())).toEqual({
+			body: { orderId: 'order-9' },
+		});
 		expect(out[0].json.signal).toMatchObject({ outcome: 'duplicate' });
 	});
 
 	test('Signal to an unknown instance: an error that says a signal never starts one; Continue On Fail keeps the other items', async () => {
 		jest.spyOn(client, 'signalInstance').mockImplementation(async (request) => {
 			if (request.instanceKey === 'nobody') {
-				throw grpcError(5, 'instance wf-x/nobody does not exist; a signal never starts an instance');
+				throw grpcError(
+					5,
+					'instance wf-x/nobody does not exist; a signal never starts an instance',
+				);
 			}
 			return { outcome: SignalOutcome.SIGNAL_OUTCOME_STORED, event: event(), instance: instance() };
 		});
@@ -571,13 +619,15 @@ describe('Durable Instance', () => {
 	test('Signal to a finished instance: FAILED_PRECONDITION with its own hint', async () => {
 		jest
 			.spyOn(client, 'signalInstance')
-			.mockRejectedValue(grpcError(9, 'instance wf-x/order-1 is completed; it takes no more events'));
+			.mockRejectedValue(
+				grpcError(9, 'instance wf-x/order-1 is completed; it takes no more events'),
+			);
 		await expect(
 			runNode(new DurableInstance(), { instanceKey: 'order-1', eventName: 'delivered' }),
 		).rejects.toMatchObject({ description: expect.stringContaining('takes no more events') });
 	});
 
-	test('a sidecar outage is a NodeApiError (retry-safe), not the author\'s fault', async () => {
+	test("a sidecar outage is a NodeApiError (retry-safe), not the author's fault", async () => {
 		jest.spyOn(client, 'signalInstance').mockRejectedValue(grpcError(13, 'boom'));
 		await expect(
 			runNode(new DurableInstance(), { instanceKey: 'order-1', eventName: 'delivered' }),
@@ -586,12 +636,12 @@ describe('Durable Instance', () => {
 
 	test('empty Event Name or Instance Key is refused before anything is sent', async () => {
 		const spy = jest.spyOn(client, 'signalInstance');
-		await expect(runNode(new DurableInstance(), { instanceKey: 'k', eventName: '' })).rejects.toThrow(
-			'Event Name is empty',
-		);
-		await expect(runNode(new DurableInstance(), { instanceKey: ' ', eventName: 'x' })).rejects.toThrow(
-			'Instance Key is empty',
-		);
+		await expect(
+			runNode(new DurableInstance(), { instanceKey: 'k', eventName: '' }),
+		).rejects.toThrow('Event Name is empty');
+		await expect(
+			runNode(new DurableInstance(), { instanceKey: ' ', eventName: 'x' }),
+		).rejects.toThrow('Instance Key is empty');
 		expect(spy).not.toHaveBeenCalled();
 	});
 
@@ -602,7 +652,9 @@ describe('Durable Instance', () => {
 	] as const)('%s calls %s with actor and reason', async (operation, method) => {
 		const spy = jest
 			.spyOn(client, method)
-			.mockResolvedValue({ instance: instance({ status: InstanceStatus.INSTANCE_STATUS_RUNNING }) });
+			.mockResolvedValue({
+				instance: instance({ status: InstanceStatus.INSTANCE_STATUS_RUNNING }),
+			});
 		const [out] = await runNode(new DurableInstance(), {
 			operation,
 			workflowId: 'wf-orders',
@@ -652,10 +704,20 @@ describe('Resume Trigger: hand-out reasons', () => {
 		[ResumeReason.RESUME_REASON_REDRIVE, 'redrive'],
 	])('reason %s is emitted as %s', (reason, name) => {
 		const item = resumableItem(
-			{ instance: instance(), reason, claimToken: 'c1', latestCheckpoint: undefined, event: undefined },
+			{
+				instance: instance(),
+				reason,
+				claimToken: 'c1',
+				latestCheckpoint: undefined,
+				event: undefined,
+			},
 			settings,
 		);
-		expect(item.json.durable).toMatchObject({ reason: name, claimToken: 'c1', instanceKey: 'order-1' });
+		expect(item.json.durable).toMatchObject({
+			reason: name,
+			claimToken: 'c1',
+			instanceKey: 'order-1',
+		});
 	});
 
 	test('an arrived event is on the emitted item', () => {
@@ -680,14 +742,24 @@ describe('with the real sidecar', () => {
 	const wf = 'wf-waits-real';
 
 	async function startAndSave(key: string): Promise<void> {
-		const out = await runNode(new ResumePoint(), { instanceKey: key, waitOutputs: true }, {
-			workflowId: wf,
-			items: [{ body: { orderId: key } }],
-		});
+		const out = await runNode(
+			new ResumePoint(),
+			{ instanceKey: key, waitOutputs: true },
+			{
+				workflowId: wf,
+				items: [{ body: { orderId: key } }],
+			},
+		);
 		expect(out[OUTPUT_START]).toHaveLength(1);
 		await runNode(
 			new DurableCheckpoint(),
-			{ operation: 'save', instanceFrom: 'key', instanceKey: key, stepName: 'paid', saveWhat: 'item' },
+			{
+				operation: 'save',
+				instanceFrom: 'key',
+				instanceKey: key,
+				stepName: 'paid',
+				saveWhat: 'item',
+			},
 			{ workflowId: wf, items: out[OUTPUT_START] },
 		);
 	}
@@ -731,11 +803,17 @@ describe('with the real sidecar', () => {
 		);
 		expect(claimed).toHaveLength(1);
 		expect(claimed[0].reason).toBe(ResumeReason.RESUME_REASON_EVENT);
-		const out = await runNode(new ResumePoint(), { instanceKey: 'ignored', waitOutputs: true }, {
-			workflowId: wf,
-			executionId: 'exec-resumed',
-			items: [{ durable: { claimToken: claimed[0].claimToken, instanceKey: 'real-1', workflowId: wf } }],
-		});
+		const out = await runNode(
+			new ResumePoint(),
+			{ instanceKey: 'ignored', waitOutputs: true },
+			{
+				workflowId: wf,
+				executionId: 'exec-resumed',
+				items: [
+					{ durable: { claimToken: claimed[0].claimToken, instanceKey: 'real-1', workflowId: wf } },
+				],
+			},
+		);
 		const eventOut = out[4];
 		expect(eventOut).toHaveLength(1);
 		expect(eventOut[0].json.event).toMatchObject({ name: 'delivered', payload: { by: 'carrier' } });
@@ -782,5 +860,90 @@ describe('with the real sidecar', () => {
 				{ workflowId: wf },
 			),
 		).rejects.toThrow(NodeOperationError);
+	});
+
+	test('a failure retried under the policy suspends the instance after its automatic resumes; the node retries it', async () => {
+		const key = 'real-poison';
+		const claim = async (): Promise<Array<{ claimToken: string; reason: ResumeReason }>> =>
+			await new Promise((resolve, reject) =>
+				client.instances.claimResumable(
+					{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
+					client.metadata(),
+					client.options(),
+					(error, response) => (error ? reject(error) : resolve(response.instances)),
+				),
+			);
+		const failRetry = (executionId: string) =>
+			runNode(
+				new DurableCheckpoint(),
+				{
+					operation: 'fail',
+					instanceFrom: 'key',
+					instanceKey: key,
+					errorMessage: 'shipping API 500',
+					options: { retry: true },
+				},
+				{ workflowId: wf, executionId },
+			);
+		const out = await runNode(
+			new ResumePoint(),
+			{ instanceKey: key, options: { maxAutomaticResumes: 1, initialBackoffSeconds: 0 } },
+			{ workflowId: wf, items: [{ body: { orderId: key } }] },
+		);
+		expect(out[OUTPUT_START]).toHaveLength(1);
+		await failRetry('exec-1');
+		const [retry] = await claim();
+		expect(retry.reason).toBe(ResumeReason.RESUME_REASON_RETRY);
+		const again = await runNode(
+			new ResumePoint(),
+			{ instanceKey: key, options: { maxAutomaticResumes: 1, initialBackoffSeconds: 0 } },
+			{
+				workflowId: wf,
+				executionId: 'exec-2',
+				items: [{ durable: { claimToken: retry.claimToken, instanceKey: key, workflowId: wf } }],
+			},
+		);
+		expect(again[1]).toHaveLength(1); // Resume: nothing saved yet
+		await failRetry('exec-2');
+		const get = async (): Promise<Instance> =>
+			await new Promise((resolve, reject) =>
+				client.instances.getInstance(
+					{ workflowId: wf, instanceKey: key },
+					client.metadata(),
+					client.options(),
+					(error, response) => (error ? reject(error) : resolve(response.instance!)),
+				),
+			);
+		const parked = await get();
+		expect(parked.status).toBe(InstanceStatus.INSTANCE_STATUS_SUSPENDED);
+		expect(parked.lastError).toContain('shipping API 500');
+		expect(await claim()).toEqual([]); // the Resume Trigger leaves it alone
+		const [retried] = await runNode(
+			new DurableInstance(),
+			{
+				operation: 'retry',
+				instanceKey: key,
+				reason: 'shipping API fixed',
+				options: { actor: 'ana' },
+			},
+			{ workflowId: wf },
+		);
+		expect(retried[0].json.instance).toMatchObject({
+			action: 'retry',
+			status: 'running',
+			attempt: 0,
+		});
+		const [redrive] = await claim();
+		expect(redrive.reason).toBe(ResumeReason.RESUME_REASON_REDRIVE);
+		// Claimed (a live lease): nothing to resume, and the node says which states it takes.
+		await expect(
+			runNode(
+				new DurableInstance(),
+				{ operation: 'resume', instanceKey: key, reason: 'again' },
+				{ workflowId: wf },
+			),
+		).rejects.toMatchObject({
+			description: expect.stringContaining('Resume takes suspended ones'),
+		});
 	});
 });

@@ -47,9 +47,7 @@ type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume' | 'awaitEvent';
  * Evaluated by n8n as an expression, so it must be self-contained.
  */
 const configuredOutputs = (parameters: INodeParameters) =>
-	parameters.operation === 'awaitEvent'
-		? [{ type: 'main', displayName: 'Received' }]
-		: ['main'];
+	parameters.operation === 'awaitEvent' ? [{ type: 'main', displayName: 'Received' }] : ['main'];
 
 const V1 = { '@version': [1] };
 const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
@@ -482,7 +480,7 @@ export class DurableCheckpoint implements INodeType {
 					{ name: 'At a Time', value: 'at' },
 				],
 				description:
-					"When to stop waiting: the Resume Trigger then hands the instance out and the Resume Point sends it to Timed Out (turn on its Wait Outputs)",
+					'When to stop waiting: the Resume Trigger then hands the instance out and the Resume Point sends it to Timed Out (turn on its Wait Outputs)',
 				displayOptions: { show: { operation: ['awaitEvent'] } },
 			},
 			{
@@ -543,7 +541,7 @@ export class DurableCheckpoint implements INodeType {
 			},
 			{
 				displayName:
-					'Save a checkpoint before this node, and connect that step\'s output on the Resume Point back to this node (a crash before the wait waits again). The awaited event reaches the Resume Point\'s Event output, a timeout its Timed Out output (turn on Wait Outputs there).',
+					"Save a checkpoint before this node, and connect that step's output on the Resume Point back to this node (a crash before the wait waits again). The awaited event reaches the Resume Point's Event output, a timeout its Timed Out output (turn on Wait Outputs there).",
 				name: 'awaitNotice',
 				type: 'notice',
 				default: '',
@@ -766,9 +764,15 @@ export class DurableCheckpoint implements INodeType {
 					});
 				}
 				const when = this.getNodeParameter('resumeWhen', i, 'never') as string;
-				let timeout: { $case: 'deadline'; value: Date } | { $case: 'timeoutSeconds'; value: number } | undefined;
+				let timeout:
+					| { $case: 'deadline'; value: Date }
+					| { $case: 'timeoutSeconds'; value: number }
+					| undefined;
 				if (when === 'at') {
-					timeout = { $case: 'deadline', value: timeOf(this.getNodeParameter('wakeAt', i, '') as string, i) };
+					timeout = {
+						$case: 'deadline',
+						value: timeOf(this.getNodeParameter('wakeAt', i, '') as string, i),
+					};
 				} else if (when === 'after') {
 					const seconds = secondsOf(i);
 					if (seconds < 1) {
@@ -779,13 +783,16 @@ export class DurableCheckpoint implements INodeType {
 					}
 					timeout = { $case: 'timeoutSeconds', value: seconds };
 				}
-				awaited.set(i, await client.awaitEvent({
-					workflowId,
-					instanceKey: key,
-					executionId,
-					eventName,
-					timeout,
-				}));
+				awaited.set(
+					i,
+					await client.awaitEvent({
+						workflowId,
+						instanceKey: key,
+						executionId,
+						eventName,
+						timeout,
+					}),
+				);
 				return undefined;
 			}
 			const when = this.getNodeParameter('resumeWhen', i, 'after') as string;
@@ -820,7 +827,9 @@ export class DurableCheckpoint implements INodeType {
 				if (answer.outcome !== AwaitOutcome.AWAIT_OUTCOME_RECEIVED) continue;
 				const json: IDataObject = { ...items[i].json, event: eventJson(answer.event) };
 				json[DURABLE_FIELD] = {
-					...(isObject(items[i].json[DURABLE_FIELD]) ? (items[i].json[DURABLE_FIELD] as IDataObject) : {}),
+					...(isObject(items[i].json[DURABLE_FIELD])
+						? (items[i].json[DURABLE_FIELD] as IDataObject)
+						: {}),
 					...instanceSummary(answer.instance),
 					waitOutcome: 'received',
 				};

@@ -47,9 +47,7 @@ const ACTION_HINTS: Partial<Record<number, string>> = {
 
 function statusName(inst: Instance | undefined): string {
 	if (!inst) return 'unknown';
-	return (
-		InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown'
-	);
+	return InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown';
 }
 
 function outcomeName(outcome: SignalOutcome): string {
@@ -142,7 +140,7 @@ export class DurableInstance implements INodeType {
 				default: '',
 				placeholder: 'e.g. durableOrderTracking',
 				description:
-					"The ID of the workflow the instance belongs to (in its URL: /workflow/&lt;ID&gt;). Empty: this workflow.",
+					'The ID of the workflow the instance belongs to (in its URL: /workflow/&lt;ID&gt;). Empty: this workflow.',
 			},
 			{
 				displayName: 'Instance Key',
@@ -271,7 +269,11 @@ export class DurableInstance implements INodeType {
 
 		const text = (name: string, i: number): string => {
 			const raw: unknown = this.getNodeParameter(name, i, '');
-			return typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : String(raw);
+			return typeof raw === 'string'
+				? raw.trim()
+				: raw === undefined || raw === null
+					? ''
+					: String(raw);
 		};
 		const required = (name: string, label: string, i: number, hint: string): string => {
 			const value = text(name, i);
@@ -310,7 +312,12 @@ export class DurableInstance implements INodeType {
 							? undefined
 							: from === 'item'
 								? userJson(item)
-								: jsonParameter(node, this.getNodeParameter('payloadJson', i, '{}'), 'Payload (JSON)', i);
+								: jsonParameter(
+										node,
+										this.getNodeParameter('payloadJson', i, '{}'),
+										'Payload (JSON)',
+										i,
+									);
 					const dedupeId = text('dedupeId', i) || defaultDedupeId(executionId, node.name, i);
 					if (dedupeId.length > MAX_ID) {
 						throw new NodeOperationError(node, 'Deduplication ID is longer than 255 characters', {

@@ -198,7 +198,7 @@ export class ResumePoint implements INodeType {
 				default: false,
 				noDataExpression: true,
 				description:
-					'Whether instances that waited (Durable Checkpoint: Wait for Event) leave by two more outputs: Event (the awaited event arrived; it is on the item under event) and Timed Out (the wait\'s timeout passed first). Without them such an instance fails this node.',
+					"Whether instances that waited (Durable Checkpoint: Wait for Event) leave by two more outputs: Event (the awaited event arrived; it is on the item under event) and Timed Out (the wait's timeout passed first). Without them such an instance fails this node.",
 			},
 			{
 				displayName: 'Options',
@@ -321,13 +321,14 @@ export class ResumePoint implements INodeType {
 		const waitOutputs = this.getNodeParameter('waitOutputs', 0, false) as boolean;
 		const outputs: INodeExecutionData[][] = Array.from(
 			{
-				length:
-					FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0),
+				length: FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0),
 			},
 			() => [],
 		);
 		const mismatchIndex = mismatchOutput ? FIXED_OUTPUTS + stepNames.length : -1;
-		const eventIndex = waitOutputs ? FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) : -1;
+		const eventIndex = waitOutputs
+			? FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0)
+			: -1;
 		if (items.length === 0) return outputs;
 
 		const v2 = node.typeVersion >= 2;
