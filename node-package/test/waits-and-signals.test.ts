@@ -403,6 +403,47 @@ describe('Resume Point: routing after a wait', () => {
 describe('Durable Checkpoint: Wait for Event', () => {
 	const fromRp = { durable: { instanceKey: 'order-1', workflowId: 'wf-x' } };
 
+	test('refused, with nothing parked, when the Resume Point before it has Wait Outputs off', async () => {
+		const spy = jest.spyOn(client, 'awaitEvent');
+		const params = {
+			operation: 'awaitEvent',
+			instanceFrom: 'key',
+			instanceKey: 'order-1',
+			eventName: 'delivered',
+		};
+		const ctx = (waitOutputs: boolean | undefined) =>
+			executeContext({
+				items: [fromRp],
+				params,
+				credentials: sidecar.credentials(),
+				description: new DurableCheckpoint().description,
+				typeVersion: 2,
+				workflowId: 'wf-x',
+				nodeName: 'Wait for Delivery',
+				upstream: [
+					{ name: 'Save Shipped', type: 'n8n-nodes-durable.durableCheckpoint', typeVersion: 2 },
+					{
+						name: 'Resume Point',
+						type: 'n8n-nodes-durable.resumePoint',
+						typeVersion: 2,
+						parameters: waitOutputs === undefined ? {} : { waitOutputs },
+					},
+				],
+			});
+		await expect(new DurableCheckpoint().execute.call(ctx(undefined))).rejects.toThrow(
+			"Turn on Wait Outputs on 'Resume Point' before waiting here",
+		);
+		await expect(new DurableCheckpoint().execute.call(ctx(false))).rejects.toThrow('Wait Outputs');
+		expect(spy).not.toHaveBeenCalled();
+		spy.mockResolvedValue({
+			outcome: AwaitOutcome.AWAIT_OUTCOME_WAITING,
+			instance: instance(),
+			event: undefined,
+		});
+		await new DurableCheckpoint().execute.call(ctx(true));
+		expect(spy).toHaveBeenCalledTimes(1);
+	});
+
 	test('parked: the item goes no further; the timeout is sent in seconds', async () => {
 		const spy = jest.spyOn(client, 'awaitEvent').mockResolvedValue({
 			outcome: AwaitOutcome.AWAIT_OUTCOME_WAITING,
@@ -650,11 +691,9 @@ describe('Durable Instance', () => {
 		['resume', 'resumeInstance'],
 		['cancel', 'cancelInstance'],
 	] as const)('%s calls %s with actor and reason', async (operation, method) => {
-		const spy = jest
-			.spyOn(client, method)
-			.mockResolvedValue({
-				instance: instance({ status: InstanceStatus.INSTANCE_STATUS_RUNNING }),
-			});
+		const spy = jest.spyOn(client, method).mockResolvedValue({
+			instance: instance({ status: InstanceStatus.INSTANCE_STATUS_RUNNING }),
+		});
 		const [out] = await runNode(new DurableInstance(), {
 			operation,
 			workflowId: 'wf-orders',

@@ -676,6 +676,22 @@ export class DurableCheckpoint implements INodeType {
 		if (operation === 'save') {
 			return [await saveCheckpoints(this, { client, workflowId, executionId, upstream, keyOf })];
 		}
+		if (operation === 'awaitEvent') {
+			// An instance that waits comes back through the Resume Point before this node when its
+			// event arrives or its wait times out: refuse now, while nothing is parked, if that
+			// Resume Point has no output for it (a trap found otherwise only days later).
+			const blind = resumePointsWithoutWaitOutputs(this);
+			if (blind.length > 0) {
+				throw new NodeOperationError(
+					node,
+					`Turn on Wait Outputs on ${blind.map((n) => `'${n}'`).join(', ')} before waiting here`,
+					{
+						description:
+							'An instance that waits comes back through its Resume Point when the event arrives or the wait times out; without Wait Outputs that Resume Point has no output for it. Nothing was parked.',
+					},
+				);
+			}
+		}
 
 		const action =
 			operation === 'complete'
@@ -840,4 +856,17 @@ export class DurableCheckpoint implements INodeType {
 		}
 		return [out];
 	}
+}
+
+/** Resume Points upstream of this node (enabled ones) that have Wait Outputs off. */
+export function resumePointsWithoutWaitOutputs(ctx: IExecuteFunctions): string[] {
+	return ctx
+		.getParentNodes(ctx.getNode().name, { includeNodeParameters: true })
+		.filter(
+			(parent) =>
+				!parent.disabled &&
+				parent.type.slice(parent.type.lastIndexOf('.') + 1) === 'resumePoint' &&
+				parent.parameters?.waitOutputs !== true,
+		)
+		.map((parent) => parent.name);
 }
