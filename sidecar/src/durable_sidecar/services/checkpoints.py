@@ -285,7 +285,8 @@ class CheckpointService:
         async def txn(conn: Conn) -> tuple[list[SavedCheckpoint], list[NewCheckpoint], list[KeyCompleted]]:
             # Three statements per batch, whatever its size: lock the instances (in a
             # fixed order, so concurrent batches cannot deadlock), insert the new
-            # checkpoints, advance the instances. Keys to complete add theirs.
+            # checkpoints, advance the instances (the last two in one where the store
+            # can). Keys to complete add theirs.
             instances = await self.instances.lock_many_txn(conn, [new.ref for new, _ in prepared])
             locked = {ref: _Locked(i.status.final, i.last_sequence, i.last_step, None,
                                    i.lease_seconds or self.default_lease_seconds)
@@ -295,10 +296,14 @@ class CheckpointService:
             plans = [await self._plan_one(conn, i, new, encoded, locked, rows)
                      for i, (new, encoded) in enumerate(prepared)]
             completed = await self._complete_keys(conn, [p.new for p in plans])
-            inserted = await self.checkpoints.insert_many_txn(conn, rows)
-            await self.instances.record_checkpoints_txn(conn, [
-                CheckpointAdvance(ref, st.last_sequence, st.last_step, st.added, st.owner, st.lease_seconds)
-                for ref, st in locked.items() if st.added])
+            advances = [CheckpointAdvance(ref, st.last_sequence, st.last_step, st.added, st.owner, st.lease_seconds)
+                        for ref, st in locked.items() if st.added]
+            appended = await self.checkpoints.append_txn(conn, rows, advances)
+            if appended is not None:
+                inserted = appended
+            else:
+                inserted = await self.checkpoints.insert_many_txn(conn, rows)
+                await self.instances.record_checkpoints_txn(conn, advances)
             failpoints.hit("checkpoint.after_insert")
             results = [
                 SavedCheckpoint(

@@ -435,6 +435,11 @@ class IdempotencyService:
 
         Call `completed` once that transaction has committed.
         """
+        # The holder's completion (the usual case: a save completing the key its claim took) is one
+        # statement; anything else (a retry, another attempt, a released key, no key) is decided below.
+        held = await self.store.complete_held_txn(conn, ref, attempt=attempt, result_json=result_json or None)
+        if held is not None:
+            return KeyCompleted(held[0], held[1], changed=True)
         now = await self.store.now_txn(conn)
         row = await self.store.get_txn(conn, ref, for_update=True)
         if row is None:

@@ -265,6 +265,18 @@ class InstanceService:
         if result_json:
             validation.json_bytes("result_json", result_json)
 
+        if self.instances.one_statement_finish and not (status is InstanceStatus.FAILED and retry):
+            # The usual case, an instance not final yet: one statement. Anything else (no instance, final
+            # already, a retried call) takes the locked path below, which says why.
+            async def one(conn: Conn) -> Instance | None:
+                return await self.instances.finish_running_txn(conn, ref, status=status, actor=actor,
+                                                               error_message=error_message,
+                                                               result_json=result_json or None)
+
+            done = await self.db.single(one)
+            if done is not None:
+                return done
+
         async def txn(conn: Conn) -> Instance:
             inst = await self.instances.get_txn(conn, ref, for_update=True)
             if inst is None:

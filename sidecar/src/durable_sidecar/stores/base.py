@@ -180,6 +180,8 @@ class InstanceStore(ABC):
 
     # Whether start_new_txn does its work (one statement); else the services take the general path at once.
     one_statement_start: ClassVar[bool] = False
+    # Whether finish_running_txn does its work (one statement); else the services take the locked path at once.
+    one_statement_finish: ClassVar[bool] = False
 
     @abstractmethod
     async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
@@ -245,6 +247,16 @@ class InstanceStore(ABC):
     async def finish_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, error_message: str = "",
                          result_json: bytes | None = None) -> Instance:
         """Moves the (locked) instance to a final status, dropping its lease and wake-up."""
+
+    async def finish_running_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, actor: str,
+                                 error_message: str = "", result_json: bytes | None = None) -> Instance | None:
+        """finish_txn and its event (kind = the status, detail = error_message) in one statement (Database.single),
+        for an instance that is not final yet (running or suspended).
+
+        None when there is no such instance, and from a backend without such a statement:
+        the caller then takes the locked path, which says why.
+        """
+        return None
 
     @abstractmethod
     async def schedule_wake_txn(self, conn: Conn, ref: InstanceRef, *, wake_at: datetime | None,
@@ -333,6 +345,14 @@ class CheckpointStore(ABC):
     @abstractmethod
     async def insert_many_txn(self, conn: Conn, rows: list[NewCheckpointRow]) -> list[Checkpoint]:
         """Appends the checkpoints (one namespace); returns their metadata (without states) in the same order."""
+
+    async def append_txn(self, conn: Conn, rows: list[NewCheckpointRow],
+                         advances: list[CheckpointAdvance]) -> list[Checkpoint] | None:
+        """insert_many_txn and InstanceStore.record_checkpoints_txn (the locked instances) in one statement.
+
+        None from a backend without such a statement: the caller then runs the two.
+        """
+        return None
 
     @abstractmethod
     async def latest_txn(self, conn: Conn, ref: InstanceRef, *,

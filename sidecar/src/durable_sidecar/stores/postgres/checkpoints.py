@@ -90,28 +90,34 @@ class CheckpointStore(base.CheckpointStore):
         if not rows:
             return []
         # One statement for the whole batch: PostgreSQL parses, plans and round-trips once.
-        # The arrays go in binary (%b): in text, every element is scanned and escaped.
+        cur = await pg(conn).execute(f"{_INSERT_MANY} RETURNING {_META}", _insert_params(rows))
+        return await _inserted(cur, rows)
+
+    async def append_txn(self, conn: Conn, rows: list[base.NewCheckpointRow],
+                         advances: list[base.CheckpointAdvance]) -> list[Checkpoint] | None:
+        if not rows or not advances:
+            return None
+        # The insert and the instances' advance (InstanceStore.record_checkpoints_txn) in one round trip; the
+        # instances are locked by the caller, and the checkpoints' foreign key is checked at the statement's end.
         cur = await pg(conn).execute(
-            f"""INSERT INTO durable_checkpoints
-                    (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
-                     size_bytes, stored_bytes, execution_id, node_name)
-                SELECT %(ns)s, * FROM unnest(%(wfs)b::text[], %(keys)b::text[], %(seqs)b::bigint[],
-                                             %(steps)b::text[], %(encs)b::smallint[], %(states)b::bytea[],
-                                             %(shas)b::text[], %(sizes)b::bigint[], %(stored)b::bigint[],
-                                             %(execs)b::text[], %(nodes)b::text[])
-                RETURNING {_META}""",
-            {"ns": core.one_namespace([r.ref for r in rows]),
-             "wfs": [r.ref.workflow_id for r in rows], "keys": [r.ref.instance_key for r in rows],
-             "seqs": [r.sequence for r in rows], "steps": [r.step_name for r in rows],
-             "encs": [r.encoded.encoding for r in rows], "states": [r.encoded.data for r in rows],
-             "shas": [r.sha256 for r in rows], "sizes": [r.size_bytes for r in rows],
-             "stored": [len(r.encoded.data) for r in rows], "execs": [r.execution_id for r in rows],
-             "nodes": [r.node_name for r in rows]},
+            f"""WITH inserted AS ({_INSERT_MANY} RETURNING {_META}),
+                advanced AS (
+                    UPDATE durable_instances AS i
+                    SET last_sequence = a.seq, last_step = a.step, checkpoint_count = i.checkpoint_count + a.added,
+                        lease_owner = a.owner, lease_expires_at = now() + make_interval(secs => a.lease),
+                        updated_at = now()
+                    FROM unnest(%(a_wfs)b::text[], %(a_keys)b::text[], %(a_seqs)b::bigint[], %(a_steps)b::text[],
+                                %(a_added)b::int[], %(a_owners)b::text[], %(a_leases)b::int[])
+                         AS a(wf, key, seq, step, added, owner, lease)
+                    WHERE i.namespace = %(ns)s AND i.workflow_id = a.wf AND i.instance_key = a.key)
+                SELECT * FROM inserted""",
+            {**_insert_params(rows),
+             "a_wfs": [a.ref.workflow_id for a in advances], "a_keys": [a.ref.instance_key for a in advances],
+             "a_seqs": [a.sequence for a in advances], "a_steps": [a.step_name for a in advances],
+             "a_added": [a.added for a in advances], "a_owners": [a.owner for a in advances],
+             "a_leases": [a.lease_seconds for a in advances]},
         )
-        # RETURNING order is not promised by SQL: match the rows by their primary key.
-        by_key = {(c.workflow_id, c.instance_key, c.sequence): c
-                  for c in (_checkpoint(row, with_state=False) for row in await cur.fetchall())}
-        return [by_key[(r.ref.workflow_id, r.ref.instance_key, r.sequence)] for r in rows]
+        return await _inserted(cur, rows)
 
     async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
                          state_below: int) -> tuple[bool, Checkpoint | None]:
@@ -190,3 +196,30 @@ class CheckpointStore(base.CheckpointStore):
         row = await cur.fetchone()
         assert row is not None
         return PruneResult(deleted_count=int(row["n"]), instance_count=int(row["m"]))
+
+
+# The arrays go in binary (%b): in text, every element is scanned and escaped.
+_INSERT_MANY = """INSERT INTO durable_checkpoints
+        (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
+         size_bytes, stored_bytes, execution_id, node_name)
+    SELECT %(ns)s, * FROM unnest(%(wfs)b::text[], %(keys)b::text[], %(seqs)b::bigint[],
+                                 %(steps)b::text[], %(encs)b::smallint[], %(states)b::bytea[],
+                                 %(shas)b::text[], %(sizes)b::bigint[], %(stored)b::bigint[],
+                                 %(execs)b::text[], %(nodes)b::text[])"""
+
+
+def _insert_params(rows: list[base.NewCheckpointRow]) -> dict[str, Any]:
+    return {"ns": core.one_namespace([r.ref for r in rows]),
+            "wfs": [r.ref.workflow_id for r in rows], "keys": [r.ref.instance_key for r in rows],
+            "seqs": [r.sequence for r in rows], "steps": [r.step_name for r in rows],
+            "encs": [r.encoded.encoding for r in rows], "states": [r.encoded.data for r in rows],
+            "shas": [r.sha256 for r in rows], "sizes": [r.size_bytes for r in rows],
+            "stored": [len(r.encoded.data) for r in rows], "execs": [r.execution_id for r in rows],
+            "nodes": [r.node_name for r in rows]}
+
+
+async def _inserted(cur: Any, rows: list[base.NewCheckpointRow]) -> list[Checkpoint]:
+    # RETURNING order is not promised by SQL: match the rows by their primary key.
+    by_key = {(c.workflow_id, c.instance_key, c.sequence): c
+              for c in (_checkpoint(row, with_state=False) for row in await cur.fetchall())}
+    return [by_key[(r.ref.workflow_id, r.ref.instance_key, r.sequence)] for r in rows]

@@ -242,6 +242,29 @@ class InstanceStore(base.InstanceStore):
         assert row is not None, "caller locked the row"
         return _instance(row)
 
+    one_statement_finish = True
+
+    async def finish_running_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, actor: str,
+                                 error_message: str = "", result_json: bytes | None = None) -> Instance | None:
+        # 'running' is also the stored status of a suspended instance (suspended_at set): both are not final.
+        # The event's foreign key is checked at the end of the statement, as in start_new_txn.
+        cur = await pg(conn).execute(
+            f"""WITH done AS (
+                    UPDATE durable_instances
+                    SET status = %(status)s, error_message = %(error)s, result_json = %(result)s,
+                        lease_owner = '', lease_expires_at = NULL, wake_at = NULL,
+                        finished_at = now(), updated_at = now()
+                    WHERE {_KEY} AND status = 'running'
+                    RETURNING {_COLUMNS}),
+                event AS (
+                    INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail)
+                    SELECT namespace, workflow_id, instance_key, %(status)s, %(actor)s, %(error)s FROM done)
+                SELECT * FROM done""",
+            {**_key(ref), "status": status.value, "error": error_message, "result": result_json, "actor": actor},
+        )
+        row = await cur.fetchone()
+        return _instance(row) if row else None
+
     async def schedule_wake_txn(
         self, conn: Conn, ref: InstanceRef, *, wake_at: datetime | None, delay_seconds: int | None
     ) -> Instance:
