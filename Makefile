@@ -93,7 +93,7 @@ lint: setup node-lint
 	$(BIN)/mypy
 
 # bench-setup: tests/bench runs the benchmark once as a smoke check (no timing assertions).
-test: setup bench-setup node-lint node-build node-test
+test: setup ha-setup bench-setup node-lint node-build node-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The real-n8n end-to-end suite: installs a pinned n8n on Node 24 into a cache outside
