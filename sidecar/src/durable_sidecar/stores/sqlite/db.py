@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ...errors import FailedPrecondition, InvalidArgument, Unavailable
 from ..base import Conn, Database
@@ -236,7 +236,7 @@ class SqliteDatabase(Database):
             raise FailedPrecondition(f"cannot open the embedded database {self.path}: {exc}") from None
         try:
             conn.row_factory = sqlite3.Row
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = _journal_mode_wal(conn, self.wait_timeout_seconds)
             if mode is None or str(mode[0]).lower() != "wal":
                 raise FailedPrecondition(f"the embedded database {self.path} cannot use WAL journaling "
                                          f"(journal_mode is {mode[0] if mode else 'unknown'})")
@@ -375,3 +375,19 @@ class SqliteDatabase(Database):
             return result
         finally:
             self._turn.release()
+
+
+def _journal_mode_wal(conn: sqlite3.Connection, wait_seconds: float) -> Any:
+    """PRAGMA journal_mode = WAL, waiting out another connection that holds the file's lock.
+
+    The first switch of a new file to WAL needs an exclusive lock and SQLite's busy timeout does
+    not cover it: several processes opening one new file at once got "database is locked".
+    """
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
