@@ -21,6 +21,7 @@ from ..domain import (
     IdempotencyKey,
     Instance,
     InstanceEvent,
+    InstanceFilter,
     InstanceRef,
     InstanceStatus,
     KeyRef,
@@ -66,6 +67,14 @@ class Dialect:
     # A time as a page cursor holds it, and that cursor's value checked back into a query parameter.
     cursor_time: Callable[[datetime], Any]
     cursor_time_in: Callable[[Any], Any]
+    # The cast that turns a page cursor's time parameter back into a stored time in SQL ('' where none is needed).
+    cursor_time_cast: str
+    # A time as a query parameter (a datetime for timestamptz, integer microseconds on SQLite).
+    time_param: Callable[[datetime], Any]
+    # SQL for "{column} starts with the %(prefix)s parameter".
+    prefix_condition: str
+    # The transaction's database time in SQL: now() on PostgreSQL, the %(now)s parameter on SQLite.
+    now_sql: str
 
     def sql(self, text: str) -> str:
         return _NAMED.sub(r":\1", text) if self.colon_placeholders else text
@@ -125,6 +134,64 @@ def status_condition(statuses: tuple[InstanceStatus, ...]) -> str:
         else:
             parts.append(f"status = '{s.value}'")
     return "(" + " OR ".join(parts) + ")"
+
+
+def instance_filter(d: Dialect, namespace: str, flt: InstanceFilter, now: Any) -> tuple[list[str], dict[str, Any]]:
+    """The conditions ListInstances and CountInstances share (all but statuses and stalled_only) and their
+    parameters; `now` is the %(now)s parameter where the dialect's now_sql names one (None otherwise)."""
+    where = ["namespace = %(ns)s"]
+    params: dict[str, Any] = {"ns": namespace}
+    if now is not None:
+        params["now"] = now
+    if flt.workflow_id:
+        where.append("workflow_id = %(wf)s")
+        params["wf"] = flt.workflow_id
+    if flt.bound_version:
+        where.append("bound_version = %(bv)s")
+        params["bv"] = flt.bound_version
+    if flt.key_prefix:
+        where.append(d.prefix_condition.format(column="instance_key"))
+        params["prefix"] = flt.key_prefix
+    if flt.last_step:
+        where.append("last_step = %(step)s")
+        params["step"] = flt.last_step
+    if flt.created_after is not None:
+        where.append("created_at >= %(after)s")
+        params["after"] = d.time_param(flt.created_after)
+    if flt.created_before is not None:
+        where.append("created_at < %(before)s")
+        params["before"] = d.time_param(flt.created_before)
+    return where, params
+
+
+def list_instances_query(d: Dialect, namespace: str, flt: InstanceFilter, page: Page, *,
+                         now: Any) -> tuple[str, dict[str, Any]]:
+    """ListInstances' statement in the backend's form and its parameters: newest first, one row more than the
+    page (for cut_page), after the page token's (created_at, workflow_id, instance_key)."""
+    where, params = instance_filter(d, namespace, flt, now)
+    params["limit"] = page.size + 1
+    if flt.statuses:
+        where.append(status_condition(flt.statuses))  # enum literals only
+    if flt.stalled_only:
+        where.append(STALLED_WHERE.format(now=d.now_sql))  # fixed text
+    if page.token:
+        created, wf, key = time_cursor(d, page.token)
+        where.append(f"(created_at, workflow_id, instance_key) < (%(c_at)s{d.cursor_time_cast}, %(c_wf)s, %(c_key)s)")
+        params.update({"c_at": created, "c_wf": wf, "c_key": key})
+    text = (f"SELECT {INSTANCE_COLUMNS} FROM durable_instances WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT %(limit)s")
+    return d.sql(text), params
+
+
+def count_instances_query(d: Dialect, namespace: str, flt: InstanceFilter, *,
+                          now: Any) -> tuple[str, dict[str, Any]]:
+    """CountInstances' statement in the backend's form and its parameters: rows of (status, n, stalled) for
+    status_counts (statuses and stalled_only do not narrow a count)."""
+    where, params = instance_filter(d, namespace, flt, now)
+    text = (f"SELECT {STATUS_EXPR} AS status, count(*) AS n, "
+            f"count(*) FILTER (WHERE {STALLED_WHERE.format(now=d.now_sql)}) AS stalled "
+            f"FROM durable_instances WHERE {' AND '.join(where)} GROUP BY 1")
+    return d.sql(text), params
 
 
 def instance_params(ref: InstanceRef) -> dict[str, Any]:

@@ -45,9 +45,11 @@ def _iso(value: datetime) -> str:
     return value.isoformat()
 
 
-# timestamptz arrives as datetime and text[] as a list; SELECT … FOR UPDATE locks rows.
+# timestamptz arrives as datetime and text[] as a list; SELECT … FOR UPDATE locks rows; a cursor's
+# time is ISO text, cast back; now() is the transaction's time.
 DIALECT = Dialect("postgres", colon_placeholders=False, to_time=_same, to_names=_names, lock_clause=" FOR UPDATE",
-                  cursor_time=_iso, cursor_time_in=_same)
+                  cursor_time=_iso, cursor_time_in=_same, cursor_time_cast="::timestamptz", time_param=_same,
+                  prefix_condition="starts_with({column}, %(prefix)s)", now_sql="now()")
 
 
 def pg(conn: Conn) -> Connection:

@@ -35,31 +35,6 @@ def _instance(row: Any) -> Instance:
 
 
 
-def _filter(namespace: str, flt: InstanceFilter) -> tuple[list[sql.Composable], dict[str, Any]]:
-    """The conditions ListInstances and CountInstances share (all but statuses and stalled_only)."""
-    where: list[sql.Composable] = [sql.SQL("namespace = %(ns)s")]
-    params: dict[str, Any] = {"ns": namespace}
-    if flt.workflow_id:
-        where.append(sql.SQL("workflow_id = %(wf)s"))
-        params["wf"] = flt.workflow_id
-    if flt.bound_version:
-        where.append(sql.SQL("bound_version = %(bv)s"))
-        params["bv"] = flt.bound_version
-    if flt.key_prefix:
-        where.append(sql.SQL("starts_with(instance_key, %(prefix)s)"))
-        params["prefix"] = flt.key_prefix
-    if flt.last_step:
-        where.append(sql.SQL("last_step = %(step)s"))
-        params["step"] = flt.last_step
-    if flt.created_after is not None:
-        where.append(sql.SQL("created_at >= %(after)s"))
-        params["after"] = flt.created_after
-    if flt.created_before is not None:
-        where.append(sql.SQL("created_at < %(before)s"))
-        params["before"] = flt.created_before
-    return where, params
-
-
 class InstanceStore(base.InstanceStore):
     """Reads and writes instances; every method runs inside the caller's transaction."""
 
@@ -321,20 +296,7 @@ class InstanceStore(base.InstanceStore):
     async def list_txn(
         self, conn: Conn, namespace: str, flt: InstanceFilter, page: Page
     ) -> tuple[list[Instance], str]:
-        where, params = _filter(namespace, flt)
-        params["limit"] = page.size + 1
-        if flt.statuses:
-            where.append(sql.SQL(core.status_condition(flt.statuses)))  # enum literals only
-        if flt.stalled_only:
-            where.append(sql.SQL(core.STALLED_WHERE.format(now="now()")))  # fixed text
-        if page.token:
-            created, wf, key = core.time_cursor(DIALECT, page.token)
-            where.append(sql.SQL("(created_at, workflow_id, instance_key) < (%(c_at)s::timestamptz, %(c_wf)s, %(c_key)s)"))
-            params.update({"c_at": created, "c_wf": wf, "c_key": key})
-        query = sql.SQL(
-            "SELECT {cols} FROM durable_instances WHERE {where} "
-            "ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT %(limit)s"
-        ).format(cols=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(where))
+        query, params = core.list_instances_query(DIALECT, namespace, flt, page, now=None)
         cur = await pg(conn).execute(query, params)
         rows = [_instance(r) for r in await cur.fetchall()]
         return cut_page(rows, page.size, lambda i: instance_cursor(DIALECT, i))
@@ -402,12 +364,7 @@ class InstanceStore(base.InstanceStore):
         return cut_page(rows, page.size, lambda e: [e.id])
 
     async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> StatusCounts:
-        where, params = _filter(namespace, flt)
-        query = sql.SQL(
-            "SELECT {status} AS status, count(*) AS n, count(*) FILTER (WHERE {stalled}) AS stalled "
-            "FROM durable_instances WHERE {where} GROUP BY 1"
-        ).format(status=sql.SQL(core.STATUS_EXPR), stalled=sql.SQL(core.STALLED_WHERE.format(now="now()")),
-                 where=sql.SQL(" AND ").join(where))
+        query, params = core.count_instances_query(DIALECT, namespace, flt, now=None)
         cur = await pg(conn).execute(query, params)
         return core.status_counts(await cur.fetchall())
 

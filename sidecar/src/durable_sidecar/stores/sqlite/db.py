@@ -78,9 +78,11 @@ def _micros_cursor(value: object) -> int:
 
 
 # Times are integer microseconds, name lists JSON arrays; transactions run one at a
-# time, so a read needs no locking clause to keep its row.
+# time, so a read needs no locking clause to keep its row; database time is the
+# transaction's :now parameter (SqliteConn.now_us).
 DIALECT = Dialect("sqlite", colon_placeholders=True, to_time=from_micros, to_names=_names, lock_clause="",
-                  cursor_time=to_micros, cursor_time_in=_micros_cursor)
+                  cursor_time=to_micros, cursor_time_in=_micros_cursor, cursor_time_cast="", time_param=to_micros,
+                  prefix_condition="substr({column}, 1, length(%(prefix)s)) = %(prefix)s", now_sql="%(now)s")
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -42,31 +42,6 @@ def _keys_json(keys: list[str]) -> str:
     return json.dumps(keys)
 
 
-def _filter(namespace: str, flt: InstanceFilter) -> tuple[list[str], dict[str, object]]:
-    """The conditions ListInstances and CountInstances share (all but statuses and stalled_only)."""
-    where = ["namespace = :ns"]
-    params: dict[str, object] = {"ns": namespace}
-    if flt.workflow_id:
-        where.append("workflow_id = :wf")
-        params["wf"] = flt.workflow_id
-    if flt.bound_version:
-        where.append("bound_version = :bv")
-        params["bv"] = flt.bound_version
-    if flt.key_prefix:
-        where.append("substr(instance_key, 1, length(:prefix)) = :prefix")
-        params["prefix"] = flt.key_prefix
-    if flt.last_step:
-        where.append("last_step = :step")
-        params["step"] = flt.last_step
-    if flt.created_after is not None:
-        where.append("created_at >= :after")
-        params["after"] = to_micros(flt.created_after)
-    if flt.created_before is not None:
-        where.append("created_at < :before")
-        params["before"] = to_micros(flt.created_before)
-    return where, params
-
-
 class InstanceStore(base.InstanceStore):
     """Reads and writes instances; every method runs inside the caller's transaction."""
 
@@ -226,22 +201,8 @@ class InstanceStore(base.InstanceStore):
     async def list_txn(self, conn: Conn, namespace: str, flt: InstanceFilter,
                        page: Page) -> tuple[list[Instance], str]:
         c = lite(conn)
-        where, params = _filter(namespace, flt)
-        params["limit"] = page.size + 1
-        if flt.statuses:
-            where.append(core.status_condition(flt.statuses))
-        if flt.stalled_only:
-            where.append(core.STALLED_WHERE.format(now=":now"))
-            params["now"] = c.now_us
-        if page.token:
-            created, wf, key = core.time_cursor(DIALECT, page.token)
-            where.append("(created_at, workflow_id, instance_key) < (:c_at, :c_wf, :c_key)")
-            params.update({"c_at": created, "c_wf": wf, "c_key": key})
-        rows = [_instance(r) for r in await c.all(
-            f"""SELECT {_COLUMNS} FROM durable_instances WHERE {" AND ".join(where)}
-                ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT :limit""",
-            params,
-        )]
+        query, params = core.list_instances_query(DIALECT, namespace, flt, page, now=c.now_us)
+        rows = [_instance(r) for r in await c.all(query, params)]
         return cut_page(rows, page.size, lambda i: instance_cursor(DIALECT, i))
 
     async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
@@ -300,14 +261,8 @@ class InstanceStore(base.InstanceStore):
 
     async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> StatusCounts:
         c = lite(conn)
-        where, params = _filter(namespace, flt)
-        params["now"] = c.now_us
-        rows = await c.all(
-            f"""SELECT {core.STATUS_EXPR} AS status, count(*) AS n,
-                       sum({core.STALLED_WHERE.format(now=":now")}) AS stalled
-                FROM durable_instances WHERE {" AND ".join(where)} GROUP BY 1""",
-            params,
-        )
+        query, params = core.count_instances_query(DIALECT, namespace, flt, now=c.now_us)
+        rows = await c.all(query, params)
         return core.status_counts(list(rows))
 
     async def add_event_txn(self, conn: Conn, ref: InstanceRef, kind: str, *, actor: str = "",
