@@ -314,7 +314,8 @@ async def test_redis_stopped_flushed_or_garbled_gives_identical_outcomes(databas
         try:
             done, busy = new_key(), new_key()
             first = await claim_one(s, done, {"order": done, "n": 1})
-            await complete(s, done, first.key.attempt, {"charge": "ch_cache"})
+            # Redis holds completed keys with a large result (a small one is one primary-key read away).
+            await complete(s, done, first.key.attempt, {"charge": "ch_cache", "receipt": "r" * 20_000})
             assert (await claim_one(s, busy, {"order": busy})).outcome == ACQUIRED
             hits_before = REGISTRY.get_sample_value("durable_cache_requests_total",
                                                     {"op": "idempotency_completed", "result": "hit"}) or 0.0

@@ -144,17 +144,23 @@ async def test_one_redis_shared_by_two_databases_never_answers_for_the_other() -
             channels = [channel(s.port) for s in sidecars]
             a, b = (Stubs(ch, "shared-token") for ch in channels)
             try:
-                key = new_key()
-                first = await claim_one(a, key, {"amount": 5})
-                assert first.outcome == pb.CLAIM_OUTCOME_ACQUIRED
-                await complete(a, key, first.key.attempt, {"charge": "ch_1"})
-                replay = await claim_one(a, key, {"amount": 5})  # answered from Redis from now on
-                assert replay.outcome == pb.CLAIM_OUTCOME_DUPLICATE
+                keys = [new_key(), new_key()]
+                for key in keys:
+                    first = await claim_one(a, key, {"amount": 5})
+                    assert first.outcome == pb.CLAIM_OUTCOME_ACQUIRED
+                    # Results this large are cached in Redis (smaller ones are read from PostgreSQL).
+                    await complete(a, key, first.key.attempt, {"charge": "ch_1", "receipt": "r" * 20_000})
+                    replay = await claim_one(a, key, {"amount": 5})
+                    assert replay.outcome == pb.CLAIM_OUTCOME_DUPLICATE
                 import redis as redis_lib
 
-                assert len(redis_lib.Redis.from_url(redis.url).keys("durable:v1:*:idem:*")) == 1
-                other = await claim_one(b, key, {"amount": 5})
-                assert other.outcome == pb.CLAIM_OUTCOME_ACQUIRED, "the other database's completed key was replayed"
+                assert len(redis_lib.Redis.from_url(redis.url).keys("durable:v1:*:idem:*")) == 2
+                # A batch claim asks Redis first: the other database's cached keys must not answer.
+                batch = pb.ClaimRequest(items=[pb.ClaimItem(scope="payment", key=k, payload_json=b'{"amount": 5}')
+                                               for k in keys])
+                others = (await b.idempotency.Claim(batch, metadata=b.metadata)).results
+                assert [o.outcome for o in others] == [pb.CLAIM_OUTCOME_ACQUIRED] * 2, \
+                    "the other database's completed key was replayed"
             finally:
                 for ch in channels:
                     await ch.close()

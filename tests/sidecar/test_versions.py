@@ -20,6 +20,7 @@ import grpc
 import pytest
 from durable.v1 import checkpoint_pb2, common_pb2, instance_pb2, version_pb2
 from durable_sidecar import app
+from durable_sidecar.services import versions as versions_service
 
 from tests.conftest import Harness, make_settings
 from tests.sidecar.helpers import Stubs, channel, free_port
@@ -629,7 +630,9 @@ async def test_sync_of_a_workflow_n8n_does_not_have_is_not_found(database_url: s
 
 
 async def test_start_or_resume_reads_n8n_while_the_workflow_has_no_version_then_once_an_interval(
-        database_url: str, n8n: FakeN8n) -> None:
+        database_url: str, n8n: FakeN8n, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Told 'not due', a sidecar asks the database again only after this long (5 s by default).
+    monkeypatch.setattr(versions_service, "_NOT_DUE_SECONDS", 0.5)
     n8n.publish(WF, workflow(amount=10), "n8n-v-aaa")
     async with sidecar_with(database_url, n8n_base_url=n8n.url, n8n_api_key=N8N_KEY) as s:
         first = await start(s, new_key())
@@ -641,6 +644,9 @@ async def test_start_or_resume_reads_n8n_while_the_workflow_has_no_version_then_
         # Once the interval has passed (database time), the next start reads n8n again.
         await fetch(database_url, f"UPDATE durable_workflows SET n8n_checked_at = {ago(database_url, 3600)} "
                                   "WHERE namespace = %s AND workflow_id = %s", f"ns-{s.token}", WF)
+        # This sidecar was just told 'not due': for a moment it does not ask the database again.
+        assert (await start(s, new_key())).instance.bound_version == 1 and len(n8n.requests) == 1
+        await asyncio.sleep(0.6)
         third = await start(s, new_key())
         assert third.instance.bound_version == 2 and third.current_version == 2 and len(n8n.requests) == 2
         # A definition sent by the caller wins and needs no HTTP call.

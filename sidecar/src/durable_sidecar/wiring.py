@@ -15,6 +15,7 @@ from .settings import Settings
 from .stores.backend import Backend, open_postgres, open_sqlite
 from .stores.cache import Cache, RedisCache
 from .stores.memory_cache import MemoryCache
+from .stores.state_memory import StateMemory
 
 
 async def open_backend(settings: Settings, *, owner: bool, migrate: bool) -> Backend:
@@ -66,7 +67,9 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                               default_ttl_seconds=settings.idempotency_ttl_seconds,
                               max_batch_items=settings.max_batch_items, max_payload_bytes=settings.max_state_bytes,
                               reaper_batch_size=settings.reaper_batch_size, instances=backend.instances,
-                              local_keys=settings.local_key_cache_entries)
+                              local_keys=settings.local_key_cache_entries,
+                              # As for states: PostgreSQL serves small results as cheaply as Redis.
+                              cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0)
     checkpoints = CheckpointService(db, backend.instances, backend.checkpoints, cache,
                                     max_state_bytes=settings.max_state_bytes,
                                     max_batch_items=settings.max_batch_items,
@@ -75,7 +78,9 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                                     # in-process cache (embedded setup) is cheaper than either.
                                     cache_min_bytes=settings.compress_threshold_bytes if settings.redis_url else 0,
                                     # Large reads take at most half the pool (and at most 4 at once).
-                                    large_read_slots=max(1, min(4, settings.db_pool_max // 2)))
+                                    large_read_slots=max(1, min(4, settings.db_pool_max // 2)),
+                                    # The newest state per instance, for one-statement step saves where the backend has them.
+                                    memory=StateMemory() if backend.checkpoints.one_statement_step_save else None)
     n8n = N8nClient(settings.n8n_base_url, settings.n8n_api_key, timeout_seconds=settings.n8n_timeout_seconds,
                     max_bytes=settings.max_state_bytes)
     versions = VersionService(db, backend.versions, backend.instances, n8n,

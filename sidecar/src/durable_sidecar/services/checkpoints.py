@@ -32,8 +32,10 @@ from ..stores.base import (
     InstanceStore,
     NewCheckpointRow,
     SingleSave,
+    StepSave,
 )
 from ..stores.cache import Cache
+from ..stores.state_memory import StateMemory
 from ..stores.states import EncodedState
 
 if TYPE_CHECKING:
@@ -159,7 +161,7 @@ class CheckpointService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore, cache: Cache, *,
                  max_state_bytes: int, max_batch_items: int, default_lease_seconds: int,
                  keys: IdempotencyService | None = None, cache_min_bytes: int = 0,
-                 large_read_slots: int = _LARGE_READ_SLOTS) -> None:
+                 large_read_slots: int = _LARGE_READ_SLOTS, memory: StateMemory | None = None) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
@@ -177,6 +179,19 @@ class CheckpointService:
         # Reads of large states from the database: at most this many at once (see with_state).
         self.large_read_slots = large_read_slots
         self._large_reads = asyncio.Semaphore(large_read_slots)
+        # The newest state saved per instance: a step result is merged into it and saved in one statement.
+        self.memory = memory if memory is not None else StateMemory(0)
+
+    def remember_start(self, ref: InstanceRef, start_item_json: bytes, encoded: EncodedState | None) -> None:
+        """A new instance's state is its start item (none: no state) until its first checkpoint."""
+        if self.memory.enabled:
+            self.memory.put(ref, 0, start_item_json or None,
+                            hashlib.sha256(encoded.data).hexdigest() if encoded is not None else "")
+
+    def remember(self, ref: InstanceRef, checkpoint: Checkpoint) -> None:
+        """The instance's newest checkpoint, read with its state (a resume)."""
+        if self.memory.enabled and checkpoint.state is not None:
+            self.memory.put(ref, checkpoint.sequence, checkpoint.state, checkpoint.sha256)
 
     def check_state(self, field: str, raw: bytes, *, object_only: bool = False, json_checked: bool = False) -> None:
         """A state-like payload: at most DURABLE_MAX_STATE_BYTES (TooLarge above) of JSON (InvalidArgument)."""
@@ -272,6 +287,12 @@ class CheckpointService:
         else:
             prepared = self._prepare(namespace, items)
         del items  # the prepared items hold what is still needed of the request
+        if (len(prepared) == 1 and prepared[0][0].add_step_result and self.checkpoints.one_statement_step_save
+                and self.memory.enabled and not failpoints.enabled("checkpoint.after_insert")):
+            step = await self._save_step(namespace, prepared[0][0])
+            if step is not None:
+                return step
+            metrics.STEP_SAVES.labels("transaction").inc()
         if len(prepared) == 1 and self.checkpoints.one_statement_save and _single_statement(prepared[0][0]):
             single = await self._save_single(namespace, *prepared[0])
             if single is not None:
@@ -322,6 +343,47 @@ class CheckpointService:
             assert self.keys is not None
             await self.keys.completed(completions)
         self._saved(namespace, saved_items, results)
+        return results
+
+    async def _save_step(self, namespace: str, new: NewCheckpoint) -> list[SavedCheckpoint] | None:
+        """A step result merged into the remembered state and saved, its key completed, in one statement.
+
+        None (nothing written): no state remembered, or the database found the
+        instance elsewhere than the remembered state says (StateMemory); the
+        transaction then decides, reading the state.
+        """
+        remembered = self.memory.get(new.ref)
+        if remembered is None or (new.expected_sequence is not None and new.expected_sequence != remembered.sequence):
+            return None
+        try:
+            merged, encoded = await self._merge(0, new, remembered.state)
+        except (InvalidArgument, TooLarge):
+            return None  # the transaction refuses it, in its order of checks
+        row = NewCheckpointRow(new.ref, 0, new.step_name, encoded, merged.sha256, len(merged.state), new.execution_id,
+                               new.node_name)
+        del encoded
+        kc = new.complete_key
+
+        async def one(conn: Conn) -> StepSave | None:
+            return await self.checkpoints.save_step_txn(
+                conn, row, expected_sequence=new.expected_sequence, lease_seconds=new.lease_seconds,
+                default_lease_seconds=self.default_lease_seconds, base_sequence=remembered.sequence,
+                base_digest=remembered.digest, complete=(kc.ref, kc.attempt, kc.result_json) if kc else None)
+
+        failpoints.hit("checkpoint.before_insert")
+        done = await self.db.single(one)
+        if done is None:
+            self.memory.forget(new.ref)
+            return None
+        failpoints.hit("checkpoint.after_commit")
+        metrics.STEP_SAVES.labels("one_statement").inc()
+        if done.key is not None:
+            from .idempotency import KeyCompleted  # here: services.idempotency imports this module
+
+            assert self.keys is not None
+            await self.keys.completed([KeyCompleted(done.key, done.now, changed=True)])
+        results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key)]
+        self._saved(namespace, [merged], results)
         return results
 
     async def _save_single(self, namespace: str, new: NewCheckpoint,
@@ -382,6 +444,9 @@ class CheckpointService:
         """After the commit: counts the saves and hands the new large states to the cache (after the reply)."""
         fresh = []
         repeated = 0
+        if self.memory.enabled:
+            for new, saved in zip(saved_items, results, strict=True):  # in order: an instance's newest last
+                self.memory.put(new.ref, saved.checkpoint.sequence, new.state, new.sha256)
         for new, saved in zip(saved_items, results, strict=True):
             if saved.deduplicated:
                 repeated += 1
@@ -454,7 +519,10 @@ class CheckpointService:
             else:
                 state.current = await self.instances.start_item_txn(conn, new.ref)
             state.current_known = True
-        current = state.current
+        return await self._merge(index, new, state.current)
+
+    async def _merge(self, index: int, new: NewCheckpoint, current: bytes | None) -> tuple[NewCheckpoint, EncodedState]:
+        """The item with its step result added to the state `current`, hashed and encoded."""
 
         def merge() -> tuple[bytes, EncodedState]:
             merged = add_step_result(current, new.step_name, new.state)

@@ -131,10 +131,15 @@ def _from_cache(raw: bytes) -> IdempotencyKey | None:
 class IdempotencyService:
     def __init__(self, db: Database, store: IdempotencyStore, cache: Cache, *, default_lease_seconds: int,
                  default_ttl_seconds: int, max_batch_items: int, max_payload_bytes: int,
-                 reaper_batch_size: int, instances: InstanceStore | None = None, local_keys: int = 0) -> None:
+                 reaper_batch_size: int, instances: InstanceStore | None = None, local_keys: int = 0,
+                 cache_min_bytes: int = 0) -> None:
         self.db = db
         self.store = store
         self.cache = cache
+        # A shared cache (Redis) holds completed keys whose result is at least this large; a smaller one
+        # is served by the database in the one round trip a cache read would cost. Above 0, a lone claim
+        # goes straight to its one statement (a new key needs it anyway; a replay gets the result from it).
+        self.cache_min_bytes = cache_min_bytes
         # Completed keys replayed from this process's memory, before the shared cache is asked.
         self.local = CompletedKeys(local_keys, margin=_CACHE_MARGIN)
         # Reads the instance an instance-aware claim names (ClaimItem.workflow_id/instance_key).
@@ -220,7 +225,7 @@ class IdempotencyService:
         else:
             claims = self._prepare(namespace, items)
 
-        cached = await self._replay_from_cache(claims)
+        cached = await self._replay_from_cache(claims) if len(claims) > 1 or not self.cache_min_bytes else None
         if cached is not None:
             for claim, claimed in zip(claims, cached, strict=True):
                 metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.DUPLICATE.value).inc()
@@ -400,7 +405,7 @@ class IdempotencyService:
         ttl = min(self.cache.ttl_seconds, left)
         if key.status is KeyStatus.COMPLETED and left > 0:
             self.local.put(self.cache.scope, key, raw_sha256)
-        if key.status is KeyStatus.COMPLETED and ttl > 0:
+        if key.status is KeyStatus.COMPLETED and ttl > 0 and len(key.result_json or b"") >= self.cache_min_bytes:
             try:
                 entry = _to_cache(key)
             except (UnicodeDecodeError, ValueError):

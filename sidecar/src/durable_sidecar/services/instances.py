@@ -125,6 +125,7 @@ class InstanceService:
             started = await self.db.single(one)
             if started is not None:
                 created = started.instance
+                self.checkpoint_service.remember_start(ref, start_item_json, start_item)
                 if policy is not None:  # the new instance's retry policy: one more short transaction
                     async def with_policy(conn: Conn) -> Instance:
                         return await self.waits.update_txn(conn, ref, now=await self.waits.now_txn(conn),
@@ -199,6 +200,10 @@ class InstanceService:
         if include_state and result.latest is not None:
             latest = await self.checkpoint_service.with_state(ref.namespace, result.latest)
             result = replace(result, latest=latest)
+            if result.outcome in (StartOutcome.STARTED, StartOutcome.RESUMED):
+                self.checkpoint_service.remember(ref, latest)
+        elif result.outcome is StartOutcome.STARTED and result.instance.last_sequence == 0:
+            self.checkpoint_service.remember_start(ref, start_item_json, start_item)
         _log_start(result)
         return result
 

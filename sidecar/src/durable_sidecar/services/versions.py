@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from .. import definitions, validation
@@ -23,6 +24,11 @@ from ..n8n_api import N8nClient
 from ..stores.base import Conn, Database, InstanceStore, VersionStore
 
 log = logging.getLogger(__name__)
+
+
+# Workflows remembered as 'no n8n check due' (the map is cleared when full), and for how long.
+_NOT_DUE_ENTRIES = 10_000
+_NOT_DUE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class VersionService:
         self.n8n = n8n
         self.sync_interval_seconds = sync_interval_seconds
         self.max_batch_items = max_batch_items
+        # (namespace, workflow_id) -> monotonic time before which this process does not ask the database
+        # whether an n8n check is due: it was told 'not due' (at most one such query per workflow per 5 s).
+        self._not_due_until: dict[tuple[str, str], float] = {}
 
     # --- registering -------------------------------------------------------
 
@@ -174,7 +183,13 @@ class VersionService:
             return await self.versions.claim_n8n_check_txn(conn, namespace, workflow_id,
                                                            interval_seconds=self.sync_interval_seconds)
 
+        workflow = (namespace, workflow_id)
+        if time.monotonic() < self._not_due_until.get(workflow, 0.0):
+            return None
         if not await self.db.transaction(claim):
+            if len(self._not_due_until) >= _NOT_DUE_ENTRIES:
+                self._not_due_until.clear()
+            self._not_due_until[workflow] = time.monotonic() + min(_NOT_DUE_SECONDS, self.sync_interval_seconds)
             return None
         try:
             fetched = await self.n8n.fetch_workflow(workflow_id)

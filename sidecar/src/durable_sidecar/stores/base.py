@@ -128,6 +128,15 @@ class CheckpointAdvance:
 
 
 @dataclass(frozen=True)
+class StepSave:
+    """What the one-statement step-result save wrote: the checkpoint and, with a key named, the completed key."""
+
+    checkpoint: Checkpoint
+    key: IdempotencyKey | None
+    now: datetime  # the database's time of the statement (the key's updated_at, else the checkpoint's created_at)
+
+
+@dataclass(frozen=True)
 class SingleSave:
     """What the one-statement save of one checkpoint did.
 
@@ -313,6 +322,8 @@ class CheckpointStore(ABC):
 
     # Whether save_single_txn does its work (one statement); else the services take the batch path at once.
     one_statement_save: ClassVar[bool] = False
+    # Whether save_step_txn can write (see StateMemory): the service only merges ahead of it then.
+    one_statement_step_save: ClassVar[bool] = False
 
     def __init__(self, *, compress_threshold_bytes: int) -> None:
         self.compress_threshold_bytes = compress_threshold_bytes
@@ -330,6 +341,20 @@ class CheckpointStore(ABC):
         instance's length, else default_lease_seconds); row.sequence is not
         used (the statement numbers it). None from a backend without such a
         statement: the caller then takes the batch path.
+        """
+        return None
+
+    async def save_step_txn(self, conn: Conn, row: NewCheckpointRow, *, expected_sequence: int | None,
+                            lease_seconds: int, default_lease_seconds: int, base_sequence: int, base_digest: str,
+                            complete: tuple[KeyRef, int, bytes] | None) -> StepSave | None:
+        """A step result merged into the remembered state, with its key's completion, as one statement.
+
+        Run with Database.single. Writes only when the instance is running, at
+        base_sequence, its stored base matches base_digest (see StateMemory),
+        its newest step is another one, expected_sequence (if any) holds, and
+        complete's (key, attempt, result) is that attempt's key in progress;
+        otherwise writes nothing and returns None (the caller takes the
+        transaction). None also from a backend without such a statement.
         """
         return None
 

@@ -8,7 +8,17 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from ...domain import Checkpoint, InstanceRef, NewCheckpoint, Page, PrunePolicy, PruneResult
+from ...domain import (
+    Checkpoint,
+    IdempotencyKey,
+    InstanceRef,
+    KeyRef,
+    KeyStatus,
+    NewCheckpoint,
+    Page,
+    PrunePolicy,
+    PruneResult,
+)
 from .. import base, core
 from ..base import Conn
 from ..core import CHECKPOINT_META as _META
@@ -28,6 +38,7 @@ def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
 
 class CheckpointStore(base.CheckpointStore):
     one_statement_save = True
+    one_statement_step_save = True
 
     async def save_single_txn(self, conn: Conn, row: base.NewCheckpointRow, *, expected_sequence: int | None,
                               lease_seconds: int, default_lease_seconds: int) -> base.SingleSave:
@@ -45,6 +56,40 @@ class CheckpointStore(base.CheckpointStore):
         assert found is not None, "the function always returns one row"
         saved = _checkpoint(found, with_state=False) if found["workflow_id"] is not None else None
         return base.SingleSave(found["outcome"], found["last_sequence"], saved)
+
+    async def save_step_txn(self, conn: Conn, row: base.NewCheckpointRow, *, expected_sequence: int | None,
+                            lease_seconds: int, default_lease_seconds: int, base_sequence: int, base_digest: str,
+                            complete: tuple[KeyRef, int, bytes] | None) -> base.StepSave | None:
+        # durable_save_step() is migration 0010: the nodes' step-result save, completing its key, in one round trip.
+        key_ref, attempt, result = complete if complete is not None else (None, None, None)
+        cur = await pg(conn).execute(
+            """SELECT * FROM durable_save_step(
+                   %(ns)s, %(wf)s, %(key)s, %(step)s, %(enc)s::smallint, %(state)s::bytea, %(sha)s,
+                   %(size)s::bigint, %(exec)s, %(node)s, %(expected)s::bigint, %(lease)s::integer,
+                   %(default_lease)s::integer, %(base)s::bigint, %(digest)s, %(k_scope)s, %(k_key)s,
+                   %(k_attempt)s::bigint, %(k_result)s::bytea)""",
+            {**_key(row.ref), "step": row.step_name, "enc": row.encoded.encoding, "state": row.encoded.data,
+             "sha": row.sha256, "size": row.size_bytes, "exec": row.execution_id, "node": row.node_name,
+             "expected": expected_sequence, "lease": lease_seconds, "default_lease": default_lease_seconds,
+             "base": base_sequence, "digest": base_digest, "k_scope": key_ref.scope if key_ref else None,
+             "k_key": key_ref.key if key_ref else None, "k_attempt": attempt, "k_result": result},
+        )
+        found = await cur.fetchone()
+        assert found is not None, "the function always returns one row"
+        if found["outcome"] != "written":
+            return None
+        checkpoint = Checkpoint(row.ref.workflow_id, row.ref.instance_key, found["sequence"], row.step_name,
+                                row.sha256, row.size_bytes, len(row.encoded.data), row.execution_id, row.node_name,
+                                found["created_at"])
+        if key_ref is None:
+            return base.StepSave(checkpoint, None, found["created_at"])
+        key = IdempotencyKey(
+            namespace=key_ref.namespace, scope=key_ref.scope, key=key_ref.key, status=KeyStatus(found["k_status"]),
+            fingerprint=found["k_fingerprint"], attempt=found["k_attempt"], holder=found["k_holder"],
+            lease_expires_at=found["k_lease_expires_at"], result_json=core.blob(found["k_result_json"]),
+            error_message=found["k_error_message"], expires_at=found["k_expires_at"],
+            created_at=found["k_created_at"], updated_at=found["k_updated_at"])
+        return base.StepSave(checkpoint, key, key.updated_at)
 
     async def save_many_txn(self, conn: Conn, items: list[tuple[NewCheckpoint, EncodedState]], *,
                             default_lease_seconds: int) -> base.BatchSave | None:

@@ -1,0 +1,4 @@
+-- Issue 20: PostgreSQL's 0010 adds durable_save_step(), the nodes' step-result save
+-- (completing its key) in one round trip. The embedded database runs in process (a
+-- statement costs no round trip), so it needs no such function: this file keeps the
+-- numbering of the two dialects the same.
