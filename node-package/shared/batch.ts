@@ -5,6 +5,7 @@
  */
 import type { IExecuteFunctions, NodeApiError, NodeOperationError } from 'n8n-workflow';
 
+import { nodeOf } from './run-node';
 import {
 	batchItemIndex,
 	isGrpcFailure,
@@ -41,7 +42,7 @@ export async function batched<T>(
 	indexes: number[],
 	call: (batch: number[]) => Promise<T[]>,
 ): Promise<Map<number, { ok: true; value: T } | { ok: false; error: NodeError }>> {
-	const node = ctx.getNode();
+	const node = nodeOf(ctx);
 	const out = new Map<number, { ok: true; value: T } | { ok: false; error: NodeError }>();
 	for (const positions of chunks(indexes.length, MAX_BATCH_ITEMS)) {
 		const batch = positions.map((p) => indexes[p]);
@@ -90,7 +91,7 @@ export async function perItem<T>(
 	concurrency = 8,
 	hints?: ErrorContext['hints'],
 ): Promise<Settled<T>> {
-	const node = ctx.getNode();
+	const node = nodeOf(ctx);
 	// Once the sidecar proved unreachable for a whole deadline, the items not yet
 	// sent fail at once instead of each waiting out its own deadline.
 	let unreachable: unknown;

@@ -13,6 +13,7 @@
  */
 import type { ICredentialDataDecryptedObject, IExecuteFunctions } from 'n8n-workflow';
 
+import { nodeOf } from './run-node';
 /** How long a decrypted credential is reused. */
 export const CREDENTIAL_TTL_MS = 5_000;
 const MAX_ENTRIES = 256;
@@ -23,7 +24,7 @@ export async function cachedCredentials(
 	ctx: IExecuteFunctions,
 	type: string,
 ): Promise<ICredentialDataDecryptedObject> {
-	const node = ctx.getNode();
+	const node = nodeOf(ctx);
 	const id = node.credentials?.[type]?.id;
 	const workflowId = ctx.getWorkflow().id;
 	if (!id || !workflowId) return await ctx.getCredentials(type);

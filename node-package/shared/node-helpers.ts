@@ -11,6 +11,7 @@ import {
 	type NodeApiError,
 } from 'n8n-workflow';
 
+import { nodeOf } from './run-node';
 import { cachedCredentials } from './credential-cache';
 import { sidecarError, type ErrorContext } from './errors';
 import {
@@ -38,7 +39,7 @@ export async function sidecarFor(ctx: IExecuteFunctions): Promise<SidecarClient>
 	try {
 		return getSidecarClient(connectionFromCredentials(data));
 	} catch (error) {
-		throw new NodeOperationError(ctx.getNode(), error as Error, {
+		throw new NodeOperationError(nodeOf(ctx), error as Error, {
 			description: 'Fix the Durable Sidecar API credential.',
 		});
 	}
@@ -64,7 +65,7 @@ export function callContext(
 export function workflowIdOf(ctx: IExecuteFunctions): string {
 	const id = ctx.getWorkflow().id;
 	if (!id) {
-		throw new NodeOperationError(ctx.getNode(), 'This workflow has no id yet', {
+		throw new NodeOperationError(nodeOf(ctx), 'This workflow has no id yet', {
 			description:
 				'Save the workflow once before running durable nodes: instances belong to a workflow id.',
 		});
@@ -76,7 +77,7 @@ export function workflowIdOf(ctx: IExecuteFunctions): string {
 export function executionIdOf(ctx: IExecuteFunctions): string {
 	const id = ctx.getExecutionId();
 	if (!id) {
-		throw new NodeOperationError(ctx.getNode(), 'This execution has no id', {
+		throw new NodeOperationError(nodeOf(ctx), 'This execution has no id', {
 			description: 'Durable nodes need an execution id as lease owner; run the workflow normally.',
 		});
 	}

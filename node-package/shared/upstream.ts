@@ -15,6 +15,7 @@ import {
 	type NodeParameterValueType,
 } from 'n8n-workflow';
 
+import { nodeOf } from './run-node';
 import { DURABLE_FIELD, IDEMPOTENCY_FIELD, isObject } from './node-helpers';
 
 /** The instance an item belongs to, as the Resume Point (or a later durable node) put it on an item. */
@@ -108,7 +109,7 @@ export class Upstream {
 	private durableAncestors(): Candidate[] {
 		if (this.candidates) return this.candidates;
 		const found: Array<Candidate & { above: number }> = [];
-		const parents = this.ctx.getParentNodes(this.ctx.getNode().name, {
+		const parents = this.ctx.getParentNodes(nodeOf(this.ctx).name, {
 			includeNodeParameters: true,
 		});
 		for (const parent of parents) {
@@ -206,7 +207,7 @@ export class Upstream {
 		const ref = this.instance(itemIndex, item);
 		if (ref) return ref;
 		throw new NodeOperationError(
-			this.ctx.getNode(),
+			nodeOf(this.ctx),
 			'No Resume Point before this node for this item',
 			{
 				itemIndex,
@@ -330,7 +331,7 @@ export function parameterReader<T extends NodeParameterValueType | object>(
 	name: string,
 	fallback: T,
 ): (itemIndex: number) => T {
-	let raw: unknown = ctx.getNode().parameters;
+	let raw: unknown = nodeOf(ctx).parameters;
 	for (const part of name.split('.')) raw = isObject(raw) ? raw[part] : undefined;
 	if (typeof raw === 'string' && raw.startsWith('=')) {
 		const path = jsonPathOf(raw);
@@ -347,7 +348,52 @@ export function parameterReader<T extends NodeParameterValueType | object>(
 	}
 	let once: { value: T } | undefined;
 	return () => {
-		once ??= { value: ctx.getNodeParameter(name, 0, fallback) as T };
+		once ??= { value: nodeParameter<T>(ctx, name, 0, fallback) };
 		return once.value;
 	};
+}
+
+/** A string that is no expression, a number, a boolean, null, or arrays and objects of these. */
+function isPlain(value: unknown): boolean {
+	if (value === null || typeof value === 'number' || typeof value === 'boolean') return true;
+	if (typeof value === 'string') return value.charAt(0) !== '=';
+	if (Array.isArray(value)) return value.every(isPlain);
+	if (isObject(value)) return Object.values(value).every(isPlain);
+	return false;
+}
+
+/**
+ * What ctx.getNodeParameter(name, itemIndex, fallback) answers, read from the
+ * node itself when nothing needs evaluating: a stored value that holds no
+ * expression (n8n returns it as it is: our properties declare no validateType),
+ * or an option missing from a collection that is there (n8n's lookup gives the
+ * fallback). Anything else (an expression, a parameter the node does not
+ * have) goes to n8n. Saves n8n's resolution and its search of the description
+ * per call; profiled in n8n 2.41 a few hundredths of a millisecond each, about
+ * 45 calls per durable order.
+ */
+export function nodeParameter<T = unknown>(
+	ctx: IExecuteFunctions,
+	name: string,
+	itemIndex: number,
+	fallback?: unknown,
+): T {
+	const parts = name.split('.');
+	let parent: unknown;
+	let raw: unknown = nodeOf(ctx).parameters;
+	for (const part of parts) {
+		parent = raw;
+		raw = isObject(raw) ? raw[part] : undefined;
+	}
+	if (raw !== undefined && isPlain(raw)) {
+		return (typeof raw === 'object' && raw !== null ? structuredClone(raw) : raw) as T;
+	}
+	if (raw === undefined && parts.length > 1 && isObject(parent) && fallback !== undefined) {
+		if (isPlain(fallback)) return fallback as T;
+	}
+	return (
+		fallback === undefined
+			? ctx.getNodeParameter(name, itemIndex)
+			: ctx.getNodeParameter(name, itemIndex, fallback as NodeParameterValueType | object)
+	) as T;
 }

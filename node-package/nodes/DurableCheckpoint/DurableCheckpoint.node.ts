@@ -9,8 +9,10 @@ import {
 	type INodeTypeDescription,
 } from 'n8n-workflow';
 
+import { nodeOf } from '../../shared/run-node';
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
+import { versionViews } from '../../shared/versions';
 import {
 	asNodeError,
 	DURABLE_FIELD,
@@ -37,7 +39,13 @@ import {
 	type SaveCheckpointItem,
 	type SidecarClient,
 } from '../../shared/transport';
-import { parameterReader, shareUnchanged, Upstream, type ClaimRef } from '../../shared/upstream';
+import {
+	parameterReader,
+	shareUnchanged,
+	Upstream,
+	type ClaimRef,
+	nodeParameter,
+} from '../../shared/upstream';
 
 type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume' | 'awaitEvent';
 
@@ -90,7 +98,7 @@ async function saveCheckpoints(
 	{ client, workflowId, executionId, upstream, keyOf }: SaveContext,
 ): Promise<INodeExecutionData[]> {
 	const items = ctx.getInputData();
-	const node = ctx.getNode();
+	const node = nodeOf(ctx);
 	const v2 = node.typeVersion >= 2;
 	const out: INodeExecutionData[] = [];
 	// Plain parameters are read once per run; expressions per item.
@@ -101,7 +109,7 @@ async function saveCheckpoints(
 	// n8n treats an undefined fallback as "required": '' marks "option not added".
 	const expectedOf = parameterReader<number | string>(ctx, 'options.expectedSequence', '');
 	const completeClaimed =
-		v2 && (ctx.getNodeParameter('options.completeClaimedKey', 0, true) as boolean);
+		v2 && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean);
 
 	const prepared = new Map<number, PreparedSave>();
 	const problems = new Map<number, NodeError>();
@@ -638,17 +646,23 @@ export class DurableCheckpoint implements INodeType {
 		},
 	};
 
+	/** Each version's own description for n8n: a version-2 node carries no version-1 properties (shared/versions.ts). */
+	private readonly versions = versionViews(this);
+	readonly nodeVersions = this.versions.nodeVersions;
+	readonly currentVersion = this.versions.currentVersion;
+	readonly getNodeType = this.versions.getNodeType;
+
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const items = this.getInputData();
 		if (items.length === 0) return [[]];
-		const node = this.getNode();
+		const node = nodeOf(this);
 		const v2 = node.typeVersion >= 2;
-		const operation = this.getNodeParameter('operation', 0) as Operation;
+		const operation = nodeParameter(this, 'operation', 0) as Operation;
 		const client = await sidecarFor(this);
 		const workflowId = workflowIdOf(this);
 		const executionId = executionIdOf(this);
 		const upstream = new Upstream(this);
-		const byKey = !v2 || this.getNodeParameter('instanceFrom', 0, 'resumePoint') === 'key';
+		const byKey = !v2 || nodeParameter(this, 'instanceFrom', 0, 'resumePoint') === 'key';
 		const out: INodeExecutionData[] = [];
 		const fail = (i: number, error: NodeError) => {
 			if (!this.continueOnFail()) throw error;
@@ -712,8 +726,8 @@ export class DurableCheckpoint implements INodeType {
 			return at;
 		};
 		const secondsOf = (i: number): number => {
-			const amount = Number(this.getNodeParameter('amount', i, 0));
-			const unit = this.getNodeParameter('unit', i, 'hours') as string;
+			const amount = Number(nodeParameter(this, 'amount', i, 0));
+			const unit = nodeParameter(this, 'unit', i, 'hours') as string;
 			const seconds = Math.round(amount * (UNIT_SECONDS[unit] ?? 1));
 			if (!Number.isFinite(seconds) || seconds < 0) {
 				throw new NodeOperationError(node, `Amount must be zero or more, got ${String(amount)}`, {
@@ -734,7 +748,7 @@ export class DurableCheckpoint implements INodeType {
 			const key = keys[i];
 			if (typeof key !== 'string') throw key;
 			if (operation === 'complete') {
-				const what = this.getNodeParameter('resultWhat', i, 'none') as string;
+				const what = nodeParameter(this, 'resultWhat', i, 'none') as string;
 				const result =
 					what === 'item'
 						? userJson(items[i])
@@ -755,7 +769,7 @@ export class DurableCheckpoint implements INodeType {
 				return response.instance;
 			}
 			if (operation === 'fail') {
-				const message = (this.getNodeParameter('errorMessage', i, '') as string).trim();
+				const message = (nodeParameter(this, 'errorMessage', i, '') as string).trim();
 				if (!message) {
 					throw new NodeOperationError(node, 'Reason is empty', {
 						itemIndex: i,
@@ -767,19 +781,19 @@ export class DurableCheckpoint implements INodeType {
 					instanceKey: key,
 					executionId,
 					errorMessage: message,
-					retry: this.getNodeParameter('options.retry', i, false) as boolean,
+					retry: nodeParameter(this, 'options.retry', i, false) as boolean,
 				});
 				return response.instance;
 			}
 			if (operation === 'awaitEvent') {
-				const eventName = String(this.getNodeParameter('eventName', i, '') ?? '').trim();
+				const eventName = String(nodeParameter(this, 'eventName', i, '') ?? '').trim();
 				if (!eventName) {
 					throw new NodeOperationError(node, 'Event Name is empty', {
 						itemIndex: i,
 						description: 'Name the event this instance waits for, e.g. delivered.',
 					});
 				}
-				const when = this.getNodeParameter('resumeWhen', i, 'never') as string;
+				const when = nodeParameter(this, 'resumeWhen', i, 'never') as string;
 				let timeout:
 					| { $case: 'deadline'; value: Date }
 					| { $case: 'timeoutSeconds'; value: number }
@@ -811,7 +825,7 @@ export class DurableCheckpoint implements INodeType {
 				);
 				return undefined;
 			}
-			const when = this.getNodeParameter('resumeWhen', i, 'after') as string;
+			const when = nodeParameter(this, 'resumeWhen', i, 'after') as string;
 			if (when === 'at') {
 				const at = timeOf(this.getNodeParameter('wakeAt', i, '') as string, i);
 				const response = await client.scheduleWakeUp({
@@ -861,7 +875,7 @@ export class DurableCheckpoint implements INodeType {
 /** Resume Points upstream of this node (enabled ones) that have Wait Outputs off. */
 export function resumePointsWithoutWaitOutputs(ctx: IExecuteFunctions): string[] {
 	return ctx
-		.getParentNodes(ctx.getNode().name, { includeNodeParameters: true })
+		.getParentNodes(nodeOf(ctx).name, { includeNodeParameters: true })
 		.filter(
 			(parent) =>
 				!parent.disabled &&

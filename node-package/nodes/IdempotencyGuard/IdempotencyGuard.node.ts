@@ -9,8 +9,10 @@ import {
 	type INodeTypeDescription,
 } from 'n8n-workflow';
 
+import { nodeOf } from '../../shared/run-node';
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
+import { versionViews } from '../../shared/versions';
 import {
 	asNodeError,
 	DURABLE_FIELD,
@@ -33,7 +35,13 @@ import {
 	type ClaimItem,
 	type IdempotencyKey,
 } from '../../shared/transport';
-import { instanceRefOf, parameterReader, Upstream, type InstanceRef } from '../../shared/upstream';
+import {
+	instanceRefOf,
+	parameterReader,
+	Upstream,
+	type InstanceRef,
+	nodeParameter,
+} from '../../shared/upstream';
 
 type Operation = 'claim' | 'recordResult' | 'release';
 
@@ -371,11 +379,17 @@ export class IdempotencyGuard implements INodeType {
 		},
 	};
 
+	/** Each version's own description for n8n: a version-2 node carries no version-1 properties (shared/versions.ts). */
+	private readonly versions = versionViews(this);
+	readonly nodeVersions = this.versions.nodeVersions;
+	readonly currentVersion = this.versions.currentVersion;
+	readonly getNodeType = this.versions.getNodeType;
+
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const items = this.getInputData();
-		const operation = this.getNodeParameter('operation', 0) as Operation;
+		const operation = nodeParameter(this, 'operation', 0) as Operation;
 		if (items.length === 0) return operation === 'claim' ? [[], [], []] : [[]];
-		const node = this.getNode();
+		const node = nodeOf(this);
 		const v2 = node.typeVersion >= 2;
 		const client = await sidecarFor(this);
 		const executionId = executionIdOf(this);
@@ -551,7 +565,7 @@ export class IdempotencyGuard implements INodeType {
 			}
 			const scope = text('scope', i, !claim) || claim!.scope;
 			const key = text('key', i, !claim) || claim!.key;
-			const given = Number(this.getNodeParameter('attempt', i, 0));
+			const given = Number(nodeParameter(this, 'attempt', i, 0));
 			const fromItem = items[i].json[IDEMPOTENCY_FIELD];
 			const attempt =
 				given || (claim ? claim.attempt : Number(isObject(fromItem) ? fromItem.attempt : 0));
@@ -567,7 +581,7 @@ export class IdempotencyGuard implements INodeType {
 				);
 			}
 			if (operation === 'recordResult') {
-				const what = this.getNodeParameter('resultWhat', i, 'item') as string;
+				const what = nodeParameter(this, 'resultWhat', i, 'item') as string;
 				const result =
 					what === 'json'
 						? jsonParameter(node, this.getNodeParameter('resultJson', i, '{}'), 'Result (JSON)', i)
@@ -575,7 +589,7 @@ export class IdempotencyGuard implements INodeType {
 				return (await client.completeKey({ scope, key, attempt, resultJson: toJsonBytes(result) }))
 					.key;
 			}
-			const message = this.getNodeParameter('errorMessage', i, '') as string;
+			const message = nodeParameter(this, 'errorMessage', i, '') as string;
 			return (await client.releaseKey({ scope, key, attempt, errorMessage: message })).key;
 		});
 		for (let i = 0; i < items.length; i++) {

@@ -10,7 +10,9 @@ import {
 	type NodeApiError,
 } from 'n8n-workflow';
 
+import { nodeOf } from '../../shared/run-node';
 import { testSidecarCredential } from '../../shared/credential-test';
+import { versionViews } from '../../shared/versions';
 import {
 	asNodeError,
 	callContext,
@@ -31,7 +33,7 @@ import {
 	workflowIdOf,
 } from '../../shared/node-helpers';
 import { isSidecarUnreachable } from '../../shared/errors';
-import { parameterReader } from '../../shared/upstream';
+import { parameterReader, nodeParameter } from '../../shared/upstream';
 import {
 	InstanceStatus,
 	ResumeReason,
@@ -311,14 +313,20 @@ export class ResumePoint implements INodeType {
 		},
 	};
 
+	/** Each version's own description for n8n: a version-2 node carries no version-1 properties (shared/versions.ts). */
+	private readonly versions = versionViews(this);
+	readonly nodeVersions = this.versions.nodeVersions;
+	readonly currentVersion = this.versions.currentVersion;
+	readonly getNodeType = this.versions.getNodeType;
+
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 		const items = this.getInputData();
-		const node = this.getNode();
-		const stepNames = fieldList(this.getNodeParameter('stepOutputs', 0, '') as string).filter(
+		const node = nodeOf(this);
+		const stepNames = fieldList(nodeParameter(this, 'stepOutputs', 0, '') as string).filter(
 			(s, i, all) => all.indexOf(s) === i,
 		);
-		const mismatchOutput = this.getNodeParameter('versionMismatchOutput', 0, false) as boolean;
-		const waitOutputs = this.getNodeParameter('waitOutputs', 0, false) as boolean;
+		const mismatchOutput = nodeParameter(this, 'versionMismatchOutput', 0, false) as boolean;
+		const waitOutputs = nodeParameter(this, 'waitOutputs', 0, false) as boolean;
 		const outputs: INodeExecutionData[][] = Array.from(
 			{
 				length: FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0),
@@ -338,7 +346,7 @@ export class ResumePoint implements INodeType {
 		const instanceKeyOf = parameterReader<string>(this, 'instanceKey', '');
 		const executionId = executionIdOf(this);
 
-		if (this.getNodeParameter('options.registerVersion', 0, false) as boolean) {
+		if (nodeParameter(this, 'options.registerVersion', 0, false) as boolean) {
 			try {
 				await client.syncVersionFromN8n({ workflowId, actor: `execution ${executionId}` });
 			} catch (error) {
@@ -399,8 +407,8 @@ export class ResumePoint implements INodeType {
 			}
 		});
 
-		const versionLabel = this.getNodeParameter('versionLabel', 0, '') as string;
-		const retryPolicy = retryPolicyOf(this.getNodeParameter('options', 0, {}) as IDataObject);
+		const versionLabel = nodeParameter(this, 'versionLabel', 0, '') as string;
+		const retryPolicy = retryPolicyOf(nodeParameter(this, 'options', 0, {}) as IDataObject);
 		const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
 		const pinnedOf = parameterReader<number>(this, 'options.pinnedVersion', 0);
 		// Once the sidecar proved unreachable for a whole deadline, the remaining
@@ -587,7 +595,7 @@ function routeResponse(
 			break;
 		default:
 			throw new NodeOperationError(
-				ctx.getNode(),
+				nodeOf(ctx),
 				`The sidecar answered an unknown outcome ${response.outcome}`,
 				{
 					itemIndex: i,
@@ -611,7 +619,7 @@ function routeResponse(
 						: { ...start, state: state as IDataObject[string] };
 		}
 	}
-	const mode = ctx.getNodeParameter('options.stateMerge', i, 'merge') as StateMerge;
+	const mode = nodeParameter(ctx, 'options.stateMerge', i, 'merge') as StateMerge;
 	let json: IDataObject | undefined;
 	if (state !== undefined) {
 		if (mode === 'replace') {
@@ -642,7 +650,7 @@ function routeResponse(
 		// The instance's last wait ended (and nothing was saved since): its event, or its timeout.
 		if (eventIndex < 0) {
 			throw new NodeOperationError(
-				ctx.getNode(),
+				nodeOf(ctx),
 				`Instance ${response.instance?.instanceKey ?? ''} was resumed after its wait ${waitOutcome === ResumeReason.RESUME_REASON_EVENT ? 'received its event' : 'timed out'}, but this Resume Point has no Wait Outputs`,
 				{
 					itemIndex: i,

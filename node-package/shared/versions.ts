@@ -1,0 +1,168 @@
+/**
+ * One description per node version, built from the node's full description.
+ *
+ * n8n resolves every parameter of every node against its description several
+ * times per execution (each Workflow object it builds: three per webhook
+ * execution in n8n 2.41, plus the check before running), and the work grows
+ * with the number of properties and display conditions. A node whose one
+ * description serves versions 1 and 2 makes n8n walk both versions'
+ * properties, the ones `@version` hides included. Here each version gets a
+ * description with only its own properties, the `@version` conditions decided
+ * and removed, the way n8n's VersionedNodeType serves several versions
+ * (n8n looks for `nodeVersions` / `getNodeType(version)` on the loaded
+ * class). The class keeps its full description and methods, so a workflow
+ * saved with version 1 resolves exactly the parameters it did.
+ */
+import type {
+	IDisplayOptions,
+	INodeProperties,
+	INodeType,
+	INodeTypeDescription,
+} from 'n8n-workflow';
+
+type Condition = NonNullable<IDisplayOptions['show']>[string];
+
+/**
+ * Whether `version` meets one `@version` rule, as n8n's checkConditions
+ * decides it; undefined when the rule has a form not decided here (then the
+ * property keeps it, and n8n decides).
+ */
+function versionMeets(rule: Condition, version: number): boolean | undefined {
+	if (!Array.isArray(rule)) return undefined;
+	let met = false;
+	for (const condition of rule as unknown[]) {
+		if (typeof condition === 'number') {
+			met ||= condition === version;
+			continue;
+		}
+		if (typeof condition !== 'object' || condition === null) return undefined;
+		const cnd = (condition as { _cnd?: Record<string, unknown> })._cnd;
+		if (!cnd || Object.keys(condition).length !== 1) return undefined;
+		const entries = Object.entries(cnd);
+		if (entries.length !== 1) return undefined;
+		const [op, target] = entries[0];
+		if (typeof target !== 'number') return undefined;
+		switch (op) {
+			case 'eq':
+				met ||= version === target;
+				break;
+			case 'not':
+				met ||= version !== target;
+				break;
+			case 'gte':
+				met ||= version >= target;
+				break;
+			case 'lte':
+				met ||= version <= target;
+				break;
+			case 'gt':
+				met ||= version > target;
+				break;
+			case 'lt':
+				met ||= version < target;
+				break;
+			default:
+				return undefined;
+		}
+	}
+	return met;
+}
+
+/**
+ * `property` as version `version` sees it: undefined when `@version` hides it,
+ * else the property without its decided `@version` rules.
+ */
+function propertyForVersion(
+	property: INodeProperties,
+	version: number,
+): INodeProperties | undefined {
+	const display = property.displayOptions;
+	if (!display) return property;
+	let show = display.show;
+	let hide = display.hide;
+	if (show && '@version' in show) {
+		const met = versionMeets(show['@version'], version);
+		if (met === false) return undefined;
+		if (met === true) show = withoutVersion(show);
+	}
+	if (hide && '@version' in hide) {
+		const met = versionMeets(hide['@version'], version);
+		if (met === true) return undefined;
+		if (met === false) hide = withoutVersion(hide);
+	}
+	if (show === display.show && hide === display.hide) return property;
+	const out: INodeProperties = { ...property };
+	const displayOptions: IDisplayOptions = { ...display };
+	if (show) displayOptions.show = show;
+	else delete displayOptions.show;
+	if (hide) displayOptions.hide = hide;
+	else delete displayOptions.hide;
+	if (Object.keys(displayOptions).length) out.displayOptions = displayOptions;
+	else delete out.displayOptions;
+	return out;
+}
+
+/** A show or hide rule set without its `@version` rule; undefined when nothing else is left. */
+function withoutVersion<T extends Record<string, unknown>>(rules: T): T | undefined {
+	const rest = { ...rules };
+	delete rest['@version'];
+	return Object.keys(rest).length ? rest : undefined;
+}
+
+/** The properties version `version` has (nested options are left as they are). */
+export function propertiesForVersion(
+	properties: INodeProperties[],
+	version: number,
+): INodeProperties[] {
+	const out: INodeProperties[] = [];
+	for (const property of properties) {
+		const kept = propertyForVersion(property, version);
+		if (kept) out.push(kept);
+	}
+	return out;
+}
+
+/** What n8n reads from a node type that serves several versions (duck-typed, as n8n checks it). */
+export interface VersionViews {
+	currentVersion: number;
+	nodeVersions: Record<number, INodeType>;
+	getNodeType(version?: number): INodeType;
+}
+
+/**
+ * Per-version node types for `node`: each shares the node's methods (execute,
+ * credential test, ...) and has a description of its own version only.
+ */
+export function versionViews(node: INodeType): VersionViews {
+	const description: INodeTypeDescription = node.description;
+	const versions = Array.isArray(description.version) ? description.version : [description.version];
+	const nodeVersions: Record<number, INodeType> = {};
+	for (const version of versions) {
+		const view = Object.create(Object.getPrototypeOf(node) as object) as INodeType;
+		for (const key of Object.keys(node) as Array<keyof INodeType>) {
+			if (key === 'description' || key in VIEW_KEYS) continue;
+			(view as unknown as Record<string, unknown>)[key] = node[key];
+		}
+		view.description = {
+			...description,
+			version,
+			properties: propertiesForVersion(description.properties, version),
+		};
+		nodeVersions[version] = view;
+	}
+	const currentVersion = description.defaultVersion ?? Math.max(...versions);
+	return {
+		currentVersion,
+		nodeVersions,
+		getNodeType(version?: number): INodeType {
+			const found = nodeVersions[version || currentVersion];
+			if (!found) {
+				throw new Error(`${description.displayName} has no version ${String(version)}`);
+			}
+			return found;
+		},
+	};
+}
+
+/** The members versionViews adds to the node (not copied onto the views). */
+const VIEW_KEYS = { currentVersion: true, nodeVersions: true, getNodeType: true };
