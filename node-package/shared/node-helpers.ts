@@ -15,8 +15,7 @@ import { nodeOf } from './run-node';
 import { cachedCredentials } from './credential-cache';
 import { sidecarError, type ErrorContext } from './errors';
 import {
-	connectionFromCredentials,
-	getSidecarClient,
+	sidecarClientFor,
 	RunState,
 	targetOf,
 	type Event,
@@ -37,7 +36,7 @@ export const IDEMPOTENCY_FIELD = 'idempotency';
 export async function sidecarFor(ctx: IExecuteFunctions): Promise<SidecarClient> {
 	const data = await cachedCredentials(ctx, CREDENTIAL_NAME);
 	try {
-		return getSidecarClient(connectionFromCredentials(data));
+		return sidecarClientFor(data);
 	} catch (error) {
 		throw new NodeOperationError(nodeOf(ctx), error as Error, {
 			description: 'Fix the Durable Sidecar API credential.',
