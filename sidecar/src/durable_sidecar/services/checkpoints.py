@@ -210,32 +210,37 @@ class CheckpointService:
             raise InvalidArgument(f"{field} must be a JSON object")
 
     def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
-        where = f"items[{index}]"
+        # Once per item of a batch: the checks that pass are the cheapest form of each (the same checks, in
+        # the same order, as check_state and validation.in_range; they decide and word any refusal).
+        state = item.state
         try:
-            if item.json_checked:
-                # The boundary checked every identifier's length and characters: only requiredness is left.
-                for field, value in (("workflow_id", item.workflow_id), ("instance_key", item.instance_key),
-                                     ("step_name", item.step_name), ("execution_id", item.execution_id)):
-                    if not value:
-                        raise InvalidArgument(f"{field} is required")
-            else:
+            if not item.json_checked:
                 validation.identifier("workflow_id", item.workflow_id)
                 validation.identifier("instance_key", item.instance_key)
                 validation.identifier("step_name", item.step_name)
                 validation.identifier("execution_id", item.execution_id)
                 validation.identifier("node_name", item.node_name, required=False)
-            lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400, default=0)
+            elif not (item.workflow_id and item.instance_key and item.step_name and item.execution_id):
+                # The boundary checked every identifier's length and characters: only requiredness is left.
+                for field, value in (("workflow_id", item.workflow_id), ("instance_key", item.instance_key),
+                                     ("step_name", item.step_name), ("execution_id", item.execution_id)):
+                    if not value:
+                        raise InvalidArgument(f"{field} is required")
+            lease = item.lease_seconds
+            if not 0 <= lease <= 86_400:  # 0: the instance's own lease length
+                validation.in_range("lease_seconds", lease, 1, 86_400, default=0)
             if item.expected_sequence is not None and item.expected_sequence < 0:
                 raise InvalidArgument("expected_sequence must not be negative")
-            self.check_state("state_json", item.state, json_checked=item.json_checked)
+            if not (item.json_checked and state and len(state) <= self.max_state_bytes):
+                self.check_state("state_json", state, json_checked=item.json_checked)
             completion = self._completion(namespace, item) if item.complete_key is not None else None
         except (InvalidArgument, TooLarge) as exc:
-            raise type(exc)(f"{where}: {exc}") from None
+            raise type(exc)(f"items[{index}]: {exc}") from None
         return NewCheckpoint(
             ref=InstanceRef(namespace, item.workflow_id, item.instance_key),
             step_name=item.step_name,
-            state=item.state,
-            sha256=hashlib.sha256(item.state).hexdigest(),
+            state=state,
+            sha256=hashlib.sha256(state).hexdigest(),
             execution_id=item.execution_id,
             node_name=item.node_name,
             expected_sequence=item.expected_sequence,
@@ -260,6 +265,7 @@ class CheckpointService:
 
     def _prepare(self, namespace: str, items: list[SaveItem]) -> list[tuple[NewCheckpoint, EncodedState]]:
         out = []
+        validate, encode = self._validate, self.checkpoints.encode
         for i, item in enumerate(items):
             if item.add_step_result:
                 # A step result is encoded once merged into the instance's state (in the transaction).
@@ -273,7 +279,7 @@ class CheckpointService:
                     encoded = packing.result()
                 out.append((new, encoded))
             else:
-                out.append((self._validate(namespace, i, item), self.checkpoints.encode(item.state)))
+                out.append((validate(namespace, i, item), encode(item.state)))
         return out
 
     async def save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:

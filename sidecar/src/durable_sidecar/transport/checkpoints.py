@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc
+from datetime import datetime
 
-from ..domain import InstanceRef, Page, PrunePolicy
+from durable.v1 import checkpoint_pb2, checkpoint_pb2_grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ..domain import InstanceRef, Page, PrunePolicy, SavedCheckpoint
 from ..errors import InvalidArgument
 from ..services.checkpoints import CheckpointService, CompleteKey, SaveItem
 from ..validation import page_size
@@ -19,6 +22,39 @@ def _adds_step_result(index: int, mode: int) -> bool:
     if mode == checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT:
         return True
     raise InvalidArgument(f"items[{index}]: state_mode {mode} is not a StateMode this server knows")
+
+
+def _save_response(saved: list[SavedCheckpoint]) -> checkpoint_pb2.SaveCheckpointsResponse:
+    """The reply, each result's checkpoint filled in place (convert.checkpoint_pb's fields).
+
+    A hundred results: a Checkpoint message built apart and copied into its result cost twice the time, and
+    the items of a batch share one creation time, converted once.
+    """
+    response = checkpoint_pb2.SaveCheckpointsResponse()
+    add = response.results.add
+    stamps: dict[datetime, Timestamp | None] = {}
+    for s in saved:
+        cp = s.checkpoint
+        result = add(deduplicated=s.deduplicated, state_json=s.state or b"")
+        out = result.checkpoint
+        out.workflow_id = cp.workflow_id
+        out.instance_key = cp.instance_key
+        out.sequence = cp.sequence
+        out.step_name = cp.step_name
+        out.state_json = cp.state or b""
+        out.sha256 = cp.sha256
+        out.size_bytes = cp.size_bytes
+        out.stored_bytes = cp.stored_bytes
+        out.execution_id = cp.execution_id
+        out.node_name = cp.node_name
+        stamp = stamps.get(cp.created_at)
+        if stamp is None:
+            stamp = stamps[cp.created_at] = convert.ts(cp.created_at)
+        if stamp is not None:
+            out.created_at.CopyFrom(stamp)
+        if s.completed_key is not None:
+            result.completed_key.CopyFrom(convert.idempotency_key(s.completed_key))
+    return response
 
 
 class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
@@ -43,16 +79,7 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
             for n, i in enumerate(request.items)
         ]
         saved = await self.service.save(ns, items)
-        return checkpoint_pb2.SaveCheckpointsResponse(
-            results=[
-                checkpoint_pb2.SaveCheckpointResult(
-                    checkpoint=convert.checkpoint(s.checkpoint), deduplicated=s.deduplicated,
-                    state_json=s.state or b"",
-                    completed_key=convert.idempotency_key(s.completed_key) if s.completed_key is not None else None,
-                )
-                for s in saved
-            ]
-        )
+        return _save_response(saved)
 
     @unary("GetLatestCheckpoint")
     async def GetLatestCheckpoint(self, request: checkpoint_pb2.GetLatestCheckpointRequest, ns: str) -> checkpoint_pb2.GetLatestCheckpointResponse:  # noqa: N802
