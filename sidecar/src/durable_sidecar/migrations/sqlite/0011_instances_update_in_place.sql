@@ -1,4 +1,0 @@
--- Issue 18: PostgreSQL's 0011 lets a save update its instance's row in place (no
--- index holds the lease expiry). SQLite has no row versions: an update rewrites the
--- row in its B-tree and only the index entries of the columns it changes, so it
--- needs no change. This file keeps the numbering of the two dialects the same.
