@@ -154,6 +154,7 @@ class NewCheckpoint:
     lease_seconds: int  # 0: the instance's lease length
     add_step_result: bool = False  # state is the step's result, merged into the instance's state
     complete_key: KeyCompletion | None = None
+    complete_instance: bool = False  # after the save, the instance is COMPLETED in the same transaction
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ class SavedCheckpoint:
     state: bytes | None = None
     # The key the save completed (or found completed by the same attempt).
     completed_key: IdempotencyKey | None = None
+    # The instance as the save completed it (complete_instance).
+    completed_instance: Instance | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +358,15 @@ class NewClaim:
 class Claimed:
     outcome: ClaimOutcome
     key: IdempotencyKey
+
+
+@dataclass(frozen=True)
+class KeyCompleted:
+    """A completion decided in a transaction; IdempotencyService.completed finishes it once that transaction committed."""
+
+    key: IdempotencyKey
+    now: datetime
+    changed: bool  # False: the same attempt had completed it already (a retry)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from .. import failpoints, metrics, validation
 from ..domain import (
     Checkpoint,
     InstanceRef,
+    KeyCompleted,
     KeyCompletion,
     KeyRef,
     NewCheckpoint,
@@ -39,7 +40,7 @@ from ..stores.state_memory import StateMemory
 from ..stores.states import EncodedState
 
 if TYPE_CHECKING:
-    from .idempotency import IdempotencyService, KeyCompleted
+    from .idempotency import IdempotencyService
 
 log = logging.getLogger(__name__)
 
@@ -384,8 +385,6 @@ class CheckpointService:
         failpoints.hit("checkpoint.after_commit")
         metrics.STEP_SAVES.labels("one_statement").inc()
         if done.key is not None:
-            from .idempotency import KeyCompleted  # here: services.idempotency imports this module
-
             assert self.keys is not None
             await self.keys.completed([KeyCompleted(done.key, done.now, changed=True)])
         results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key)]

@@ -23,6 +23,7 @@ from ..domain import (
     ForcedRelease,
     IdempotencyKey,
     InstanceRef,
+    KeyCompleted,
     KeyFilter,
     KeyRef,
     KeyStatus,
@@ -66,15 +67,6 @@ class ClaimItem:
     # Optional, both or neither: the instance the claim works for.
     workflow_id: str = ""
     instance_key: str = ""
-
-
-@dataclass(frozen=True)
-class KeyCompleted:
-    """A completion decided in a transaction; `completed` finishes it once that transaction committed."""
-
-    key: IdempotencyKey
-    now: datetime
-    changed: bool  # False: the same attempt had completed it already (a retry)
 
 
 def canonical_json(payload: bytes) -> bytes:
