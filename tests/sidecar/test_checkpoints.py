@@ -224,6 +224,7 @@ async def test_bad_checkpoint_input_is_invalid_argument_and_changes_nothing(harn
         item(key, "step", b""),
         item(key, "step", b"\xff\xfe"),
         item(key, "step", {"a": 1}, lease_seconds=-5),
+        item(key, "step", {"a": 1}, lease_seconds=86_401),
     ]
     for case in cases:
         with pytest.raises(grpc.aio.AioRpcError) as err:
