@@ -19,7 +19,7 @@ STATE_MODE_REPLACE: StateMode
 STATE_MODE_ADD_STEP_RESULT: StateMode
 
 class SaveCheckpointItem(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key")
+    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key", "complete_instance")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     STEP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class SaveCheckpointItem(_message.Message):
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STATE_MODE_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_KEY_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     step_name: str
@@ -40,7 +41,8 @@ class SaveCheckpointItem(_message.Message):
     lease_seconds: int
     state_mode: StateMode
     complete_key: KeyCompletion
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ...) -> None: ...
+    complete_instance: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ..., complete_instance: _Optional[bool] = ...) -> None: ...
 
 class KeyCompletion(_message.Message):
     __slots__ = ("scope", "key", "attempt", "result_json")
@@ -61,16 +63,18 @@ class SaveCheckpointsRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[SaveCheckpointItem, _Mapping]]] = ...) -> None: ...
 
 class SaveCheckpointResult(_message.Message):
-    __slots__ = ("checkpoint", "deduplicated", "state_json", "completed_key")
+    __slots__ = ("checkpoint", "deduplicated", "state_json", "completed_key", "completed_instance")
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_KEY_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     checkpoint: _common_pb2.Checkpoint
     deduplicated: bool
     state_json: bytes
     completed_key: _idempotency_pb2.IdempotencyKey
-    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ..., state_json: _Optional[bytes] = ..., completed_key: _Optional[_Union[_idempotency_pb2.IdempotencyKey, _Mapping]] = ...) -> None: ...
+    completed_instance: _common_pb2.Instance
+    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ..., state_json: _Optional[bytes] = ..., completed_key: _Optional[_Union[_idempotency_pb2.IdempotencyKey, _Mapping]] = ..., completed_instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
 
 class SaveCheckpointsResponse(_message.Message):
     __slots__ = ("results",)

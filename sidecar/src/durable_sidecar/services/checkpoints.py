@@ -6,13 +6,15 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import failpoints, metrics, validation
 from ..domain import (
     Checkpoint,
+    Instance,
     InstanceRef,
     KeyCompleted,
     KeyCompletion,
@@ -72,9 +74,16 @@ class SaveItem:
     lease_seconds: int
     add_step_result: bool = False
     complete_key: CompleteKey | None = None
+    complete_instance: bool = False
     # The caller has checked that state is JSON and every identifier's length and characters (the gRPC
     # boundary does for every request): not checked twice.
     json_checked: bool = False
+
+
+class InstanceCompleter(Protocol):
+    """Completes an instance inside the caller's transaction (InstanceService.complete_txn)."""
+
+    def __call__(self, conn: Conn, ref: InstanceRef, *, actor: str) -> Awaitable[Instance]: ...
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,9 @@ class CheckpointService:
         self._large_reads = asyncio.Semaphore(large_read_slots)
         # The newest state saved per instance: a step result is merged into it and saved in one statement.
         self.memory = memory if memory is not None else StateMemory(0)
+        # Completes the instances saves name (complete_instance): the InstanceService sets it; without it
+        # such saves are refused.
+        self.completer: InstanceCompleter | None = None
 
     def remember_start(self, ref: InstanceRef, start_item_json: bytes, encoded: EncodedState | None) -> None:
         """A new instance's state is its start item (none: no state) until its first checkpoint."""
@@ -235,6 +247,8 @@ class CheckpointService:
             if not (item.json_checked and state and len(state) <= self.max_state_bytes):
                 self.check_state("state_json", state, json_checked=item.json_checked)
             completion = self._completion(namespace, item) if item.complete_key is not None else None
+            if item.complete_instance and self.completer is None:
+                raise InvalidArgument("complete_instance is not served here (no instance service)")
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"items[{index}]: {exc}") from None
         return NewCheckpoint(
@@ -248,6 +262,7 @@ class CheckpointService:
             lease_seconds=lease,
             add_step_result=item.add_step_result,
             complete_key=completion,
+            complete_instance=item.complete_instance,
         )
 
     def _completion(self, namespace: str, item: SaveItem) -> KeyCompletion:
@@ -294,6 +309,7 @@ class CheckpointService:
         else:
             prepared = self._prepare(namespace, items)
         del items  # the prepared items hold what is still needed of the request
+        _check_completions([new for new, _ in prepared])
         if (len(prepared) == 1 and prepared[0][0].add_step_result and self.checkpoints.one_statement_step_save
                 and self.memory.enabled and not failpoints.enabled("checkpoint.after_insert")):
             step = await self._save_step(namespace, prepared[0][0])
@@ -332,6 +348,8 @@ class CheckpointService:
             else:
                 inserted = await self.checkpoints.insert_many_txn(conn, rows)
                 await self.instances.record_checkpoints_txn(conn, advances)
+            # After the advance, which renewed the lease that completing drops.
+            finished = await self._complete_instances(conn, [p.new for p in plans])
             failpoints.hit("checkpoint.after_insert")
             results = [
                 SavedCheckpoint(
@@ -339,6 +357,7 @@ class CheckpointService:
                     deduplicated=p.stored is not None or p.deduplicated,
                     state=p.new.state if p.new.add_step_result else None,
                     completed_key=completed[i].key if i in completed else None,
+                    completed_instance=finished.get(i),
                 )
                 for i, p in enumerate(plans)
             ]
@@ -377,8 +396,18 @@ class CheckpointService:
                 default_lease_seconds=self.default_lease_seconds, base_sequence=remembered.sequence,
                 base_digest=remembered.digest, complete=(kc.ref, kc.attempt, kc.result_json) if kc else None)
 
+        finished: Instance | None = None
+
+        async def and_complete(conn: Conn) -> StepSave | None:
+            # The save's one statement and the completion's in one transaction: both or neither.
+            nonlocal finished
+            done = await one(conn)
+            if done is not None:
+                finished = (await self._complete_instances(conn, [new]))[0]
+            return done
+
         failpoints.hit("checkpoint.before_insert")
-        done = await self.db.single(one)
+        done = await (self.db.transaction(and_complete) if new.complete_instance else self.db.single(one))
         if done is None:
             self.memory.forget(new.ref)
             return None
@@ -387,7 +416,8 @@ class CheckpointService:
         if done.key is not None:
             assert self.keys is not None
             await self.keys.completed([KeyCompleted(done.key, done.now, changed=True)])
-        results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key)]
+        results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key,
+                                   completed_instance=finished)]
         self._saved(namespace, [merged], results)
         return results
 
@@ -451,7 +481,10 @@ class CheckpointService:
         repeated = 0
         if self.memory.enabled:
             for new, saved in zip(saved_items, results, strict=True):  # in order: an instance's newest last
-                self.memory.put(new.ref, saved.checkpoint.sequence, new.state, new.sha256)
+                if new.complete_instance:
+                    self.memory.forget(new.ref)  # a completed instance takes no more saves
+                else:
+                    self.memory.put(new.ref, saved.checkpoint.sequence, new.state, new.sha256)
         for new, saved in zip(saved_items, results, strict=True):
             if saved.deduplicated:
                 repeated += 1
@@ -562,6 +595,20 @@ class CheckpointService:
                 raise type(exc)(f"items[{i}]: complete_key: {exc}") from None
         return out
 
+    async def _complete_instances(self, conn: Conn, saved: list[NewCheckpoint]) -> dict[int, Instance]:
+        """Completes the instances the items name (complete_instance), after their saves, in the same transaction."""
+        out: dict[int, Instance] = {}
+        for i, new in enumerate(saved):
+            if not new.complete_instance:
+                continue
+            assert self.completer is not None, "checked in _validate"
+            try:
+                out[i] = await self.completer(conn, new.ref, actor=new.execution_id)
+            except DomainError as exc:
+                # Refuses the whole batch: nothing of it is written.
+                raise type(exc)(f"items[{i}]: complete_instance: {exc}") from None
+        return out
+
     async def with_state(self, namespace: str, cp: Checkpoint) -> Checkpoint:
         """Fills in the state from the cache, or from the database on a miss (then caches it)."""
         cached = cp.size_bytes >= self.cache_min_bytes
@@ -652,8 +699,20 @@ class CheckpointService:
 def _single_statement(new: NewCheckpoint) -> bool:
     """Whether a lone item can be saved by one statement: a step result is merged and a key completed in the
     batch path's transaction; a test's failpoint between insert and commit needs that transaction too."""
-    return (not new.add_step_result and new.complete_key is None
+    return (not new.add_step_result and new.complete_key is None and not new.complete_instance
             and not failpoints.enabled("checkpoint.after_insert"))
+
+
+def _check_completions(saved: list[NewCheckpoint]) -> None:
+    """complete_instance only on an instance's last item of the batch: a later one would save to it completed."""
+    if len(saved) < 2 or not any(new.complete_instance for new in saved):
+        return
+    last = {new.ref: i for i, new in enumerate(saved)}
+    for i, new in enumerate(saved):
+        if new.complete_instance and last[new.ref] != i:
+            raise InvalidArgument(
+                f"items[{i}]: complete_instance is set, but items[{last[new.ref]}] saves to the same instance "
+                f"after it; set complete_instance on the instance's last item of the batch only")
 
 
 def _not_found(index: int, ref: InstanceRef) -> NotFound:

@@ -66,6 +66,8 @@ class InstanceService:
         self.retry = RetryRules(instances, waits, default_retry_policy or RetryPolicy())
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
+        # A save with complete_instance completes its instance with this service's completion.
+        checkpoint_service.completer = self.complete_txn
 
     async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
         if inst.last_sequence == 0:
@@ -283,29 +285,47 @@ class InstanceService:
                 return done
 
         async def txn(conn: Conn) -> Instance:
-            inst = await self.instances.get_txn(conn, ref, for_update=True)
-            if inst is None:
-                raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
-            if inst.status is status:
-                return inst
-            if inst.status.final:
-                raise FailedPrecondition(
-                    f"instance {ref.workflow_id}/{ref.instance_key} is already {inst.status.value}; "
-                    f"it cannot become {status.value}"
-                )
-            if status is InstanceStatus.FAILED and retry:
-                if inst.status is InstanceStatus.SUSPENDED or (inst.wake_reason == "retry" and not inst.lease_owner):
-                    return inst  # a repeated call: the failure was counted already
-                now = await self.waits.now_txn(conn)
-                verdict = await self.retry.after_failure_txn(conn, inst, error=error_message, actor=actor, now=now,
-                                                             park_always=True)
-                return verdict.instance
-            done = await self.instances.finish_txn(conn, ref, status=status, error_message=error_message,
-                                                   result_json=result_json or None)
-            await self.instances.add_event_txn(conn, ref, status.value, actor=actor, detail=error_message)
-            return done
+            return await self._finish_locked_txn(conn, ref, status, actor=actor, error_message=error_message,
+                                                 result_json=result_json, retry=retry)
 
         return await self.db.transaction(txn)
+
+    async def complete_txn(self, conn: Conn, ref: InstanceRef, *, actor: str) -> Instance:
+        """CompleteInstance (no result) inside the caller's transaction: a save with complete_instance.
+
+        The same work and audit event as finish(COMPLETED): the one statement where the backend
+        has it, else the locked path, which also answers a repeat (already completed: unchanged).
+        """
+        if self.instances.one_statement_finish:
+            done = await self.instances.finish_running_txn(conn, ref, status=InstanceStatus.COMPLETED, actor=actor)
+            if done is not None:
+                return done
+        return await self._finish_locked_txn(conn, ref, InstanceStatus.COMPLETED, actor=actor)
+
+    async def _finish_locked_txn(self, conn: Conn, ref: InstanceRef, status: InstanceStatus, *, actor: str,
+                                 error_message: str = "", result_json: bytes | None = None,
+                                 retry: bool = False) -> Instance:
+        inst = await self.instances.get_txn(conn, ref, for_update=True)
+        if inst is None:
+            raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+        if inst.status is status:
+            return inst
+        if inst.status.final:
+            raise FailedPrecondition(
+                f"instance {ref.workflow_id}/{ref.instance_key} is already {inst.status.value}; "
+                f"it cannot become {status.value}"
+            )
+        if status is InstanceStatus.FAILED and retry:
+            if inst.status is InstanceStatus.SUSPENDED or (inst.wake_reason == "retry" and not inst.lease_owner):
+                return inst  # a repeated call: the failure was counted already
+            now = await self.waits.now_txn(conn)
+            verdict = await self.retry.after_failure_txn(conn, inst, error=error_message, actor=actor, now=now,
+                                                         park_always=True)
+            return verdict.instance
+        done = await self.instances.finish_txn(conn, ref, status=status, error_message=error_message,
+                                               result_json=result_json or None)
+        await self.instances.add_event_txn(conn, ref, status.value, actor=actor, detail=error_message)
+        return done
 
     async def schedule_wake_up(self, ref: InstanceRef, *, execution_id: str, wake_at: datetime | None,
                                delay_seconds: int | None) -> Instance:

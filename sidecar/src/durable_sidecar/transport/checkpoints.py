@@ -54,6 +54,8 @@ def _save_response(saved: list[SavedCheckpoint]) -> checkpoint_pb2.SaveCheckpoin
             out.created_at.CopyFrom(stamp)
         if s.completed_key is not None:
             result.completed_key.CopyFrom(convert.idempotency_key(s.completed_key))
+        if s.completed_instance is not None:
+            result.completed_instance.CopyFrom(convert.instance(s.completed_instance))
     return response
 
 
@@ -74,6 +76,7 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
                 complete_key=CompleteKey(scope=i.complete_key.scope, key=i.complete_key.key,
                                          attempt=i.complete_key.attempt, result_json=i.complete_key.result_json)
                 if i.HasField("complete_key") else None,
+                complete_instance=i.complete_instance,
                 json_checked=True,  # the boundary checked every *_json field of the request (transport/rpc.py)
             )
             for n, i in enumerate(request.items)

@@ -18,7 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { Checkpoint } from "./common";
+import { Checkpoint, Instance } from "./common";
 import { IdempotencyKey } from "./idempotency";
 
 export const protobufPackage = "durable.v1";
@@ -79,7 +79,22 @@ export interface SaveCheckpointItem {
    * current one is ABORTED and nothing of the batch is written; a key already
    * completed by the same attempt is a retry and is left as it is.
    */
-  completeKey: KeyCompletion | undefined;
+  completeKey:
+    | KeyCompletion
+    | undefined;
+  /**
+   * After this save, mark the instance COMPLETED, with no result, in the same
+   * transaction: the last save of an instance needs no CompleteInstance call.
+   * Recorded in the audit trail like CompleteInstance (a "completed" event
+   * whose actor is execution_id). Retry-safe: the same item again after
+   * success deduplicates the checkpoint and leaves the completed instance as
+   * it is. On a FAILED or CANCELLED instance it is FAILED_PRECONDITION (like
+   * CompleteInstance); fencing (expected_sequence, complete_key) refuses as
+   * for any save, and then the instance is neither saved nor completed.
+   * INVALID_ARGUMENT when a later item of the same batch names the same
+   * instance (it would save to a completed instance).
+   */
+  completeInstance: boolean;
 }
 
 /** The idempotency key a save completes (see SaveCheckpointItem.complete_key). */
@@ -114,7 +129,11 @@ export interface SaveCheckpointResult {
    */
   stateJson: Buffer;
   /** The key completed by complete_key, when the item had one. */
-  completedKey: IdempotencyKey | undefined;
+  completedKey:
+    | IdempotencyKey
+    | undefined;
+  /** The instance as completed by complete_instance, when the item had it. */
+  completedInstance: Instance | undefined;
 }
 
 export interface SaveCheckpointsResponse {
@@ -195,6 +214,7 @@ function createBaseSaveCheckpointItem(): SaveCheckpointItem {
     leaseSeconds: 0,
     stateMode: 0,
     completeKey: undefined,
+    completeInstance: false,
   };
 }
 
@@ -229,6 +249,9 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     }
     if (message.completeKey !== undefined) {
       KeyCompletion.encode(message.completeKey, writer.uint32(82).fork()).join();
+    }
+    if (message.completeInstance !== false) {
+      writer.uint32(88).bool(message.completeInstance);
     }
     return writer;
   },
@@ -326,6 +349,14 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
             message.completeKey = KeyCompletion.decode(reader, reader.uint32());
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.completeInstance = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -355,6 +386,7 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     message.completeKey = (object.completeKey !== undefined && object.completeKey !== null)
       ? KeyCompletion.fromPartial(object.completeKey)
       : undefined;
+    message.completeInstance = object.completeInstance ?? false;
     return message;
   },
 };
@@ -506,7 +538,13 @@ export const SaveCheckpointsRequest: MessageFns<SaveCheckpointsRequest> = {
 };
 
 function createBaseSaveCheckpointResult(): SaveCheckpointResult {
-  return { checkpoint: undefined, deduplicated: false, stateJson: Buffer.alloc(0), completedKey: undefined };
+  return {
+    checkpoint: undefined,
+    deduplicated: false,
+    stateJson: Buffer.alloc(0),
+    completedKey: undefined,
+    completedInstance: undefined,
+  };
 }
 
 export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
@@ -522,6 +560,9 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
     }
     if (message.completedKey !== undefined) {
       IdempotencyKey.encode(message.completedKey, writer.uint32(34).fork()).join();
+    }
+    if (message.completedInstance !== undefined) {
+      Instance.encode(message.completedInstance, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -571,6 +612,14 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
             message.completedKey = IdempotencyKey.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.completedInstance = Instance.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -595,6 +644,9 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
     message.stateJson = object.stateJson ?? Buffer.alloc(0);
     message.completedKey = (object.completedKey !== undefined && object.completedKey !== null)
       ? IdempotencyKey.fromPartial(object.completedKey)
+      : undefined;
+    message.completedInstance = (object.completedInstance !== undefined && object.completedInstance !== null)
+      ? Instance.fromPartial(object.completedInstance)
       : undefined;
     return message;
   },
