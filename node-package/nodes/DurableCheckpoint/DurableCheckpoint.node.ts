@@ -110,6 +110,7 @@ async function saveCheckpoints(
 	const expectedOf = parameterReader<number | string>(ctx, 'options.expectedSequence', '');
 	const completeClaimed =
 		v2 && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean);
+	const completeInstanceOf = parameterReader<boolean>(ctx, 'options.completeInstance', false);
 
 	const prepared = new Map<number, PreparedSave>();
 	const problems = new Map<number, NodeError>();
@@ -177,6 +178,8 @@ async function saveCheckpoints(
 							? StateMode.STATE_MODE_ADD_STEP_RESULT
 							: StateMode.STATE_MODE_REPLACE,
 					completeKey,
+					// The last Save: the instance is completed in the same call (no Complete Instance node).
+					completeInstance: v2 && completeInstanceOf(i) === true,
 				},
 				state,
 				leaseSeconds: v2 ? (upstream.instance(i, item)?.leaseSeconds ?? 0) : 0,
@@ -253,6 +256,13 @@ async function saveCheckpoints(
 		};
 		const completed = result.value.completedKey;
 		if (completed) meta.completedKey = { scope: completed.scope, key: completed.key };
+		const finished = result.value.completedInstance;
+		if (finished) {
+			// As the Complete Instance operation says it.
+			const summary = instanceSummary(finished);
+			meta.status = summary.status;
+			meta.finishedAt = summary.finishedAt;
+		}
 		json[DURABLE_FIELD] = meta;
 		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 	}
@@ -616,6 +626,14 @@ export class DurableCheckpoint implements INodeType {
 						default: true,
 						description:
 							'Whether the save also records the result of the idempotency key an Idempotency Guard (Claim, First Run) before this node claimed for the item, in the same transaction as the checkpoint, so a side effect needs no Record Result node: Claim → call → Save',
+					},
+					{
+						displayName: 'Complete Instance',
+						name: 'completeInstance',
+						type: 'boolean',
+						default: false,
+						description:
+							'Whether this save also completes the instance, in the same call and transaction: use it on the last Save instead of a separate Complete Instance node. The instance is then finished (no result stored), and a re-delivered trigger leaves the Resume Point by Completed.',
 					},
 					{
 						displayName: 'Expected Sequence',
