@@ -633,7 +633,7 @@ export class DurableCheckpoint implements INodeType {
 						type: 'boolean',
 						default: false,
 						description:
-							'Whether this save also completes the instance, in the same call and transaction: use it on the last Save instead of a separate Complete Instance node. The instance is then finished (no result stored), and a re-delivered trigger leaves the Resume Point by Completed.',
+							'Whether this save also completes the instance, in the same call and transaction: use it on the last Save instead of a separate Complete Instance node. The instance is then finished (no result stored), and a re-delivered trigger leaves the Resume Point by Finished.',
 					},
 					{
 						displayName: 'Expected Sequence',
