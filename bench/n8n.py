@@ -7,7 +7,8 @@ three workflows side by side:
 - **plain**: Webhook (answers when the last node finishes) → three HTTP Request calls;
 - **durable**: the same, wired as the node README documents it now: Resume Point, then per call
   Idempotency Guard *Claim* → HTTP call → Durable Checkpoint *Save* (completes the key the Claim
-  took; *Done Before* goes to the same Save), then *Complete*;
+  took; *Done Before* goes to the same Save); the last Save has the option *Complete Instance*
+  (the instance completed in the save's own call, no separate Complete node);
 - **control**: plain plus as many No Operation nodes as *durable* has durable nodes (what n8n's
   engine itself charges for that many more nodes).
 
@@ -106,12 +107,14 @@ def workflows(services_url: str, credential: str) -> dict[str, dict[str, Any]]:
     connections: dict[str, Any] = {"Webhook": {"main": [[{"node": "Resume Point", "type": "main", "index": 0}]]}}
     previous, output = "Resume Point", 0  # Resume Point output 0: Start
     x = 440
-    for service in CALLS:
+    for n, service in enumerate(CALLS, start=1):
         claim = _node(f"Claim {service}", "n8n-nodes-durable.idempotencyGuard", 2,
                       {"operation": "claim", "scope": service, "options": {}}, x, credential=credential)
         call = _http(service, services_url, x + 220)
+        # The last Save completes the instance in its own SaveCheckpoints call (option Complete Instance).
+        options = {"completeInstance": True} if n == len(CALLS) else {}
         save = _node(f"Save {service}", "n8n-nodes-durable.durableCheckpoint", 2,
-                     {"operation": "save", "stepName": service, "options": {}}, x + 440, credential=credential)
+                     {"operation": "save", "stepName": service, "options": options}, x + 440, credential=credential)
         nodes += [claim, call, save]
         connections.setdefault(previous, {"main": []})["main"] += [[] for _ in range(output + 1 - len(
             connections[previous]["main"]))]
@@ -121,10 +124,6 @@ def workflows(services_url: str, credential: str) -> dict[str, dict[str, Any]]:
                                                [{"node": save["name"], "type": "main", "index": 0}]]}
         connections[call["name"]] = {"main": [[{"node": save["name"], "type": "main", "index": 0}]]}
         previous, output, x = save["name"], 0, x + 660
-    complete = _node("Complete", "n8n-nodes-durable.durableCheckpoint", 2,
-                     {"operation": "complete", "resultWhat": "none"}, x, credential=credential)
-    nodes.append(complete)
-    connections[previous] = {"main": [[{"node": "Complete", "type": "main", "index": 0}]]}
     out["durable"] = {"name": "bench: durable", "nodes": nodes, "connections": connections, "settings": settings}
 
     durable_nodes = durable_node_count(out["durable"])

@@ -57,7 +57,8 @@ def markdown(data: dict[str, Any]) -> str:
               f"(load {', '.join(f'{x:.1f}' for x in meta['other_load']['loadavg_start'])} at the start).", "",
               f"Workflows: **plain** = Webhook (answers on the last node) → 3 HTTP Request calls; **durable** = "
               f"the same wired as node-package/README.md documents it ({r['durable_nodes']} durable nodes: "
-              f"Resume Point, per call Claim → call → Save that completes the key, Complete); **control** = plain "
+              f"Resume Point, per call Claim → call → Save that completes the key, the last Save also the "
+              f"instance (option Complete Instance)); **control** = plain "
               f"+ {r['durable_nodes']} No Operation nodes. Interleaved rounds "
               f"({meta['plan']['rounds']} × {meta['plan']['orders']} orders per window), closed loop.", "",
               "## Targets (issue 20)", "", "| target | goal | measured | verdict |", "|---|---|---|---|"]

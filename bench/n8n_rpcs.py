@@ -1,9 +1,10 @@
-"""`python -m bench.n8n_rpcs`: the durable n8n order's 8 RPCs replayed against one sidecar, its CPU per RPC.
+"""`python -m bench.n8n_rpcs`: the durable n8n order's 7 RPCs replayed against one sidecar, its CPU per RPC.
 
 What bench/n8n.py's durable workflow sends per order, without n8n: StartOrResume with the
 webhook's item as start item (include_state), then per call a Claim (the v2 Idempotency
 Guard's fingerprint {instanceKey, workflowId}, tied to the instance) and a SaveCheckpoints
-item with STATE_MODE_ADD_STEP_RESULT that completes the key, then CompleteInstance. The
+item with STATE_MODE_ADD_STEP_RESULT that completes the key, the last one also the instance
+(complete_instance: the node's Save option Complete Instance, no CompleteInstance call). The
 sidecar runs as e2e/harness.py starts it (PostgreSQL, Redis, metrics on, log level warning);
 its CPU is read from /proc/<pid>/task/*/schedstat (nanoseconds, every thread) around each
 call, so each RPC kind gets its own figure. `--gap-ms` sleeps between calls, as n8n's nodes
@@ -40,6 +41,8 @@ from durable.v1 import (  # noqa: E402
 
 CALLS = ("payment", "inventory", "shipping")
 WORKFLOW = "bench-n8n-rpcs"
+# StartOrResume, then a Claim and a SaveCheckpoints per call (the last save completes the instance).
+RPCS_PER_ORDER = 1 + 2 * len(CALLS)
 
 
 def cpu_ns(pid: int) -> int:
@@ -101,11 +104,9 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
                         execution_id=execution, node_name=f"Save {call}",
                         state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
                         complete_key=checkpoint_pb2.KeyCompletion(scope=call, key=key,
-                                                                  attempt=claimed.results[0].key.attempt))])
+                                                                  attempt=claimed.results[0].key.attempt),
+                        complete_instance=call == CALLS[-1])])
                     timed("SaveCheckpoints", partial(checkpoints.SaveCheckpoints, save, metadata=md, timeout=10), gap)
-                complete = instance_pb2.CompleteInstanceRequest(workflow_id=WORKFLOW, instance_key=key,
-                                                                execution_id=execution)
-                timed("CompleteInstance", partial(instances.CompleteInstance, complete, metadata=md, timeout=10), gap)
 
             for _ in range(warmup):
                 order(0)
@@ -117,7 +118,7 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
                 total_ms = (cpu_ns(pid) - before) / 1e6
                 rows.append({"gap_ms": gap_ms, "orders": orders,
                              "cpu_ms_per_order": round(total_ms / orders, 2),
-                             "cpu_ms_per_rpc": round(total_ms / orders / 8, 3),
+                             "cpu_ms_per_rpc": round(total_ms / orders / RPCS_PER_ORDER, 3),
                              "wall_ms_per_order": round((time.monotonic() - started) * 1000 / orders, 1),
                              "median_cpu_ms": {k: round(statistics.median(v) / 1e6, 3) for k, v in spent.items()}})
             channel.close()
