@@ -223,8 +223,6 @@ class CheckpointService:
             raise InvalidArgument(f"{field} must be a JSON object")
 
     def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
-        # Once per item of a batch: the checks that pass are the cheapest form of each (the same checks, in
-        # the same order, as check_state and validation.in_range; they decide and word any refusal).
         state = item.state
         try:
             if not item.json_checked:
@@ -239,13 +237,11 @@ class CheckpointService:
                                      ("step_name", item.step_name), ("execution_id", item.execution_id)):
                     if not value:
                         raise InvalidArgument(f"{field} is required")
-            lease = item.lease_seconds
-            if not 0 <= lease <= 86_400:  # 0: the instance's own lease length
-                validation.in_range("lease_seconds", lease, 1, 86_400, default=0)
+            # 0 stays 0: the instance's own lease length.
+            lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400, default=0)
             if item.expected_sequence is not None and item.expected_sequence < 0:
                 raise InvalidArgument("expected_sequence must not be negative")
-            if not (item.json_checked and state and len(state) <= self.max_state_bytes):
-                self.check_state("state_json", state, json_checked=item.json_checked)
+            self.check_state("state_json", state, json_checked=item.json_checked)
             completion = self._completion(namespace, item) if item.complete_key is not None else None
             if item.complete_instance and self.completer is None:
                 raise InvalidArgument("complete_instance is not served here (no instance service)")
