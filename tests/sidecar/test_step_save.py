@@ -17,6 +17,7 @@ import grpc
 import pytest
 from durable.v1 import checkpoint_pb2, idempotency_pb2
 from durable_sidecar import app
+from durable_sidecar.services import checkpoints as checkpoint_service
 from prometheus_client import REGISTRY
 
 from tests.conftest import Harness, make_settings
@@ -148,4 +149,30 @@ async def test_a_step_that_makes_the_remembered_state_too_large_writes_nothing(h
     await save(s, item(key, "Small", {"a": 1}, state_mode=ADD))
     code, details = await refused(save(s, item(key, "Big", {"more": "y" * 2500}, state_mode=ADD)))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "items[0]" in details
+    assert await count_checkpoints(database_url, key) == 1
+
+
+@pytest.mark.parametrize("harness", [{"max_state_bytes": 4096, "max_message_bytes": 2 * 1024 * 1024}],
+                         indirect=True)
+async def test_a_save_the_one_statement_hands_back_merges_its_step_result_once(
+        harness: Harness, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A retry and a state grown too large are handed back to the transaction, which finds the instance on the
+    # remembered state: it reuses the merge (its bytes, or its refusal) instead of merging a second time.
+    merged: list[str] = []
+    merge = checkpoint_service.add_step_result
+
+    def counted(current: bytes | None, step_name: str, result: bytes) -> bytes:
+        merged.append(step_name)
+        return merge(current, step_name, result)
+
+    s = harness.alpha
+    key = new_key()
+    await start(s, key, start_item_json=json.dumps({"blob": "x" * 2000}).encode())
+    monkeypatch.setattr(checkpoint_service, "add_step_result", counted)
+    first = (await save(s, item(key, "Small", {"a": 1}, state_mode=ADD))).results[0]
+    again = (await save(s, item(key, "Small", {"a": 1}, state_mode=ADD))).results[0]
+    assert again.deduplicated and again.checkpoint.sequence == first.checkpoint.sequence == 1
+    code, details = await refused(save(s, item(key, "Big", {"more": "y" * 2500}, state_mode=ADD)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "items[0]" in details
+    assert merged == ["Small", "Small", "Big"]
     assert await count_checkpoints(database_url, key) == 1

@@ -126,6 +126,16 @@ class _Planned:
     new: NewCheckpoint  # as saved: a step result merged into the state it was added to
 
 
+@dataclass(frozen=True)
+class _Premerged:
+    """A step result _save_step merged into the remembered state `base` but could not write: the transaction
+    that decides instead reuses the merge (the same bytes, or the same refusal) where it finds that state."""
+
+    base: bytes | None
+    merged: tuple[NewCheckpoint, EncodedState] | None
+    refusal: InvalidArgument | TooLarge | None = None  # the merge refused the item (merged is None)
+
+
 _UNENCODED = EncodedState(b"", 0)
 
 
@@ -306,11 +316,13 @@ class CheckpointService:
             prepared = self._prepare(namespace, items)
         del items  # the prepared items hold what is still needed of the request
         _check_completions([new for new, _ in prepared])
+        premerged: _Premerged | None = None
         if (len(prepared) == 1 and prepared[0][0].add_step_result and self.checkpoints.one_statement_step_save
                 and self.memory.enabled and not failpoints.enabled("checkpoint.after_insert")):
             step = await self._save_step(namespace, prepared[0][0])
-            if step is not None:
+            if isinstance(step, list):
                 return step
+            premerged = step
             metrics.STEP_SAVES.labels("transaction").inc()
         if len(prepared) == 1 and self.checkpoints.one_statement_save and _single_statement(prepared[0][0]):
             single = await self._save_single(namespace, *prepared[0])
@@ -333,7 +345,7 @@ class CheckpointService:
                       for ref, i in instances.items()}
             failpoints.hit("checkpoint.before_insert")
             rows: list[NewCheckpointRow] = []
-            plans = [await self._plan_one(conn, i, new, encoded, locked, rows)
+            plans = [await self._plan_one(conn, i, new, encoded, locked, rows, premerged=premerged)
                      for i, (new, encoded) in enumerate(prepared)]
             completed = await self._complete_keys(conn, [p.new for p in plans])
             advances = [CheckpointAdvance(ref, st.last_sequence, st.last_step, st.added, st.owner, st.lease_seconds)
@@ -367,20 +379,21 @@ class CheckpointService:
         self._saved(namespace, saved_items, results)
         return results
 
-    async def _save_step(self, namespace: str, new: NewCheckpoint) -> list[SavedCheckpoint] | None:
+    async def _save_step(self, namespace: str, new: NewCheckpoint) -> list[SavedCheckpoint] | _Premerged | None:
         """A step result merged into the remembered state and saved, its key completed, in one statement.
 
-        None (nothing written): no state remembered, or the database found the
-        instance elsewhere than the remembered state says (StateMemory); the
-        transaction then decides, reading the state.
+        None or _Premerged (nothing written): no state remembered, or the
+        database found the instance elsewhere than the remembered state says
+        (StateMemory); the transaction then decides, reading the state, and
+        reuses the merge handed back where that state is the remembered one.
         """
         remembered = self.memory.get(new.ref)
         if remembered is None or (new.expected_sequence is not None and new.expected_sequence != remembered.sequence):
             return None
         try:
             merged, encoded = await self._merge(0, new, remembered.state)
-        except (InvalidArgument, TooLarge):
-            return None  # the transaction refuses it, in its order of checks
+        except (InvalidArgument, TooLarge) as exc:
+            return _Premerged(remembered.state, None, exc)  # the transaction refuses it, in its order of checks
         row = NewCheckpointRow(new.ref, 0, new.step_name, encoded, merged.sha256, len(merged.state), new.execution_id,
                                new.node_name)
         del encoded
@@ -406,7 +419,7 @@ class CheckpointService:
         done = await (self.db.transaction(and_complete) if new.complete_instance else self.db.single(one))
         if done is None:
             self.memory.forget(new.ref)
-            return None
+            return _Premerged(remembered.state, (merged, row.encoded))
         failpoints.hit("checkpoint.after_commit")
         metrics.STEP_SAVES.labels("one_statement").inc()
         if done.key is not None:
@@ -510,14 +523,15 @@ class CheckpointService:
             await asyncio.gather(*self._cache_writes, return_exceptions=True)
 
     async def _plan_one(self, conn: Conn, index: int, new: NewCheckpoint, encoded: EncodedState,
-                        locked: dict[InstanceRef, _Locked], rows: list[NewCheckpointRow]) -> _Planned:
+                        locked: dict[InstanceRef, _Locked], rows: list[NewCheckpointRow], *,
+                        premerged: _Premerged | None = None) -> _Planned:
         """Checks one item against where its instance stands (earlier items of the batch included)."""
         ref = new.ref
         state = locked.get(ref)
         if state is None:
             raise _not_found(index, ref)
         if new.add_step_result:
-            new, encoded = await self._merged(conn, index, new, state)
+            new, encoded = await self._merged(conn, index, new, state, premerged)
         if state.last_sequence > 0 and state.last_step == new.step_name:
             # The same step saved again with the same state (a retry) is the checkpoint already there.
             if state.pending is not None:
@@ -542,8 +556,8 @@ class CheckpointService:
         state.owner, state.lease_seconds = new.execution_id, new.lease_seconds or state.lease_length
         return _Planned(None, len(rows) - 1, deduplicated=False, new=new)
 
-    async def _merged(self, conn: Conn, index: int, new: NewCheckpoint,
-                      state: _Locked) -> tuple[NewCheckpoint, EncodedState]:
+    async def _merged(self, conn: Conn, index: int, new: NewCheckpoint, state: _Locked,
+                      premerged: _Premerged | None) -> tuple[NewCheckpoint, EncodedState]:
         """The item with its step result added to the instance's current state, hashed and encoded."""
         if not state.current_known:
             if state.last_sequence > 0:
@@ -553,6 +567,12 @@ class CheckpointService:
             else:
                 state.current = await self.instances.start_item_txn(conn, new.ref)
             state.current_known = True
+        if premerged is not None and premerged.base == state.current:
+            # Merged into this very state already: the merge would give the same bytes, or refuse the same way.
+            if premerged.refusal is not None:
+                raise premerged.refusal
+            assert premerged.merged is not None
+            return premerged.merged
         return await self._merge(index, new, state.current)
 
     async def _merge(self, index: int, new: NewCheckpoint, current: bytes | None) -> tuple[NewCheckpoint, EncodedState]:
