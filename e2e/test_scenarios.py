@@ -364,12 +364,15 @@ RENEWAL_DOCS_WF = "durableRenewalDocs"
 SHORT_DEADLINE_S = 5
 
 
-def renewal_from_the_docs(services_url: str, credential_id: str) -> dict[str, Any]:
+def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_last_save: bool = False,
+                          workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals") -> dict[str, Any]:
     """A subscription renewal written from node-package/README.md, every option at its default.
 
     Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Claim charge →
     HTTP charge (derived key) → Save charged → Claim notify → HTTP notify → Save notified →
     Complete; Resume Trigger → the same Resume Point, which jumps to the step after the last save.
+    `complete_on_last_save`: the README's shorter form, no Complete node; the last Save has the option
+    Complete Instance (so no running instance ever has "notified" as its last step).
     """
     import sys
 
@@ -377,7 +380,7 @@ def renewal_from_the_docs(services_url: str, credential_id: str) -> dict[str, An
     from generate import Flow  # the examples' own little workflow builder
 
     cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
-    f = Flow(RENEWAL_DOCS_WF, "Subscription renewal (from the node docs)")
+    f = Flow(workflow_id, "Subscription renewal (from the node docs)")
 
     def durable(name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
         return f.node(name, f"n8n-nodes-durable.{type_}", 1 if type_ == "resumeTrigger" else 2, params, pos,
@@ -391,11 +394,12 @@ def renewal_from_the_docs(services_url: str, credential_id: str) -> dict[str, An
         }, pos)
 
     hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
-        "httpMethod": "POST", "path": "renewals", "responseMode": "responseNode", "options": {},
-    }, (0, 0), webhookId=RENEWAL_DOCS_WF + "-hook")
+        "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
+    }, (0, 0), webhookId=workflow_id + "-hook")
     trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
     rp = durable("Resume Point", "resumePoint", {
-        "instanceKey": "={{ $json.body.subscriptionId }}", "stepOutputs": "charged, notified"}, (220, 100))
+        "instanceKey": "={{ $json.body.subscriptionId }}",
+        "stepOutputs": "charged" if complete_on_last_save else "charged, notified"}, (220, 100))
     ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
                 (440, 0))
     claim_charge = durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (660, 0))
@@ -408,16 +412,20 @@ def renewal_from_the_docs(services_url: str, credential_id: str) -> dict[str, An
     notify = call("Notify", "notify", "={{ JSON.stringify({ subscriptionId: $json.body.subscriptionId, "
                                       "email: $json.body.email, amount: $json.body.amount, "
                                       "charge: $json.charged.id }) }}", (1540, 0))
-    save_notified = durable("Save Notified", "durableCheckpoint", {"operation": "save", "stepName": "notified"},
-                            (1760, 0))
-    done = durable("Complete", "durableCheckpoint", {"operation": "complete"}, (1980, 0))
+    last_save: dict[str, Any] = {"operation": "save", "stepName": "notified"}
+    if complete_on_last_save:
+        last_save["options"] = {"completeInstance": True}
+    save_notified = durable("Save Notified", "durableCheckpoint", last_save, (1760, 0))
     for a, b in [(hook, rp), (trigger, rp), (ok, claim_charge), (charge, save_charged), (save_charged, claim_notify),
-                 (notify, save_notified), (save_notified, done)]:
+                 (notify, save_notified)]:
         f.link(a, b)
     f.link(rp, ok, 0)               # Start
     f.link(rp, claim_charge, 1)     # Resume: nothing saved yet
     f.link(rp, claim_notify, 4)     # charged
-    f.link(rp, done, 5)             # notified
+    if not complete_on_last_save:
+        done = durable("Complete", "durableCheckpoint", {"operation": "complete"}, (1980, 0))
+        f.link(save_notified, done)
+        f.link(rp, done, 5)         # notified
     f.link(claim_charge, charge, 0)
     f.link(claim_charge, save_charged, 1)
     f.link(claim_notify, notify, 0)
@@ -580,6 +588,68 @@ def test_11_examples_complete_against_services_answering_in_another_shape(stack:
     dups = check_exactly_once(stack, keys)
     REPORT.add("11. order example, services answer { id, status } only", len(keys), len(keys), dups,
                time.monotonic() - t0, note="final state keeps amount, email and every step's response")
+
+
+LAST_SAVE_WF = "durableRenewalLastSave"
+
+
+def test_13_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -> None:
+    """The README's shorter ending: the last Save with the option Complete Instance, no Complete node.
+
+    n8n is killed (-9) with every order's notify call in flight (after its charge was saved); the Resume
+    Trigger resumes them at the notify step, and the last Save completes each instance in its own call.
+    Then every subscription is delivered again: the Resume Point leaves by Finished, nothing runs twice.
+    """
+    from harness import CREDENTIAL_ID, http
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    path = stack.work / "renewal-last-save.json"
+    path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                     workflow_id=LAST_SAVE_WF, path="renewals-last-save")))
+    n8n.cli("import:workflow", f"--input={path}")
+    n8n.cli("publish:workflow", f"--id={LAST_SAVE_WF}")
+    n8n.wait_webhook("renewals-last-save", timeout=120)
+    url = f"{n8n.url}/webhook/renewals-last-save"
+    subs = orders("lastsave", 6)
+
+    def deliver_all() -> list[int]:
+        return [http("POST", url, {"subscriptionId": k, "amount": 19.5, "email": f"{k}@example.com"},
+                     timeout=60)[0] for k in subs]
+
+    def diagnose() -> str:
+        return stack.diagnose(subs, LAST_SAVE_WF)
+
+    services.stall("notify")
+    try:
+        first = deliver_all()
+        wait_until("every subscription inside the notify call", lambda: services.in_flight("notify") >= len(subs),
+                   90)
+        stack.main.kill9()
+        killed = time.monotonic()
+    finally:
+        services.unstall()
+    stack.restart_n8n()
+    done_s = wait_for("every subscription to complete", lambda: all_completed(stack, subs, LAST_SAVE_WF), killed,
+                      240, diagnose)
+    instances = {k: sidecar.instance(LAST_SAVE_WF, k) for k in subs}
+    not_resumed = [k for k, i in instances.items() if i is None or i.resume_count < 1]
+    trails = {k: sidecar.trail(LAST_SAVE_WF, k) for k in subs}
+    again = deliver_all()
+    time.sleep(2)  # the re-deliveries' executions end at the Resume Point's Finished output
+    after = {k: sidecar.instance(LAST_SAVE_WF, k) for k in subs}
+    dups = services.duplicate_effects(subs, ("payment", "notify"))
+    assert first == [200] * len(subs) and again == [200] * len(subs), (first, again)
+    assert not_resumed == [], f"not resumed by the Resume Trigger: {not_resumed}\n{diagnose()}"
+    assert all(t == ["charged", "notified"] for t in trails.values()), trails
+    assert all(a is not None and a.status == COMPLETED and a.checkpoint_count == 2 for a in after.values()), after
+    assert dups == [], f"duplicate side effects: {dups}\n{diagnose()}"
+    assert all(services.calls("notify", k) >= 1 and services.calls("payment", k) == 1 for k in subs)
+    REPORT.add("13. last Save completes the instance (no Complete node), kill -9 n8n", len(subs), len(subs),
+               len(dups), time.monotonic() - t0,
+               note=f"kill -9 with every notify call in flight → all resumed and completed {done_s:.1f} s; "
+                    "every subscription delivered again: Finished, nothing ran twice",
+               kill_to_completed_s=done_s)
 
 
 def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
