@@ -1,0 +1,4 @@
+-- Issue 18: PostgreSQL's 0011 rounds a lease's end up to the next whole second so
+-- that renewing a lease rarely changes an indexed value (HOT updates). The embedded
+-- database has no HOT updates, so it stores the end as computed: this file keeps the
+-- numbering of the two dialects the same.
