@@ -93,6 +93,8 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     instances = InstanceService(db, backend.instances, backend.checkpoints, checkpoints, versions,
                                 default_lease_seconds=settings.lease_seconds, waits=backend.waits,
                                 default_retry_policy=default_retry)
+    # A save with complete_instance completes its instance with the instance service's own completion.
+    checkpoints.completer = instances.complete_txn
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
                           default_lease_seconds=settings.lease_seconds)
     recovery = RecoveryService(db, backend.instances, backend.waits)

@@ -201,8 +201,8 @@ class CheckpointService:
         self._large_reads = asyncio.Semaphore(large_read_slots)
         # The newest state saved per instance: a step result is merged into it and saved in one statement.
         self.memory = memory if memory is not None else StateMemory(0)
-        # Completes the instances saves name (complete_instance): the InstanceService sets it; without it
-        # such saves are refused.
+        # Completes the instances saves name (complete_instance): wiring.py gives it the InstanceService's
+        # completion; without one such saves are refused.
         self.completer: InstanceCompleter | None = None
 
     def remember_start(self, ref: InstanceRef, start_item_json: bytes, encoded: EncodedState | None) -> None:

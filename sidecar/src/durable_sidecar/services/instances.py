@@ -66,8 +66,6 @@ class InstanceService:
         self.retry = RetryRules(instances, waits, default_retry_policy or RetryPolicy())
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
-        # A save with complete_instance completes its instance with this service's completion.
-        checkpoint_service.completer = self.complete_txn
 
     async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
         if inst.last_sequence == 0:
