@@ -593,7 +593,7 @@ def test_11_examples_complete_against_services_answering_in_another_shape(stack:
 LAST_SAVE_WF = "durableRenewalLastSave"
 
 
-def test_13_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -> None:
+def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -> None:
     """The README's shorter ending: the last Save with the option Complete Instance, no Complete node.
 
     n8n is killed (-9) with every order's notify call in flight (after its charge was saved); the Resume
@@ -645,7 +645,7 @@ def test_13_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -
     assert all(a is not None and a.status == COMPLETED and a.checkpoint_count == 2 for a in after.values()), after
     assert dups == [], f"duplicate side effects: {dups}\n{diagnose()}"
     assert all(services.calls("notify", k) >= 1 and services.calls("payment", k) == 1 for k in subs)
-    REPORT.add("13. last Save completes the instance (no Complete node), kill -9 n8n", len(subs), len(subs),
+    REPORT.add("14. last Save completes the instance (no Complete node), kill -9 n8n", len(subs), len(subs),
                len(dups), time.monotonic() - t0,
                note=f"kill -9 with every notify call in flight → all resumed and completed {done_s:.1f} s; "
                     "every subscription delivered again: Finished, nothing ran twice",
