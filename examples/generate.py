@@ -83,20 +83,22 @@ def accepted(flow: Flow, pos: tuple[int, int]) -> str:
 
 
 def side_effect(flow: Flow, scope: str, call_name: str, step: str, x: int, y: int,
-                body: str) -> tuple[str, str]:
+                body: str, last: bool = False) -> tuple[str, str]:
     """Claim → Call (with the derived Idempotency-Key) → Save; returns (claim, save).
 
     The Save adds the call's response to the instance state under the step's name and completes
     the key the Claim took, in one transaction. Done Before goes straight to the Save (the stored
     result is saved, nothing runs); Busy stays unconnected: the Resume Trigger picks the instance
-    up once the other execution's lease lapses.
+    up once the other execution's lease lapses. `last`: the instance's last Save, with the option
+    Complete Instance, so the same call and transaction also completes the instance (no Complete
+    node).
     """
     claim = flow.node(f"Claim {scope.capitalize()}", f"{PKG}.idempotencyGuard", 2, {
         "operation": "claim", "scope": scope, "options": {},
     }, (x, y), creds=True)
     call = http(flow, call_name, scope, (x + COL, y - 120), body, "={{ $json.idempotency.derivedKey }}")
     save = flow.node(f"Save {step.capitalize()}", f"{PKG}.durableCheckpoint", 2, {
-        "operation": "save", "stepName": step, "options": {},
+        "operation": "save", "stepName": step, "options": {"completeInstance": True} if last else {},
     }, (x + 2 * COL, y), creds=True)
     flow.link(claim, call, 0)   # First Run
     flow.link(call, save)
@@ -121,9 +123,11 @@ def order_tracking() -> None:
     handoff = f.node("Hand-off", "n8n-nodes-base.executeWorkflowTrigger", 1.1, {
         "inputSource": "passthrough",
     }, (0, rp_y + ROW))
+    # One step output per step after which the order can stand: the last Save completes the order in
+    # its own transaction, so no running order ever has the last step as its last checkpoint.
     rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
         "instanceKey": "={{ $json.body.orderId }}",
-        "stepOutputs": ", ".join(step for _, _, step in steps),
+        "stepOutputs": ", ".join(step for _, _, step in steps[:-1]),
         "versionMismatchOutput": True,
         "options": {"leaseSeconds": 120},
     }, (2 * COL, rp_y), creds=True)
@@ -143,28 +147,26 @@ def order_tracking() -> None:
     ok = accepted(f, (4 * COL, 0))
     claims, saves = [], []
     x, y = 5 * COL, ROW
-    for scope, call_name, step in steps:
-        claim, save = side_effect(f, scope, call_name, step, x, y, order_body())
+    for n, (scope, call_name, step) in enumerate(steps, start=1):
+        claim, save = side_effect(f, scope, call_name, step, x, y, order_body(), last=n == len(steps))
         claims.append(claim)
         saves.append(save)
         x, y = x + 3 * COL, y + ROW
-    done = f.node("Complete", f"{PKG}.durableCheckpoint", 2, {
-        "operation": "complete", "resultWhat": "none",
-    }, (x, y), creds=True)
     # Resume Point outputs: 0 Start, 1 Resume (no step saved yet), 2 Finished, 3 Busy, 4.. one per
-    # step, then Old Version. Finished and Busy stay unconnected: a re-delivery of a finished or
-    # running order does nothing, and its sender is answered when the execution ends.
+    # step output (every step but the last), then Old Version. Finished and Busy stay unconnected:
+    # a re-delivery of a finished or running order does nothing, and its sender is answered when the
+    # execution ends.
     f.link(rp, ok, 0)
     f.link(ok, claims[0])
     f.link(rp, claims[0], 1)
     for i, claim in enumerate(claims[1:], start=4):
         f.link(rp, claim, i)            # paid → inventory, reserved → shipping, shipped → coupon
-    f.link(rp, done, 4 + len(claims) - 1)  # couponed → complete
-    f.link(rp, run_bound, 4 + len(claims))
-    for save, nxt in zip(saves, [*claims[1:], done], strict=True):
-        f.link(save, nxt)
+    f.link(rp, run_bound, 4 + len(claims) - 1)
+    for save, nxt in zip(saves[:-1], claims[1:], strict=True):
+        f.link(save, nxt)               # the last Save (couponed) completes the order: nothing follows
     f.write("order-tracking.json",
-            "New order by webhook → Resume Point → payment → inventory → shipping → coupon → complete. "
+            "New order by webhook → Resume Point → payment → inventory → shipping → coupon; the last Save "
+            "(couponed, option Complete Instance) completes the order in the same call, no Complete node. "
             "The sender is answered (Accepted) once the order exists in the sidecar. Each side effect is "
             "Claim → Call → Save: the call carries the derived Idempotency-Key, the Save adds its response "
             "to the order's state under the step name and completes the claimed key. A Resume Trigger feeds "
@@ -192,21 +194,20 @@ def renewal_reminder() -> None:
     waiting = f.node("Save Waiting", f"{PKG}.durableCheckpoint", 2, {
         "operation": "save", "stepName": "waiting", "options": {},
     }, (6 * COL, ROW), creds=True)
-    claim, save = side_effect(f, "notify", "Send Reminder", "reminded", 7 * COL, 2 * ROW,
-                              "={{ JSON.stringify({ orderId: $json.body.orderId, email: $json.body.email }) }}")
-    done = f.node("Complete", f"{PKG}.durableCheckpoint", 2, {
-        "operation": "complete", "resultWhat": "none",
-    }, (10 * COL, 3 * ROW), creds=True)
+    # The last Save (reminded) completes the subscription in the same call: no Complete node.
+    claim, _ = side_effect(f, "notify", "Send Reminder", "reminded", 7 * COL, 2 * ROW,
+                           "={{ JSON.stringify({ orderId: $json.body.orderId, email: $json.body.email }) }}",
+                           last=True)
     f.link(rp, ok, 0)
     f.link(ok, wait)
     f.link(rp, wait, 1)     # crashed before the wait was saved: schedule it again
     f.link(rp, claim, 4)    # waiting, woken up: send the reminder
     f.link(wait, waiting)
-    f.link(save, done)
     f.write("renewal-reminder.json",
             "A subscription waits six hours durably (Schedule Resume instead of a Wait node), survives any "
-            "restart in between, then sends one reminder: Claim → Call → Save. The sender is answered once "
-            "the subscription exists in the sidecar.")
+            "restart in between, then sends one reminder: Claim → Call → Save; that last Save (option Complete "
+            "Instance) completes the subscription in the same call. The sender is answered once the subscription "
+            "exists in the sidecar.")
 
 
 def order_delivery() -> None:
@@ -252,12 +253,11 @@ def order_delivery() -> None:
     notify = http(f, "Tell Customer", "notify", (10 * COL, ROW),
                   "={{ JSON.stringify({ orderId: $json.body.orderId, email: $json.body.email, "
                   "deliveredAt: $json.event.payload.deliveredAt }) }}", "={{ $json.idempotency.derivedKey }}")
+    # The last Save completes the order in the same call and transaction: no Complete node, and no
+    # running order ever has "notified" as its last step (so it needs no step output).
     save_notify = f.node("Save Notified", f"{PKG}.durableCheckpoint", 2, {
-        "operation": "save", "stepName": "notified", "options": {},
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True},
     }, (11 * COL, 2 * ROW), creds=True)
-    done = f.node("Complete", f"{PKG}.durableCheckpoint", 2, {
-        "operation": "complete", "resultWhat": "none",
-    }, (12 * COL, 2 * ROW), creds=True)
     no_delivery = f.node("No Delivery", f"{PKG}.durableCheckpoint", 2, {
         "operation": "fail", "instanceFrom": "resumePoint",
         "errorMessage": "no delivery confirmed within the wait",
@@ -278,10 +278,10 @@ def order_delivery() -> None:
     f.link(claim_notify, notify, 0)
     f.link(claim_notify, save_notify, 1)
     f.link(notify, save_notify)
-    f.link(save_notify, done)
     f.write("order-delivery.json",
             "New order by webhook → ship (Claim → Call → Save) → Wait for Event \"delivered\" (7 days at most) → "
-            "tell the customer → complete. The carrier's webhook (workflow \"Carrier webhook\") signals the event; "
+            "tell the customer; that last Save (option Complete Instance) completes the order in the same call. "
+            "The carrier's webhook (workflow \"Carrier webhook\") signals the event; "
             "the Resume Trigger then resumes the order and the Resume Point sends it to Event. An event signalled "
             "before the order reached its wait is consumed at once (Received). No event within 7 days: Timed Out "
             "fails the order. A failing shipping call is retried under the Resume Point's retry policy (three "
