@@ -271,17 +271,23 @@ def checkpoint_columns(with_state: bool) -> str:
 # The newest checkpoint of an instance in one statement: the instance's row tells
 # "no such instance" from "no checkpoint yet"; the state comes along only when it is
 # smaller than %(state_below)s (larger ones are read from the cache first).
-LATEST_CHECKPOINT = ("SELECT " + ", ".join(f"c.{c.strip()}" for c in CHECKPOINT_META.split(",")) + """,
+def latest_checkpoint_query(newest_join: str) -> str:
+    """The newest-checkpoint read around `newest_join`, the backend's join of that checkpoint as `c`.
+
+    The join must find the row by all four primary-key columns, the instance's last_sequence included:
+    a plan that reads the instance's checkpoints by (namespace, workflow_id, instance_key) and filters
+    on the sequence afterwards costs time in proportion to the instance's checkpoints.
+    """
+    columns = ", ".join(f"c.{c.strip()}" for c in CHECKPOINT_META.split(","))
+    return f"""SELECT {columns},
            c.encoding, CASE WHEN c.size_bytes < %(state_below)s THEN c.state END AS state
     FROM durable_instances i
-    LEFT JOIN durable_checkpoints c
-      ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
-     AND c.sequence = i.last_sequence
-    WHERE i.namespace = %(ns)s AND i.workflow_id = %(wf)s AND i.instance_key = %(key)s""")
+    {newest_join}
+    WHERE i.namespace = %(ns)s AND i.workflow_id = %(wf)s AND i.instance_key = %(key)s"""
 
 
 def latest_of(d: Dialect, row: Row | None) -> tuple[bool, Checkpoint | None]:
-    """(the instance exists, its newest checkpoint) from a LATEST_CHECKPOINT row."""
+    """(the instance exists, its newest checkpoint) from a latest_checkpoint_query row."""
     if row is None:
         return False, None
     if row["sequence"] is None:

@@ -29,6 +29,16 @@ from ..states import EncodedState
 from .db import DIALECT, pg
 
 _KEY = core.INSTANCE_KEY
+# LATERAL with LIMIT (which keeps PostgreSQL from flattening the subquery back into a plain join): the
+# checkpoint is looked up by all four key columns, the instance's last_sequence included. From a plain
+# join the planner may read every checkpoint of the instance and filter on the sequence (it did so on
+# tables without statistics: 4.3 ms at 6,000 checkpoints against 0.02 ms; the soak's p99 climbed with it).
+LATEST = core.latest_checkpoint_query(
+    """LEFT JOIN LATERAL (
+        SELECT * FROM durable_checkpoints c
+        WHERE c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
+          AND c.sequence = i.last_sequence
+        LIMIT 1) c ON true""")
 
 
 def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
@@ -166,7 +176,7 @@ class CheckpointStore(base.CheckpointStore):
 
     async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
                          state_below: int) -> tuple[bool, Checkpoint | None]:
-        cur = await pg(conn).execute(core.LATEST_CHECKPOINT, {**_key(ref), "state_below": state_below})
+        cur = await pg(conn).execute(LATEST, {**_key(ref), "state_below": state_below})
         return core.latest_of(DIALECT, await cur.fetchone())
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:

@@ -322,9 +322,12 @@ class InstanceStore(base.InstanceStore):
         query = sql.SQL(
             """SELECT i.instance_key, i.bound_version, i.last_step, coalesce(c.node_name, '') AS last_node
                FROM durable_instances i
-               LEFT JOIN durable_checkpoints c
-                 ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id
-                AND c.instance_key = i.instance_key AND c.sequence = i.last_sequence
+               LEFT JOIN LATERAL (
+                   -- each instance's newest checkpoint by its whole key (see checkpoints.py: LATEST)
+                   SELECT c.node_name FROM durable_checkpoints c
+                   WHERE c.namespace = i.namespace AND c.workflow_id = i.workflow_id
+                     AND c.instance_key = i.instance_key AND c.sequence = i.last_sequence
+                   LIMIT 1) c ON true
                WHERE {where}
                ORDER BY i.instance_key{lock}"""
         ).format(where=sql.SQL(" AND ").join(where), lock=sql.SQL(" FOR UPDATE OF i" if lock else ""))

@@ -12,7 +12,11 @@ from ..paging import after_sequence, cut_page
 from .db import DIALECT, Row, lite
 
 _KEY = DIALECT.sql(core.INSTANCE_KEY)
-_LATEST = DIALECT.sql(core.LATEST_CHECKPOINT)
+# SQLite's planner looks the checkpoint up by all four key columns from a plain join.
+LATEST = DIALECT.sql(core.latest_checkpoint_query(
+    """LEFT JOIN durable_checkpoints c
+      ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
+     AND c.sequence = i.last_sequence"""))
 
 
 def _checkpoint(row: Row, *, with_state: bool) -> Checkpoint:
@@ -42,7 +46,7 @@ class CheckpointStore(base.CheckpointStore):
 
     async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
                          state_below: int) -> tuple[bool, Checkpoint | None]:
-        return core.latest_of(DIALECT, await lite(conn).one(_LATEST, {**_key(ref), "state_below": state_below}))
+        return core.latest_of(DIALECT, await lite(conn).one(LATEST, {**_key(ref), "state_below": state_below}))
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *,
                       with_state: bool) -> Checkpoint | None:
