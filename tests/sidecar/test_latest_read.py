@@ -17,10 +17,10 @@ import sqlite3
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
-
 from durable_sidecar.stores.postgres import checkpoints as pg_checkpoints
 from durable_sidecar.stores.sqlite import checkpoints as lite_checkpoints
+from psycopg.rows import dict_row
+
 from tests.conftest import Harness
 from tests.sidecar.storage import fetch, is_sqlite, sqlite_path
 from tests.sidecar.test_checkpoints import WF, item, latest, new_key, save, start
