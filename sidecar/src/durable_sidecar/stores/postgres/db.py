@@ -88,6 +88,18 @@ _RECONNECT_TIMEOUT_SECONDS = 0.2
 _START_ATTEMPT_SECONDS = 0.5
 
 
+async def _durable_commits(conn: psycopg.AsyncConnection[DictRow]) -> None:
+    """A new pool connection commits synchronously even where the server's default is synchronous_commit=off.
+
+    An acknowledged write must survive a crash of PostgreSQL. Any other setting (local, remote_write, on,
+    remote_apply, as the server or its replication set it) is kept.
+    """
+    cur = await conn.execute("SELECT current_setting('synchronous_commit') = 'off' AS off")
+    row = await cur.fetchone()
+    if row is not None and row["off"]:
+        await conn.execute("SET synchronous_commit TO on")
+
+
 async def _reconnect_failed(pool: AsyncConnectionPool[Connection]) -> None:
     # Expected during an outage; the next caller starts a new attempt.
     log.debug("a reconnection attempt gave up; the next request starts another", extra={"pool": pool.name})
@@ -124,6 +136,7 @@ class PostgresDatabase(Database):
             name="durable",
             reconnect_timeout=_RECONNECT_TIMEOUT_SECONDS,
             reconnect_failed=_reconnect_failed,
+            configure=_durable_commits,
         )
 
     async def open(self) -> None:
@@ -144,6 +157,20 @@ class PostgresDatabase(Database):
                 kick = now + _START_ATTEMPT_SECONDS
             await asyncio.sleep(0.02)
         log.info("database pool open", extra={"pool_max": self.pool.max_size})
+        await self._check_autovacuum()
+
+    async def _check_autovacuum(self) -> None:
+        """Warns when PostgreSQL's autovacuum is off: every save updates its instance's row in durable_instances,
+        and without vacuum the dead row versions pile up and saves slow down (docs/operations.md)."""
+        try:
+            async with self.pool.connection(timeout=self._connect_timeout) as conn:
+                cur = await conn.execute("SELECT current_setting('autovacuum') AS on")
+                row = await cur.fetchone()
+        except psycopg.Error:
+            return  # a check only: the first real call reports the database's problem
+        if row is not None and row["on"] == "off":
+            log.warning("PostgreSQL's autovacuum is off: durable_instances takes an update per save and slows "
+                        "down without vacuum; turn autovacuum on or run VACUUM durable_instances regularly")
 
     async def close(self) -> None:
         await self.pool.close()
