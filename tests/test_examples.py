@@ -62,12 +62,10 @@ def test_every_link_and_step_output_of_an_example_can_be_taken(path: Path) -> No
         for out in conns["main"]:
             for dst in out:
                 assert dst["node"] in nodes, f"{src} links to {dst['node']!r}, which is not a node"
-    saves = [n["parameters"] for n in nodes.values()
+    saves = [n for n in nodes.values()
              if n["type"] == PKG + "durableCheckpoint" and n["parameters"].get("operation") == "save"]
-    left_running = {p["stepName"] for p in saves if not p.get("options", {}).get("completeInstance")}
-    completing = {n["name"] for n in nodes.values() if n["type"] == PKG + "durableCheckpoint"
-                  and n["parameters"].get("operation") == "save"
-                  and n["parameters"].get("options", {}).get("completeInstance")}
+    completing = {n["name"] for n in saves if n["parameters"].get("options", {}).get("completeInstance")}
+    left_running = {n["parameters"]["stepName"] for n in saves if n["name"] not in completing}
     for name in completing:
         assert not any(wf["connections"].get(name, {}).get("main", [])), (
             f"{name} completes the instance: nothing may run after it")

@@ -38,21 +38,14 @@ async def _instance_with_many_checkpoints(harness: Harness, url: str) -> tuple[s
                                        " AND instance_key = %s", WF, key)
     # Volume, not behaviour: copies of the first checkpoint at sequences 2 .. MANY, then the instance points at
     # the last of them; the newest one is then saved through the sidecar.
-    await fetch(url, """INSERT INTO durable_checkpoints
+    await fetch(url, """WITH RECURSIVE n(v) AS (SELECT 2 UNION ALL SELECT v + 1 FROM n WHERE v < %s)
+                        INSERT INTO durable_checkpoints
                             (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
                              size_bytes, stored_bytes, execution_id, node_name, created_at)
-                        SELECT namespace, workflow_id, instance_key, n, 'copy-' || n, encoding, state, sha256,
+                        SELECT namespace, workflow_id, instance_key, n.v, 'copy-' || n.v, encoding, state, sha256,
                                size_bytes, stored_bytes, execution_id, node_name, created_at
-                        FROM durable_checkpoints, generate_series(2, %s) AS n
-                        WHERE workflow_id = %s AND instance_key = %s AND sequence = 1""" if not is_sqlite(url) else
-                """WITH RECURSIVE n(v) AS (SELECT 2 UNION ALL SELECT v + 1 FROM n WHERE v < %s)
-                   INSERT INTO durable_checkpoints
-                       (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256,
-                        size_bytes, stored_bytes, execution_id, node_name, created_at)
-                   SELECT namespace, workflow_id, instance_key, n.v, 'copy-' || n.v, encoding, state, sha256,
-                          size_bytes, stored_bytes, execution_id, node_name, created_at
-                   FROM durable_checkpoints, n
-                   WHERE workflow_id = %s AND instance_key = %s AND sequence = 1""", MANY, WF, key)
+                        FROM durable_checkpoints, n
+                        WHERE workflow_id = %s AND instance_key = %s AND sequence = 1""", MANY, WF, key)
     await fetch(url, "UPDATE durable_instances SET last_sequence = %s, last_step = %s, checkpoint_count = %s"
                      " WHERE workflow_id = %s AND instance_key = %s", MANY, f"copy-{MANY}", MANY, WF, key)
     await save(s, item(key, "newest", {"n": MANY + 1}))

@@ -94,10 +94,9 @@ async def _durable_commits(conn: psycopg.AsyncConnection[DictRow]) -> None:
     An acknowledged write must survive a crash of PostgreSQL. Any other setting (local, remote_write, on,
     remote_apply, as the server or its replication set it) is kept.
     """
-    cur = await conn.execute("SELECT current_setting('synchronous_commit') = 'off' AS off")
-    row = await cur.fetchone()
-    if row is not None and row["off"]:
-        await conn.execute("SET synchronous_commit TO on")
+    # One round trip: set_config(…, false) is SET for the session, and runs only where the setting is off.
+    await conn.execute("SELECT set_config('synchronous_commit', 'on', false)"
+                       " WHERE current_setting('synchronous_commit') = 'off'")
 
 
 async def _reconnect_failed(pool: AsyncConnectionPool[Connection]) -> None:
@@ -164,11 +163,11 @@ class PostgresDatabase(Database):
         and without vacuum the dead row versions pile up and saves slow down (docs/operations.md)."""
         try:
             async with self.pool.connection(timeout=self._connect_timeout) as conn:
-                cur = await conn.execute("SELECT current_setting('autovacuum') AS on")
+                cur = await conn.execute("SELECT current_setting('autovacuum') AS setting")
                 row = await cur.fetchone()
         except psycopg.Error:
             return  # a check only: the first real call reports the database's problem
-        if row is not None and row["on"] == "off":
+        if row is not None and row["setting"] == "off":
             log.warning("PostgreSQL's autovacuum is off: durable_instances takes an update per save and slows "
                         "down without vacuum; turn autovacuum on or run VACUUM durable_instances regularly")
 
