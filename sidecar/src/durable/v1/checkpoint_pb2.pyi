@@ -19,7 +19,7 @@ STATE_MODE_REPLACE: StateMode
 STATE_MODE_ADD_STEP_RESULT: StateMode
 
 class SaveCheckpointItem(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key", "complete_instance")
+    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key", "complete_instance", "claim_next")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     STEP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class SaveCheckpointItem(_message.Message):
     STATE_MODE_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_KEY_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     step_name: str
@@ -42,7 +43,8 @@ class SaveCheckpointItem(_message.Message):
     state_mode: StateMode
     complete_key: KeyCompletion
     complete_instance: bool
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ..., complete_instance: _Optional[bool] = ...) -> None: ...
+    claim_next: _idempotency_pb2.ClaimItem
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ..., complete_instance: _Optional[bool] = ..., claim_next: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ...) -> None: ...
 
 class KeyCompletion(_message.Message):
     __slots__ = ("scope", "key", "attempt", "result_json")
@@ -63,18 +65,20 @@ class SaveCheckpointsRequest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[SaveCheckpointItem, _Mapping]]] = ...) -> None: ...
 
 class SaveCheckpointResult(_message.Message):
-    __slots__ = ("checkpoint", "deduplicated", "state_json", "completed_key", "completed_instance")
+    __slots__ = ("checkpoint", "deduplicated", "state_json", "completed_key", "completed_instance", "next_claim")
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_KEY_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CLAIM_FIELD_NUMBER: _ClassVar[int]
     checkpoint: _common_pb2.Checkpoint
     deduplicated: bool
     state_json: bytes
     completed_key: _idempotency_pb2.IdempotencyKey
     completed_instance: _common_pb2.Instance
-    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ..., state_json: _Optional[bytes] = ..., completed_key: _Optional[_Union[_idempotency_pb2.IdempotencyKey, _Mapping]] = ..., completed_instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
+    next_claim: _idempotency_pb2.ClaimResult
+    def __init__(self, checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., deduplicated: _Optional[bool] = ..., state_json: _Optional[bytes] = ..., completed_key: _Optional[_Union[_idempotency_pb2.IdempotencyKey, _Mapping]] = ..., completed_instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., next_claim: _Optional[_Union[_idempotency_pb2.ClaimResult, _Mapping]] = ...) -> None: ...
 
 class SaveCheckpointsResponse(_message.Message):
     __slots__ = ("results",)

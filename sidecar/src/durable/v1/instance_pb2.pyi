@@ -1,6 +1,7 @@
 import datetime
 
 from durable.v1 import common_pb2 as _common_pb2
+from durable.v1 import idempotency_pb2 as _idempotency_pb2
 from durable.v1 import version_pb2 as _version_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -43,7 +44,7 @@ RESUME_REASON_RETRY: ResumeReason
 RESUME_REASON_REDRIVE: ResumeReason
 
 class StartOrResumeRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +56,7 @@ class StartOrResumeRequest(_message.Message):
     INCLUDE_STATE_FIELD_NUMBER: _ClassVar[int]
     START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_ON_START_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -66,10 +68,11 @@ class StartOrResumeRequest(_message.Message):
     include_state: bool
     start_item_json: bytes
     retry_policy: _common_pb2.RetryPolicy
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ...) -> None: ...
+    claim_on_start: _idempotency_pb2.ClaimItem
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ...) -> None: ...
 
 class StartOrResumeResponse(_message.Message):
-    __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json", "event", "wait_outcome")
+    __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json", "event", "wait_outcome", "start_claim")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +82,7 @@ class StartOrResumeResponse(_message.Message):
     START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     WAIT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    START_CLAIM_FIELD_NUMBER: _ClassVar[int]
     outcome: StartOutcome
     instance: _common_pb2.Instance
     latest_checkpoint: _common_pb2.Checkpoint
@@ -88,7 +92,8 @@ class StartOrResumeResponse(_message.Message):
     start_item_json: bytes
     event: _common_pb2.Event
     wait_outcome: ResumeReason
-    def __init__(self, outcome: _Optional[_Union[StartOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., current_version: _Optional[int] = ..., version_mismatch: _Optional[bool] = ..., bound_version: _Optional[_Union[_version_pb2.Version, _Mapping]] = ..., start_item_json: _Optional[bytes] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., wait_outcome: _Optional[_Union[ResumeReason, str]] = ...) -> None: ...
+    start_claim: _idempotency_pb2.ClaimResult
+    def __init__(self, outcome: _Optional[_Union[StartOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., current_version: _Optional[int] = ..., version_mismatch: _Optional[bool] = ..., bound_version: _Optional[_Union[_version_pb2.Version, _Mapping]] = ..., start_item_json: _Optional[bytes] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., wait_outcome: _Optional[_Union[ResumeReason, str]] = ..., start_claim: _Optional[_Union[_idempotency_pb2.ClaimResult, _Mapping]] = ...) -> None: ...
 
 class GetInstanceRequest(_message.Message):
     __slots__ = ("workflow_id", "instance_key")

@@ -19,7 +19,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Checkpoint, Instance } from "./common";
-import { IdempotencyKey } from "./idempotency";
+import { ClaimItem, ClaimResult, IdempotencyKey } from "./idempotency";
 
 export const protobufPackage = "durable.v1";
 
@@ -95,6 +95,18 @@ export interface SaveCheckpointItem {
    * instance (it would save to a completed instance).
    */
   completeInstance: boolean;
+  /**
+   * Optional: the claim of the side effect that follows this save (the
+   * Idempotency Guard after the Save), made in this call after the batch
+   * committed, so the Guard needs no Claim call of its own. Checked like a
+   * Claim item before anything is written (INVALID_ARGUMENT names the item's
+   * claim_next); INVALID_ARGUMENT with complete_instance (nothing follows the
+   * last save), and a key may appear only once per batch. The claims of a batch
+   * are one Claim: when they cannot be made now (a fingerprint mismatch, the
+   * database gone after the save) every next_claim is unset and the saves
+   * stand: the Guard then claims itself and gets the answer.
+   */
+  claimNext: ClaimItem | undefined;
 }
 
 /** The idempotency key a save completes (see SaveCheckpointItem.complete_key). */
@@ -133,7 +145,11 @@ export interface SaveCheckpointResult {
     | IdempotencyKey
     | undefined;
   /** The instance as completed by complete_instance, when the item had it. */
-  completedInstance: Instance | undefined;
+  completedInstance:
+    | Instance
+    | undefined;
+  /** The answer to claim_next, when it was made. */
+  nextClaim: ClaimResult | undefined;
 }
 
 export interface SaveCheckpointsResponse {
@@ -215,6 +231,7 @@ function createBaseSaveCheckpointItem(): SaveCheckpointItem {
     stateMode: 0,
     completeKey: undefined,
     completeInstance: false,
+    claimNext: undefined,
   };
 }
 
@@ -252,6 +269,9 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     }
     if (message.completeInstance !== false) {
       writer.uint32(88).bool(message.completeInstance);
+    }
+    if (message.claimNext !== undefined) {
+      ClaimItem.encode(message.claimNext, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -357,6 +377,14 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
             message.completeInstance = reader.bool();
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.claimNext = ClaimItem.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -387,6 +415,9 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
       ? KeyCompletion.fromPartial(object.completeKey)
       : undefined;
     message.completeInstance = object.completeInstance ?? false;
+    message.claimNext = (object.claimNext !== undefined && object.claimNext !== null)
+      ? ClaimItem.fromPartial(object.claimNext)
+      : undefined;
     return message;
   },
 };
@@ -544,6 +575,7 @@ function createBaseSaveCheckpointResult(): SaveCheckpointResult {
     stateJson: Buffer.alloc(0),
     completedKey: undefined,
     completedInstance: undefined,
+    nextClaim: undefined,
   };
 }
 
@@ -563,6 +595,9 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
     }
     if (message.completedInstance !== undefined) {
       Instance.encode(message.completedInstance, writer.uint32(42).fork()).join();
+    }
+    if (message.nextClaim !== undefined) {
+      ClaimResult.encode(message.nextClaim, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -620,6 +655,14 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
             message.completedInstance = Instance.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.nextClaim = ClaimResult.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -647,6 +690,9 @@ export const SaveCheckpointResult: MessageFns<SaveCheckpointResult> = {
       : undefined;
     message.completedInstance = (object.completedInstance !== undefined && object.completedInstance !== null)
       ? Instance.fromPartial(object.completedInstance)
+      : undefined;
+    message.nextClaim = (object.nextClaim !== undefined && object.nextClaim !== null)
+      ? ClaimResult.fromPartial(object.nextClaim)
       : undefined;
     return message;
   },

@@ -22,6 +22,7 @@ import {
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp";
 import { Checkpoint, Event, Instance, InstanceStatus, RetryPolicy } from "./common";
+import { ClaimItem, ClaimResult } from "./idempotency";
 import { Version } from "./version";
 
 export const protobufPackage = "durable.v1";
@@ -129,7 +130,20 @@ export interface StartOrResumeRequest {
    * instance, new or existing, replacing the one it had; unset keeps the
    * instance's policy (the sidecar's DURABLE_RETRY_* defaults for a new one).
    */
-  retryPolicy: RetryPolicy | undefined;
+  retryPolicy:
+    | RetryPolicy
+    | undefined;
+  /**
+   * Optional: the claim of the side effect that follows the start (the
+   * Idempotency Guard after the Resume Point), made in this call when the
+   * outcome is START_OUTCOME_STARTED, after the instance was created, so the
+   * Guard needs no Claim call of its own. Checked like a Claim item before
+   * anything is written (INVALID_ARGUMENT names claim_on_start). A claim that
+   * cannot be made now (a fingerprint mismatch, the database gone after the
+   * start) leaves start_claim unset and the start stands: the Guard then
+   * claims itself and gets the answer. Any other outcome claims nothing.
+   */
+  claimOnStart: ClaimItem | undefined;
 }
 
 export interface StartOrResumeResponse {
@@ -172,6 +186,8 @@ export interface StartOrResumeResponse {
    * when no wait ended since the newest checkpoint.
    */
   waitOutcome: ResumeReason;
+  /** The answer to claim_on_start, when it was made. */
+  startClaim: ClaimResult | undefined;
 }
 
 export interface GetInstanceRequest {
@@ -344,6 +360,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     includeState: false,
     startItemJson: Buffer.alloc(0),
     retryPolicy: undefined,
+    claimOnStart: undefined,
   };
 }
 
@@ -381,6 +398,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.retryPolicy !== undefined) {
       RetryPolicy.encode(message.retryPolicy, writer.uint32(90).fork()).join();
+    }
+    if (message.claimOnStart !== undefined) {
+      ClaimItem.encode(message.claimOnStart, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -486,6 +506,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.retryPolicy = RetryPolicy.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.claimOnStart = ClaimItem.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -516,6 +544,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     message.retryPolicy = (object.retryPolicy !== undefined && object.retryPolicy !== null)
       ? RetryPolicy.fromPartial(object.retryPolicy)
       : undefined;
+    message.claimOnStart = (object.claimOnStart !== undefined && object.claimOnStart !== null)
+      ? ClaimItem.fromPartial(object.claimOnStart)
+      : undefined;
     return message;
   },
 };
@@ -531,6 +562,7 @@ function createBaseStartOrResumeResponse(): StartOrResumeResponse {
     startItemJson: Buffer.alloc(0),
     event: undefined,
     waitOutcome: 0,
+    startClaim: undefined,
   };
 }
 
@@ -562,6 +594,9 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
     }
     if (message.waitOutcome !== 0) {
       writer.uint32(72).int32(message.waitOutcome);
+    }
+    if (message.startClaim !== undefined) {
+      ClaimResult.encode(message.startClaim, writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -651,6 +686,14 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
             message.waitOutcome = reader.int32() as any;
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.startClaim = ClaimResult.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -683,6 +726,9 @@ export const StartOrResumeResponse: MessageFns<StartOrResumeResponse> = {
     message.startItemJson = object.startItemJson ?? Buffer.alloc(0);
     message.event = (object.event !== undefined && object.event !== null) ? Event.fromPartial(object.event) : undefined;
     message.waitOutcome = object.waitOutcome ?? 0;
+    message.startClaim = (object.startClaim !== undefined && object.startClaim !== null)
+      ? ClaimResult.fromPartial(object.startClaim)
+      : undefined;
     return message;
   },
 };
