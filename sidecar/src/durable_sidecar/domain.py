@@ -176,6 +176,8 @@ class SavedCheckpoint:
     completed_key: IdempotencyKey | None = None
     # The instance as the save completed it (complete_instance).
     completed_instance: Instance | None = None
+    # The answer to the item's claim_next, when it was made.
+    next_claim: Claimed | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,8 @@ class StartResult:
     # How the instance's last wait ended, and its event, when no checkpoint was saved since.
     wait_outcome: ResumeReason | None = None
     event: MailboxEvent | None = None
+    # The answer to claim_on_start, when it was made (a STARTED outcome only).
+    start_claim: Claimed | None = None
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                                 backoff_multiplier=settings.retry_backoff_multiplier, jitter=settings.retry_jitter)
     instances = InstanceService(db, backend.instances, backend.checkpoints, checkpoints, versions,
                                 default_lease_seconds=settings.lease_seconds, waits=backend.waits,
-                                default_retry_policy=default_retry)
+                                default_retry_policy=default_retry, keys=keys)
     # A save with complete_instance completes its instance with the instance service's own completion.
     checkpoints.completer = instances.complete_txn
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,

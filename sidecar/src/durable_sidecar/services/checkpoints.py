@@ -26,6 +26,7 @@ from ..domain import (
     SavedCheckpoint,
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
+from ..logs import instance_key_var
 from ..stores.base import (
     BatchSave,
     CheckpointAdvance,
@@ -42,7 +43,7 @@ from ..stores.state_memory import StateMemory
 from ..stores.states import EncodedState
 
 if TYPE_CHECKING:
-    from .idempotency import IdempotencyService
+    from .idempotency import ClaimItem, IdempotencyService
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class SaveItem:
     add_step_result: bool = False
     complete_key: CompleteKey | None = None
     complete_instance: bool = False
+    # The next Guard's key, claimed after the batch saved (see CheckpointService.save).
+    claim_next: ClaimItem | None = None
     # The caller has checked that state is JSON and every identifier's length and characters (the gRPC
     # boundary does for every request): not checked twice.
     json_checked: bool = False
@@ -305,10 +308,42 @@ class CheckpointService:
         return out
 
     async def save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
+        """Saves the batch; then claims the keys its items name in claim_next, in one Claim.
+
+        Every claim_next is checked as a Claim item before anything is written. A claim that
+        cannot be made after the save (a DomainError: a fingerprint mismatch, the database gone)
+        leaves every next_claim unset and the saves stand: the Guard then claims itself.
+        """
         if not items:
             raise InvalidArgument("items is empty: send at least one checkpoint")
         if len(items) > self.max_batch_items:
             raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
+        ahead = [(i, item.claim_next) for i, item in enumerate(items) if item.claim_next is not None]
+        if not ahead:
+            return await self._save(namespace, items)
+        for i, _ in ahead:
+            if self.keys is None:
+                raise InvalidArgument(f"items[{i}].claim_next: not served here (no idempotency service)")
+            if items[i].complete_instance:
+                raise InvalidArgument(f"items[{i}].claim_next: not with complete_instance (nothing follows the "
+                                      "save that completes the instance)")
+        assert self.keys is not None
+        claims = [c for _, c in ahead]
+        await self.keys.check_claims(namespace, claims, [f"items[{i}].claim_next" for i, _ in ahead])
+        saved = await self._save(namespace, items)
+        logged_as = instance_key_var.get()
+        try:
+            claimed = await self.keys.claim(namespace, claims)
+        except DomainError as exc:
+            log.info("claim_next not made; the saves stand and the Guard claims itself",
+                     extra={"items": len(claims), "reason": str(exc)})
+            return saved
+        finally:
+            instance_key_var.set(logged_as)  # the call's log lines name what they named before the claim
+        answers = {i: answer for (i, _), answer in zip(ahead, claimed, strict=True)}
+        return [replace(s, next_claim=answers[i]) if i in answers else s for i, s in enumerate(saved)]
+
+    async def _save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
         total = sum(len(i.state) for i in items)
         if total > _OFFLOAD_BYTES:
             prepared = await asyncio.to_thread(self._prepare, namespace, items)

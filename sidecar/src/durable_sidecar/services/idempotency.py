@@ -160,7 +160,7 @@ class IdempotencyService:
             return known if known is not None else fingerprint_of(item.payload_json)
         return ""
 
-    def _validate(self, namespace: str, index: int, item: ClaimItem, known: str | None = None) -> NewClaim:
+    def _validate(self, namespace: str, label: str, item: ClaimItem, known: str | None = None) -> NewClaim:
         try:
             validation.identifier("scope", item.scope)
             validation.identifier("key", item.key)
@@ -172,7 +172,7 @@ class IdempotencyService:
             fingerprint = self._fingerprint(item, known)
             instance = self._instance_of(namespace, item)
         except (InvalidArgument, TooLarge) as exc:
-            raise type(exc)(f"items[{index}]: {exc}") from None
+            raise type(exc)(f"{label}: {exc}") from None
         raw = hashlib.sha256(item.payload_json).hexdigest() if item.payload_json else ""
         return NewClaim(KeyRef(namespace, item.scope, item.key), fingerprint, lease, ttl, item.holder,
                         instance=instance, payload_json=item.payload_json, raw_sha256=raw)
@@ -188,16 +188,27 @@ class IdempotencyService:
             raise InvalidArgument("instance-aware claims are not served here (no instance store)")
         return InstanceRef(namespace, item.workflow_id, item.instance_key)
 
-    def _prepare(self, namespace: str, items: list[ClaimItem],
-                 known: list[str] | None = None) -> list[NewClaim]:
-        claims = [self._validate(namespace, i, item, known[i] if known else None) for i, item in enumerate(items)]
+    def _prepare(self, namespace: str, items: list[ClaimItem], known: list[str] | None = None,
+                 labels: list[str] | None = None) -> list[NewClaim]:
+        """The items checked; an error names the item by its label (default: items[i])."""
+        names = labels if labels is not None else [f"items[{i}]" for i in range(len(items))]
+        claims = [self._validate(namespace, names[i], item, known[i] if known else None)
+                  for i, item in enumerate(items)]
         seen: dict[KeyRef, int] = {}
         for i, claim in enumerate(claims):
             if claim.ref in seen:
-                raise InvalidArgument(f"items[{i}]: key {_name(claim.ref)} is already items[{seen[claim.ref]}]: "
+                raise InvalidArgument(f"{names[i]}: key {_name(claim.ref)} is already {names[seen[claim.ref]]}: "
                                       "a key may appear only once in a batch")
             seen[claim.ref] = i
         return claims
+
+    async def check_claims(self, namespace: str, items: list[ClaimItem], labels: list[str]) -> None:
+        """The checks claim() makes of its items, for claims another call makes after it wrote (a save's
+        claim_next, a start's claim_on_start): InvalidArgument or TooLarge naming the item by its label."""
+        if sum(len(i.payload_json) for i in items) > _OFFLOAD_BYTES:
+            await asyncio.to_thread(self._prepare, namespace, items, None, labels)
+        else:
+            self._prepare(namespace, items, labels=labels)
 
     async def claim(self, namespace: str, items: list[ClaimItem]) -> list[Claimed]:
         """One answer per item, in request order; all items in one transaction, or none on a mismatch."""

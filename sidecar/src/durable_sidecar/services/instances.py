@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from .. import validation
 from ..domain import (
@@ -24,13 +25,16 @@ from ..domain import (
     StartOutcome,
     StartResult,
 )
-from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from ..logs import instance_key_var
 from ..stores.base import CheckpointStore, Conn, Database, InstanceStore, StartedNew
 from ..stores.waits import WaitStore, policy_columns
 from .checkpoints import CheckpointService
 from .events import RetryRules, check_policy, hand_out_reason
 from .versions import VersionService
+
+if TYPE_CHECKING:
+    from .idempotency import ClaimItem, IdempotencyService
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ class InstanceService:
     def __init__(self, db: Database, instances: InstanceStore, checkpoints: CheckpointStore,
                  checkpoint_service: CheckpointService, versions: VersionService, *,
                  default_lease_seconds: int, waits: WaitStore,
-                 default_retry_policy: RetryPolicy | None = None) -> None:
+                 default_retry_policy: RetryPolicy | None = None, keys: IdempotencyService | None = None) -> None:
         self.db = db
         self.instances = instances
         self.checkpoints = checkpoints
@@ -64,6 +68,8 @@ class InstanceService:
         self.default_lease_seconds = default_lease_seconds
         self.waits = waits
         self.retry = RetryRules(instances, waits, default_retry_policy or RetryPolicy())
+        # Claims a start's claim_on_start; without it such starts are refused.
+        self.keys = keys
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
 
@@ -85,6 +91,7 @@ class InstanceService:
         include_state: bool = False,
         start_item_json: bytes = b"",
         retry_policy: RetryPolicy | None = None,
+        claim_on_start: ClaimItem | None = None,
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
@@ -96,6 +103,11 @@ class InstanceService:
         one); another value becomes its length when this call takes the lease.
         A new instance stores start_item_json with its STARTED event; an
         existing one keeps the item it started with.
+
+        claim_on_start (the next Guard's key) is checked as a Claim item before
+        anything is written and claimed once a STARTED outcome is decided; a
+        claim that cannot be made then (a DomainError) leaves start_claim unset
+        and the start stands.
         """
         _check_ref(ref)
         validation.identifier("execution_id", execution_id)
@@ -105,6 +117,10 @@ class InstanceService:
         if pinned_version < 0:
             raise InvalidArgument("pinned_version must not be negative")
         policy = check_policy(retry_policy) if retry_policy is not None else None
+        if claim_on_start is not None:
+            if self.keys is None:
+                raise InvalidArgument("claim_on_start is not served here (no idempotency service)")
+            await self.keys.check_claims(ref.namespace, [claim_on_start], ["claim_on_start"])
         start_item = None
         if start_item_json:
             self.checkpoint_service.check_state("start_item_json", start_item_json, object_only=True)
@@ -137,7 +153,7 @@ class InstanceService:
                                      start_item=start_item_json if include_state and start_item_json else None,
                                      current_version=started.current_version)
                 _log_start(result)
-                return result
+                return await self._claim_on_start(ref, result, claim_on_start)
 
         async def txn(conn: Conn) -> StartResult:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
@@ -205,7 +221,22 @@ class InstanceService:
         elif result.outcome is StartOutcome.STARTED and result.instance.last_sequence == 0:
             self.checkpoint_service.remember_start(ref, start_item_json, start_item)
         _log_start(result)
-        return result
+        return await self._claim_on_start(ref, result, claim_on_start)
+
+    async def _claim_on_start(self, ref: InstanceRef, result: StartResult, claim: ClaimItem | None) -> StartResult:
+        """A STARTED result with its claim_on_start claimed; a claim that fails now leaves start_claim unset."""
+        if claim is None or result.outcome is not StartOutcome.STARTED:
+            return result
+        assert self.keys is not None
+        try:
+            claimed = await self.keys.claim(ref.namespace, [claim])
+        except DomainError as exc:
+            log.info("claim_on_start not made; the start stands and the Guard claims itself",
+                     extra={"reason": str(exc)})
+            return result
+        finally:
+            instance_key_var.set(ref.instance_key)  # the call's log lines name the instance, not the key
+        return replace(result, start_claim=claimed[0])
 
     async def _with_version(self, conn: Conn, result: StartResult, *, current: int, version_label: str) -> StartResult:
         """Adds the version verdict, and the bound snapshot when the caller must run it instead.

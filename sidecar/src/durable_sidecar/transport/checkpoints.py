@@ -56,6 +56,8 @@ def _save_response(saved: list[SavedCheckpoint]) -> checkpoint_pb2.SaveCheckpoin
             result.completed_key.CopyFrom(convert.idempotency_key(s.completed_key))
         if s.completed_instance is not None:
             result.completed_instance.CopyFrom(convert.instance(s.completed_instance))
+        if s.next_claim is not None:
+            result.next_claim.CopyFrom(convert.claim_result(s.next_claim))
     return response
 
 
@@ -77,6 +79,7 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
                                          attempt=i.complete_key.attempt, result_json=i.complete_key.result_json)
                 if i.HasField("complete_key") else None,
                 complete_instance=i.complete_instance,
+                claim_next=convert.claim_item(i.claim_next) if i.HasField("claim_next") else None,
                 json_checked=True,  # the boundary checked every *_json field of the request (transport/rpc.py)
             )
             for n, i in enumerate(request.items)

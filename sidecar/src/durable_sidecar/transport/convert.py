@@ -11,6 +11,7 @@ from ..domain import (
     ChangeKind,
     ChangeLogEntry,
     Checkpoint,
+    Claimed,
     ClaimOutcome,
     IdempotencyKey,
     Instance,
@@ -25,6 +26,7 @@ from ..domain import (
     StartOutcome,
     Version,
 )
+from ..services.idempotency import ClaimItem
 
 _STATUS_TO_PB = {
     InstanceStatus.RUNNING: common_pb2.INSTANCE_STATUS_RUNNING,
@@ -199,6 +201,17 @@ def idempotency_key(key: IdempotencyKey) -> idempotency_pb2.IdempotencyKey:
         updated_at=ts(key.updated_at),
         derived_key=key.ref.derived_key,
     )
+
+
+def claim_item(i: idempotency_pb2.ClaimItem) -> ClaimItem:
+    """A ClaimItem message (Claim's items, a save's claim_next, a start's claim_on_start) as the service takes it."""
+    return ClaimItem(scope=i.scope, key=i.key, payload_json=i.payload_json, fingerprint=i.fingerprint,
+                     lease_seconds=i.lease_seconds, ttl_seconds=i.ttl_seconds, holder=i.holder,
+                     workflow_id=i.workflow_id, instance_key=i.instance_key)
+
+
+def claim_result(c: Claimed) -> idempotency_pb2.ClaimResult:
+    return idempotency_pb2.ClaimResult(outcome=CLAIM_OUTCOME_TO_PB[c.outcome], key=idempotency_key(c.key))
 
 
 def version(v: Version) -> version_pb2.Version:

@@ -6,7 +6,7 @@ from durable.v1 import idempotency_pb2, idempotency_pb2_grpc
 
 from ..domain import KeyFilter, KeyRef, KeyStatus, Page
 from ..errors import InvalidArgument
-from ..services.idempotency import ClaimItem, IdempotencyService
+from ..services.idempotency import IdempotencyService
 from ..validation import page_size
 from . import convert
 from .auth import Authenticator
@@ -27,17 +27,8 @@ class IdempotencyServicer(idempotency_pb2_grpc.IdempotencyServiceServicer):
 
     @unary("Claim")
     async def Claim(self, request: idempotency_pb2.ClaimRequest, ns: str) -> idempotency_pb2.ClaimResponse:  # noqa: N802
-        items = [
-            ClaimItem(scope=i.scope, key=i.key, payload_json=i.payload_json, fingerprint=i.fingerprint,
-                      lease_seconds=i.lease_seconds, ttl_seconds=i.ttl_seconds, holder=i.holder,
-                      workflow_id=i.workflow_id, instance_key=i.instance_key)
-            for i in request.items
-        ]
-        claimed = await self.service.claim(ns, items)
-        return idempotency_pb2.ClaimResponse(results=[
-            idempotency_pb2.ClaimResult(outcome=convert.CLAIM_OUTCOME_TO_PB[c.outcome], key=convert.idempotency_key(c.key))
-            for c in claimed
-        ])
+        claimed = await self.service.claim(ns, [convert.claim_item(i) for i in request.items])
+        return idempotency_pb2.ClaimResponse(results=[convert.claim_result(c) for c in claimed])
 
     @unary("Complete")
     async def Complete(self, request: idempotency_pb2.CompleteRequest, ns: str) -> idempotency_pb2.CompleteResponse:  # noqa: N802

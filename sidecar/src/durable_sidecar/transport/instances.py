@@ -42,6 +42,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             include_state=request.include_state,
             start_item_json=request.start_item_json,
             retry_policy=convert.retry_policy_from(request.retry_policy) if request.HasField("retry_policy") else None,
+            claim_on_start=convert.claim_item(request.claim_on_start) if request.HasField("claim_on_start") else None,
         )
         return instance_pb2.StartOrResumeResponse(
             outcome=convert.OUTCOME_TO_PB[result.outcome],
@@ -53,6 +54,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             start_item_json=result.start_item or b"",
             event=convert.event(result.event),
             wait_outcome=convert.reason(result.wait_outcome),
+            start_claim=convert.claim_result(result.start_claim) if result.start_claim is not None else None,
         )
 
     @unary("GetInstance")
