@@ -1,10 +1,12 @@
-"""`python -m bench.n8n_rpcs`: the durable n8n order's 7 RPCs replayed against one sidecar, its CPU per RPC.
+"""`python -m bench.n8n_rpcs`: the durable n8n order's 4 RPCs replayed against one sidecar, its CPU per RPC.
 
 What bench/n8n.py's durable workflow sends per order, without n8n: StartOrResume with the
-webhook's item as start item (include_state), then per call a Claim (the v2 Idempotency
-Guard's fingerprint {instanceKey, workflowId}, tied to the instance) and a SaveCheckpoints
-item with STATE_MODE_ADD_STEP_RESULT that completes the key, the last one also the instance
-(complete_instance: the node's Save option Complete Instance, no CompleteInstance call). The
+webhook's item as start item (include_state) that also claims the first call's key
+(claim_on_start: the Resume Point claims ahead for the Idempotency Guard it feeds, with the
+v2 Guard's fingerprint {instanceKey, workflowId}, tied to the instance), then per call a
+SaveCheckpoints item with STATE_MODE_ADD_STEP_RESULT that completes the key and claims the
+next call's (claim_next), the last one completing the instance instead (complete_instance:
+the node's Save option Complete Instance, no CompleteInstance call). The Guards send nothing. The
 sidecar runs as e2e/harness.py starts it (PostgreSQL, Redis, metrics on, log level warning);
 its CPU is read from /proc/<pid>/task/*/schedstat (nanoseconds, every thread) around each
 call, so each RPC kind gets its own figure. `--gap-ms` sleeps between calls, as n8n's nodes
@@ -34,15 +36,14 @@ from durable.v1 import (  # noqa: E402
     checkpoint_pb2,
     checkpoint_pb2_grpc,
     idempotency_pb2,
-    idempotency_pb2_grpc,
     instance_pb2,
     instance_pb2_grpc,
 )
 
 CALLS = ("payment", "inventory", "shipping")
 WORKFLOW = "bench-n8n-rpcs"
-# StartOrResume, then a Claim and a SaveCheckpoints per call (the last save completes the instance).
-RPCS_PER_ORDER = 1 + 2 * len(CALLS)
+# StartOrResume, then a SaveCheckpoints per call (the Guards' claims ride on them; the last completes the instance).
+RPCS_PER_ORDER = 1 + len(CALLS)
 
 
 def cpu_ns(pid: int) -> int:
@@ -69,7 +70,6 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
             channel = grpc.insecure_channel(f"127.0.0.1:{sidecar.port}")
             instances = instance_pb2_grpc.InstanceServiceStub(channel)
             checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
-            keys = idempotency_pb2_grpc.IdempotencyServiceStub(channel)
             md = sidecar.md
             spent: dict[str, list[int]] = {}
 
@@ -89,24 +89,31 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
                         "params": {}, "query": {}, "body": {"orderId": key, "amount": 42.0,
                                                             "email": f"{key}@example.com"},
                         "webhookUrl": "http://localhost:5678/webhook/bench-durable", "executionMode": "production"}
+                fingerprint = json.dumps({"instanceKey": key, "workflowId": WORKFLOW}).encode()
+
+                def claim(scope: str) -> idempotency_pb2.ClaimItem:
+                    return idempotency_pb2.ClaimItem(scope=scope, key=key, payload_json=fingerprint, holder=execution,
+                                                     workflow_id=WORKFLOW, instance_key=key)
+
                 start = instance_pb2.StartOrResumeRequest(
                     workflow_id=WORKFLOW, instance_key=key, execution_id=execution, include_state=True,
-                    start_item_json=json.dumps(item).encode())
-                timed("StartOrResume", partial(instances.StartOrResume, start, metadata=md, timeout=10), gap)
-                fingerprint = json.dumps({"instanceKey": key, "workflowId": WORKFLOW}).encode()
-                for call in CALLS:
-                    claim = idempotency_pb2.ClaimRequest(items=[idempotency_pb2.ClaimItem(
-                        scope=call, key=key, payload_json=fingerprint, workflow_id=WORKFLOW, instance_key=key)])
-                    claimed = timed("Claim", partial(keys.Claim, claim, metadata=md, timeout=10), gap)
+                    start_item_json=json.dumps(item).encode(), claim_on_start=claim(CALLS[0]))
+                started = timed("StartOrResume", partial(instances.StartOrResume, start, metadata=md, timeout=10), gap)
+                attempt = started.start_claim.key.attempt
+                for n, call in enumerate(CALLS):
+                    if not attempt:
+                        raise RuntimeError(f"no claim ahead for {call}: the sidecar answered none")
+                    last = n == len(CALLS) - 1
                     result = json.dumps({"ok": True, "service": call, "orderId": key}).encode()
                     save = checkpoint_pb2.SaveCheckpointsRequest(items=[checkpoint_pb2.SaveCheckpointItem(
                         workflow_id=WORKFLOW, instance_key=key, step_name=call, state_json=result,
                         execution_id=execution, node_name=f"Save {call}",
                         state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
-                        complete_key=checkpoint_pb2.KeyCompletion(scope=call, key=key,
-                                                                  attempt=claimed.results[0].key.attempt),
-                        complete_instance=call == CALLS[-1])])
-                    timed("SaveCheckpoints", partial(checkpoints.SaveCheckpoints, save, metadata=md, timeout=10), gap)
+                        complete_key=checkpoint_pb2.KeyCompletion(scope=call, key=key, attempt=attempt),
+                        complete_instance=last, claim_next=None if last else claim(CALLS[n + 1]))])
+                    saved = timed("SaveCheckpoints",
+                                  partial(checkpoints.SaveCheckpoints, save, metadata=md, timeout=10), gap)
+                    attempt = saved.results[0].next_claim.key.attempt
 
             for _ in range(warmup):
                 order(0)

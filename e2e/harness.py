@@ -403,6 +403,14 @@ class N8n:
             raise RuntimeError(f"PUT workflow {workflow['id']}: HTTP {status}: {reply[:2000]!r}")
         return dict(json.loads(reply))
 
+    def execution(self, api_key: str, execution_id: str) -> dict[str, Any]:
+        """One execution with its data (every node's output items), through n8n's public API."""
+        status, reply = http("GET", f"{self.url}/api/v1/executions/{execution_id}?includeData=true",
+                             headers={"X-N8N-API-KEY": api_key}, timeout=60)
+        if status != 200:
+            raise RuntimeError(f"GET execution {execution_id}: HTTP {status}: {reply[:2000]!r}")
+        return dict(json.loads(reply))
+
     def wait_published(self, workflow_id: str, version_id: str, timeout: float = 60) -> None:
         """Waits until n8n's publication service serves `version_id` to webhooks and triggers.
 

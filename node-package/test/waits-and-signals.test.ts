@@ -327,6 +327,7 @@ describe('Resume Point: routing after a wait', () => {
 			startItemJson: Buffer.from(JSON.stringify({ body: { orderId: 'order-1' } })),
 			event: undefined,
 			waitOutcome: ResumeReason.RESUME_REASON_UNSPECIFIED,
+			startClaim: undefined,
 			...over,
 		};
 	}

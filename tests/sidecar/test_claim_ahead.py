@@ -227,3 +227,16 @@ async def test_a_batch_answers_each_items_claim_in_request_order(harness: Harnes
         assert [r.next_claim.outcome for r in reply.results] == [ACQUIRED, DUPLICATE, ACQUIRED]
         assert reply.results[1].next_claim.key.result_json == b'{"n":2}'
         assert [r.next_claim.key.attempt for r in reply.results] == [1, 1, 1]
+
+
+async def test_a_claim_on_start_with_lease_0_takes_the_new_instances_lease(harness: Harness) -> None:
+    # As the Guard claims: lease 0 is the instance's lease length, not the keys' default.
+    s = harness.alpha
+    key, charge, own = new_key(), new_key(), new_key()
+    started = await start(s, key, "exec-1", lease_seconds=240, claim_on_start=ahead(charge))
+    held = started.start_claim.key
+    assert round(held.lease_expires_at.ToSeconds() - held.updated_at.ToSeconds()) in (240, 241)
+    # A lease of its own is kept.
+    started = await start(s, new_key(), "exec-1", lease_seconds=240, claim_on_start=ahead(own, lease_seconds=30))
+    held = started.start_claim.key
+    assert round(held.lease_expires_at.ToSeconds() - held.updated_at.ToSeconds()) in (30, 31)

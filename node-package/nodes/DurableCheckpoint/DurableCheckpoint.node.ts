@@ -10,6 +10,12 @@ import {
 } from 'n8n-workflow';
 
 import { nodeOf } from '../../shared/run-node';
+import {
+	aheadAnswer,
+	CLAIM_AHEAD_FIELD,
+	findAheadGuard,
+	instanceClaim,
+} from '../../shared/claim-ahead';
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
@@ -35,6 +41,7 @@ import {
 	InstanceStatus,
 	StateMode,
 	type AwaitEventResponse,
+	type ClaimItem,
 	type Instance,
 	type SaveCheckpointItem,
 	type SidecarClient,
@@ -111,6 +118,9 @@ async function saveCheckpoints(
 	const completeClaimed =
 		v2 && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean);
 	const completeInstanceOf = parameterReader<boolean>(ctx, 'options.completeInstance', false);
+	// v2: the Idempotency Guard right after this Save, whose key this call claims ahead.
+	const ahead = v2 ? findAheadGuard(ctx, { onlyChild: false }) : undefined;
+	const claimedAhead = new Set<string>();
 
 	const prepared = new Map<number, PreparedSave>();
 	const problems = new Map<number, NodeError>();
@@ -162,6 +172,20 @@ async function saveCheckpoints(
 						}
 					: undefined;
 			const instanceKey = keyOf(i);
+			const completeInstance = v2 && completeInstanceOf(i) === true;
+			const leaseSeconds = v2 ? (upstream.instance(i, item)?.leaseSeconds ?? 0) : 0;
+			let claimNext: ClaimItem | undefined;
+			if (ahead && !completeInstance) {
+				// The instance as the Guard will find it on this Save's output item.
+				claimNext = instanceClaim(
+					ahead,
+					{ workflowId, instanceKey, leaseSeconds },
+					{ workflowId, executionId },
+				);
+				const id = JSON.stringify([claimNext.scope, claimNext.key]);
+				if (claimedAhead.has(id)) claimNext = undefined;
+				else claimedAhead.add(id);
+			}
 			prepared.set(i, {
 				request: {
 					workflowId,
@@ -179,10 +203,11 @@ async function saveCheckpoints(
 							: StateMode.STATE_MODE_REPLACE,
 					completeKey,
 					// The last Save: the instance is completed in the same call (no Complete Instance node).
-					completeInstance: v2 && completeInstanceOf(i) === true,
+					completeInstance,
+					claimNext,
 				},
 				state,
-				leaseSeconds: v2 ? (upstream.instance(i, item)?.leaseSeconds ?? 0) : 0,
+				leaseSeconds,
 			});
 		} catch (error) {
 			problems.set(i, asNodeError(node, error, i));
@@ -263,6 +288,15 @@ async function saveCheckpoints(
 			meta.status = summary.status;
 			meta.finishedAt = summary.finishedAt;
 		}
+		const answer = ahead
+			? aheadAnswer(
+					ahead,
+					result.value.nextClaim,
+					{ by: node.name, execution: executionId },
+					fromJsonBytes,
+				)
+			: undefined;
+		if (answer) meta[CLAIM_AHEAD_FIELD] = answer;
 		json[DURABLE_FIELD] = meta;
 		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 	}

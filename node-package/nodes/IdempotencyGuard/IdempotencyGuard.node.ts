@@ -10,6 +10,12 @@ import {
 } from 'n8n-workflow';
 
 import { nodeOf } from '../../shared/run-node';
+import {
+	instanceClaim,
+	takeAheadAnswer,
+	withoutAheadAnswer,
+	type AheadAnswer,
+} from '../../shared/claim-ahead';
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
@@ -424,6 +430,8 @@ export class IdempotencyGuard implements INodeType {
 			const problems = new Map<number, NodeError>();
 			const duplicates = new Map<number, { scope: string; key: string }>();
 			const seen = new Set<string>();
+			/** v2: answers claimed ahead by the node before (a Save, the Resume Point): no Claim call. */
+			const ahead = new Map<number, AheadAnswer>();
 			const fingerprintFromOf = parameterReader(this, 'fingerprintFrom', v2 ? 'instance' : 'item');
 			const fieldsOf = parameterReader(this, 'fingerprintFields', '');
 			const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
@@ -454,11 +462,27 @@ export class IdempotencyGuard implements INodeType {
 						continue;
 					}
 					seen.add(id);
+					if (v2 && (from === 'instance' || from === 'none')) {
+						const answer = takeAheadAnswer(this, items[i], executionId);
+						if (answer && answer.scope === scope && answer.key === key) {
+							ahead.set(i, answer);
+							continue;
+						}
+					}
+					if (v2 && instance && (from === 'instance' || from === 'none')) {
+						// The default form: the same claim a node before would make ahead (shared/claim-ahead).
+						prepared.set(
+							i,
+							instanceClaim(
+								{ scope, fingerprintFrom: from, leaseSeconds: leaseOf(i), ttlSeconds: ttlOf(i) },
+								instance,
+								{ workflowId: workflowIdOf(this), executionId, key },
+							),
+						);
+						continue;
+					}
 					let payload: unknown;
-					if (from === 'instance') {
-						// Canonical JSON (sorted keys): the same on the first and every resumed run.
-						payload = { instanceKey: instance!.instanceKey, workflowId: workflowIdOf(this) };
-					} else if (from === 'fields') {
+					if (from === 'fields') {
 						payload = pickFields(userJson(items[i]), fieldList(fieldsOf(i) as string));
 					} else if (from === 'json') {
 						payload = jsonParameter(
@@ -470,6 +494,7 @@ export class IdempotencyGuard implements INodeType {
 					} else if (from === 'item') {
 						payload = userJson(items[i]);
 					}
+					// v1 (any fingerprint), or v2 with a chosen fingerprint.
 					prepared.set(i, {
 						scope,
 						key,
@@ -498,6 +523,8 @@ export class IdempotencyGuard implements INodeType {
 				: new Map<number, never>();
 			const routed = (i: number, meta: IDataObject): INodeExecutionData => {
 				const out = withIdempotency(items[i], meta, i);
+				// The answer claimed ahead is used here and travels no further.
+				if (v2) out.json = withoutAheadAnswer(out.json);
 				// v2: this claim's answer only, nothing left over from an earlier one.
 				if (v2) out.json[IDEMPOTENCY_FIELD] = meta;
 				const instance = instances.get(i);
@@ -512,6 +539,25 @@ export class IdempotencyGuard implements INodeType {
 					if (!this.continueOnFail()) throw failure;
 					// In Progress runs nothing: a failed claim must never take the First Run path.
 					outputs[OUTPUT_IN_PROGRESS].push(errorItem(items[i], failure, i));
+					continue;
+				}
+				const answer = ahead.get(i);
+				if (answer) {
+					const meta: IDataObject = {
+						scope: answer.scope,
+						key: answer.key,
+						attempt: answer.attempt,
+						derivedKey: answer.derivedKey,
+						outcome: answer.outcome,
+					};
+					if (answer.outcome === 'duplicate') meta.result = answer.result ?? null;
+					const output =
+						answer.outcome === 'acquired'
+							? OUTPUT_FIRST_RUN
+							: answer.outcome === 'duplicate'
+								? OUTPUT_ALREADY_DONE
+								: OUTPUT_IN_PROGRESS;
+					outputs[output].push(routed(i, meta));
 					continue;
 				}
 				const duplicate = duplicates.get(i);

@@ -11,6 +11,13 @@ import {
 } from 'n8n-workflow';
 
 import { nodeOf } from '../../shared/run-node';
+import {
+	aheadAnswer,
+	CLAIM_AHEAD_FIELD,
+	findAheadGuard,
+	instanceClaim,
+	type AheadGuard,
+} from '../../shared/claim-ahead';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
 import {
@@ -411,6 +418,8 @@ export class ResumePoint implements INodeType {
 		const retryPolicy = retryPolicyOf(nodeParameter(this, 'options', 0, {}) as IDataObject);
 		const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
 		const pinnedOf = parameterReader<number>(this, 'options.pinnedVersion', 0);
+		// v2: a new instance claims the key of the Guard this node feeds, when it feeds only that Guard.
+		const ahead = v2 ? findAheadGuard(this, { onlyChild: true }) : undefined;
 		// Once the sidecar proved unreachable for a whole deadline, the remaining
 		// items fail at once instead of each waiting out its own deadline.
 		let unreachable: unknown;
@@ -432,6 +441,15 @@ export class ResumePoint implements INodeType {
 					// v2: the delivery belongs to the instance (stored with a new one only);
 					// an item from the Resume Trigger is no delivery.
 					startItemJson: v2 && !prep.claimToken ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
+					// Claimed only when the instance is new (the sidecar decides): lease 0 is the instance's.
+					claimOnStart:
+						ahead && !prep.claimToken
+							? instanceClaim(
+									ahead,
+									{ workflowId, instanceKey: prep.key, leaseSeconds: leaseOf(i) },
+									{ workflowId, executionId },
+								)
+							: undefined,
 				});
 			} catch (error) {
 				if (isSidecarUnreachable(error)) unreachable = error;
@@ -475,6 +493,7 @@ export class ResumePoint implements INodeType {
 				eventIndex,
 				executionId,
 				v2,
+				ahead,
 			});
 		}
 		return outputs;
@@ -488,6 +507,8 @@ interface RouteSettings {
 	eventIndex: number;
 	executionId: string;
 	v2: boolean;
+	/** The Idempotency Guard whose key a start claims ahead (shared/claim-ahead), if any. */
+	ahead?: AheadGuard;
 }
 
 const RETRY_DEFAULTS = {
@@ -534,6 +555,7 @@ function route(
 	delete previous.state;
 	delete previous.boundVersionSnapshot;
 	delete previous.runsBoundVersion;
+	delete previous[CLAIM_AHEAD_FIELD];
 	const base = replaceJson ?? item.json;
 	return {
 		json: { ...base, [DURABLE_FIELD]: { ...previous, ...meta } },
@@ -558,7 +580,7 @@ function routeResponse(
 	i: number,
 	response: StartOrResumeResponse,
 	outputs: INodeExecutionData[][],
-	{ stepNames, mismatchIndex, eventIndex, executionId, v2 }: RouteSettings,
+	{ stepNames, mismatchIndex, eventIndex, executionId, v2, ahead }: RouteSettings,
 ): void {
 	const handedOver = durableOf(item).runsBoundVersion;
 	const runsBound =
@@ -575,9 +597,19 @@ function routeResponse(
 			};
 	if (v2 && response.versionMismatch) meta.versionMismatch = true;
 	switch (response.outcome) {
-		case StartOutcome.START_OUTCOME_STARTED:
+		case StartOutcome.START_OUTCOME_STARTED: {
+			const answer = ahead
+				? aheadAnswer(
+						ahead,
+						response.startClaim,
+						{ by: nodeOf(ctx).name, execution: executionId },
+						fromJsonBytes,
+					)
+				: undefined;
+			if (answer) meta[CLAIM_AHEAD_FIELD] = answer;
 			outputs[OUTPUT_START].push(route(item, i, meta));
 			return;
+		}
 		case StartOutcome.START_OUTCOME_FINISHED:
 			meta.result = (fromJsonBytes(response.instance?.resultJson) ?? null) as IDataObject;
 			meta.errorMessage = response.instance?.errorMessage ?? '';

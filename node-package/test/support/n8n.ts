@@ -55,6 +55,11 @@ export interface ContextOptions {
 	description?: INodeTypeDescription;
 	/** The path the items came by, nearest node first (see UpstreamNode). */
 	upstream?: UpstreamNode[];
+	/**
+	 * The nodes this one feeds directly (each fed by this node only), for
+	 * getChildNodes; `output` is not used.
+	 */
+	downstream?: UpstreamNode[];
 }
 
 function isExecutionData(value: IDataObject | INodeExecutionData): value is INodeExecutionData {
@@ -147,10 +152,41 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 		continueOnFail: () => options.continueOnFail ?? false,
 		getMode: () => 'trigger',
 		getCredentials: async () => options.credentials,
+		getChildNodes: (
+			nodeName: string,
+			opts?: { includeNodeParameters?: boolean },
+		): NodeTypeAndVersion[] =>
+			nodeName === theNode.name
+				? (options.downstream ?? []).map((d) => ({
+						name: d.name,
+						type: d.type,
+						typeVersion: d.typeVersion ?? 1,
+						disabled: d.disabled ?? false,
+						...(opts?.includeNodeParameters ? { parameters: d.parameters ?? {} } : {}),
+					}))
+				: [],
+		getInputSourceData: () => ({
+			previousNode: upstream[0]?.name ?? '',
+			previousNodeOutput: 0,
+			previousNodeRun: 0,
+		}),
 		getParentNodes: (
 			nodeName: string,
 			opts?: { depth?: number; includeNodeParameters?: boolean },
 		): NodeTypeAndVersion[] => {
+			if ((options.downstream ?? []).some((d) => d.name === nodeName)) {
+				// A node below this one: this node, then what lies above it.
+				const above = [
+					{ name: theNode.name, type: theNode.type, typeVersion: theNode.typeVersion, disabled: false },
+					...upstream.map((u) => ({
+						name: u.name,
+						type: u.type,
+						typeVersion: u.typeVersion ?? 1,
+						disabled: u.disabled ?? false,
+					})),
+				];
+				return opts?.depth === 1 ? above.slice(0, 1) : above;
+			}
 			const from =
 				nodeName === theNode.name ? 0 : upstream.findIndex((u) => u.name === nodeName) + 1;
 			if (from === 0 && nodeName !== theNode.name) return [];

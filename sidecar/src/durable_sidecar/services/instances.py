@@ -228,6 +228,9 @@ class InstanceService:
         if claim is None or result.outcome is not StartOutcome.STARTED:
             return result
         assert self.keys is not None
+        if claim.lease_seconds == 0:
+            # As the Guard claims: a lease of 0 is the instance's, so the claim and the instance lapse together.
+            claim = replace(claim, lease_seconds=result.instance.lease_seconds or self.default_lease_seconds)
         try:
             claimed = await self.keys.claim(ref.namespace, [claim])
         except DomainError as exc:

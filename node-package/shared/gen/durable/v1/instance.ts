@@ -142,6 +142,9 @@ export interface StartOrResumeRequest {
    * cannot be made now (a fingerprint mismatch, the database gone after the
    * start) leaves start_claim unset and the start stands: the Guard then
    * claims itself and gets the answer. Any other outcome claims nothing.
+   * lease_seconds 0 here is the new instance's lease length (not the keys'
+   * default), as the Guard takes it, so the claim and the instance lapse
+   * together.
    */
   claimOnStart: ClaimItem | undefined;
 }
