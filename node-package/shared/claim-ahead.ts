@@ -2,7 +2,7 @@
  * Claim ahead: the node right before an Idempotency Guard (a Durable Checkpoint
  * Save, or the Resume Point) claims the Guard's key in its own call to the
  * sidecar (SaveCheckpointItem.claim_next, StartOrResumeRequest.claim_on_start)
- * and puts the answer on the item; the Guard then routes the item without a
+ * and keeps the answer for the Guard, which then routes the item without a
  * Claim call of its own. One round trip less per side effect, same guarantee:
  * the claim is the one the Guard would have made (same key, fingerprint,
  * holder, lease), made moments earlier by the same execution.
@@ -13,21 +13,12 @@
  * expression. Anything else, or any doubt about the wiring, and the Guard
  * claims for itself as before.
  */
-import type {
-	IDataObject,
-	IExecuteFunctions,
-	INodeExecutionData,
-	INodeParameters,
-	NodeTypeAndVersion,
-} from 'n8n-workflow';
+import type { IExecuteFunctions, INodeParameters, NodeTypeAndVersion } from 'n8n-workflow';
 
 import { nodeOf } from './run-node';
-import { DURABLE_FIELD, isObject, toJsonBytes } from './node-helpers';
+import { isObject, toJsonBytes } from './node-helpers';
 import { ClaimOutcome, type ClaimItem, type IdempotencyKey } from './transport';
 import type { InstanceRef } from './upstream';
-
-/** Where the answer travels on the item: `durable.claimAhead`. */
-export const CLAIM_AHEAD_FIELD = 'claimAhead';
 
 /** The Guard a node claims ahead for, as its parameters say. */
 export interface AheadGuard {
@@ -39,17 +30,16 @@ export interface AheadGuard {
 	ttlSeconds: number;
 }
 
-/** What the Guard's answer is built from (the Guard's own small metadata, plus who made it). */
-export interface AheadAnswer extends IDataObject {
-	guard: string;
-	by: string;
-	execution: string;
+/** The Guard's answer, as its own claim would have given it. */
+export interface AheadAnswer {
 	scope: string;
 	key: string;
 	attempt: number;
 	derivedKey: string;
+	/** acquired, duplicate, in_progress */
 	outcome: string;
-	result?: IDataObject | null;
+	/** The replayed result of a duplicate. */
+	result?: unknown;
 }
 
 const GUARD = 'idempotencyGuard';
@@ -156,18 +146,37 @@ export function outcomeName(outcome: ClaimOutcome): string {
 	return (ClaimOutcome[outcome] ?? 'UNSPECIFIED').replace('CLAIM_OUTCOME_', '').toLowerCase();
 }
 
-/** The answer to put on the item under durable.claimAhead (undefined: no answer). */
-export function aheadAnswer(
+/**
+ * Answers claimed ahead, waiting for their Guard. They stay in this process
+ * (n8n runs a node and the one it feeds in the same process, one right after
+ * the other) and never on the items, so n8n's execution record does not grow.
+ * A Guard that finds none (another process, an n8n restart, an entry
+ * dropped) claims for itself: a claim by the same execution is a retry and
+ * gets the same answer back. Entries are taken once; the rest go after
+ * AHEAD_TTL_MS or beyond AHEAD_MAX entries, oldest first.
+ */
+const answers = new Map<string, { answer: AheadAnswer; at: number }>();
+export const AHEAD_MAX = 10_000;
+export const AHEAD_TTL_MS = 10 * 60 * 1000;
+
+function slot(executionId: string, guard: string, scope: string, key: string): string {
+	return JSON.stringify([executionId, guard, scope, key]);
+}
+
+/** Keeps the sidecar's answer to a claim made ahead for `target` (nothing when there is none). */
+export function keepAheadAnswer(
 	target: AheadGuard,
+	executionId: string,
 	answer: { outcome: ClaimOutcome; key: IdempotencyKey | undefined } | undefined,
-	{ by, execution }: { by: string; execution: string },
 	decodeResult: (bytes: Uint8Array | undefined) => unknown,
-): AheadAnswer | undefined {
-	if (!answer?.key) return undefined;
-	const out: AheadAnswer = {
-		guard: target.guard,
-		by,
-		execution,
+): void {
+	if (!answer?.key) return;
+	const now = Date.now();
+	for (const [id, entry] of answers) {
+		if (answers.size < AHEAD_MAX && now - entry.at < AHEAD_TTL_MS) break;
+		answers.delete(id);
+	}
+	const kept: AheadAnswer = {
 		scope: answer.key.scope,
 		key: answer.key.key,
 		attempt: answer.key.attempt,
@@ -175,43 +184,26 @@ export function aheadAnswer(
 		outcome: outcomeName(answer.outcome),
 	};
 	if (answer.outcome === ClaimOutcome.CLAIM_OUTCOME_DUPLICATE) {
-		out.result = (decodeResult(answer.key.resultJson) ?? null) as IDataObject | null;
+		kept.result = decodeResult(answer.key.resultJson) ?? null;
 	}
-	return out;
+	answers.set(slot(executionId, target.guard, kept.scope, kept.key), { answer: kept, at: now });
 }
 
-/**
- * The answer claimed ahead for this Guard on this item, or undefined: it must
- * name this Guard and this execution, and the item must have come straight
- * from the node that claimed it.
- */
+/** The answer claimed ahead for this Guard, execution and key, taken (once), or undefined. */
 export function takeAheadAnswer(
-	ctx: IExecuteFunctions,
-	item: INodeExecutionData,
+	guard: string,
 	executionId: string,
+	scope: string,
+	key: string,
 ): AheadAnswer | undefined {
-	const meta = item.json[DURABLE_FIELD];
-	if (!isObject(meta)) return undefined;
-	const answer = meta[CLAIM_AHEAD_FIELD];
-	if (!isObject(answer)) return undefined;
-	if (answer.guard !== nodeOf(ctx).name || answer.execution !== executionId) return undefined;
-	if (typeof answer.scope !== 'string' || typeof answer.key !== 'string') return undefined;
-	if (typeof answer.attempt !== 'number' || typeof answer.outcome !== 'string') return undefined;
-	let previous: string | undefined;
-	try {
-		previous = ctx.getInputSourceData(0)?.previousNode;
-	} catch {
-		previous = undefined;
-	}
-	if (previous !== answer.by) return undefined;
-	return answer as AheadAnswer;
+	const id = slot(executionId, guard, scope, key);
+	const entry = answers.get(id);
+	if (!entry) return undefined;
+	answers.delete(id);
+	return Date.now() - entry.at < AHEAD_TTL_MS ? entry.answer : undefined;
 }
 
-/** The item's `durable` object without a claim-ahead answer (once used, it travels no further). */
-export function withoutAheadAnswer(json: IDataObject): IDataObject {
-	const meta = json[DURABLE_FIELD];
-	if (!isObject(meta) || !(CLAIM_AHEAD_FIELD in meta)) return json;
-	const rest = { ...meta };
-	delete rest[CLAIM_AHEAD_FIELD];
-	return { ...json, [DURABLE_FIELD]: rest };
+/** How many answers wait (tests). */
+export function aheadAnswersWaiting(): number {
+	return answers.size;
 }

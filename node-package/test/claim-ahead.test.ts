@@ -13,7 +13,14 @@ import {
 	OUTPUT_IN_PROGRESS,
 } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
 import { OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
-import { aheadGuardOf } from '../shared/claim-ahead';
+import {
+	AHEAD_MAX,
+	aheadAnswersWaiting,
+	aheadGuardOf,
+	keepAheadAnswer,
+	takeAheadAnswer,
+} from '../shared/claim-ahead';
+import { ClaimOutcome, KeyStatus } from '../shared/transport';
 import { closeAllSidecarClients, getSidecarClient } from '../shared/transport';
 import { executeContext, type ParamValue, type UpstreamNode } from './support/n8n';
 import { TestSidecar } from './support/sidecar';
@@ -167,6 +174,36 @@ describe('which Guard is claimed ahead', () => {
 	});
 });
 
+describe('answers waiting for their Guard', () => {
+	const target = { guard: 'G', scope: 's', fingerprintFrom: 'instance' as const, leaseSeconds: 0, ttlSeconds: 0 };
+	const answer = (key: string) => ({
+		outcome: ClaimOutcome.CLAIM_OUTCOME_ACQUIRED,
+		key: {
+			namespace: 'n',
+			scope: 's',
+			key,
+			status: KeyStatus.KEY_STATUS_IN_PROGRESS,
+			fingerprint: '',
+			attempt: 1,
+			holder: 'bulk',
+			leaseExpiresAt: undefined,
+			resultJson: Buffer.alloc(0),
+			errorMessage: '',
+			expiresAt: undefined,
+			createdAt: undefined,
+			updatedAt: undefined,
+			derivedKey: 'd',
+		},
+	});
+	test('are bounded: the oldest go first, so Guards that never ran cannot fill the memory', () => {
+		for (let i = 0; i <= AHEAD_MAX; i++) keepAheadAnswer(target, 'bulk', answer(`k${i}`), () => null);
+		expect(aheadAnswersWaiting()).toBeLessThanOrEqual(AHEAD_MAX);
+		expect(takeAheadAnswer('G', 'bulk', 's', 'k0')).toBeUndefined();
+		expect(takeAheadAnswer('G', 'bulk', 's', `k${AHEAD_MAX}`)).toMatchObject({ key: `k${AHEAD_MAX}` });
+		for (let i = 0; i <= AHEAD_MAX; i++) takeAheadAnswer('G', 'bulk', 's', `k${i}`);
+	});
+});
+
 describe('Save → Guard', () => {
 	test('the Save claims the next key in its call; the Guard routes First Run without a Claim call', async () => {
 		const run = { workflowId: 'wf-ahead-save', executionId: 'e1' };
@@ -177,26 +214,22 @@ describe('Save → Guard', () => {
 			const { saved, path } = await savedOrders(run, ['o-1', 'o-2']);
 			expect(saveSpy).toHaveBeenCalledTimes(1);
 			expect(saveSpy.mock.calls[0][0].items?.map((i) => i?.claimNext?.key)).toEqual(['o-1', 'o-2']);
-			expect(durable(saved[0]).claimAhead).toMatchObject({
-				guard: SHIP.name,
-				by: SAVE.name,
-				execution: 'e1',
-				scope: 'shipping',
-				key: 'o-1',
-				attempt: 1,
-				outcome: 'acquired',
-			});
+			// The answers wait in this process, not on the items (n8n's execution record stays small).
+			expect(durable(saved[0]).claimAhead).toBeUndefined();
+			const waiting = aheadAnswersWaiting();
 			const out = await claim(run, saved, path);
 			expect(claimSpy).not.toHaveBeenCalled();
+			expect(aheadAnswersWaiting()).toBe(waiting - 2);
 			expect(out[OUTPUT_FIRST_RUN]).toHaveLength(2);
 			const first = out[OUTPUT_FIRST_RUN][0];
-			expect(first.json.idempotency).toMatchObject({
+			expect(first.json.idempotency).toEqual({
 				scope: 'shipping',
 				key: 'o-1',
 				attempt: 1,
+				derivedKey: expect.any(String),
 				outcome: 'acquired',
+				claimedAhead: true,
 			});
-			expect(durable(first).claimAhead).toBeUndefined();
 			expect(durable(first).instanceKey).toBe('o-1');
 		} finally {
 			saveSpy.mockRestore();
@@ -237,23 +270,27 @@ describe('Save → Guard', () => {
 		}
 	});
 
-	test('an answer for another Guard, another execution or from another node is not taken: the Guard claims', async () => {
+	test('an answer is for its Guard and execution only, and is taken once: otherwise the Guard claims', async () => {
 		const run = { workflowId: 'wf-ahead-other', executionId: 'e1' };
 		const client = getSidecarClient(sidecar.connection());
 		const { saved, path } = await savedOrders(run, ['o-x']);
 		const claimSpy = jest.spyOn(client, 'claim');
 		try {
-			// Another Guard's name: it claims itself (the same holder: a retry, same attempt).
-			let out = await claim(run, saved, path, 'Claim something else');
+			// Another execution: the answer is e1's, so e2 claims (and finds the key busy).
+			let out = await claim({ ...run, executionId: 'e2' }, saved, path);
 			expect(claimSpy).toHaveBeenCalledTimes(1);
-			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({ key: 'o-x', attempt: 1 });
-			// Another execution: the answer names e1, so e2 claims (and finds the key busy).
-			out = await claim({ ...run, executionId: 'e2' }, saved, path);
-			expect(claimSpy).toHaveBeenCalledTimes(2);
 			expect(out[OUTPUT_IN_PROGRESS]).toHaveLength(1);
-			// The item came through another node (a Set node in between): the Guard claims.
-			out = await claim(run, saved, [{ name: 'Set', type: 'n8n-nodes-base.set' }, ...path]);
+			// Another Guard's name: it claims itself (the same holder: a retry, the same attempt).
+			out = await claim(run, saved, path, 'Claim something else');
+			expect(claimSpy).toHaveBeenCalledTimes(2);
+			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({ key: 'o-x', attempt: 1 });
+			expect((out[OUTPUT_FIRST_RUN][0].json.idempotency as IDataObject).claimedAhead).toBeUndefined();
+			// Its own Guard takes it without a call; a second run of that Guard claims (a retry, same attempt).
+			out = await claim(run, saved, path);
+			expect(claimSpy).toHaveBeenCalledTimes(2);
+			out = await claim(run, saved, path);
 			expect(claimSpy).toHaveBeenCalledTimes(3);
+			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({ key: 'o-x', attempt: 1 });
 		} finally {
 			claimSpy.mockRestore();
 		}
@@ -285,13 +322,16 @@ describe('Resume Point → Guard', () => {
 		const run = { workflowId: 'wf-ahead-start', executionId: 'e1' };
 		const client = getSidecarClient(sidecar.connection());
 		const started = await start(run, ['o-s'], [SHIP]);
-		const answer = durable(started[OUTPUT_START][0]).claimAhead as IDataObject;
-		expect(answer).toMatchObject({ guard: SHIP.name, by: RP.name, key: 'o-s', outcome: 'acquired' });
+		expect(started[OUTPUT_START]).toHaveLength(1);
 		const claimSpy = jest.spyOn(client, 'claim');
 		try {
 			const out = await claim(run, started[OUTPUT_START], [{ ...RP, output: started[OUTPUT_START] }]);
 			expect(claimSpy).not.toHaveBeenCalled();
-			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({ key: 'o-s', attempt: 1 });
+			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({
+				key: 'o-s',
+				attempt: 1,
+				claimedAhead: true,
+			});
 		} finally {
 			claimSpy.mockRestore();
 		}
@@ -312,7 +352,7 @@ describe('Resume Point → Guard', () => {
 		try {
 			const started = await start(run, ['o-t'], [SHIP, { name: 'Respond', type: 'n8n-nodes-base.respondToWebhook' }]);
 			expect(spy.mock.calls[0][0].claimOnStart).toBeUndefined();
-			expect(durable(started[OUTPUT_START][0]).claimAhead).toBeUndefined();
+			expect(started[OUTPUT_START]).toHaveLength(1);
 		} finally {
 			spy.mockRestore();
 		}

@@ -10,12 +10,7 @@ import {
 } from 'n8n-workflow';
 
 import { nodeOf } from '../../shared/run-node';
-import {
-	aheadAnswer,
-	CLAIM_AHEAD_FIELD,
-	findAheadGuard,
-	instanceClaim,
-} from '../../shared/claim-ahead';
+import { findAheadGuard, instanceClaim, keepAheadAnswer } from '../../shared/claim-ahead';
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
@@ -288,15 +283,7 @@ async function saveCheckpoints(
 			meta.status = summary.status;
 			meta.finishedAt = summary.finishedAt;
 		}
-		const answer = ahead
-			? aheadAnswer(
-					ahead,
-					result.value.nextClaim,
-					{ by: node.name, execution: executionId },
-					fromJsonBytes,
-				)
-			: undefined;
-		if (answer) meta[CLAIM_AHEAD_FIELD] = answer;
+		if (ahead) keepAheadAnswer(ahead, executionId, result.value.nextClaim, fromJsonBytes);
 		json[DURABLE_FIELD] = meta;
 		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 	}

@@ -10,12 +10,7 @@ import {
 } from 'n8n-workflow';
 
 import { nodeOf } from '../../shared/run-node';
-import {
-	instanceClaim,
-	takeAheadAnswer,
-	withoutAheadAnswer,
-	type AheadAnswer,
-} from '../../shared/claim-ahead';
+import { instanceClaim, takeAheadAnswer, type AheadAnswer } from '../../shared/claim-ahead';
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
@@ -463,8 +458,8 @@ export class IdempotencyGuard implements INodeType {
 					}
 					seen.add(id);
 					if (v2 && (from === 'instance' || from === 'none')) {
-						const answer = takeAheadAnswer(this, items[i], executionId);
-						if (answer && answer.scope === scope && answer.key === key) {
+						const answer = takeAheadAnswer(node.name, executionId, scope, key);
+						if (answer) {
 							ahead.set(i, answer);
 							continue;
 						}
@@ -523,8 +518,6 @@ export class IdempotencyGuard implements INodeType {
 				: new Map<number, never>();
 			const routed = (i: number, meta: IDataObject): INodeExecutionData => {
 				const out = withIdempotency(items[i], meta, i);
-				// The answer claimed ahead is used here and travels no further.
-				if (v2) out.json = withoutAheadAnswer(out.json);
 				// v2: this claim's answer only, nothing left over from an earlier one.
 				if (v2) out.json[IDEMPOTENCY_FIELD] = meta;
 				const instance = instances.get(i);
@@ -549,8 +542,10 @@ export class IdempotencyGuard implements INodeType {
 						attempt: answer.attempt,
 						derivedKey: answer.derivedKey,
 						outcome: answer.outcome,
+						// Claimed by the node before, in its own call: this node made none.
+						claimedAhead: true,
 					};
-					if (answer.outcome === 'duplicate') meta.result = answer.result ?? null;
+					if (answer.outcome === 'duplicate') meta.result = (answer.result ?? null) as IDataObject;
 					const output =
 						answer.outcome === 'acquired'
 							? OUTPUT_FIRST_RUN

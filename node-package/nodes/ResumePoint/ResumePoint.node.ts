@@ -12,10 +12,9 @@ import {
 
 import { nodeOf } from '../../shared/run-node';
 import {
-	aheadAnswer,
-	CLAIM_AHEAD_FIELD,
 	findAheadGuard,
 	instanceClaim,
+	keepAheadAnswer,
 	type AheadGuard,
 } from '../../shared/claim-ahead';
 import { testSidecarCredential } from '../../shared/credential-test';
@@ -555,7 +554,6 @@ function route(
 	delete previous.state;
 	delete previous.boundVersionSnapshot;
 	delete previous.runsBoundVersion;
-	delete previous[CLAIM_AHEAD_FIELD];
 	const base = replaceJson ?? item.json;
 	return {
 		json: { ...base, [DURABLE_FIELD]: { ...previous, ...meta } },
@@ -598,15 +596,7 @@ function routeResponse(
 	if (v2 && response.versionMismatch) meta.versionMismatch = true;
 	switch (response.outcome) {
 		case StartOutcome.START_OUTCOME_STARTED: {
-			const answer = ahead
-				? aheadAnswer(
-						ahead,
-						response.startClaim,
-						{ by: nodeOf(ctx).name, execution: executionId },
-						fromJsonBytes,
-					)
-				: undefined;
-			if (answer) meta[CLAIM_AHEAD_FIELD] = answer;
+			if (ahead) keepAheadAnswer(ahead, executionId, response.startClaim, fromJsonBytes);
 			outputs[OUTPUT_START].push(route(item, i, meta));
 			return;
 		}
