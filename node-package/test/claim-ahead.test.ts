@@ -20,8 +20,12 @@ import {
 	keepAheadAnswer,
 	takeAheadAnswer,
 } from '../shared/claim-ahead';
-import { ClaimOutcome, KeyStatus } from '../shared/transport';
-import { closeAllSidecarClients, getSidecarClient } from '../shared/transport';
+import {
+	ClaimOutcome,
+	closeAllSidecarClients,
+	getSidecarClient,
+	KeyStatus,
+} from '../shared/transport';
 import { executeContext, type ParamValue, type UpstreamNode } from './support/n8n';
 import { TestSidecar } from './support/sidecar';
 
