@@ -17,7 +17,7 @@ import type { IExecuteFunctions, INodeParameters, NodeTypeAndVersion } from 'n8n
 
 import { nodeOf } from './run-node';
 import { isObject, toJsonBytes } from './node-helpers';
-import { ClaimOutcome, type ClaimItem, type IdempotencyKey } from './transport';
+import type { ClaimItem, ClaimResult } from './transport';
 import type { InstanceRef } from './upstream';
 
 /** The Guard a node claims ahead for, as its parameters say. */
@@ -30,17 +30,8 @@ export interface AheadGuard {
 	ttlSeconds: number;
 }
 
-/** The Guard's answer, as its own claim would have given it. */
-export interface AheadAnswer {
-	scope: string;
-	key: string;
-	attempt: number;
-	derivedKey: string;
-	/** acquired, duplicate, in_progress */
-	outcome: string;
-	/** The replayed result of a duplicate. */
-	result?: unknown;
-}
+/** The sidecar's answer to a claim made ahead: what the Guard's own Claim call would have returned. */
+export type AheadAnswer = ClaimResult;
 
 const GUARD = 'idempotencyGuard';
 
@@ -141,11 +132,6 @@ export function instanceClaim(
 	};
 }
 
-/** The outcome as the Guard names it on the item (acquired, duplicate, in_progress). */
-export function outcomeName(outcome: ClaimOutcome): string {
-	return (ClaimOutcome[outcome] ?? 'UNSPECIFIED').replace('CLAIM_OUTCOME_', '').toLowerCase();
-}
-
 /**
  * Answers claimed ahead, waiting for their Guard. They stay in this process
  * (n8n runs a node and the one it feeds in the same process, one right after
@@ -167,8 +153,7 @@ function slot(executionId: string, guard: string, scope: string, key: string): s
 export function keepAheadAnswer(
 	target: AheadGuard,
 	executionId: string,
-	answer: { outcome: ClaimOutcome; key: IdempotencyKey | undefined } | undefined,
-	decodeResult: (bytes: Uint8Array | undefined) => unknown,
+	answer: AheadAnswer | undefined,
 ): void {
 	if (!answer?.key) return;
 	const now = Date.now();
@@ -176,17 +161,7 @@ export function keepAheadAnswer(
 		if (answers.size < AHEAD_MAX && now - entry.at < AHEAD_TTL_MS) break;
 		answers.delete(id);
 	}
-	const kept: AheadAnswer = {
-		scope: answer.key.scope,
-		key: answer.key.key,
-		attempt: answer.key.attempt,
-		derivedKey: answer.key.derivedKey,
-		outcome: outcomeName(answer.outcome),
-	};
-	if (answer.outcome === ClaimOutcome.CLAIM_OUTCOME_DUPLICATE) {
-		kept.result = decodeResult(answer.key.resultJson) ?? null;
-	}
-	answers.set(slot(executionId, target.guard, kept.scope, kept.key), { answer: kept, at: now });
+	answers.set(slot(executionId, target.guard, answer.key.scope, answer.key.key), { answer, at: now });
 }
 
 /** The answer claimed ahead for this Guard, execution and key, taken (once), or undefined. */

@@ -78,7 +78,7 @@ export type { Checkpoint, Event, Instance, RetryPolicy } from './gen/durable/v1/
 export { AwaitOutcome, SignalOutcome } from './gen/durable/v1/events';
 export type { AwaitEventResponse, SignalInstanceResponse } from './gen/durable/v1/events';
 export { ClaimOutcome, KeyStatus } from './gen/durable/v1/idempotency';
-export type { IdempotencyKey, ClaimItem } from './gen/durable/v1/idempotency';
+export type { IdempotencyKey, ClaimItem, ClaimResult } from './gen/durable/v1/idempotency';
 export { ResumeReason, StartOutcome } from './gen/durable/v1/instance';
 export type {
 	ResumableInstance,

@@ -283,7 +283,7 @@ async function saveCheckpoints(
 			meta.status = summary.status;
 			meta.finishedAt = summary.finishedAt;
 		}
-		if (ahead) keepAheadAnswer(ahead, executionId, result.value.nextClaim, fromJsonBytes);
+		if (ahead) keepAheadAnswer(ahead, executionId, result.value.nextClaim);
 		json[DURABLE_FIELD] = meta;
 		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 	}

@@ -515,7 +515,9 @@ export class IdempotencyGuard implements INodeType {
 						const response = await client.claim({ items: batch.map((i) => prepared.get(i)!) });
 						return response.results;
 					})
-				: new Map<number, never>();
+				: new Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>();
+			// Answers claimed ahead take the same routes as this node's own answers.
+			for (const [i, answer] of ahead) results.set(i, { ok: true, value: answer });
 			const routed = (i: number, meta: IDataObject): INodeExecutionData => {
 				const out = withIdempotency(items[i], meta, i);
 				// v2: this claim's answer only, nothing left over from an earlier one.
@@ -532,27 +534,6 @@ export class IdempotencyGuard implements INodeType {
 					if (!this.continueOnFail()) throw failure;
 					// In Progress runs nothing: a failed claim must never take the First Run path.
 					outputs[OUTPUT_IN_PROGRESS].push(errorItem(items[i], failure, i));
-					continue;
-				}
-				const answer = ahead.get(i);
-				if (answer) {
-					const meta: IDataObject = {
-						scope: answer.scope,
-						key: answer.key,
-						attempt: answer.attempt,
-						derivedKey: answer.derivedKey,
-						outcome: answer.outcome,
-						// Claimed by the node before, in its own call: this node made none.
-						claimedAhead: true,
-					};
-					if (answer.outcome === 'duplicate') meta.result = (answer.result ?? null) as IDataObject;
-					const output =
-						answer.outcome === 'acquired'
-							? OUTPUT_FIRST_RUN
-							: answer.outcome === 'duplicate'
-								? OUTPUT_ALREADY_DONE
-								: OUTPUT_IN_PROGRESS;
-					outputs[output].push(routed(i, meta));
 					continue;
 				}
 				const duplicate = duplicates.get(i);
@@ -573,6 +554,8 @@ export class IdempotencyGuard implements INodeType {
 						.replace('CLAIM_OUTCOME_', '')
 						.toLowerCase(),
 				};
+				// Claimed by the node before, in its own call: this node made none.
+				if (ahead.has(i)) meta.claimedAhead = true;
 				switch (result.value.outcome) {
 					case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
 						outputs[OUTPUT_FIRST_RUN].push(routed(i, meta));

@@ -596,7 +596,7 @@ function routeResponse(
 	if (v2 && response.versionMismatch) meta.versionMismatch = true;
 	switch (response.outcome) {
 		case StartOutcome.START_OUTCOME_STARTED: {
-			if (ahead) keepAheadAnswer(ahead, executionId, response.startClaim, fromJsonBytes);
+			if (ahead) keepAheadAnswer(ahead, executionId, response.startClaim);
 			outputs[OUTPUT_START].push(route(item, i, meta));
 			return;
 		}
