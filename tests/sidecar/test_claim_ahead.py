@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 from durable.v1 import checkpoint_pb2, common_pb2, idempotency_pb2, instance_pb2
+from durable_sidecar.domain import Claimed
+from durable_sidecar.services.idempotency import ClaimItem, IdempotencyService
 
 from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs
@@ -240,3 +243,61 @@ async def test_a_claim_on_start_with_lease_0_takes_the_new_instances_lease(harne
     started = await start(s, new_key(), "exec-1", lease_seconds=240, claim_on_start=ahead(own, lease_seconds=30))
     held = started.start_claim.key
     assert round(held.lease_expires_at.ToSeconds() - held.updated_at.ToSeconds()) in (30, 31)
+
+
+async def test_a_new_next_key_is_claimed_by_the_writes_own_statement_where_the_backend_has_one(
+        harness: Harness, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PostgreSQL: the start's statement (start_new_txn) and the step save's (durable_save_step_claim, 0012)
+    # insert a new key themselves, so no Claim follows the write; the embedded backend claims after it.
+    # Either way the key is the one the Claim RPC would have written.
+    calls: list[list[str]] = []
+    original = IdempotencyService.claim
+
+    async def counted(self: IdempotencyService, namespace: str, items: list[ClaimItem]) -> list[Claimed]:
+        calls.append([i.key for i in items])
+        return await original(self, namespace, items)
+
+    monkeypatch.setattr(IdempotencyService, "claim", counted)
+    s = harness.alpha
+    key, charge, ship, reference = new_key(), new_key(), new_key(), new_key()
+    started = await start(s, key, "exec-1", start_item_json=b'{"orderId":"o-1"}', claim_on_start=ahead(charge))
+    assert started.start_claim.outcome == ACQUIRED and started.start_claim.key.attempt == 1
+    saved = (await save(s, item(key, "Pay", {"paid": True}, state_mode=ADD, claim_next=ahead(ship)))).results[0]
+    assert saved.checkpoint.sequence == 1
+    assert saved.next_claim.outcome == ACQUIRED and saved.next_claim.key.attempt == 1
+    assert calls == ([] if backend == "postgres" else [[charge], [ship]])
+    by_rpc = (await claim(s, reference, "exec-1")).key  # the same payload through the Claim RPC
+    for answer, name in ((started.start_claim.key, charge), (saved.next_claim.key, ship)):
+        held = await get_key(s, name)
+        assert same_key(held, answer)
+        assert held.status == idempotency_pb2.KEY_STATUS_IN_PROGRESS and held.fingerprint == by_rpc.fingerprint
+        # Held by exec-1: its own claim is a retry (same attempt), anyone else's IN_PROGRESS.
+        assert (await claim(s, name, "exec-2")).outcome == IN_PROGRESS
+        assert (await claim(s, name, "exec-1")).key.attempt == 1
+        assert held.expires_at.ToSeconds() - held.created_at.ToSeconds() == \
+            by_rpc.expires_at.ToSeconds() - by_rpc.created_at.ToSeconds()
+    calls.clear()
+    # A key that exists already is left to the Claim path (here the holder's own retry: the same attempt).
+    again = (await save(s, item(key, "Ship", {"shipped": True}, state_mode=ADD, claim_next=ahead(ship)))).results[0]
+    assert again.checkpoint.sequence == 2
+    assert again.next_claim.outcome == ACQUIRED and again.next_claim.key.attempt == 1
+    assert calls == [[ship]]
+
+
+async def test_a_refused_step_save_claims_nothing(harness: Harness) -> None:
+    # The claim rides on the write: a save fenced off by its expected sequence, or to a finished instance,
+    # leaves the next key unseen.
+    s = harness.alpha
+    key, charge = new_key(), new_key()
+    await start(s, key, "exec-1", start_item_json=b'{"orderId":"o-1"}')
+    code, details = await refused(save(s, item(key, "Pay", {"paid": True}, state_mode=ADD, expected_sequence=3,
+                                                  claim_next=ahead(charge))))
+    assert code == grpc.StatusCode.ABORTED, details
+    assert await no_key(s, charge) and await sequence(s, key) == 0
+    await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(workflow_id=WF, instance_key=key,
+                                                                               execution_id="exec-1"),
+                                       metadata=s.metadata)
+    code, details = await refused(save(s, item(key, "Pay", {"paid": True}, state_mode=ADD,
+                                                  claim_next=ahead(charge))))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert await no_key(s, charge)

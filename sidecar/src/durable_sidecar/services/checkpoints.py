@@ -20,13 +20,13 @@ from ..domain import (
     KeyCompletion,
     KeyRef,
     NewCheckpoint,
+    NewClaim,
     Page,
     PrunePolicy,
     PruneResult,
     SavedCheckpoint,
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
-from ..logs import instance_key_var
 from ..stores.base import (
     BatchSave,
     CheckpointAdvance,
@@ -310,9 +310,11 @@ class CheckpointService:
     async def save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
         """Saves the batch; then claims the keys its items name in claim_next, in one Claim.
 
-        Every claim_next is checked as a Claim item before anything is written. A claim that
-        cannot be made after the save (a DomainError: a fingerprint mismatch, the database gone)
-        leaves every next_claim unset and the saves stand: the Guard then claims itself.
+        Every claim_next is checked as a Claim item before anything is written. A lone step
+        save (the nodes' Save) claims a key never seen in its own statement, with the write;
+        any other claim is made after the save. A claim that cannot be made after the save
+        (a DomainError: a fingerprint mismatch, the database gone) leaves every next_claim
+        unset and the saves stand: the Guard then claims itself.
         """
         if not items:
             raise InvalidArgument("items is empty: send at least one checkpoint")
@@ -329,21 +331,19 @@ class CheckpointService:
                                       "save that completes the instance)")
         assert self.keys is not None
         claims = [c for _, c in ahead]
-        await self.keys.check_claims(namespace, claims, [f"items[{i}].claim_next" for i, _ in ahead])
-        saved = await self._save(namespace, items)
-        logged_as = instance_key_var.get()
-        try:
-            claimed = await self.keys.claim(namespace, claims)
-        except DomainError as exc:
-            log.info("claim_next not made; the saves stand and the Guard claims itself",
-                     extra={"items": len(claims), "reason": str(exc)})
+        checked = await self.keys.check_claims(namespace, claims, [f"items[{i}].claim_next" for i, _ in ahead])
+        # One item (the nodes' Save): the store's one statement may claim the key with the write.
+        saved = await self._save(namespace, items, claim_with_write=checked[0] if len(items) == 1 else None)
+        if saved[0].next_claim is not None and len(items) == 1:
             return saved
-        finally:
-            instance_key_var.set(logged_as)  # the call's log lines name what they named before the claim
+        claimed = await self.keys.claim_after(namespace, claims, "claim_next")
+        if claimed is None:
+            return saved
         answers = {i: answer for (i, _), answer in zip(ahead, claimed, strict=True)}
         return [replace(s, next_claim=answers[i]) if i in answers else s for i, s in enumerate(saved)]
 
-    async def _save(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
+    async def _save(self, namespace: str, items: list[SaveItem],
+                    claim_with_write: NewClaim | None = None) -> list[SavedCheckpoint]:
         total = sum(len(i.state) for i in items)
         if total > _OFFLOAD_BYTES:
             prepared = await asyncio.to_thread(self._prepare, namespace, items)
@@ -354,7 +354,7 @@ class CheckpointService:
         premerged: _Premerged | None = None
         if (len(prepared) == 1 and prepared[0][0].add_step_result and self.checkpoints.one_statement_step_save
                 and self.memory.enabled and not failpoints.enabled("checkpoint.after_insert")):
-            step = await self._save_step(namespace, prepared[0][0])
+            step = await self._save_step(namespace, prepared[0][0], claim_with_write)
             if isinstance(step, list):
                 return step
             premerged = step
@@ -414,7 +414,8 @@ class CheckpointService:
         self._saved(namespace, saved_items, results)
         return results
 
-    async def _save_step(self, namespace: str, new: NewCheckpoint) -> list[SavedCheckpoint] | _Premerged | None:
+    async def _save_step(self, namespace: str, new: NewCheckpoint,
+                         claim: NewClaim | None = None) -> list[SavedCheckpoint] | _Premerged | None:
         """A step result merged into the remembered state and saved, its key completed, in one statement.
 
         None or _Premerged (nothing written): no state remembered, or the
@@ -438,7 +439,8 @@ class CheckpointService:
             return await self.checkpoints.save_step_txn(
                 conn, row, expected_sequence=new.expected_sequence, lease_seconds=new.lease_seconds,
                 default_lease_seconds=self.default_lease_seconds, base_sequence=remembered.sequence,
-                base_digest=remembered.digest, complete=(kc.ref, kc.attempt, kc.result_json) if kc else None)
+                base_digest=remembered.digest, complete=(kc.ref, kc.attempt, kc.result_json) if kc else None,
+                claim=claim)
 
         finished: Instance | None = None
 
@@ -460,8 +462,12 @@ class CheckpointService:
         if done.key is not None:
             assert self.keys is not None
             await self.keys.completed([KeyCompleted(done.key, done.now, changed=True)])
+        next_claim = None
+        if done.claimed is not None:
+            assert self.keys is not None
+            next_claim = self.keys.acquired_with_write(done.claimed)
         results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key,
-                                   completed_instance=finished)]
+                                   completed_instance=finished, next_claim=next_claim)]
         self._saved(namespace, [merged], results)
         return results
 

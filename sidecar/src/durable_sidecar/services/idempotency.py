@@ -30,7 +30,7 @@ from ..domain import (
     NewClaim,
     Page,
 )
-from ..errors import FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
+from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
 from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore, SingleClaim
 from ..stores.cache import Cache
@@ -202,13 +202,36 @@ class IdempotencyService:
             seen[claim.ref] = i
         return claims
 
-    async def check_claims(self, namespace: str, items: list[ClaimItem], labels: list[str]) -> None:
+    async def check_claims(self, namespace: str, items: list[ClaimItem], labels: list[str]) -> list[NewClaim]:
         """The checks claim() makes of its items, for claims another call makes after it wrote (a save's
-        claim_next, a start's claim_on_start): InvalidArgument or TooLarge naming the item by its label."""
+        claim_next, a start's claim_on_start): InvalidArgument or TooLarge naming the item by its label.
+
+        Returns the claims as checked, for a store statement that writes and claims at once."""
         if sum(len(i.payload_json) for i in items) > _OFFLOAD_BYTES:
-            await asyncio.to_thread(self._prepare, namespace, items, None, labels)
-        else:
-            self._prepare(namespace, items, labels=labels)
+            return await asyncio.to_thread(self._prepare, namespace, items, None, labels)
+        return self._prepare(namespace, items, labels=labels)
+
+    def acquired_with_write(self, key: IdempotencyKey) -> Claimed:
+        """A key another call's statement inserted in progress with its write (a claim ahead): counted as acquired."""
+        metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.ACQUIRED.value).inc()
+        return Claimed(ClaimOutcome.ACQUIRED, key)
+
+    async def claim_after(self, namespace: str, items: list[ClaimItem], what: str) -> list[Claimed] | None:
+        """claim() of keys that a save or start named for the next Guard, once its write stands.
+
+        None when the claim cannot be made now (a DomainError: a fingerprint mismatch, the
+        database gone): the write stands and the Guard claims for itself. The call's log
+        lines go on naming what they named before.
+        """
+        logged_as = instance_key_var.get()
+        try:
+            return await self.claim(namespace, items)
+        except DomainError as exc:
+            log.info("%s not made; the write stands and the Guard claims itself", what,
+                     extra={"items": len(items), "reason": str(exc)})
+            return None
+        finally:
+            instance_key_var.set(logged_as)
 
     async def claim(self, namespace: str, items: list[ClaimItem]) -> list[Claimed]:
         """One answer per item, in request order; all items in one transaction, or none on a mismatch."""

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 from .. import validation
 from ..domain import (
     Checkpoint,
+    IdempotencyKey,
     Instance,
     InstanceFilter,
     InstanceRef,
     InstanceStatus,
+    NewClaim,
     Page,
     Resumable,
     ResumeReason,
@@ -25,7 +27,7 @@ from ..domain import (
     StartOutcome,
     StartResult,
 )
-from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
+from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..logs import instance_key_var
 from ..stores.base import CheckpointStore, Conn, Database, InstanceStore, StartedNew
 from ..stores.waits import WaitStore, policy_columns
@@ -117,10 +119,14 @@ class InstanceService:
         if pinned_version < 0:
             raise InvalidArgument("pinned_version must not be negative")
         policy = check_policy(retry_policy) if retry_policy is not None else None
+        checked_claim: NewClaim | None = None
         if claim_on_start is not None:
             if self.keys is None:
                 raise InvalidArgument("claim_on_start is not served here (no idempotency service)")
-            await self.keys.check_claims(ref.namespace, [claim_on_start], ["claim_on_start"])
+            # As the Guard claims: a lease of 0 is the instance's, so the claim and the instance lapse together.
+            checked_claim = (await self.keys.check_claims(ref.namespace, [claim_on_start], ["claim_on_start"]))[0]
+            if claim_on_start.lease_seconds == 0:
+                checked_claim = replace(checked_claim, lease_seconds=requested_lease or self.default_lease_seconds)
         start_item = None
         if start_item_json:
             self.checkpoint_service.check_state("start_item_json", start_item_json, object_only=True)
@@ -136,7 +142,8 @@ class InstanceService:
             async def one(conn: Conn) -> StartedNew | None:
                 return await self.instances.start_new_txn(
                     conn, ref, execution_id=execution_id, lease_seconds=requested_lease or self.default_lease_seconds,
-                    version_label=version_label, start_item=start_item, start_item_bytes=len(start_item_json))
+                    version_label=version_label, start_item=start_item, start_item_bytes=len(start_item_json),
+                    claim=checked_claim)
 
             started = await self.db.single(one)
             if started is not None:
@@ -153,7 +160,7 @@ class InstanceService:
                                      start_item=start_item_json if include_state and start_item_json else None,
                                      current_version=started.current_version)
                 _log_start(result)
-                return await self._claim_on_start(ref, result, claim_on_start)
+                return await self._claim_on_start(ref, result, claim_on_start, started.claimed)
 
         async def txn(conn: Conn) -> StartResult:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
@@ -223,23 +230,22 @@ class InstanceService:
         _log_start(result)
         return await self._claim_on_start(ref, result, claim_on_start)
 
-    async def _claim_on_start(self, ref: InstanceRef, result: StartResult, claim: ClaimItem | None) -> StartResult:
-        """A STARTED result with its claim_on_start claimed; a claim that fails now leaves start_claim unset."""
+    async def _claim_on_start(self, ref: InstanceRef, result: StartResult, claim: ClaimItem | None,
+                              claimed_with_start: IdempotencyKey | None = None) -> StartResult:
+        """A STARTED result with its claim_on_start claimed; a claim that fails now leaves start_claim unset.
+
+        claimed_with_start: the key the start's own statement inserted (nothing more to claim then).
+        """
         if claim is None or result.outcome is not StartOutcome.STARTED:
             return result
         assert self.keys is not None
+        if claimed_with_start is not None:
+            return replace(result, start_claim=self.keys.acquired_with_write(claimed_with_start))
         if claim.lease_seconds == 0:
             # As the Guard claims: a lease of 0 is the instance's, so the claim and the instance lapse together.
             claim = replace(claim, lease_seconds=result.instance.lease_seconds or self.default_lease_seconds)
-        try:
-            claimed = await self.keys.claim(ref.namespace, [claim])
-        except DomainError as exc:
-            log.info("claim_on_start not made; the start stands and the Guard claims itself",
-                     extra={"reason": str(exc)})
-            return result
-        finally:
-            instance_key_var.set(ref.instance_key)  # the call's log lines name the instance, not the key
-        return replace(result, start_claim=claimed[0])
+        claimed = await self.keys.claim_after(ref.namespace, [claim], "claim_on_start")
+        return replace(result, start_claim=claimed[0]) if claimed is not None else result
 
     async def _with_version(self, conn: Conn, result: StartResult, *, current: int, version_label: str) -> StartResult:
         """Adds the version verdict, and the bound snapshot when the caller must run it instead.

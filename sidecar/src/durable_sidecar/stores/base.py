@@ -134,6 +134,8 @@ class StepSave:
     checkpoint: Checkpoint
     key: IdempotencyKey | None
     now: datetime  # the database's time of the statement (the key's updated_at, else the checkpoint's created_at)
+    # The next Guard's key the statement claimed (see save_step_txn's claim); None: not claimed by it.
+    claimed: IdempotencyKey | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,8 @@ class StartedNew:
 
     instance: Instance
     current_version: int
+    # The next Guard's key the statement claimed (see start_new_txn's claim); None: not claimed by it.
+    claimed: IdempotencyKey | None = None
 
 
 @dataclass(frozen=True)
@@ -202,9 +206,13 @@ class InstanceStore(ABC):
 
     async def start_new_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
                             version_label: str, start_item: EncodedState | None,
-                            start_item_bytes: int) -> StartedNew | None:
+                            start_item_bytes: int, claim: NewClaim | None = None) -> StartedNew | None:
         """Creates the instance bound to its workflow's current version, with its start item and STARTED event,
         in one statement (run it with Database.single).
+
+        With claim (a start's claim_on_start, validated), the same statement inserts that key in progress
+        with attempt 1 when it does not exist (StartedNew.claimed); an existing key is left alone and
+        claimed stays None: the caller claims it the usual way.
 
         None when the key exists, and from a backend without such a statement:
         the caller then takes the general path (create_txn and friends).
@@ -346,7 +354,8 @@ class CheckpointStore(ABC):
 
     async def save_step_txn(self, conn: Conn, row: NewCheckpointRow, *, expected_sequence: int | None,
                             lease_seconds: int, default_lease_seconds: int, base_sequence: int, base_digest: str,
-                            complete: tuple[KeyRef, int, bytes] | None) -> StepSave | None:
+                            complete: tuple[KeyRef, int, bytes] | None,
+                            claim: NewClaim | None = None) -> StepSave | None:
         """A step result merged into the remembered state, with its key's completion, as one statement.
 
         Run with Database.single. Writes only when the instance is running, at
@@ -355,6 +364,11 @@ class CheckpointStore(ABC):
         complete's (key, attempt, result) is that attempt's key in progress;
         otherwise writes nothing and returns None (the caller takes the
         transaction). None also from a backend without such a statement.
+
+        With claim (the item's claim_next, validated), a statement that writes
+        also inserts that key in progress with attempt 1 when it does not exist
+        (StepSave.claimed); an existing key is left alone and claimed stays
+        None: the caller claims it the usual way.
         """
         return None
 

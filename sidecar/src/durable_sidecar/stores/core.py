@@ -330,6 +330,33 @@ def claim_params(claim: NewClaim) -> dict[str, Any]:
             "ttl": claim.ttl_seconds}
 
 
+# A statement that also claims the next Guard's key (a Save's claim_next, a start's claim_on_start)
+# returns the key it inserted under these names, NULL when it inserted none.
+CLAIMED_COLUMNS = """status AS c_status, fingerprint AS c_fingerprint, attempt AS c_attempt, holder AS c_holder,
+    lease_expires_at AS c_lease_expires_at, expires_at AS c_expires_at, created_at AS c_created_at,
+    updated_at AS c_updated_at"""
+
+
+def ahead_claim_params(claim: NewClaim | None) -> dict[str, Any]:
+    """claim_params under c_* names (beside an instance's own ns/wf/key), all None without a claim."""
+    if claim is None:
+        return dict.fromkeys(("c_scope", "c_key", "c_fp", "c_holder", "c_lease", "c_ttl"))
+    return {"c_scope": claim.ref.scope, "c_key": claim.ref.key, "c_fp": claim.fingerprint, "c_holder": claim.holder,
+            "c_lease": claim.lease_seconds, "c_ttl": claim.ttl_seconds}
+
+
+def claimed_key_of(d: Dialect, claim: NewClaim | None, row: Row) -> IdempotencyKey | None:
+    """The key a statement's claim inserted (in progress, attempt 1), from its c_* columns; None: none inserted."""
+    if claim is None or row["c_status"] is None:
+        return None
+    return IdempotencyKey(
+        namespace=claim.ref.namespace, scope=claim.ref.scope, key=claim.ref.key, status=KeyStatus(row["c_status"]),
+        fingerprint=row["c_fingerprint"], attempt=row["c_attempt"], holder=row["c_holder"],
+        lease_expires_at=d.time_or_none(row["c_lease_expires_at"]), result_json=None, error_message="",
+        expires_at=d.time(row["c_expires_at"]), created_at=d.time(row["c_created_at"]),
+        updated_at=d.time(row["c_updated_at"]))
+
+
 def key_of(d: Dialect, row: Row) -> IdempotencyKey:
     return IdempotencyKey(
         namespace=row["namespace"],

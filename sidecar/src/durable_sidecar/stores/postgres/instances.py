@@ -15,6 +15,7 @@ from ...domain import (
     InstanceStatus,
     MoveCandidate,
     MoveSelector,
+    NewClaim,
     Page,
     ResumeReason,
     StatusCounts,
@@ -33,6 +34,49 @@ from .db import DIALECT, pg
 def _instance(row: Any) -> Instance:
     return core.instance_of(DIALECT, row)
 
+
+
+# start_new_txn's statement; {claim} and {claimed} add the next Guard's key (a start's claim_on_start).
+_START_NEW = sql.SQL(
+    """WITH bound AS (
+            SELECT coalesce((SELECT current_version FROM durable_workflows
+                             WHERE namespace = %(ns)s AND workflow_id = %(wf)s), 0) AS version),
+        created AS (
+            INSERT INTO durable_instances
+                (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
+                 lease_expires_at, lease_seconds, created_by_execution_id)
+            SELECT %(ns)s, %(wf)s, %(key)s, bound.version, %(label)s, %(exec)s,
+                   now() + make_interval(secs => %(lease)s), %(lease)s, %(exec)s
+            FROM bound
+            ON CONFLICT DO NOTHING
+            RETURNING {columns}),
+        item AS (
+            INSERT INTO durable_instance_start_items
+                (namespace, workflow_id, instance_key, encoding, item, size_bytes)
+            SELECT namespace, workflow_id, instance_key, %(enc)s, %(item)s::bytea, %(size)s
+            FROM created WHERE %(item)s::bytea IS NOT NULL),
+        started AS (
+            INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail)
+            SELECT namespace, workflow_id, instance_key, 'started', %(exec)s,
+                   CASE WHEN bound_version > 0 THEN 'bound to version ' || bound_version ELSE '' END
+            FROM created){claim}
+        SELECT created.*, bound.version AS current_version{claimed} FROM created CROSS JOIN bound{join}""")
+_START_NEW_AND_CLAIM = _START_NEW.format(
+    columns=sql.SQL(_COLUMNS),
+    # As IdempotencyStore.insert_txn, only when the instance was created: a key lives its ttl, and never
+    # ends before its lease. A key that exists is left alone (claimed: NULL).
+    claim=sql.SQL(""",
+        claimed AS (
+            INSERT INTO durable_idempotency_keys
+                (namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, expires_at)
+            SELECT namespace, %(c_scope)s, %(c_key)s, 'in_progress', %(c_fp)s, 1, %(c_holder)s,
+                   now() + make_interval(secs => %(c_lease)s),
+                   greatest(now() + make_interval(secs => %(c_ttl)s), now() + make_interval(secs => %(c_lease)s))
+            FROM created
+            ON CONFLICT DO NOTHING
+            RETURNING {claimed})""").format(claimed=sql.SQL(core.CLAIMED_COLUMNS)),
+    claimed=sql.SQL(", claimed.*"), join=sql.SQL(" LEFT JOIN claimed ON true"))
+_START_NEW_ONLY = _START_NEW.format(columns=sql.SQL(_COLUMNS), claim=sql.SQL(""), claimed=sql.SQL(""), join=sql.SQL(""))
 
 
 class InstanceStore(base.InstanceStore):
@@ -67,41 +111,23 @@ class InstanceStore(base.InstanceStore):
 
     async def start_new_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
                             version_label: str, start_item: EncodedState | None,
-                            start_item_bytes: int) -> base.StartedNew | None:
-        """One statement: the instance (bound to the current version), its start item and its STARTED event.
+                            start_item_bytes: int, claim: NewClaim | None = None) -> base.StartedNew | None:
+        """One statement: the instance (bound to the current version), its start item and its STARTED event;
+        with claim, the next Guard's key when it is new (as IdempotencyStore.insert_txn inserts it).
 
         The child rows' foreign keys are checked at the end of the statement, when the instance exists.
         """
-        cur = await pg(conn).execute(
-            f"""WITH bound AS (
-                    SELECT coalesce((SELECT current_version FROM durable_workflows
-                                     WHERE namespace = %(ns)s AND workflow_id = %(wf)s), 0) AS version),
-                created AS (
-                    INSERT INTO durable_instances
-                        (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
-                         lease_expires_at, lease_seconds, created_by_execution_id)
-                    SELECT %(ns)s, %(wf)s, %(key)s, bound.version, %(label)s, %(exec)s,
-                           now() + make_interval(secs => %(lease)s), %(lease)s, %(exec)s
-                    FROM bound
-                    ON CONFLICT DO NOTHING
-                    RETURNING {_COLUMNS}),
-                item AS (
-                    INSERT INTO durable_instance_start_items
-                        (namespace, workflow_id, instance_key, encoding, item, size_bytes)
-                    SELECT namespace, workflow_id, instance_key, %(enc)s, %(item)s::bytea, %(size)s
-                    FROM created WHERE %(item)s::bytea IS NOT NULL),
-                started AS (
-                    INSERT INTO durable_instance_events (namespace, workflow_id, instance_key, kind, actor, detail)
-                    SELECT namespace, workflow_id, instance_key, 'started', %(exec)s,
-                           CASE WHEN bound_version > 0 THEN 'bound to version ' || bound_version ELSE '' END
-                    FROM created)
-                SELECT created.*, bound.version AS current_version FROM created, bound""",
-            {**_key(ref), "label": version_label, "exec": execution_id, "lease": lease_seconds,
-             "enc": start_item.encoding if start_item else 0, "item": start_item.data if start_item else None,
-             "size": start_item_bytes},
-        )
+        params = {**_key(ref), "label": version_label, "exec": execution_id, "lease": lease_seconds,
+                  "enc": start_item.encoding if start_item else 0, "item": start_item.data if start_item else None,
+                  "size": start_item_bytes}
+        if claim is None:
+            cur = await pg(conn).execute(_START_NEW_ONLY, params)
+        else:
+            cur = await pg(conn).execute(_START_NEW_AND_CLAIM, {**params, **core.ahead_claim_params(claim)})
         row = await cur.fetchone()
-        return base.StartedNew(_instance(row), row["current_version"]) if row else None
+        if row is None:
+            return None
+        return base.StartedNew(_instance(row), row["current_version"], core.claimed_key_of(DIALECT, claim, row))
 
     async def get_txn(self, conn: Conn, ref: InstanceRef, *, for_update: bool = False) -> Instance | None:
         lock = " FOR UPDATE" if for_update else ""
