@@ -247,7 +247,7 @@ async def test_a_claim_on_start_with_lease_0_takes_the_new_instances_lease(harne
 
 async def test_a_new_next_key_is_claimed_by_the_writes_own_statement_where_the_backend_has_one(
         harness: Harness, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # PostgreSQL: the start's statement (start_new_txn) and the step save's (durable_save_step_claim, 0012)
+    # PostgreSQL: the start's statement (start_new_txn) and the step save's (durable_save_step_then, 0012)
     # insert a new key themselves, so no Claim follows the write; the embedded backend claims after it.
     # Either way the key is the one the Claim RPC would have written.
     calls: list[list[str]] = []

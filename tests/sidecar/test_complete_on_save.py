@@ -9,7 +9,11 @@ CompleteInstance does.
 from __future__ import annotations
 
 import grpc
+import pytest
 from durable.v1 import common_pb2, idempotency_pb2, instance_pb2
+from durable_sidecar.domain import Instance, NewCheckpoint
+from durable_sidecar.services.checkpoints import CheckpointService
+from durable_sidecar.stores.base import Conn
 
 from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs
@@ -54,20 +58,41 @@ async def test_the_last_save_completes_the_instance_and_a_redelivery_finds_it_co
     assert await count_checkpoints(database_url, key) == 2
 
 
-async def test_the_completion_matches_a_separate_complete_instance(harness: Harness) -> None:
+async def test_the_completion_matches_a_separate_complete_instance(harness: Harness, database_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plain save completes in the save's transaction (CheckpointService._complete_instances); a step result
+    # on PostgreSQL in the save's one statement (durable_save_step_then, 0012): both as a separate
+    # CompleteInstance completes.
+    completer_calls: list[str] = []
+    original = CheckpointService._complete_instances
+
+    async def counted(self: CheckpointService, conn: Conn, saved: list[NewCheckpoint]) -> dict[int, Instance]:
+        completer_calls.extend(new.ref.instance_key for new in saved if new.complete_instance)
+        return await original(self, conn, saved)
+
+    monkeypatch.setattr(CheckpointService, "_complete_instances", counted)
     s = harness.alpha
-    combined, separate = new_key(), new_key()
-    for key in (combined, separate):
-        await start(s, key, "exec-1")
-    await save(s, item(combined, "Done", {"a": 1}, complete_instance=True))
-    await save(s, item(separate, "Done", {"a": 1}))
-    await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
-        workflow_id=WF, instance_key=separate, execution_id="exec-1"), metadata=s.metadata)
-    a, b = await get(s, combined), await get(s, separate)
-    for field in ("status", "last_sequence", "last_step", "lease_owner", "result_json", "error_message"):
-        assert getattr(a, field) == getattr(b, field), field
-    assert not a.HasField("lease_expires_at") and not b.HasField("lease_expires_at")
-    assert await trail(s, combined) == await trail(s, separate)
+    combined_keys = []
+    for mode in (0, ADD):
+        combined, separate = new_key(), new_key()
+        combined_keys.append(combined)
+        for key in (combined, separate):
+            await start(s, key, "exec-1", start_item_json=b'{"orderId":"o-1"}')
+        answered = (await save(s, item(combined, "Done", {"a": 1}, state_mode=mode,
+                                       complete_instance=True))).results[0].completed_instance
+        await save(s, item(separate, "Done", {"a": 1}, state_mode=mode))
+        await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
+            workflow_id=WF, instance_key=separate, execution_id="exec-1"), metadata=s.metadata)
+        a, b = await get(s, combined), await get(s, separate)
+        assert answered == a  # the save's answer is the instance as stored
+        for field in ("status", "last_sequence", "last_step", "lease_owner", "result_json", "error_message",
+                      "checkpoint_count", "resume_count", "bound_version", "version_label", "lease_seconds"):
+            assert getattr(a, field) == getattr(b, field), (mode, field)
+        assert a.HasField("finished_at") and b.HasField("finished_at")
+        assert not a.HasField("lease_expires_at") and not b.HasField("lease_expires_at")
+        assert await trail(s, combined) == await trail(s, separate)
+    plain, step = combined_keys
+    assert completer_calls == ([plain] if not is_sqlite(database_url) else [plain, step])
 
 
 async def test_a_retried_completing_save_is_the_checkpoint_already_there(harness: Harness,

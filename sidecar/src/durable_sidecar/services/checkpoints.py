@@ -440,20 +440,11 @@ class CheckpointService:
                 conn, row, expected_sequence=new.expected_sequence, lease_seconds=new.lease_seconds,
                 default_lease_seconds=self.default_lease_seconds, base_sequence=remembered.sequence,
                 base_digest=remembered.digest, complete=(kc.ref, kc.attempt, kc.result_json) if kc else None,
-                claim=claim)
-
-        finished: Instance | None = None
-
-        async def and_complete(conn: Conn) -> StepSave | None:
-            # The save's one statement and the completion's in one transaction: both or neither.
-            nonlocal finished
-            done = await one(conn)
-            if done is not None:
-                finished = (await self._complete_instances(conn, [new]))[0]
-            return done
+                claim=claim, complete_instance=new.complete_instance)
 
         failpoints.hit("checkpoint.before_insert")
-        done = await (self.db.transaction(and_complete) if new.complete_instance else self.db.single(one))
+        # The save, its key's completion and the next key's claim or the instance's completion: one statement.
+        done = await self.db.single(one)
         if done is None:
             self.memory.forget(new.ref)
             return _Premerged(remembered.state, (merged, row.encoded))
@@ -467,7 +458,7 @@ class CheckpointService:
             assert self.keys is not None
             next_claim = self.keys.acquired_with_write(done.claimed)
         results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key,
-                                   completed_instance=finished, next_claim=next_claim)]
+                                   completed_instance=done.finished, next_claim=next_claim)]
         self._saved(namespace, [merged], results)
         return results
 

@@ -136,6 +136,8 @@ class StepSave:
     now: datetime  # the database's time of the statement (the key's updated_at, else the checkpoint's created_at)
     # The next Guard's key the statement claimed (see save_step_txn's claim); None: not claimed by it.
     claimed: IdempotencyKey | None = None
+    # The instance the statement completed (save_step_txn's complete_instance).
+    finished: Instance | None = None
 
 
 @dataclass(frozen=True)
@@ -354,8 +356,8 @@ class CheckpointStore(ABC):
 
     async def save_step_txn(self, conn: Conn, row: NewCheckpointRow, *, expected_sequence: int | None,
                             lease_seconds: int, default_lease_seconds: int, base_sequence: int, base_digest: str,
-                            complete: tuple[KeyRef, int, bytes] | None,
-                            claim: NewClaim | None = None) -> StepSave | None:
+                            complete: tuple[KeyRef, int, bytes] | None, claim: NewClaim | None = None,
+                            complete_instance: bool = False) -> StepSave | None:
         """A step result merged into the remembered state, with its key's completion, as one statement.
 
         Run with Database.single. Writes only when the instance is running, at
@@ -368,7 +370,9 @@ class CheckpointStore(ABC):
         With claim (the item's claim_next, validated), a statement that writes
         also inserts that key in progress with attempt 1 when it does not exist
         (StepSave.claimed); an existing key is left alone and claimed stays
-        None: the caller claims it the usual way.
+        None: the caller claims it the usual way. With complete_instance, a
+        statement that writes also completes the instance as
+        InstanceStore.finish_running_txn does (StepSave.finished).
         """
         return None
 

@@ -337,6 +337,11 @@ CLAIMED_COLUMNS = """status AS c_status, fingerprint AS c_fingerprint, attempt A
     updated_at AS c_updated_at"""
 
 
+def prefixed(row: Row, prefix: str) -> dict[str, Any]:
+    """The columns a statement returned under a prefix (a function's i_*), by their own names."""
+    return {name[len(prefix):]: row[name] for name in row.keys() if name.startswith(prefix)}
+
+
 def ahead_claim_params(claim: NewClaim | None) -> dict[str, Any]:
     """claim_params under c_* names (beside an instance's own ns/wf/key), all None without a claim."""
     if claim is None:

@@ -47,10 +47,11 @@ _SAVE_STEP = sql.SQL(
            %(ns)s, %(wf)s, %(key)s, %(step)s, %(enc)s::smallint, %(state)s::bytea, %(sha)s,
            %(size)s::bigint, %(exec)s, %(node)s, %(expected)s::bigint, %(lease)s::integer,
            %(default_lease)s::integer, %(base)s::bigint, %(digest)s, %(k_scope)s, %(k_key)s,
-           %(k_attempt)s::bigint, %(k_result)s::bytea{claim})""")
-_SAVE_STEP_ONLY = _SAVE_STEP.format(function=sql.Identifier("durable_save_step"), claim=sql.SQL(""))
-_SAVE_STEP_AND_CLAIM = _SAVE_STEP.format(function=sql.Identifier("durable_save_step_claim"), claim=sql.SQL(""",
-           %(c_scope)s, %(c_key)s, %(c_fp)s, %(c_holder)s, %(c_lease)s::integer, %(c_ttl)s::integer"""))
+           %(k_attempt)s::bigint, %(k_result)s::bytea{then})""")
+_SAVE_STEP_ONLY = _SAVE_STEP.format(function=sql.Identifier("durable_save_step"), then=sql.SQL(""))
+_SAVE_STEP_THEN = _SAVE_STEP.format(function=sql.Identifier("durable_save_step_then"), then=sql.SQL(""",
+           %(c_scope)s, %(c_key)s, %(c_fp)s, %(c_holder)s, %(c_lease)s::integer, %(c_ttl)s::integer,
+           %(complete_instance)s"""))
 
 
 def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
@@ -81,20 +82,22 @@ class CheckpointStore(base.CheckpointStore):
 
     async def save_step_txn(self, conn: Conn, row: base.NewCheckpointRow, *, expected_sequence: int | None,
                             lease_seconds: int, default_lease_seconds: int, base_sequence: int, base_digest: str,
-                            complete: tuple[KeyRef, int, bytes] | None,
-                            claim: NewClaim | None = None) -> base.StepSave | None:
+                            complete: tuple[KeyRef, int, bytes] | None, claim: NewClaim | None = None,
+                            complete_instance: bool = False) -> base.StepSave | None:
         # durable_save_step() is migration 0010: the nodes' step-result save, completing its key, in one round
-        # trip; durable_save_step_claim() (0012) calls it and, when it wrote, claims the next Guard's key too.
+        # trip; durable_save_step_then() (0012) calls it and, when it wrote, claims the next Guard's key or
+        # completes the instance too.
         key_ref, attempt, result = complete if complete is not None else (None, None, None)
         params = {**_key(row.ref), "step": row.step_name, "enc": row.encoded.encoding, "state": row.encoded.data,
                   "sha": row.sha256, "size": row.size_bytes, "exec": row.execution_id, "node": row.node_name,
                   "expected": expected_sequence, "lease": lease_seconds, "default_lease": default_lease_seconds,
                   "base": base_sequence, "digest": base_digest, "k_scope": key_ref.scope if key_ref else None,
                   "k_key": key_ref.key if key_ref else None, "k_attempt": attempt, "k_result": result}
-        if claim is None:
+        if claim is None and not complete_instance:
             cur = await pg(conn).execute(_SAVE_STEP_ONLY, params)
         else:
-            cur = await pg(conn).execute(_SAVE_STEP_AND_CLAIM, {**params, **core.ahead_claim_params(claim)})
+            cur = await pg(conn).execute(_SAVE_STEP_THEN, {**params, **core.ahead_claim_params(claim),
+                                                           "complete_instance": complete_instance})
         found = await cur.fetchone()
         assert found is not None, "the function always returns one row"
         if found["outcome"] != "written":
@@ -103,15 +106,19 @@ class CheckpointStore(base.CheckpointStore):
                                 row.sha256, row.size_bytes, len(row.encoded.data), row.execution_id, row.node_name,
                                 found["created_at"])
         claimed = core.claimed_key_of(DIALECT, claim, found)
+        finished = None
+        if complete_instance:
+            assert found["i_status"] is not None, "a written save's instance is running: it completes"
+            finished = core.instance_of(DIALECT, core.prefixed(found, "i_"))
         if key_ref is None:
-            return base.StepSave(checkpoint, None, found["created_at"], claimed)
+            return base.StepSave(checkpoint, None, found["created_at"], claimed, finished)
         key = IdempotencyKey(
             namespace=key_ref.namespace, scope=key_ref.scope, key=key_ref.key, status=KeyStatus(found["k_status"]),
             fingerprint=found["k_fingerprint"], attempt=found["k_attempt"], holder=found["k_holder"],
             lease_expires_at=found["k_lease_expires_at"], result_json=core.blob(found["k_result_json"]),
             error_message=found["k_error_message"], expires_at=found["k_expires_at"],
             created_at=found["k_created_at"], updated_at=found["k_updated_at"])
-        return base.StepSave(checkpoint, key, key.updated_at, claimed)
+        return base.StepSave(checkpoint, key, key.updated_at, claimed, finished)
 
     async def save_many_txn(self, conn: Conn, items: list[tuple[NewCheckpoint, EncodedState]], *,
                             default_lease_seconds: int) -> base.BatchSave | None:

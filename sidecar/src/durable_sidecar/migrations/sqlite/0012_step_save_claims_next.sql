@@ -1,4 +1,0 @@
--- Issue 20: PostgreSQL's 0012 adds durable_save_step_claim(), the nodes' Save that also
--- claims the next Guard's key in one round trip. The embedded database runs in process
--- (a statement costs no round trip) and has no one-statement step save: this file keeps
--- the numbering of the two dialects the same.
