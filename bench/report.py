@@ -9,7 +9,8 @@ import argparse
 import json
 import math
 import shutil
-from collections.abc import Iterable
+import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,38 @@ class Index:
 
     def concurrencies(self) -> list[int]:
         return sorted({r["concurrency"] for r in self.rows})
+
+
+class Round:
+    """One round of the small targets' cells: 0 is the main run, r the rows noted "repeat r" (run.Bench.repeats)."""
+
+    def __init__(self, ix: Index, number: int) -> None:
+        self.ix, self.number = ix, number
+        self.note = "" if number == 0 else f"repeat {number}"
+
+    def get(self, system: str, op: str, size: int, c: int) -> Row | None:
+        return self.ix.get(system, op, size, c, self.note)
+
+    def near_claims(self, c: int) -> Row | None:
+        # A repeat round measures one no-op floor per cell, right before its sidecar runs.
+        return self.ix.near_claims(c) if self.number == 0 else self.get("floor", "grpc_save", KB, c)
+
+
+def rounds(ix: Index) -> list[Round]:
+    notes = {r.get("note", "") for r in ix.rows}
+    return [Round(ix, 0)] + [Round(ix, n) for n in range(1, 100) if f"repeat {n}" in notes]
+
+
+def over_rounds(ix: Index, figure: Callable[[Round], float | None]) -> tuple[float, list[float]] | None:
+    """The median over the rounds of a figure each round computes from its own rows (None: not measured)."""
+    values = [v for rd in rounds(ix) if (v := figure(rd)) is not None]
+    return (statistics.median(values), values) if values else None
+
+
+def _each(values: list[float], fmt: str) -> str:
+    if len(values) < 2:
+        return ""
+    return f"; median of {len(values)} rounds ({', '.join(format(v, fmt) for v in values)})"
 
 
 @dataclass
@@ -134,47 +167,73 @@ def targets(ix: Index) -> list[Target]:
     def missing(name: str, goal: str) -> None:
         out.append(Target(name, goal, "not measured", None, ""))
 
-    # The goals of issue 18 (store layer v2), as ratios against floors measured in the same run.
+    # The goals of issue 18 (store layer v2), as ratios against floors measured in the same run. Targets 1-4
+    # are judged by the median over the rounds (run.Bench.repeats) of each round's figure against its own floors.
     # 1. Save 1 KB at c1 against the sum of the floors.
     name, goal = "save 1 KB, c1: p50 overhead over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 0.8 ms"
+
+    def save_over(rd: Round) -> float | None:
+        save, ins, grpc = rd.get("sidecar", "save", KB, 1), rd.get("floor", "insert", KB, 1), rd.get("floor", "grpc_save", KB, 1)
+        return save["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"] if save and ins and grpc else None
+
     save, ins, grpc = ix.get("sidecar", "save", KB, 1), ix.get("floor", "insert", KB, 1), ix.get("floor", "grpc_save", KB, 1)
-    if save and ins and grpc:
-        over = save["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"]
+    judged = over_rounds(ix, save_over)
+    if save and ins and grpc and judged:
+        over, each = judged
         out.append(Target(name, goal, f"{_ms(save['p50_ms'])} ms vs {_ms(ins['p50_ms'])} + {_ms(grpc['p50_ms'])} ms: "
-                          f"overhead {over:+.3f} ms", over <= 0.8, _margin(over - 0.8, "ms", lower_is_better=True),
-                          profile="save-1KB-c1"))
+                          f"overhead {each[0]:+.3f} ms{_each(each, '+.3f')}", over <= 0.8,
+                          _margin(over - 0.8, "ms", lower_is_better=True), profile="save-1KB-c1"))
     else:
         missing(name, goal)
 
     # 2. Save 1 KB at c16 against the no-op gRPC throughput.
     name, goal = "save 1 KB, c16: throughput vs no-op gRPC", "≥ 35 % of the no-op gRPC floor's calls/s"
+
+    def save_share(rd: Round) -> float | None:
+        save, grpc = rd.get("sidecar", "save", KB, 16), rd.get("floor", "grpc_save", KB, 16)
+        return save["calls_per_s"] / grpc["calls_per_s"] if save and grpc else None
+
     save, grpc = ix.get("sidecar", "save", KB, 16), ix.get("floor", "grpc_save", KB, 16)
-    if save and grpc:
-        share = save["calls_per_s"] / grpc["calls_per_s"]
-        out.append(Target(name, goal, f"{_rate(save['calls_per_s'])}/s vs {_rate(grpc['calls_per_s'])}/s = {share:.0%}",
-                          share >= 0.35, _margin((share - 0.35) * 100, "points", lower_is_better=False),
-                          profile="save-1KB-c16"))
+    judged = over_rounds(ix, save_share)
+    if save and grpc and judged:
+        share, each = judged
+        out.append(Target(name, goal, f"{_rate(save['calls_per_s'])}/s vs {_rate(grpc['calls_per_s'])}/s = "
+                          f"{each[0]:.0%}{_each(each, '.0%')}", share >= 0.35,
+                          _margin((share - 0.35) * 100, "points", lower_is_better=False), profile="save-1KB-c16"))
     else:
         missing(name, goal)
 
     # 3. Start-or-resume of a new instance at c1 against the save floors.
     name, goal = "start-or-resume (new instance), c1: p50 over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 1.2 ms"
+
+    def start_over(rd: Round) -> float | None:
+        start, ins, grpc = rd.get("sidecar", "start", 0, 1), rd.get("floor", "insert", KB, 1), rd.get("floor", "grpc_save", KB, 1)
+        return start["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"] if start and ins and grpc else None
+
     start, floor = ix.get("sidecar", "start", 0, 1), save_floor(ix, KB, 1)
-    if start and floor:
-        over = start["p50_ms"] - floor[0]
-        out.append(Target(name, goal, f"{_ms(start['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead {over:+.3f} ms",
-                          over <= 1.2, _margin(over - 1.2, "ms", lower_is_better=True), profile="start-0KB-c1"))
+    judged = over_rounds(ix, start_over)
+    if start and floor and judged:
+        over, each = judged
+        out.append(Target(name, goal, f"{_ms(start['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead "
+                          f"{each[0]:+.3f} ms{_each(each, '+.3f')}", over <= 1.2,
+                          _margin(over - 1.2, "ms", lower_is_better=True), profile="start-0KB-c1"))
     else:
         missing(name, goal)
 
     # 4. Claim of a completed key at c1 against the no-op gRPC call.
     name, goal = "claim completed key, c1: p50 vs no-op gRPC", "p50 ≤ no-op gRPC p50 + 0.3 ms"
+
+    def claim_over(rd: Round) -> float | None:
+        claim, grpc = rd.get("sidecar", "claim_done", KB, 1), rd.near_claims(1)
+        return claim["p50_ms"] - grpc["p50_ms"] if claim and grpc else None
+
     claim, grpc = ix.get("sidecar", "claim_done", KB, 1), ix.near_claims(1)
-    if claim and grpc:
-        over = claim["p50_ms"] - grpc["p50_ms"]
-        out.append(Target(name, goal, f"{_ms(claim['p50_ms'])} ms vs {_ms(grpc['p50_ms'])} ms: overhead {over:+.3f} ms",
-                          over <= 0.3, _margin(over - 0.3, "ms", lower_is_better=True),
-                          profile="claim_done-1KB-c1"))
+    judged = over_rounds(ix, claim_over)
+    if claim and grpc and judged:
+        over, each = judged
+        out.append(Target(name, goal, f"{_ms(claim['p50_ms'])} ms vs {_ms(grpc['p50_ms'])} ms: overhead "
+                          f"{each[0]:+.3f} ms{_each(each, '+.3f')}", over <= 0.3,
+                          _margin(over - 0.3, "ms", lower_is_better=True), profile="claim_done-1KB-c1"))
     else:
         missing(name, goal)
 
@@ -402,6 +461,11 @@ def _method(meta: dict[str, Any]) -> list[str]:
         + ". Latency counts calls that start in the window, throughput calls that end in it."
         + (f" Runs with more than {plan['max_inflight_mb']:.0f} MB in flight (size × concurrency) were skipped."
            if plan.get("max_inflight_mb") else ""),
+        *([f"- Repeats: the cells of the first four targets (save 1 KB at c1 and c16, start-or-resume and the claim of "
+           f"a completed key at c1) ran {plan['repeats']} more rounds after the main runs, each right after its floors "
+           "(raw INSERT, no-op gRPC). Those targets are judged by the median over the rounds of each round's figure "
+           "against its own floors, because this VM's speed drifts by tens of percent within minutes; the tables show "
+           "the main round only."] if plan.get("repeats") else []),
         "- Processes: the load generator is the bench process; the sidecar (`durable-sidecar serve`, default settings: pool "
         "of 10 PostgreSQL connections, INFO JSON logs to a file) and the no-op gRPC server run in their own child "
         "processes; DBOS runs inside its own child process with its own load generator (it is a library). All share the "

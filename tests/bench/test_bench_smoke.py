@@ -21,7 +21,7 @@ EXPECTED = {
 def test_quick_bench_runs_every_scenario_and_writes_the_report(tmp_path: Path) -> None:
     # Tiny windows and two concurrencies keep this to a smoke check; `make bench-quick` runs 1, 16 and 64.
     argv = [sys.executable, "-m", "bench", "--quick", "--duration", "0.05", "--warmup", "0.02",
-            "--concurrency", "1,4", "--sizes", "1024,10485760", "--out", str(tmp_path)]
+            "--concurrency", "1,4", "--sizes", "1024,10485760", "--repeats", "1", "--out", str(tmp_path)]
     run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
@@ -35,6 +35,12 @@ def test_quick_bench_runs_every_scenario_and_writes_the_report(tmp_path: Path) -
     ten_mb = [r for r in rows if r["system"] == "sidecar" and r["size_bytes"] == 10 * 1024 * 1024]
     assert ten_mb and all(r["peak_rss_mb"] > 0 for r in ten_mb)
 
+    # The small targets' cells ran a second round next to their floors, and are judged over both rounds.
+    repeated = {(r["system"], r["op"], r["concurrency"]) for r in rows if r.get("note") == "repeat 1"}
+    assert repeated == {("floor", "insert", 1), ("floor", "grpc_save", 1), ("sidecar", "save", 1),
+                        ("sidecar", "start", 1), ("sidecar", "claim_done", 1)}, repeated
+
     summary = (tmp_path / "summary.md").read_text()
     assert "## Targets" in summary and "save 1 KB, c1" in summary
+    assert summary.count("median of 2 rounds") == 3, summary  # save c1, start c1, claim c1 (c16 is not run)
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
