@@ -96,6 +96,15 @@ def over_rounds(ix: Index, figure: Callable[[Round], float | None]) -> tuple[flo
     return (statistics.median(values), values) if values else None
 
 
+def over_save_floors(op: str, size: int) -> Callable[[Round], float | None]:
+    """A round's c1 p50 of the sidecar's `op` over that round's 1 KB save floors (raw INSERT + no-op gRPC)."""
+    def figure(rd: Round) -> float | None:
+        row, ins, grpc = rd.get("sidecar", op, size, 1), rd.get("floor", "insert", KB, 1), rd.get("floor", "grpc_save", KB, 1)
+        return row["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"] if row and ins and grpc else None
+
+    return figure
+
+
 def _each(values: list[float], fmt: str) -> str:
     if len(values) < 2:
         return ""
@@ -172,12 +181,8 @@ def targets(ix: Index) -> list[Target]:
     # 1. Save 1 KB at c1 against the sum of the floors.
     name, goal = "save 1 KB, c1: p50 overhead over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 0.8 ms"
 
-    def save_over(rd: Round) -> float | None:
-        save, ins, grpc = rd.get("sidecar", "save", KB, 1), rd.get("floor", "insert", KB, 1), rd.get("floor", "grpc_save", KB, 1)
-        return save["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"] if save and ins and grpc else None
-
     save, ins, grpc = ix.get("sidecar", "save", KB, 1), ix.get("floor", "insert", KB, 1), ix.get("floor", "grpc_save", KB, 1)
-    judged = over_rounds(ix, save_over)
+    judged = over_rounds(ix, over_save_floors("save", KB))
     if save and ins and grpc and judged:
         over, each = judged
         out.append(Target(name, goal, f"{_ms(save['p50_ms'])} ms vs {_ms(ins['p50_ms'])} + {_ms(grpc['p50_ms'])} ms: "
@@ -206,12 +211,8 @@ def targets(ix: Index) -> list[Target]:
     # 3. Start-or-resume of a new instance at c1 against the save floors.
     name, goal = "start-or-resume (new instance), c1: p50 over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 1.2 ms"
 
-    def start_over(rd: Round) -> float | None:
-        start, ins, grpc = rd.get("sidecar", "start", 0, 1), rd.get("floor", "insert", KB, 1), rd.get("floor", "grpc_save", KB, 1)
-        return start["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"] if start and ins and grpc else None
-
     start, floor = ix.get("sidecar", "start", 0, 1), save_floor(ix, KB, 1)
-    judged = over_rounds(ix, start_over)
+    judged = over_rounds(ix, over_save_floors("start", 0))
     if start and floor and judged:
         over, each = judged
         out.append(Target(name, goal, f"{_ms(start['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead "
