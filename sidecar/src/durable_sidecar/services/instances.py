@@ -9,7 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .. import validation
 from ..domain import (
@@ -55,6 +55,14 @@ def _check_ref(ref: InstanceRef) -> None:
     validation.identifier("workflow_id", ref.workflow_id)
     validation.identifier("instance_key", ref.instance_key)
     instance_key_var.set(ref.instance_key)
+
+
+_Claim = TypeVar("_Claim", "ClaimItem", NewClaim)
+
+
+def _with_instance_lease(sent: ClaimItem, claim: _Claim, instance_lease_seconds: int) -> _Claim:
+    """As the Guard claims: a claim_on_start sent with lease 0 takes the instance's lease, so both lapse together."""
+    return replace(claim, lease_seconds=instance_lease_seconds) if sent.lease_seconds == 0 else claim
 
 
 class InstanceService:
@@ -123,10 +131,9 @@ class InstanceService:
         if claim_on_start is not None:
             if self.keys is None:
                 raise InvalidArgument("claim_on_start is not served here (no idempotency service)")
-            # As the Guard claims: a lease of 0 is the instance's, so the claim and the instance lapse together.
-            checked_claim = (await self.keys.check_claims(ref.namespace, [claim_on_start], ["claim_on_start"]))[0]
-            if claim_on_start.lease_seconds == 0:
-                checked_claim = replace(checked_claim, lease_seconds=requested_lease or self.default_lease_seconds)
+            checked = (await self.keys.check_claims(ref.namespace, [claim_on_start], ["claim_on_start"]))[0]
+            # What the start's statement claims for a new instance, whose lease is this one.
+            checked_claim = _with_instance_lease(claim_on_start, checked, requested_lease or self.default_lease_seconds)
         start_item = None
         if start_item_json:
             self.checkpoint_service.check_state("start_item_json", start_item_json, object_only=True)
@@ -241,9 +248,7 @@ class InstanceService:
         assert self.keys is not None
         if claimed_with_start is not None:
             return replace(result, start_claim=self.keys.acquired_with_write(claimed_with_start))
-        if claim.lease_seconds == 0:
-            # As the Guard claims: a lease of 0 is the instance's, so the claim and the instance lapse together.
-            claim = replace(claim, lease_seconds=result.instance.lease_seconds or self.default_lease_seconds)
+        claim = _with_instance_lease(claim, claim, result.instance.lease_seconds or self.default_lease_seconds)
         claimed = await self.keys.claim_after(ref.namespace, [claim], "claim_on_start")
         return replace(result, start_claim=claimed[0]) if claimed is not None else result
 
