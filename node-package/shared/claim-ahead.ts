@@ -65,7 +65,13 @@ export function aheadGuardOf(candidate: NodeTypeAndVersion): AheadGuard | undefi
 	const leaseSeconds = plainNumber(options.leaseSeconds);
 	const ttlSeconds = plainNumber(options.ttlSeconds);
 	if (leaseSeconds === undefined || ttlSeconds === undefined) return undefined;
-	return { guard: candidate.name, scope: p.scope.trim(), fingerprintFrom: from, leaseSeconds, ttlSeconds };
+	return {
+		guard: candidate.name,
+		scope: p.scope.trim(),
+		fingerprintFrom: from,
+		leaseSeconds,
+		ttlSeconds,
+	};
 }
 
 /**
@@ -88,15 +94,29 @@ export function findAheadGuard(
 		const me = nodeOf(ctx).name;
 		const below = ctx.getChildNodes(me, { includeNodeParameters: true });
 		if (below.length === 0) return undefined;
-		const directly = (name: string) =>
-			ctx.getParentNodes(name, { depth: 1 }).some((parent) => parent.name === me);
-		const guards = below.filter((c) => typeName(c.type) === GUARD && !c.disabled && directly(c.name));
+		const inputs = new Map<string, string[]>();
+		const inputsOf = (name: string): string[] => {
+			let names = inputs.get(name);
+			if (!names) {
+				names = ctx.getParentNodes(name, { depth: 1 }).map((parent) => parent.name);
+				inputs.set(name, names);
+			}
+			return names;
+		};
+		const directly = (name: string) => inputsOf(name).includes(me);
+		const guards = below.filter(
+			(c) => typeName(c.type) === GUARD && !c.disabled && directly(c.name),
+		);
 		if (guards.length !== 1) return undefined;
 		const found = aheadGuardOf(guards[0]);
 		if (!found) return undefined;
-		const allowed = new Set([me, ...ctx.getParentNodes(me).map((p) => p.name)]);
-		if (!ctx.getParentNodes(found.guard).every((p) => allowed.has(p.name))) return undefined;
-		if (onlyChild && below.some((c) => c.name !== found.guard && directly(c.name))) return undefined;
+		// This node as the Guard's only input settles it without walking both ancestries.
+		if (!inputsOf(found.guard).every((name) => name === me)) {
+			const allowed = new Set([me, ...ctx.getParentNodes(me).map((p) => p.name)]);
+			if (!ctx.getParentNodes(found.guard).every((p) => allowed.has(p.name))) return undefined;
+		}
+		if (onlyChild && below.some((c) => c.name !== found.guard && directly(c.name)))
+			return undefined;
 		return found;
 	} catch {
 		// An n8n without these lookups, or a graph it cannot walk: the Guard claims for itself.
@@ -161,7 +181,10 @@ export function keepAheadAnswer(
 		if (answers.size < AHEAD_MAX && now - entry.at < AHEAD_TTL_MS) break;
 		answers.delete(id);
 	}
-	answers.set(slot(executionId, target.guard, answer.key.scope, answer.key.key), { answer, at: now });
+	answers.set(slot(executionId, target.guard, answer.key.scope, answer.key.key), {
+		answer,
+		at: now,
+	});
 }
 
 /** The answer claimed ahead for this Guard, execution and key, taken (once), or undefined. */

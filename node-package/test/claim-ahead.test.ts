@@ -3,7 +3,7 @@
  * Idempotency Guard in its default form claims the Guard's key in its own
  * call; the Guard then routes without a Claim call. Against the real sidecar.
  */
-import type { IDataObject, INodeExecutionData } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import {
@@ -17,6 +17,7 @@ import {
 	AHEAD_MAX,
 	aheadAnswersWaiting,
 	aheadGuardOf,
+	findAheadGuard,
 	keepAheadAnswer,
 	takeAheadAnswer,
 } from '../shared/claim-ahead';
@@ -34,7 +35,11 @@ const resumePoint = new ResumePoint();
 const checkpoint = new DurableCheckpoint();
 const guard = new IdempotencyGuard();
 
-const RP: UpstreamNode = { name: 'Resume Point', type: 'n8n-nodes-durable.resumePoint', typeVersion: 2 };
+const RP: UpstreamNode = {
+	name: 'Resume Point',
+	type: 'n8n-nodes-durable.resumePoint',
+	typeVersion: 2,
+};
 const SAVE: UpstreamNode = {
 	name: 'Save charge',
 	type: 'n8n-nodes-durable.durableCheckpoint',
@@ -45,7 +50,13 @@ const SHIP: UpstreamNode = {
 	name: 'Claim shipping',
 	type: 'n8n-nodes-durable.idempotencyGuard',
 	typeVersion: 2,
-	parameters: { operation: 'claim', scope: 'shipping', key: '', fingerprintFrom: 'instance', options: {} },
+	parameters: {
+		operation: 'claim',
+		scope: 'shipping',
+		key: '',
+		fingerprintFrom: 'instance',
+		options: {},
+	},
 };
 
 beforeAll(async () => {
@@ -143,7 +154,12 @@ async function savedOrders(run: Run, orderIds: string[], downstream: UpstreamNod
 }
 
 describe('which Guard is claimed ahead', () => {
-	const base = { name: 'G', type: 'n8n-nodes-durable.idempotencyGuard', typeVersion: 2, disabled: false };
+	const base = {
+		name: 'G',
+		type: 'n8n-nodes-durable.idempotencyGuard',
+		typeVersion: 2,
+		disabled: false,
+	};
 	test('the default form is: plain scope, empty key, instance or no fingerprint, plain options', () => {
 		expect(aheadGuardOf({ ...base, parameters: { scope: ' shipping ' } })).toEqual({
 			guard: 'G',
@@ -155,7 +171,11 @@ describe('which Guard is claimed ahead', () => {
 		expect(
 			aheadGuardOf({
 				...base,
-				parameters: { scope: 's', fingerprintFrom: 'none', options: { leaseSeconds: 30, ttlSeconds: 600 } },
+				parameters: {
+					scope: 's',
+					fingerprintFrom: 'none',
+					options: { leaseSeconds: 30, ttlSeconds: 600 },
+				},
 			}),
 		).toMatchObject({ fingerprintFrom: 'none', leaseSeconds: 30, ttlSeconds: 600 });
 	});
@@ -178,8 +198,56 @@ describe('which Guard is claimed ahead', () => {
 	});
 });
 
+describe('where the Guard may take its answer from', () => {
+	const guardNode = {
+		name: 'Claim shipping',
+		type: 'n8n-nodes-durable.idempotencyGuard',
+		typeVersion: 2,
+		disabled: false,
+		parameters: { scope: 'shipping' },
+	};
+	/** A Save whose ancestors are `mine`; the Guard's direct inputs are `guardInputs`. Counts full ancestor walks. */
+	const ctxFor = (guardInputs: string[], mine: string[]) => {
+		const full: string[] = [];
+		const ctx = {
+			getNode: () => ({ name: 'Save', type: 'x.durableCheckpoint', parameters: {} }),
+			getChildNodes: () => [guardNode],
+			getParentNodes: (name: string, opts?: { depth?: number }) => {
+				const named = (names: string[]) =>
+					names.map((n) => ({ name: n, type: 'x', typeVersion: 1, disabled: false }));
+				if (opts?.depth === 1) return named(name === guardNode.name ? guardInputs : []);
+				full.push(name);
+				return named(name === 'Save' ? mine : [...guardInputs, ...mine]);
+			},
+		} as unknown as IExecuteFunctions;
+		return { ctx, full };
+	};
+
+	test("this node as the Guard's only input: found without walking either ancestry", () => {
+		const t = ctxFor(['Save'], ['Charge', 'Resume Point', 'Webhook']);
+		expect(findAheadGuard(t.ctx, { onlyChild: false })).toMatchObject({ guard: 'Claim shipping' });
+		expect(t.full).toEqual([]);
+	});
+
+	test('another input of the Guard: found only when it lies above this node', () => {
+		const above = ctxFor(['Save', 'Resume Point'], ['Charge', 'Resume Point', 'Webhook']);
+		expect(findAheadGuard(above.ctx, { onlyChild: false })).toMatchObject({
+			guard: 'Claim shipping',
+		});
+		expect(above.full).toEqual(['Save', 'Claim shipping']);
+		const elsewhere = ctxFor(['Save', 'Other trigger'], ['Charge', 'Resume Point', 'Webhook']);
+		expect(findAheadGuard(elsewhere.ctx, { onlyChild: false })).toBeUndefined();
+	});
+});
+
 describe('answers waiting for their Guard', () => {
-	const target = { guard: 'G', scope: 's', fingerprintFrom: 'instance' as const, leaseSeconds: 0, ttlSeconds: 0 };
+	const target = {
+		guard: 'G',
+		scope: 's',
+		fingerprintFrom: 'instance' as const,
+		leaseSeconds: 0,
+		ttlSeconds: 0,
+	};
 	const answer = (key: string) => ({
 		outcome: ClaimOutcome.CLAIM_OUTCOME_ACQUIRED,
 		key: {
@@ -290,7 +358,9 @@ describe('Save → Guard', () => {
 			out = await claim(run, saved, path, 'Claim something else');
 			expect(claimSpy).toHaveBeenCalledTimes(2);
 			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({ key: 'o-x', attempt: 1 });
-			expect((out[OUTPUT_FIRST_RUN][0].json.idempotency as IDataObject).claimedAhead).toBeUndefined();
+			expect(
+				(out[OUTPUT_FIRST_RUN][0].json.idempotency as IDataObject).claimedAhead,
+			).toBeUndefined();
 			// Its own Guard takes it without a call; a second run of that Guard claims (a retry, same attempt).
 			out = await claim(run, saved, path);
 			expect(claimSpy).toHaveBeenCalledTimes(2);
@@ -309,7 +379,10 @@ describe('Save → Guard', () => {
 		try {
 			const started = await start(run, ['o-n1', 'o-n2']);
 			const rp = { ...RP, output: started[OUTPUT_START] };
-			const [one, two] = started[OUTPUT_START].map((item, i) => ({ json: { ok: i }, pairedItem: { item: i } }));
+			const [one, two] = started[OUTPUT_START].map((item, i) => ({
+				json: { ok: i },
+				pairedItem: { item: i },
+			}));
 			await save(run, [one], [HTTP, rp], [SHIP], {
 				stepName: 'charge',
 				options: { completeInstance: true },
@@ -331,7 +404,9 @@ describe('Resume Point → Guard', () => {
 		expect(started[OUTPUT_START]).toHaveLength(1);
 		const claimSpy = jest.spyOn(client, 'claim');
 		try {
-			const out = await claim(run, started[OUTPUT_START], [{ ...RP, output: started[OUTPUT_START] }]);
+			const out = await claim(run, started[OUTPUT_START], [
+				{ ...RP, output: started[OUTPUT_START] },
+			]);
 			expect(claimSpy).not.toHaveBeenCalled();
 			expect(out[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({
 				key: 'o-s',
@@ -356,7 +431,11 @@ describe('Resume Point → Guard', () => {
 		const client = getSidecarClient(sidecar.connection());
 		const spy = jest.spyOn(client, 'startOrResume');
 		try {
-			const started = await start(run, ['o-t'], [SHIP, { name: 'Respond', type: 'n8n-nodes-base.respondToWebhook' }]);
+			const started = await start(
+				run,
+				['o-t'],
+				[SHIP, { name: 'Respond', type: 'n8n-nodes-base.respondToWebhook' }],
+			);
 			expect(spy.mock.calls[0][0].claimOnStart).toBeUndefined();
 			expect(started[OUTPUT_START]).toHaveLength(1);
 		} finally {

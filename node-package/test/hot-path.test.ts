@@ -12,7 +12,9 @@ import {
 	CREDENTIAL_TTL_MS,
 } from '../shared/credential-cache';
 import {
+	clearGuardRuns,
 	jsonPathOf,
+	noteGuardRun,
 	parameterReader,
 	scalarAt,
 	shareUnchanged,
@@ -224,6 +226,143 @@ describe('Upstream paired items', () => {
 			expect(new Upstream(t.ctx).claim(0, { json: {} })).toMatchObject({ key: 'o-1' });
 			expect(t.viaNode()).toBe(1);
 		}
+	});
+});
+
+describe("The Guard's answer without the paired-item walk", () => {
+	const GUARD = { type: 'n8n-nodes-durable.idempotencyGuard', disabled: false };
+	const HTTP = { type: 'n8n-nodes-base.httpRequest', disabled: false };
+	const answer = () => ({
+		json: {
+			orderId: 'o-1',
+			durable: { workflowId: 'wf-1', instanceKey: 'o-1', leaseSeconds: 60 },
+			idempotency: { scope: 'payment', key: 'o-1', attempt: 1, outcome: 'acquired' },
+		},
+	});
+
+	/** A Save whose direct parents and their direct parents are `graph`; counts the walks. */
+	const saveContext = (
+		graph: Record<string, Array<{ name: string; type: string; disabled: boolean }>>,
+	) => {
+		let walks = 0;
+		const walked = answer();
+		const ctx = {
+			getNode: () => ({ name: 'Save', type: 'x.durableCheckpoint', parameters: {} }),
+			getExecutionId: () => 'exec-7',
+			getParentNodes: (name: string, opts?: { depth?: number }) => {
+				if (opts?.depth === 1) return graph[name] ?? [];
+				return [{ name: 'Claim', ...GUARD, parameters: { operation: 'claim' } }];
+			},
+			getInputData: () => [{ json: { id: 'ch_1' }, pairedItem: { item: 0 } }],
+			getInputSourceData: () => ({
+				previousNode: 'Charge',
+				previousNodeOutput: 0,
+				previousNodeRun: 0,
+			}),
+			getWorkflowDataProxy: () => ({
+				$getPairedItem: () => {
+					walks++;
+					return walked;
+				},
+			}),
+		} as unknown as IExecuteFunctions;
+		return { ctx, walks: () => walks, walked };
+	};
+	const chain = {
+		Save: [
+			{ name: 'Charge', ...HTTP },
+			{ name: 'Claim', ...GUARD },
+		],
+		Charge: [{ name: 'Claim', ...GUARD }],
+	};
+
+	beforeEach(() => clearGuardRuns());
+
+	it("takes the Guard's one item of its one run: no walk, the same answer and object", () => {
+		const routed = answer();
+		noteGuardRun('exec-7', 'Claim', [[routed], [], []]);
+		const t = saveContext(chain);
+		const upstream = new Upstream(t.ctx);
+		const item = { json: { id: 'ch_1' } };
+		expect(upstream.claim(0, item)).toMatchObject({ scope: 'payment', key: 'o-1', attempt: 1 });
+		expect(upstream.claimItem(0, item)).toBe(routed);
+		expect(upstream.instance(0, item)).toEqual({
+			workflowId: 'wf-1',
+			instanceKey: 'o-1',
+			leaseSeconds: 60,
+		});
+		expect(t.walks()).toBe(0);
+	});
+
+	it.each([
+		[
+			'the Guard ran twice in this execution',
+			() => {
+				noteGuardRun('exec-7', 'Claim', [[answer()], [], []]);
+				noteGuardRun('exec-7', 'Claim', [[answer()], [], []]);
+			},
+			chain,
+		],
+		[
+			'its run routed two items',
+			() => noteGuardRun('exec-7', 'Claim', [[answer()], [answer()], []]),
+			chain,
+		],
+		[
+			'it ran in another execution',
+			() => noteGuardRun('exec-8', 'Claim', [[answer()], [], []]),
+			chain,
+		],
+		[
+			'its one item carries no answer (an error item)',
+			() => noteGuardRun('exec-7', 'Claim', [[], [], [{ json: { error: 'x' } }]]),
+			chain,
+		],
+		[
+			'the node in between has another input too',
+			() => noteGuardRun('exec-7', 'Claim', [[answer()], [], []]),
+			{
+				Save: [{ name: 'Charge', ...HTTP }],
+				Charge: [
+					{ name: 'Claim', ...GUARD },
+					{ name: 'Webhook', type: 'n8n-nodes-base.webhook', disabled: false },
+				],
+			},
+		],
+		[
+			'another Guard feeds this node too',
+			() => noteGuardRun('exec-7', 'Claim', [[answer()], [], []]),
+			{
+				Save: [
+					{ name: 'Charge', ...HTTP },
+					{ name: 'Claim 2', ...GUARD },
+				],
+				Charge: [{ name: 'Claim', ...GUARD }],
+			},
+		],
+		[
+			'a durable node lies in between',
+			() => noteGuardRun('exec-7', 'Claim', [[answer()], [], []]),
+			{
+				Save: [{ name: 'Save 1', type: 'n8n-nodes-durable.durableCheckpoint', disabled: false }],
+				'Save 1': [{ name: 'Claim', ...GUARD }],
+			},
+		],
+		[
+			'the Guard is disabled',
+			() => noteGuardRun('exec-7', 'Claim', [[answer()], [], []]),
+			{
+				Save: [{ name: 'Charge', ...HTTP }],
+				Charge: [{ name: 'Claim', ...GUARD, disabled: true }],
+			},
+		],
+		['nothing was noted (another process, an n8n restart)', () => undefined, chain],
+	])('walks the paired items when %s', (_why, note, graph) => {
+		note();
+		const t = saveContext(graph);
+		const upstream = new Upstream(t.ctx);
+		expect(upstream.claimItem(0, { json: { id: 'ch_1' } })).toBe(t.walked);
+		expect(t.walks()).toBe(1);
 	});
 });
 

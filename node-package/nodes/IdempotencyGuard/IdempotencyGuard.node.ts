@@ -38,6 +38,7 @@ import {
 } from '../../shared/transport';
 import {
 	instanceRefOf,
+	noteGuardRun,
 	parameterReader,
 	Upstream,
 	type InstanceRef,
@@ -568,6 +569,7 @@ export class IdempotencyGuard implements INodeType {
 						outputs[OUTPUT_IN_PROGRESS].push(routed(i, meta));
 				}
 			}
+			noteGuardRun(executionId, node.name, outputs);
 			return outputs;
 		}
 
@@ -634,6 +636,7 @@ export class IdempotencyGuard implements INodeType {
 				),
 			);
 		}
+		noteGuardRun(executionId, node.name, [out]);
 		return [out];
 	}
 }
