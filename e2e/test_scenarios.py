@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from conftest import INSTANCE_LEASE_S, ORDER_WF, RENEWAL_WF, REPORT, Stack
 from durable.v1 import common_pb2, version_pb2
 from harness import NAMESPACE, REPO, wait_until
@@ -383,7 +384,8 @@ SHORT_DEADLINE_S = 5
 
 
 def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_last_save: bool = False,
-                          workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals") -> dict[str, Any]:
+                          workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals",
+                          fields_before_notify: bool = False) -> dict[str, Any]:
     """A subscription renewal written from node-package/README.md, every option at its default.
 
     Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Claim charge →
@@ -391,6 +393,9 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     Complete; Resume Trigger → the same Resume Point, which jumps to the step after the last save.
     `complete_on_last_save`: the README's shorter form, no Complete node; the last Save has the option
     Complete Instance (so no running instance ever has "notified" as its last step).
+    `fields_before_notify`: an Edit Fields (Set) node between Claim Notify and the notify call builds
+    its body and its Idempotency-Key (options at their defaults, so the Guard's fields are not kept):
+    Save Notified then reaches the Guard's answer only through the paired items of two nodes.
     """
     import sys
 
@@ -427,9 +432,26 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
                            (1100, 0))
     claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
                            (1320, 0))
-    notify = call("Notify", "notify", "={{ JSON.stringify({ subscriptionId: $json.body.subscriptionId, "
-                                      "email: $json.body.email, amount: $json.body.amount, "
-                                      "charge: $json.charged.id }) }}", (1540, 0))
+    fields = None
+    if fields_before_notify:
+        def field(name: str, value: str, type_: str = "string") -> dict[str, Any]:
+            return {"id": f"{workflow_id}-{name}", "name": name, "value": value, "type": type_}
+
+        fields = f.node("Notify Fields", "n8n-nodes-base.set", 3.4, {"assignments": {"assignments": [
+            field("subscriptionId", "={{ $json.body.subscriptionId }}"), field("email", "={{ $json.body.email }}"),
+            field("amount", "={{ $json.body.amount }}", "number"), field("charge", "={{ $json.charged.id }}"),
+            field("idempotencyKey", "={{ $json.idempotency.derivedKey }}")]}, "options": {}}, (1540, 0))
+        notify = f.node("Notify", "n8n-nodes-base.httpRequest", 4.2, {
+            "method": "POST", "url": f"{services_url}/notify", "sendBody": True, "specifyBody": "json",
+            "jsonBody": "={{ JSON.stringify({ subscriptionId: $json.subscriptionId, email: $json.email, "
+                        "amount: $json.amount, charge: $json.charge }) }}",
+            "sendHeaders": True, "headerParameters": {"parameters": [
+                {"name": "Idempotency-Key", "value": "={{ $json.idempotencyKey }}"}]}, "options": {},
+        }, (1650, 0))
+    else:
+        notify = call("Notify", "notify", "={{ JSON.stringify({ subscriptionId: $json.body.subscriptionId, "
+                                          "email: $json.body.email, amount: $json.body.amount, "
+                                          "charge: $json.charged.id }) }}", (1540, 0))
     last_save: dict[str, Any] = {"operation": "save", "stepName": "notified"}
     if complete_on_last_save:
         last_save["options"] = {"completeInstance": True}
@@ -446,7 +468,11 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
         f.link(rp, done, 5)         # notified
     f.link(claim_charge, charge, 0)
     f.link(claim_charge, save_charged, 1)
-    f.link(claim_notify, notify, 0)
+    if fields is not None:
+        f.link(claim_notify, fields, 0)
+        f.link(fields, notify)
+    else:
+        f.link(claim_notify, notify, 0)
     f.link(claim_notify, save_notified, 1)
     return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
             "settings": {"executionOrder": "v1"}, "pinData": {}}
@@ -611,32 +637,40 @@ def test_11_examples_complete_against_services_answering_in_another_shape(stack:
 LAST_SAVE_WF = "durableRenewalLastSave"
 
 
-def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -> None:
+@pytest.mark.parametrize("fields_before_notify", [False, True], ids=["guard-call-save", "guard-set-call-save"])
+def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, fields_before_notify: bool) -> None:
     """The README's shorter ending: the last Save with the option Complete Instance, no Complete node.
 
     n8n is killed (-9) with every order's notify call in flight (after its charge was saved); the Resume
     Trigger resumes them at the notify step, and the last Save completes each instance in its own call.
     Then every subscription is delivered again: the Resume Point leaves by Finished, nothing runs twice.
+    With `fields_before_notify` an Edit Fields node sits between Claim Notify and the call, so Save
+    Notified finds the Guard's answer through two nodes' paired items (the Save takes it in the process
+    only when the call comes straight from the Guard); every key must still end completed.
     """
-    from harness import CREDENTIAL_ID, http
+    import psycopg
+    from harness import CREDENTIAL_ID, db_url, http
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    path = stack.work / "renewal-last-save.json"
+    wf = LAST_SAVE_WF + ("Fields" if fields_before_notify else "")
+    hook = "renewals-last-save" + ("-fields" if fields_before_notify else "")
+    path = stack.work / f"{wf}.json"
     path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
-                                                     workflow_id=LAST_SAVE_WF, path="renewals-last-save")))
+                                                     workflow_id=wf, path=hook,
+                                                     fields_before_notify=fields_before_notify)))
     n8n.cli("import:workflow", f"--input={path}")
-    n8n.cli("publish:workflow", f"--id={LAST_SAVE_WF}")
-    n8n.wait_webhook("renewals-last-save", timeout=120)
-    url = f"{n8n.url}/webhook/renewals-last-save"
-    subs = orders("lastsave", 6)
+    n8n.cli("publish:workflow", f"--id={wf}")
+    n8n.wait_webhook(hook, timeout=120)
+    url = f"{n8n.url}/webhook/{hook}"
+    subs = orders("lastsave-fields" if fields_before_notify else "lastsave", 6)
 
     def deliver_all() -> list[int]:
         return [http("POST", url, {"subscriptionId": k, "amount": 19.5, "email": f"{k}@example.com"},
                      timeout=60)[0] for k in subs]
 
     def diagnose() -> str:
-        return stack.diagnose(subs, LAST_SAVE_WF)
+        return stack.diagnose(subs, wf)
 
     services.stall("notify")
     try:
@@ -648,14 +682,14 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -
     finally:
         services.unstall()
     stack.restart_n8n()
-    done_s = wait_for("every subscription to complete", lambda: all_completed(stack, subs, LAST_SAVE_WF), killed,
+    done_s = wait_for("every subscription to complete", lambda: all_completed(stack, subs, wf), killed,
                       240, diagnose)
-    instances = {k: sidecar.instance(LAST_SAVE_WF, k) for k in subs}
+    instances = {k: sidecar.instance(wf, k) for k in subs}
     not_resumed = [k for k, i in instances.items() if i is None or i.resume_count < 1]
-    trails = {k: sidecar.trail(LAST_SAVE_WF, k) for k in subs}
+    trails = {k: sidecar.trail(wf, k) for k in subs}
     again = deliver_all()
     time.sleep(2)  # the re-deliveries' executions end at the Resume Point's Finished output
-    after = {k: sidecar.instance(LAST_SAVE_WF, k) for k in subs}
+    after = {k: sidecar.instance(wf, k) for k in subs}
     dups = services.duplicate_effects(subs, ("payment", "notify"))
     assert first == [200] * len(subs) and again == [200] * len(subs), (first, again)
     assert not_resumed == [], f"not resumed by the Resume Trigger: {not_resumed}\n{diagnose()}"
@@ -663,10 +697,15 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack) -
     assert all(a is not None and a.status == COMPLETED and a.checkpoint_count == 2 for a in after.values()), after
     assert dups == [], f"duplicate side effects: {dups}\n{diagnose()}"
     assert all(services.calls("notify", k) >= 1 and services.calls("payment", k) == 1 for k in subs)
-    REPORT.add("14. last Save completes the instance (no Complete node), kill -9 n8n", len(subs), len(subs),
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        keys = conn.execute("SELECT scope, key, status FROM durable_idempotency_keys WHERE key = ANY(%s)",
+                            (subs,)).fetchall()
+    assert sorted(keys) == sorted((scope, k, "completed") for k in subs for scope in ("charge", "notify")), keys
+    REPORT.add("14. last Save completes the instance (no Complete node), kill -9 n8n"
+               + (", Edit Fields before the call" if fields_before_notify else ""), len(subs), len(subs),
                len(dups), time.monotonic() - t0,
                note=f"kill -9 with every notify call in flight → all resumed and completed {done_s:.1f} s; "
-                    "every subscription delivered again: Finished, nothing ran twice",
+                    "every subscription delivered again: Finished, nothing ran twice; every key completed",
                kill_to_completed_s=done_s)
 
 
