@@ -26,6 +26,8 @@ POOL_SIZE = Gauge("durable_db_pool_connections", "Database connections (the Post
 CHECKPOINTS_SAVED = Counter("durable_checkpoints_saved_total", "Checkpoint items saved, by result.", ["result"])
 STEP_SAVES = Counter("durable_step_saves_total", "Lone step-result saves, by path: one_statement (merged into the "
                      "state this sidecar remembered) or transaction (the state read back first).", ["path"])
+GROUPED_SAVES = Counter("durable_grouped_saves_total", "Lone plain saves that arrived while others of their "
+                        "namespace were being written and were written together with them, in one statement.")
 IDEMPOTENCY_CLAIMS = Counter("durable_idempotency_claims_total", "Idempotency claims, by outcome.", ["outcome"])
 KEYS_REAPED = Counter("durable_idempotency_keys_reaped_total", "Expired idempotency keys deleted.")
 # Refreshed by one periodic query (app.py, DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS), never per scrape. Every

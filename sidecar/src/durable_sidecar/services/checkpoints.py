@@ -41,6 +41,7 @@ from ..stores.base import (
 from ..stores.cache import Cache
 from ..stores.state_memory import StateMemory
 from ..stores.states import EncodedState
+from .grouping import StatementGroups
 
 if TYPE_CHECKING:
     from .idempotency import ClaimItem, IdempotencyService
@@ -59,6 +60,11 @@ _LARGE_READ_SLOTS = 4
 # A batch of plain items up to this many encoded bytes is one statement (its states go as one bytea).
 _ONE_STATEMENT_BATCH_BYTES = 8 * 1024 * 1024
 _HELPERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="durable-compress")
+# Lone plain saves up to this many encoded bytes that arrive while others of their namespace are being
+# written go together as one statement (services/grouping.py); larger ones are written on their own.
+_GROUPED_BYTES = 64 * 1024
+_GROUP_FLUSHERS = 2
+_GROUP_MAX_ITEMS = 64
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,10 @@ class CheckpointService:
         # Completes the instances saves name (complete_instance): wiring.py gives it the InstanceService's
         # completion; without one such saves are refused.
         self.completer: InstanceCompleter | None = None
+        # Concurrent lone plain saves of a namespace as one statement (group commit).
+        self._groups: StatementGroups[tuple[NewCheckpoint, EncodedState], list[SavedCheckpoint] | None] = (
+            StatementGroups(lambda ns, pair: self._save_single(ns, *pair), self._save_group,
+                            flushers=_GROUP_FLUSHERS, max_items=min(_GROUP_MAX_ITEMS, max_batch_items)))
 
     def remember_start(self, ref: InstanceRef, start_item_json: bytes, encoded: EncodedState | None) -> None:
         """A new instance's state is its start item (none: no state) until its first checkpoint."""
@@ -360,7 +370,8 @@ class CheckpointService:
             premerged = step
             metrics.STEP_SAVES.labels("transaction").inc()
         if len(prepared) == 1 and self.checkpoints.one_statement_save and _single_statement(prepared[0][0]):
-            single = await self._save_single(namespace, *prepared[0])
+            single = (await self._groups.write(namespace, prepared[0])
+                      if len(prepared[0][1].data) <= _GROUPED_BYTES else await self._save_single(namespace, *prepared[0]))
             if single is not None:
                 return single
         elif (len(prepared) > 1 and all(_single_statement(new) for new, _ in prepared)
@@ -515,6 +526,30 @@ class CheckpointService:
         results = [SavedCheckpoint(cp, deduplicated=dup) for cp, dup in done.saved]
         self._saved(namespace, [new for new, _ in prepared], results)
         return results
+
+    async def _save_group(self, namespace: str, group: list[tuple[NewCheckpoint, EncodedState]]
+                          ) -> list[list[SavedCheckpoint] | BaseException | None]:
+        """Lone plain saves of several callers as one statement, each caller's answer its own.
+
+        A refusal of one item (the statement then wrote nothing) sends every item its own way, one
+        statement each in arrival order, so each caller gets what saving alone would have given it.
+        """
+        try:
+            saved = await self._save_batch(namespace, group)
+        except (NotFound, FailedPrecondition, StaleFencingToken):
+            pass  # one item refused: nothing was written
+        else:
+            if saved is None:
+                return [None] * len(group)  # the store has no one-statement batch: each takes the transaction
+            metrics.GROUPED_SAVES.inc(len(group))
+            return [[one] for one in saved]
+        outcomes: list[list[SavedCheckpoint] | BaseException | None] = []
+        for new, encoded in group:
+            try:
+                outcomes.append(await self._save_single(namespace, new, encoded))
+            except DomainError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     def _saved(self, namespace: str, saved_items: list[NewCheckpoint], results: list[SavedCheckpoint]) -> None:
         """After the commit: counts the saves and hands the new large states to the cache (after the reply)."""
