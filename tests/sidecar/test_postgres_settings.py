@@ -7,6 +7,7 @@ other explicit setting (local, remote_apply ...) is the operator's and is kept.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import psycopg
@@ -29,7 +30,7 @@ def _database_with(setting: str) -> str:
 
 
 async def _sidecar_setting(url: str) -> list[str]:
-    """synchronous_commit as each of the pool's connections sees it (min_size 3: three connections)."""
+    """synchronous_commit as each of the sidecar's connections sees it (3: the hot one and two others)."""
     db = PostgresDatabase(url, min_size=3, max_size=3, connect_timeout=5, retry_attempts=1)
     await db.open()
     try:
@@ -40,11 +41,14 @@ async def _sidecar_setting(url: str) -> list[str]:
             return str(row["synchronous_commit"])
 
         seen = []
-        async with db.pool.connection() as a, db.pool.connection() as b, db.pool.connection() as c:
-            for raw in (a, b, c):
+        async with contextlib.AsyncExitStack() as held:
+            # Every connection of every pool at once, so none is looked at twice.
+            raws = [await held.enter_async_context(pool.connection()) for pool in db.pools for _ in range(pool.max_size)]
+            for raw in raws:
                 row = await (await raw.execute("SHOW synchronous_commit")).fetchone()
                 assert row is not None
                 seen.append(str(row["synchronous_commit"]))
+        assert len(seen) == 3
         seen.append(await db.transaction(show))  # and the store's own path
         return seen
     finally:

@@ -115,54 +115,81 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class PostgresDatabase(Database):
-    """Owns the pool; `transaction` runs a function in one retried transaction."""
+    """Owns the pools; `transaction` runs a function in one retried transaction.
+
+    The connections are two psycopg pools: one of a single connection that every call takes when it is free
+    (the hot one), and the rest. psycopg_pool hands out its idle connections oldest first, so once a burst
+    has grown a pool, calls one at a time go round every connection it holds, each to a PostgreSQL backend
+    that has slept the longest; measured here, that costs a lone save about 0.4 ms. With the hot connection
+    taken first whenever it is free, one caller at a time keeps reusing one warm backend (a stack's order,
+    which PgBouncer also uses), and concurrent callers still get the whole size.
+    """
 
     def __init__(self, url: str, *, min_size: int, max_size: int, connect_timeout: float, retry_attempts: int,
                  pool_timeout: float = 5.0) -> None:
         self.url = url
         self.retry_attempts = retry_attempts
         self._connect_timeout = connect_timeout
-        self.pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            timeout=pool_timeout,
-            # Autocommit: a transaction is an explicit BEGIN … COMMIT (transaction()), and a
-            # statement outside one commits alone (single(): one round trip).
-            kwargs={"row_factory": dict_row, "autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
-            connection_class=psycopg.AsyncConnection[DictRow],
-            name="durable",
-            reconnect_timeout=_RECONNECT_TIMEOUT_SECONDS,
-            reconnect_failed=_reconnect_failed,
-            configure=_durable_commits,
-        )
+
+        def pool(name: str, low: int, high: int) -> AsyncConnectionPool[Connection]:
+            return AsyncConnectionPool(
+                url,
+                min_size=low,
+                max_size=high,
+                open=False,
+                timeout=pool_timeout,
+                # Autocommit: a transaction is an explicit BEGIN … COMMIT (transaction()), and a
+                # statement outside one commits alone (single(): one round trip).
+                kwargs={"row_factory": dict_row, "autocommit": True,
+                        "connect_timeout": max(1, int(connect_timeout))},
+                connection_class=psycopg.AsyncConnection[DictRow],
+                name=name,
+                reconnect_timeout=_RECONNECT_TIMEOUT_SECONDS,
+                reconnect_failed=_reconnect_failed,
+                configure=_durable_commits,
+            )
+
+        # min_size and max_size count both pools' connections together.
+        self.hot: AsyncConnectionPool[Connection] | None = pool("durable-hot", 1, 1) if max_size > 1 else None
+        spare = 1 if self.hot is not None else 0
+        self.pool: AsyncConnectionPool[Connection] = pool("durable", max(0, min_size - spare), max_size - spare)
+        self.pools = (self.pool,) if self.hot is None else (self.hot, self.pool)
+
+    def _pick(self) -> AsyncConnectionPool[Connection]:
+        """The hot connection's pool while its connection is idle, else the other one."""
+        hot = self.hot
+        # No await between this look and the caller's getconn: no other task can take the connection between.
+        if hot is not None and hot.get_stats()["pool_available"]:
+            return hot
+        return self.pool
 
     async def open(self) -> None:
-        """Opens the pool and fails fast when PostgreSQL cannot be reached within the connect timeout."""
-        await self.pool.open()
+        """Opens the pools and fails fast when PostgreSQL cannot be reached within the connect timeout."""
+        for pool in self.pools:
+            await pool.open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._connect_timeout
         kick = loop.time() + _START_ATTEMPT_SECONDS
-        while self.pool.get_stats().get("pool_available", 0) < self.pool.min_size:
+        while any(p.get_stats().get("pool_available", 0) < p.min_size for p in self.pools):
             now = loop.time()
             if now >= deadline:
-                await self.pool.close()
+                await self.close()
                 raise Unavailable(f"PostgreSQL not reachable at {redact(self.url)} within {self._connect_timeout}s")
             if now >= kick:
                 # The first attempts gave up (reconnect_timeout): check() starts a new one, so
                 # PostgreSQL starting a moment after the sidecar is still found.
-                await self.pool.check()
+                for pool in self.pools:
+                    await pool.check()
                 kick = now + _START_ATTEMPT_SECONDS
             await asyncio.sleep(0.02)
-        log.info("database pool open", extra={"pool_max": self.pool.max_size})
+        log.info("database pool open", extra={"pool_max": sum(p.max_size for p in self.pools)})
         await self._check_autovacuum()
 
     async def _check_autovacuum(self) -> None:
         """Warns when PostgreSQL's autovacuum is off: every save updates its instance's row in durable_instances,
         and without vacuum the dead row versions pile up and saves slow down (docs/operations.md)."""
         try:
-            async with self.pool.connection(timeout=self._connect_timeout) as conn:
+            async with self._pick().connection(timeout=self._connect_timeout) as conn:
                 cur = await conn.execute("SELECT current_setting('autovacuum') AS setting")
                 row = await cur.fetchone()
         except psycopg.Error:
@@ -172,19 +199,25 @@ class PostgresDatabase(Database):
                         "down without vacuum; turn autovacuum on or run VACUUM durable_instances regularly")
 
     async def close(self) -> None:
-        await self.pool.close()
+        for pool in self.pools:
+            await pool.close()
         log.info("database pool closed")
 
     async def ping(self) -> bool:
         try:
-            async with self.pool.connection(timeout=2.0) as conn:
+            async with self._pick().connection(timeout=2.0) as conn:
                 await conn.execute("SELECT 1")
             return True
         except Exception:  # noqa: BLE001 - readiness only reports
             return False
 
     def pool_stats(self) -> dict[str, int]:
-        return self.pool.get_stats()
+        """The pools' figures added up (pool_min, pool_max, pool_size, pool_available, requests_waiting, …)."""
+        total: dict[str, int] = {}
+        for pool in self.pools:
+            for name, value in pool.get_stats().items():
+                total[name] = total.get(name, 0) + value
+        return total
 
     async def installation_id(self) -> str:
         async def read(conn: Conn) -> str:
@@ -215,7 +248,7 @@ class PostgresDatabase(Database):
         while True:
             attempt += 1
             try:
-                async with self.pool.connection() as conn:
+                async with self._pick().connection() as conn:
                     if not in_transaction:
                         return await fn(PgConn(conn))
                     async with conn.transaction():
@@ -247,17 +280,18 @@ class PostgresDatabase(Database):
     async def _drop_read_only_connections(self) -> None:
         # check() tests every idle connection and replaces the broken ones; a connection
         # to a standby is not broken, so ask each one whether it can still write.
-        for _ in range(self.pool.max_size):
-            try:
-                async with self.pool.connection(timeout=1.0) as conn:
-                    cur = await conn.execute("SELECT pg_is_in_recovery() AS standby")
-                    row = await cur.fetchone()
-                    await conn.rollback()
-                    if row is None or not row["standby"]:
-                        return
-                    await conn.close()  # the pool discards a closed connection
-            except Exception:  # noqa: BLE001 - best effort: the retry that follows reports
-                return
+        for pool in self.pools:
+            for _ in range(pool.max_size):
+                try:
+                    async with pool.connection(timeout=1.0) as conn:
+                        cur = await conn.execute("SELECT pg_is_in_recovery() AS standby")
+                        row = await cur.fetchone()
+                        await conn.rollback()
+                        if row is None or not row["standby"]:
+                            break
+                        await conn.close()  # the pool discards a closed connection
+                except Exception:  # noqa: BLE001 - best effort: the retry that follows reports
+                    break
 
 
 def redact(url: str) -> str:
