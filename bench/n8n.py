@@ -467,18 +467,26 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"== [{time.monotonic() - t0:6.1f} s] profiling the durable workflow", flush=True)
             profiles = n8n_profile.profile(n8n, target, out, orders=plan.orders[1] * 2)
+    # The nodes' RPC client measured whole, in Node 24 without n8n, once n8n has stopped (bench/n8n_client.py).
+    from bench import n8n_client
+
+    quick = bool(args.quick or args.smoke)
+    print(f"== [{time.monotonic() - t0:6.1f} s] the nodes' RPC client, measured whole", flush=True)
+    client = n8n_client.run(orders=5 if quick else 100, gaps_ms=[15.0] if quick else [0.0, 15.0],
+                            rounds=1 if quick else 3)
     finished = dt.datetime.now(dt.UTC)
     data = {
         "meta": {"command": command, "started": started.isoformat(timespec="seconds"),
                  "finished": finished.isoformat(timespec="seconds"), "plan": plan.__dict__,
                  "n8n": version, "other_load": other.report(),
-                 "code": describe_code(ROOT), "quick": bool(args.quick or args.smoke)},
+                 "code": describe_code(ROOT), "quick": quick},
         "rows": result["rows"],
         "ratios": ratios(result["rows"], nodes),
         "profiles": profiles,
+        "client": client,
     }
     (out / "n8n-results.json").write_text(json.dumps(data, indent=1))
-    docs = None if (args.quick or args.smoke) else args.docs
+    docs = None if quick else args.docs
     n8n_report.write(data, out, docs)
     print(f"== [{time.monotonic() - t0:6.1f} s] done: {out / 'n8n-summary.md'}"
           + (f" and {docs}/n8n-summary.md" if docs else ""), flush=True)

@@ -14,7 +14,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import n8n as bench_n8n
-from bench import n8n_report
+from bench import n8n_client, n8n_report
 
 
 def test_n8n_benchmark_runs(stack: Stack, tmp_path: object) -> None:
@@ -41,7 +41,10 @@ def test_n8n_benchmark_runs(stack: Stack, tmp_path: object) -> None:
                      "n8n": "", "other_load": {"machine_busy_pct": 0, "loadavg_start": [0, 0, 0]},
                      "code": {"commit": "test"}, "quick": True},
             "rows": rows, "ratios": bench_n8n.ratios(rows, bench_n8n.durable_node_count(
-                bench_n8n.workflows(stack.services.url, "x")["durable"])), "profiles": {}}
+                bench_n8n.workflows(stack.services.url, "x")["durable"])), "profiles": {},
+            "client": n8n_client.run(orders=2, gaps_ms=[15.0], rounds=1)}
     assert data["ratios"]["p50_ratio_c1"] is not None
+    assert data["client"][0]["rpcs_per_order"] == 4 and data["client"][0]["gap_ms"] == 15
     n8n_report.write(data, tmp_path, None)  # type: ignore[arg-type]
-    assert (tmp_path / "n8n-summary.md").read_text().startswith("# n8n benchmark")  # type: ignore[operator]
+    summary = (tmp_path / "n8n-summary.md").read_text()  # type: ignore[operator]
+    assert summary.startswith("# n8n benchmark") and "the RPC client measured whole" in summary
