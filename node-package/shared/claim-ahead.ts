@@ -15,6 +15,7 @@
  */
 import type { IExecuteFunctions, INodeParameters, NodeTypeAndVersion } from 'n8n-workflow';
 
+import { ExpiringMap } from './expiring-map';
 import { nodeOf } from './run-node';
 import { isObject, toJsonBytes } from './node-helpers';
 import type { ClaimItem, ClaimResult } from './transport';
@@ -161,9 +162,9 @@ export function instanceClaim(
  * gets the same answer back. Entries are taken once; the rest go after
  * AHEAD_TTL_MS or beyond AHEAD_MAX entries, oldest first.
  */
-const answers = new Map<string, { answer: AheadAnswer; at: number }>();
 export const AHEAD_MAX = 10_000;
 export const AHEAD_TTL_MS = 10 * 60 * 1000;
+const answers = new ExpiringMap<AheadAnswer>(AHEAD_MAX, AHEAD_TTL_MS);
 
 function slot(executionId: string, guard: string, scope: string, key: string): string {
 	return JSON.stringify([executionId, guard, scope, key]);
@@ -176,15 +177,7 @@ export function keepAheadAnswer(
 	answer: AheadAnswer | undefined,
 ): void {
 	if (!answer?.key) return;
-	const now = Date.now();
-	for (const [id, entry] of answers) {
-		if (answers.size < AHEAD_MAX && now - entry.at < AHEAD_TTL_MS) break;
-		answers.delete(id);
-	}
-	answers.set(slot(executionId, target.guard, answer.key.scope, answer.key.key), {
-		answer,
-		at: now,
-	});
+	answers.set(slot(executionId, target.guard, answer.key.scope, answer.key.key), answer);
 }
 
 /** The answer claimed ahead for this Guard, execution and key, taken (once), or undefined. */
@@ -194,11 +187,7 @@ export function takeAheadAnswer(
 	scope: string,
 	key: string,
 ): AheadAnswer | undefined {
-	const id = slot(executionId, guard, scope, key);
-	const entry = answers.get(id);
-	if (!entry) return undefined;
-	answers.delete(id);
-	return Date.now() - entry.at < AHEAD_TTL_MS ? entry.answer : undefined;
+	return answers.take(slot(executionId, guard, scope, key));
 }
 
 /** How many answers wait (tests). */

@@ -16,6 +16,7 @@ import {
 	type NodeParameterValueType,
 } from 'n8n-workflow';
 
+import { ExpiringMap } from './expiring-map';
 import { nodeOf } from './run-node';
 import { DURABLE_FIELD, IDEMPOTENCY_FIELD, isObject } from './node-helpers';
 
@@ -101,11 +102,10 @@ export function claimRefOf(json: IDataObject): ClaimRef | undefined {
 interface GuardRun {
 	runs: number;
 	item: WeakRef<INodeExecutionData> | undefined;
-	at: number;
 }
-const guardRuns = new Map<string, GuardRun>();
 export const GUARD_RUNS_MAX = 10_000;
 export const GUARD_RUNS_TTL_MS = 10 * 60 * 1000;
+const guardRuns = new ExpiringMap<GuardRun>(GUARD_RUNS_MAX, GUARD_RUNS_TTL_MS);
 
 function guardRunSlot(executionId: string, guard: string): string {
 	return JSON.stringify([executionId, guard]);
@@ -117,27 +117,19 @@ export function noteGuardRun(
 	guard: string,
 	outputs: INodeExecutionData[][],
 ): void {
-	const now = Date.now();
-	for (const [id, entry] of guardRuns) {
-		if (guardRuns.size < GUARD_RUNS_MAX && now - entry.at < GUARD_RUNS_TTL_MS) break;
-		guardRuns.delete(id);
-	}
 	const slot = guardRunSlot(executionId, guard);
 	const before = guardRuns.get(slot);
 	const all = outputs.flat();
-	guardRuns.delete(slot); // re-inserted last: the map stays oldest first
 	guardRuns.set(slot, {
 		runs: (before?.runs ?? 0) + 1,
 		item: !before && all.length === 1 ? new WeakRef(all[0]) : undefined,
-		at: now,
 	});
 }
 
 /** The Guard's one output item when it ran once with one item in this execution, else undefined (tests too). */
 export function soleGuardItem(executionId: string, guard: string): INodeExecutionData | undefined {
 	const entry = guardRuns.get(guardRunSlot(executionId, guard));
-	if (!entry || entry.runs !== 1 || Date.now() - entry.at >= GUARD_RUNS_TTL_MS) return undefined;
-	return entry.item?.deref();
+	return entry?.runs === 1 ? entry.item?.deref() : undefined;
 }
 
 /** Forgets every noted Guard run (tests). */
@@ -158,6 +150,8 @@ export class Upstream {
 
 	/** The Guard whose every item reaches this node (see noteGuardRun); null: none, undefined: not looked yet. */
 	private feedingGuard: string | null | undefined;
+	/** That Guard's one output item (fromSoleGuardRun); null: none, undefined: not looked yet. */
+	private soleGuardItem: INodeExecutionData | null | undefined;
 
 	constructor(private readonly ctx: IExecuteFunctions) {}
 
@@ -182,9 +176,10 @@ export class Upstream {
 			ok = direct.length > 0;
 			for (const parent of direct) {
 				if (!ok) break;
-				if (roleOf(parent.type, {}) === 'guard') {
+				const role = roleOf(parent.type, {});
+				if (role === 'guard') {
 					ok = theGuard(parent);
-				} else if (roleOf(parent.type, {}) !== undefined) {
+				} else if (role !== undefined) {
 					ok = false; // another durable node in between: the walk decides
 				} else {
 					const above = this.ctx.getParentNodes(parent.name, { depth: 1 });
@@ -198,12 +193,17 @@ export class Upstream {
 		return this.feedingGuard;
 	}
 
-	/** The Guard's output item every item here descends from, when noteGuardRun makes that certain. */
+	/**
+	 * The Guard's output item every item here descends from, when noteGuardRun makes that certain; looked up
+	 * once per node run (the Guard ran before this node started, so the answer cannot change meanwhile).
+	 */
 	private fromSoleGuardRun(): INodeExecutionData | undefined {
-		const guard = this.guardFeedingAll();
-		if (!guard || typeof this.ctx.getExecutionId !== 'function') return undefined;
-		const found = soleGuardItem(String(this.ctx.getExecutionId()), guard);
-		return found && claimRefOf(found.json) ? found : undefined;
+		if (this.soleGuardItem === undefined) {
+			const guard = this.guardFeedingAll();
+			const found = guard ? soleGuardItem(String(this.ctx.getExecutionId()), guard) : undefined;
+			this.soleGuardItem = found && claimRefOf(found.json) ? found : null;
+		}
+		return this.soleGuardItem ?? undefined;
 	}
 
 	/**

@@ -177,6 +177,8 @@ describe('Upstream paired items', () => {
 		let viaNode = 0;
 		const ctx = {
 			getNode: () => ({ name: 'Save', type: 'x.durableCheckpoint', parameters: {} }),
+			// No Guard run is noted for this execution: the Save walks the paired items.
+			getExecutionId: () => 'exec-walk',
 			getParentNodes: () => [
 				{ name: 'Claim payment', type: 'x.idempotencyGuard', parameters: { operation: 'claim' } },
 			],
