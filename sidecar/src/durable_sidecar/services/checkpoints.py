@@ -370,8 +370,7 @@ class CheckpointService:
             premerged = step
             metrics.STEP_SAVES.labels("transaction").inc()
         if len(prepared) == 1 and self.checkpoints.one_statement_save and _single_statement(prepared[0][0]):
-            single = (await self._groups.write(namespace, prepared[0])
-                      if len(prepared[0][1].data) <= _GROUPED_BYTES else await self._save_single(namespace, *prepared[0]))
+            single = await self._save_lone(namespace, *prepared[0])
             if single is not None:
                 return single
         elif (len(prepared) > 1 and all(_single_statement(new) for new, _ in prepared)
@@ -472,6 +471,14 @@ class CheckpointService:
                                    completed_instance=done.finished, next_claim=next_claim)]
         self._saved(namespace, [merged], results)
         return results
+
+    async def _save_lone(self, namespace: str, new: NewCheckpoint,
+                         encoded: EncodedState) -> list[SavedCheckpoint] | None:
+        """One plain item: a small one joins the concurrent saves of its namespace in one statement (group
+        commit, services/grouping.py), a large one is written alone; None: take the batch path."""
+        if len(encoded.data) <= _GROUPED_BYTES:
+            return await self._groups.write(namespace, (new, encoded))
+        return await self._save_single(namespace, new, encoded)
 
     async def _save_single(self, namespace: str, new: NewCheckpoint,
                            encoded: EncodedState) -> list[SavedCheckpoint] | None:
