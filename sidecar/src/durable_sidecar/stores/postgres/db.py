@@ -120,7 +120,7 @@ class PostgresDatabase(Database):
     The connections are two psycopg pools: one of a single connection that every call takes when it is free
     (the hot one), and the rest. psycopg_pool hands out its idle connections oldest first, so once a burst
     has grown a pool, calls one at a time go round every connection it holds, each to a PostgreSQL backend
-    that has slept the longest; measured here, that costs a lone save about 0.4 ms. With the hot connection
+    that has slept the longest; measured here, that costs a lone save 0.2–0.3 ms. With the hot connection
     taken first whenever it is free, one caller at a time keeps reusing one warm backend (a stack's order,
     which PgBouncer also uses), and concurrent callers still get the whole size.
     """
