@@ -232,6 +232,32 @@ def _delta(start: dict[int, float], end: dict[int, float]) -> float:
     return sum(max(0.0, cpu - start.get(pid, 0.0)) for pid, cpu in end.items())
 
 
+def settle(max_wait_s: float = 30.0, busy_below_pct: float = 20.0) -> dict[str, Any]:
+    """Before a round of the small targets: the machine's state made the same for every round.
+
+    PostgreSQL first writes back what the runs before left dirty (`CHECKPOINT`: the batch and
+    10 MB runs leave hundreds of MB, and their write-back slowed a later round's floors by half),
+    then this waits, up to `max_wait_s`, for a second in which the machine's CPUs are less than
+    `busy_below_pct` busy. Nothing is reconfigured. Returns what it did, for the results.
+    """
+    t0 = time.monotonic()
+    checkpoint: float | str
+    try:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        checkpoint = round(time.monotonic() - t0, 2)
+    except psycopg.errors.InsufficientPrivilege:
+        checkpoint = "not allowed for this role (DURABLE_BENCH_ADMIN_URL): skipped"
+    cores = psutil.cpu_count() or 1
+    busy = 100.0
+    while True:
+        before = _busy_seconds()
+        time.sleep(1.0)
+        busy = 100.0 * (_busy_seconds() - before) / cores
+        if busy < busy_below_pct or time.monotonic() - t0 >= max_wait_s:
+            break
+    return {"checkpoint_s": checkpoint, "waited_s": round(time.monotonic() - t0, 1), "busy_pct": round(busy, 1)}
+
 class CpuMeter:
     """CPU seconds of one run: the client (this process), the server child, all PostgreSQL processes, and
     everything else on the machine ("others": what else was running while this run was measured)."""

@@ -452,6 +452,14 @@ def _reference(ix: Index) -> str:
     return ("For reference, against the design this product replaces: " + "; ".join(parts) + ".") if parts else ""
 
 
+def _settled(settled: list[dict[str, Any]]) -> str:
+    if not settled:
+        return "nothing recorded"
+    return "; ".join(f"{s['before']}: CHECKPOINT {s['checkpoint_s']} s, {s['waited_s']} s in all, then {s['busy_pct']} % busy"
+                     if isinstance(s["checkpoint_s"], (int, float)) else f"{s['before']}: {s['checkpoint_s']}"
+                     for s in settled)
+
+
 def _method(meta: dict[str, Any]) -> list[str]:
     plan = meta["plan"]
     return [
@@ -467,6 +475,10 @@ def _method(meta: dict[str, Any]) -> list[str]:
            "(raw INSERT, no-op gRPC). Those targets are judged by the median over the rounds of each round's figure "
            "against its own floors, because this VM's speed drifts by tens of percent within minutes; the tables show "
            "the main round only."] if plan.get("repeats") else []),
+        *([f"- Settling: before each round of those cells (the main round's saves, start-or-resume and claims, and each "
+           f"repeat) PostgreSQL wrote back its dirty buffers (`CHECKPOINT`) and the bench waited for a second with the "
+           f"machine's CPUs under 20 % busy (at most 30 s), so that no round runs in the write-back of the batch and "
+           f"10 MB runs before it. This run: {_settled(meta.get('settled', []))}."] if plan.get("settle") else []),
         "- Processes: the load generator is the bench process; the sidecar (`durable-sidecar serve`, default settings: pool "
         "of 10 PostgreSQL connections, INFO JSON logs to a file) and the no-op gRPC server run in their own child "
         "processes; DBOS runs inside its own child process with its own load generator (it is a library). All share the "

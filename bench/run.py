@@ -42,6 +42,7 @@ from bench.infra import (
     describe_code,
     describe_machine,
     noop_server,
+    settle,
     sidecar_server,
     throwaway_database,
 )
@@ -84,6 +85,8 @@ class Plan:
     only: frozenset[str] = frozenset()
     # Extra rounds of the small targets' cells, each alternated with its floors (see Bench.repeats).
     repeats: int = 0
+    # Settle the machine (infra.settle) before each round of the small targets; off in quick runs.
+    settle: bool = False
 
     def wants(self, group: str) -> bool:
         return not self.only or group in self.only
@@ -100,6 +103,7 @@ class Bench:
         self.out = out
         self.results: list[dict[str, Any]] = []
         self.profiles: dict[str, Any] = {}
+        self.settled: list[dict[str, Any]] = []
         self.sidecar: ChildServer | None = None
         self.noop: ChildServer | None = None
 
@@ -188,6 +192,8 @@ class Bench:
         one_kb = payloads.state_json(KB)
         try:
             section("checkpoint save (floors: raw INSERT, no-op gRPC)")
+            if plan.wants("save"):
+                await self.settle("the main round's saves")
             for size in plan.sizes if plan.wants("save") else []:
                 payload = payloads.state_json(size)
                 for c in plan.cells(size):
@@ -224,8 +230,12 @@ class Bench:
             for c in plan.concurrency if plan.wants("batch") else []:
                 await self.measure("sidecar", "batch", KB, c, await client.batch_bodies(one_kb, c),
                                    server=self.sidecar, items_per_call=BATCH_ITEMS)
+            if plan.wants("start"):
+                await self.settle("the main round's start-or-resume")
             for c in plan.concurrency if plan.wants("start") else []:
                 await self.measure("sidecar", "start", 0, c, client.start_bodies(c), server=self.sidecar)
+            if plan.wants("claims"):
+                await self.settle("the main round's claims")
             for c in plan.concurrency if plan.wants("claims") else []:
                 await self.measure("floor", "grpc_save", KB, c, noop.save_bodies(one_kb, c), server=self.noop,
                                    note="again, next to the claims")
@@ -284,6 +294,13 @@ class Bench:
             for ch in [*client.channels, *noop_channels]:
                 await ch.close()
 
+    async def settle(self, before: str) -> None:
+        """infra.settle before a round the targets compare (not in quick runs: nothing there is judged)."""
+        if self.plan.settle:
+            done = await asyncio.to_thread(settle)
+            self.settled.append({"before": before, **done})
+            print(f"  settled before {before}: {done}", flush=True)
+
     async def repeats(self, client: SidecarClient, noop: NoopGrpc, raw: RawPostgres, one_kb: bytes) -> None:
         """The small targets' cells again, each right after its floors, in `plan.repeats` more rounds.
 
@@ -298,6 +315,7 @@ class Bench:
         section(f"the small targets again, {plan.repeats} more rounds, each next to its floors")
         for r in range(1, plan.repeats + 1):
             note = f"repeat {r}"
+            await self.settle(note)
             for c in [c for c in (1, 16) if c in plan.concurrency]:
                 await raw.open(c)
                 await self.measure("floor", "insert", KB, c, raw.insert_bodies(one_kb, c), server=None, note=note)
@@ -374,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         max_inflight_mb=args.max_inflight_mb if args.max_inflight_mb is not None else (200.0 if quick else 0.0),
         only=frozenset(g for g in args.only.split(",") if g),
         repeats=args.repeats if args.repeats is not None else (0 if quick else 2),
+        settle=not quick,
     )
     if KB not in plan.sizes:
         plan.sizes.insert(0, KB)  # batches, claims and the targets are all at 1 KB
@@ -412,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": command, "started": started.isoformat(timespec="seconds"),
             "finished": finished.isoformat(timespec="seconds"), "quick": quick,
             "plan": {**plan.__dict__, "only": sorted(plan.only)}, "machine": machine, "other_load": other.report(), "code": describe_code(ROOT),
-            "pid": os.getpid(),
+            "pid": os.getpid(), "settled": bench.settled,
         },
         "results": bench.results,
         "profiles": bench.profiles,

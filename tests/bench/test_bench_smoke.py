@@ -44,3 +44,12 @@ def test_quick_bench_runs_every_scenario_and_writes_the_report(tmp_path: Path) -
     assert "## Targets" in summary and "save 1 KB, c1" in summary
     assert summary.count("median of 2 rounds") == 3, summary  # save c1, start c1, claim c1 (c16 is not run)
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_settle_writes_back_and_waits_for_a_quiet_second() -> None:
+    # The full bench settles the machine before each round of the small targets (quick runs do not).
+    from bench.infra import settle
+
+    done = settle(max_wait_s=3.0)
+    assert isinstance(done["checkpoint_s"], float), done  # the bench's admin role may run CHECKPOINT
+    assert 1.0 <= done["waited_s"] <= 5.0 and 0.0 <= done["busy_pct"] <= 100.0, done
