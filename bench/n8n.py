@@ -55,7 +55,7 @@ if str(ROOT / "e2e") not in sys.path:
 import harness  # noqa: E402  (e2e/harness.py: how a real n8n is installed and started)
 from fake_services import FakeServices  # noqa: E402
 
-from bench.infra import OtherLoad, _busy_seconds, _cpu_seconds, _postgres_cpu, describe_code  # noqa: E402
+from bench.infra import OtherLoad, _busy_seconds, _cpu_seconds, _postgres_cpu, describe_code, settle  # noqa: E402
 
 CALLS = ("payment", "inventory", "shipping")
 WORKFLOWS = ("plain", "durable", "control")
@@ -299,10 +299,12 @@ class Plan:
     rounds: int
     orders: dict[int, int]  # orders per window, by concurrency
     warmup: int
+    # infra.settle after the warm-up (full runs): the sidecar part's write-back is not measured here.
+    settle: bool = False
 
 
 QUICK = Plan([1, 8], rounds=2, orders={1: 10, 8: 24}, warmup=5)
-FULL = Plan([1, 8], rounds=5, orders={1: 60, 8: 200}, warmup=20)
+FULL = Plan([1, 8], rounds=5, orders={1: 60, 8: 200}, warmup=20, settle=True)
 SMOKE = Plan([1, 8], rounds=1, orders={1: 2, 8: 8}, warmup=1)
 
 
@@ -330,6 +332,8 @@ def run_workloads(target: Target, plan: Plan, workflow_ids: dict[str, str],
     """Warm-up, then the interleaved rounds; the rows (one per workflow and concurrency)."""
     for kind in WORKFLOWS:
         window(target, kind, 1, plan.warmup, None)
+    if plan.settle:
+        log(f"  settled: {settle()}")
     cells = {(k, c): Cell() for k in WORKFLOWS for c in plan.concurrency}
     sizes_before = execution_sizes(target.n8n_database_url, workflow_ids)
     for r in range(plan.rounds):
@@ -441,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     base = SMOKE if args.smoke else QUICK if args.quick else FULL
     plan = Plan(base.concurrency, args.rounds or base.rounds,
                 dict(zip(base.concurrency, map(int, args.orders.split(",")), strict=False)) if args.orders else base.orders,
-                base.warmup)
+                base.warmup, base.settle)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / (stamp + "-n8n" + ("-quick" if args.quick or args.smoke else ""))
     out.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,9 @@ def markdown(data: dict[str, Any]) -> str:
               f"Resume Point, per call Claim → call → Save that completes the key, the last Save also the "
               f"instance (option Complete Instance)); **control** = plain "
               f"+ {r['durable_nodes']} No Operation nodes. Interleaved rounds "
-              f"({meta['plan']['rounds']} × {meta['plan']['orders']} orders per window), closed loop.", "",
+              f"({meta['plan']['rounds']} × {meta['plan']['orders']} orders per window), closed loop"
+              + ("; after the warm-up PostgreSQL wrote back its dirty buffers (`CHECKPOINT`) and the bench waited "
+                 "for a quiet second (bench/infra.py `settle`)" if meta["plan"].get("settle") else "") + ".", "",
               "## Targets (issue 20)", "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in targets(data)]
     lines += ["", "## Per workflow", "",
