@@ -476,7 +476,7 @@ def _method(meta: dict[str, Any]) -> list[str]:
            "against its own floors, because this VM's speed drifts by tens of percent within minutes; the tables show "
            "the main round only."] if plan.get("repeats") else []),
         *([f"- Settling: before each round of those cells (the main round's saves, start-or-resume and claims, and each "
-           f"repeat) PostgreSQL wrote back its dirty buffers (`CHECKPOINT`) and the bench waited for a second with the "
+           f"repeat) and before the batched saves, PostgreSQL wrote back its dirty buffers (`CHECKPOINT`) and the bench waited for a second with the "
            f"machine's CPUs under 20 % busy (at most 30 s), so that no round runs in the write-back of the batch and "
            f"10 MB runs before it. This run: {_settled(meta.get('settled', []))}."] if plan.get("settle") else []),
         "- Processes: the load generator is the bench process; the sidecar (`durable-sidecar serve`, default settings: pool "

@@ -227,6 +227,8 @@ class Bench:
                                        server=self.sidecar)
 
             section(f"batched save, {BATCH_ITEMS} items of 1 KB per call; start-or-resume; idempotency claims")
+            if plan.wants("batch"):
+                await self.settle("the batched saves")
             for c in plan.concurrency if plan.wants("batch") else []:
                 await self.measure("sidecar", "batch", KB, c, await client.batch_bodies(one_kb, c),
                                    server=self.sidecar, items_per_call=BATCH_ITEMS)
