@@ -376,6 +376,29 @@ async def test_a_request_that_is_not_a_valid_message_is_invalid_argument_not_unk
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
+async def test_every_durable_method_refuses_an_undecodable_request_invalid_argument(harness: Harness) -> None:
+    """DecodeGuard covers every service's methods, the server streams included."""
+    from durable_sidecar.app import SERVICE_NAMES
+    from google.protobuf import descriptor_pool
+
+    s = harness.alpha
+    pool = descriptor_pool.Default()
+    methods = [(service, m) for service in SERVICE_NAMES for m in pool.FindServiceByName(service).methods]
+    assert len(methods) > 30, methods
+    for service, m in methods:
+        path = f"/{service}/{m.name}"
+        factory = s.channel.unary_stream if m.server_streaming else s.channel.unary_unary
+        call = factory(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            if m.server_streaming:
+                async for _ in call(b"\xff\xff\xff", metadata=s.metadata):
+                    pass
+            else:
+                await call(b"\xff\xff\xff", metadata=s.metadata)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (path, err.value.code(), err.value.details())
+        assert m.name in (err.value.details() or ""), (path, err.value.details())
+
+
 def test_a_boolean_never_passes_for_a_cursor_number_even_behind_the_signature() -> None:
     from durable_sidecar.errors import InvalidArgument
     from durable_sidecar.stores.paging import decode_cursor, encode_cursor
