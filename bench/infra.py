@@ -233,7 +233,7 @@ def _delta(start: dict[int, float], end: dict[int, float]) -> float:
 
 
 def settle(max_wait_s: float = 30.0, busy_below_pct: float = 20.0) -> dict[str, Any]:
-    """Before a round of the small targets: the machine's state made the same for every round.
+    """Before a round the bench compares with others: the machine's state made the same for each.
 
     PostgreSQL first writes back what the runs before left dirty (`CHECKPOINT`: the batch and
     10 MB runs leave hundreds of MB, and their write-back slowed a later round's floors by half),
@@ -257,6 +257,7 @@ def settle(max_wait_s: float = 30.0, busy_below_pct: float = 20.0) -> dict[str, 
         if busy < busy_below_pct or time.monotonic() - t0 >= max_wait_s:
             break
     return {"checkpoint_s": checkpoint, "waited_s": round(time.monotonic() - t0, 1), "busy_pct": round(busy, 1)}
+
 
 class CpuMeter:
     """CPU seconds of one run: the client (this process), the server child, all PostgreSQL processes, and
