@@ -21,17 +21,17 @@ from typing import Any
 import psutil
 import psycopg
 
+_E2E = str(Path(__file__).resolve().parent.parent / "e2e")
+if _E2E not in sys.path:
+    sys.path.insert(0, _E2E)
+
+from ports import free_port  # noqa: E402  (e2e/ports.py: the one free-port helper of e2e/, tests/ and bench/)
+
 ADMIN_URL = os.environ.get("DURABLE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 TOKEN = "bench-token-0001"
 NAMESPACE = "bench"
 MAX_MESSAGE = 64 * 1024 * 1024
 GRPC_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _db_url(name: str) -> str:

@@ -26,16 +26,11 @@ from durable.v1 import (
     version_pb2_grpc,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from ports import free_port  # e2e/ports.py (pytest's pythonpath): the one free-port helper
 
 ADMIN_URL = os.environ.get("DURABLE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 MAX_MESSAGE = 64 * 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def db_url(name: str) -> str:
