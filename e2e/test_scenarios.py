@@ -385,7 +385,8 @@ SHORT_DEADLINE_S = 5
 
 def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_last_save: bool = False,
                           workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals",
-                          fields_before_notify: bool = False) -> dict[str, Any]:
+                          fields_before_notify: bool = False, respond: str = "responseNode",
+                          answer_redeliveries: bool = False) -> dict[str, Any]:
     """A subscription renewal written from node-package/README.md, every option at its default.
 
     Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Claim charge →
@@ -396,6 +397,9 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     `fields_before_notify`: an Edit Fields (Set) node between Claim Notify and the notify call builds
     its body and its Idempotency-Key (options at their defaults, so the Guard's fields are not kept):
     Save Notified then reaches the Guard's answer only through the paired items of two nodes.
+    `respond="lastNode"`: the README's other answer, the Webhook's Respond: When Last Node Finishes, no
+    Accepted node; `answer_redeliveries` then connects Finished and Busy to a No Operation node, as the
+    README says to (n8n answers with the first output of the node that ran last).
     """
     import sys
 
@@ -417,14 +421,14 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
         }, pos)
 
     hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
-        "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
+        "httpMethod": "POST", "path": path, "responseMode": respond, "options": {},
     }, (0, 0), webhookId=workflow_id + "-hook")
     trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
     rp = durable("Resume Point", "resumePoint", {
         "instanceKey": "={{ $json.body.subscriptionId }}",
         "stepOutputs": "charged" if complete_on_last_save else "charged, notified"}, (220, 100))
-    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
-                (440, 0))
+    ok = (f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                 (440, 0)) if respond == "responseNode" else None)
     claim_charge = durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (660, 0))
     charge = call("Charge", "payment", "={{ JSON.stringify({ subscriptionId: $json.body.subscriptionId, "
                                        "amount: $json.body.amount }) }}", (880, 0))
@@ -456,10 +460,18 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     if complete_on_last_save:
         last_save["options"] = {"completeInstance": True}
     save_notified = durable("Save Notified", "durableCheckpoint", last_save, (1760, 0))
-    for a, b in [(hook, rp), (trigger, rp), (ok, claim_charge), (charge, save_charged), (save_charged, claim_notify),
+    for a, b in [(hook, rp), (trigger, rp), (charge, save_charged), (save_charged, claim_notify),
                  (notify, save_notified)]:
         f.link(a, b)
-    f.link(rp, ok, 0)               # Start
+    if ok is not None:
+        f.link(rp, ok, 0)           # Start
+        f.link(ok, claim_charge)
+    else:
+        f.link(rp, claim_charge, 0)  # Start
+    if answer_redeliveries:
+        received = f.node("Already Received", "n8n-nodes-base.noOp", 1, {}, (440, 300))
+        f.link(rp, received, 2)     # Finished
+        f.link(rp, received, 3)     # Busy
     f.link(rp, claim_charge, 1)     # Resume: nothing saved yet
     f.link(rp, claim_notify, 4)     # charged
     if not complete_on_last_save:
@@ -707,6 +719,80 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, f
                note=f"kill -9 with every notify call in flight → all resumed and completed {done_s:.1f} s; "
                     "every subscription delivered again: Finished, nothing ran twice; every key completed",
                kill_to_completed_s=done_s)
+
+
+LAST_NODE_WF = "durableRenewalLastNode"
+
+
+def test_15_respond_when_last_node_finishes_answers_redeliveries_2xx_only_with_finished_and_busy_connected(
+        stack: Stack) -> None:
+    """The README's other answer: Webhook Respond: When Last Node Finishes, no Respond to Webhook node.
+
+    n8n answers such a delivery with the first output of the node that ran last. A re-delivery ends at
+    the Resume Point's Finished or Busy output, so with those unconnected n8n answers 500 ("No item to
+    return was found") and the sender retries for nothing (a provider such as Stripe eventually disables
+    the endpoint); connected to a No Operation node, as the README says, it answers 200. Each
+    subscription is delivered twice at once and once more after it completed: every answer 2xx, every
+    side effect once.
+    """
+    from harness import CREDENTIAL_ID, http
+
+    t0 = time.monotonic()
+    n8n, services = stack.n8n, stack.services
+    hooks = {}
+    for connected in (True, False):
+        wf = LAST_NODE_WF + ("" if connected else "Bare")
+        hook = "renewals-last-node" + ("" if connected else "-bare")
+        path = stack.work / f"{wf}.json"
+        path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                         workflow_id=wf, path=hook, respond="lastNode",
+                                                         answer_redeliveries=connected)))
+        n8n.cli("import:workflow", f"--input={path}")
+        n8n.cli("publish:workflow", f"--id={wf}")
+        hooks[connected] = (wf, hook)
+    for _, hook in hooks.values():
+        n8n.wait_webhook(hook, timeout=120)
+    wf, hook = hooks[True]
+    url = f"{n8n.url}/webhook/{hook}"
+    subs = orders("lastnode", 4)
+    answers: dict[str, list[tuple[int, bytes]]] = {k: [] for k in subs}
+
+    def deliver(k: str) -> None:
+        answers[k].append(http("POST", url, {"subscriptionId": k, "amount": 19.5, "email": f"{k}@example.com"},
+                               timeout=60))
+
+    threads = [threading.Thread(target=deliver, args=(k,)) for k in subs for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wait_completed(stack, subs, 60, wf)
+    for k in subs:
+        deliver(k)  # the instance finished: the Resume Point's Finished output
+    statuses = {k: sorted(status for status, _ in a) for k, a in answers.items()}
+    bodies = [json.loads(body) for a in answers.values() for status, body in a if status == 200]
+    completed_bodies = [b for b in bodies if "outcome" not in b["durable"]]  # the Save's, not the Resume Point's
+    dups = services.duplicate_effects(subs, ("payment", "notify"))
+    assert all(st == [200, 200, 200] for st in statuses.values()), statuses
+    assert dups == [], f"duplicate side effects: {dups}\n{stack.diagnose(subs, wf)}"
+    # The delivery that ran the order is answered with the last Save's output: the state, completed.
+    assert len(completed_bodies) == len(subs), answers
+    assert all(b["durable"]["status"] == "completed" for b in completed_bodies), completed_bodies
+    assert sorted(b["durable"]["outcome"] for b in bodies if "outcome" in b["durable"]).count("finished") >= len(subs)
+    # Without the connection: the same re-delivery of a finished subscription is answered 500.
+    bare_wf, bare_hook = hooks[False]
+    bare_url, sub = f"{n8n.url}/webhook/{bare_hook}", orders("lastnode-bare", 1)[0]
+    body = {"subscriptionId": sub, "amount": 19.5, "email": f"{sub}@example.com"}
+    first = http("POST", bare_url, body, timeout=60)
+    wait_completed(stack, [sub], 60, bare_wf)
+    again = http("POST", bare_url, body, timeout=60)
+    assert first[0] == 200, first
+    assert again[0] == 500 and b"No item to return was found" in again[1], again
+    assert services.duplicate_effects([sub], ("payment", "notify")) == []
+    REPORT.add("15. Respond: When Last Node Finishes, deliveries twice + after completion", len(subs), len(subs),
+               len(dups), time.monotonic() - t0,
+               note=f"{3 * len(subs)} deliveries, all 200 with Finished and Busy → No Operation; "
+                    "unconnected, a re-delivery of a finished one is answered 500 by n8n")
 
 
 def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
