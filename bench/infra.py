@@ -20,12 +20,7 @@ from typing import Any
 
 import psutil
 import psycopg
-
-_E2E = str(Path(__file__).resolve().parent.parent / "e2e")
-if _E2E not in sys.path:
-    sys.path.insert(0, _E2E)
-
-from ports import free_port  # noqa: E402  (e2e/ports.py: the one free-port helper of e2e/, tests/ and bench/)
+from ports import free_port  # e2e/ports.py (on sys.path through bench/__init__.py): the one free-port helper
 
 ADMIN_URL = os.environ.get("DURABLE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 TOKEN = "bench-token-0001"

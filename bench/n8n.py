@@ -45,17 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness  # e2e/harness.py (on sys.path through bench/__init__.py): how a real n8n is installed and started
 import psutil
 import psycopg
+from fake_services import FakeServices
+
+from bench.harness_sidecar import harness_sidecar
+from bench.infra import OtherLoad, _busy_seconds, _cpu_seconds, _postgres_cpu, describe_code, settle
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "e2e") not in sys.path:
-    sys.path.insert(0, str(ROOT / "e2e"))
-
-import harness  # noqa: E402  (e2e/harness.py: how a real n8n is installed and started)
-from fake_services import FakeServices  # noqa: E402
-
-from bench.infra import OtherLoad, _busy_seconds, _cpu_seconds, _postgres_cpu, describe_code, settle  # noqa: E402
 
 CALLS = ("payment", "inventory", "shipping")
 WORKFLOWS = ("plain", "durable", "control")
@@ -401,27 +399,22 @@ def ratios(rows: list[dict[str, Any]], durable_nodes: int) -> dict[str, Any]:
 def stack(work: Path, n8n_env: dict[str, str] | None = None) -> Iterator[tuple[harness.N8n, harness.Sidecar,
                                                                                  FakeServices, Target]]:
     package_dir = Path(os.environ.get("DURABLE_E2E_PACKAGE_DIR", str(ROOT / "node-package")))
-    sidecar_db, n8n_db = harness.create_db("durable_bench_n8n"), harness.create_db("n8n_bench")
-    services = FakeServices().start()
-    sidecar = harness.Sidecar(work, sidecar_db, lease_seconds=60)
     metrics_port = harness.free_port()
-    sidecar.process.env["DURABLE_METRICS_ADDRESS"] = f"127.0.0.1:{metrics_port}"
-    sidecar.process.env["DURABLE_LOG_LEVEL"] = "warning"
-    n8n = harness.N8n(work, n8n_db, package_dir, extra_env={"N8N_LOG_LEVEL": "error", **(n8n_env or {})})
-    try:
-        sidecar.start()
-        harness.import_credential(n8n, sidecar, credential_id="durableSidecarBench")
-        main = n8n.start_main()
-        assert main.proc is not None and sidecar.process.proc is not None
-        target = Target(n8n.url, main.proc.pid, sidecar.process.proc.pid, harness.db_url(n8n_db),
-                        f"http://127.0.0.1:{metrics_port}/metrics")
-        yield n8n, sidecar, services, target
-    finally:
-        n8n.stop_all()
-        sidecar.close()
-        services.stop()
-        harness.drop_db(n8n_db)
-        harness.drop_db(sidecar_db)
+    with harness_sidecar(work, "durable_bench_n8n", metrics_port=metrics_port) as sidecar:
+        n8n_db = harness.create_db("n8n_bench")
+        services = FakeServices().start()
+        n8n = harness.N8n(work, n8n_db, package_dir, extra_env={"N8N_LOG_LEVEL": "error", **(n8n_env or {})})
+        try:
+            harness.import_credential(n8n, sidecar, credential_id="durableSidecarBench")
+            main = n8n.start_main()
+            assert main.proc is not None and sidecar.process.proc is not None
+            target = Target(n8n.url, main.proc.pid, sidecar.process.proc.pid, harness.db_url(n8n_db),
+                            f"http://127.0.0.1:{metrics_port}/metrics")
+            yield n8n, sidecar, services, target
+        finally:
+            n8n.stop_all()
+            services.stop()
+            harness.drop_db(n8n_db)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

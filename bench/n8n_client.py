@@ -10,18 +10,16 @@ Needs `make node-build` (dist/) and `make n8n-install` (Node 24). `--gap-ms` as 
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "e2e") not in sys.path:
-    sys.path.insert(0, str(ROOT / "e2e"))
+import harness  # e2e/harness.py, on sys.path through bench/__init__.py
 
-import harness  # noqa: E402
+from bench.harness_sidecar import harness_sidecar, order_parser
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = Path(__file__).with_suffix(".js")
 
@@ -32,31 +30,20 @@ def run(orders: int, gaps_ms: list[float], rounds: int = 3) -> list[dict[str, An
         raise SystemExit(f"{transport} is missing: run `make node-build` first")
     node = Path(harness.n8n_base_env()["N8N_E2E_NODE_DIR"]) / "bin" / "node"
     rows = []
-    with harness.work_dir() as work:
-        database = harness.create_db("durable_bench_client")
-        sidecar = harness.Sidecar(work, database, lease_seconds=60)
-        sidecar.process.env["DURABLE_LOG_LEVEL"] = "warning"
-        try:
-            sidecar.start()
-            for gap in gaps_ms:
-                out = subprocess.run([str(node), str(SCRIPT), "127.0.0.1", str(sidecar.port), harness.TOKEN,
-                                      str(orders), f"{gap:g}", str(rounds)],
-                                     check=True, capture_output=True, text=True, timeout=900)
-                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        finally:
-            sidecar.close()
-            harness.drop_db(database)
+    with harness.work_dir() as work, harness_sidecar(work, "durable_bench_client") as sidecar:
+        for gap in gaps_ms:
+            out = subprocess.run([str(node), str(SCRIPT), "127.0.0.1", str(sidecar.port), harness.TOKEN,
+                                  str(orders), f"{gap:g}", str(rounds)],
+                                 check=True, capture_output=True, text=True, timeout=900)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.n8n_client", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--orders", type=int, default=100, help="orders per round (default 100)")
-    p.add_argument("--gap-ms", default="0,15", help="comma-separated pauses between calls, ms (default 0,15)")
+    p = order_parser("python -m bench.n8n_client", __doc__, orders=100)
     p.add_argument("--rounds", type=int, default=3, help="rounds, each with its control (default 3)")
     args = p.parse_args(argv)
-    for row in run(args.orders, [float(g) for g in args.gap_ms.split(",")], args.rounds):
+    for row in run(args.orders, args.gap_ms, args.rounds):
         print(f"gap {row['gap_ms']:g} ms: the client costs the process {row['cpu_ms_per_order']:.2f} ms CPU per order "
               f"({row['cpu_ms_per_rpc']:.3f} per RPC; rounds {[round(v, 2) for v in row['rounds_cpu_ms']['rpcs']]} "
               f"against control {[round(v, 2) for v in row['rounds_cpu_ms']['control']]}), "

@@ -15,10 +15,8 @@ do, to see what an idle sidecar pays per wake-up. `DURABLE_E2E_SIDECAR` runs ano
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -26,19 +24,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT / "e2e") not in sys.path:
-    sys.path.insert(0, str(ROOT / "e2e"))
-
-import grpc  # noqa: E402
-import harness  # noqa: E402
-from durable.v1 import (  # noqa: E402
+import grpc
+import harness  # e2e/harness.py, on sys.path through bench/__init__.py
+from durable.v1 import (
     checkpoint_pb2,
     checkpoint_pb2_grpc,
     idempotency_pb2,
     instance_pb2,
     instance_pb2_grpc,
 )
+
+from bench.harness_sidecar import harness_sidecar, order_parser
 
 CALLS = ("payment", "inventory", "shipping")
 WORKFLOW = "bench-n8n-rpcs"
@@ -58,90 +54,78 @@ def cpu_ns(pid: int) -> int:
 
 def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, Any]]:
     rows = []
-    with harness.work_dir() as work:
-        database = harness.create_db("durable_bench_rpcs")
-        sidecar = harness.Sidecar(work, database, lease_seconds=60)
-        sidecar.process.env["DURABLE_METRICS_ADDRESS"] = f"127.0.0.1:{harness.free_port()}"
-        sidecar.process.env["DURABLE_LOG_LEVEL"] = "warning"
-        try:
-            sidecar.start()
-            assert sidecar.process.proc is not None
-            pid = sidecar.process.proc.pid
-            channel = grpc.insecure_channel(f"127.0.0.1:{sidecar.port}")
-            instances = instance_pb2_grpc.InstanceServiceStub(channel)
-            checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
-            md = sidecar.md
-            spent: dict[str, list[int]] = {}
+    with harness.work_dir() as work, \
+            harness_sidecar(work, "durable_bench_rpcs", metrics_port=harness.free_port()) as sidecar:
+        assert sidecar.process.proc is not None
+        pid = sidecar.process.proc.pid
+        channel = grpc.insecure_channel(f"127.0.0.1:{sidecar.port}")
+        instances = instance_pb2_grpc.InstanceServiceStub(channel)
+        checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
+        md = sidecar.md
+        spent: dict[str, list[int]] = {}
 
-            def timed(kind: str, call: Callable[[], Any], gap: float) -> Any:
-                before = cpu_ns(pid)
-                reply = call()
-                spent.setdefault(kind, []).append(cpu_ns(pid) - before)
-                if gap:
-                    time.sleep(gap)
-                return reply
+        def timed(kind: str, call: Callable[[], Any], gap: float) -> Any:
+            before = cpu_ns(pid)
+            reply = call()
+            spent.setdefault(kind, []).append(cpu_ns(pid) - before)
+            if gap:
+                time.sleep(gap)
+            return reply
 
-            def order(gap: float) -> None:
-                key = uuid.uuid4().hex[:12]
-                execution = str(uuid.uuid4().int % 10**9)
-                item = {"headers": {"host": "127.0.0.1:5678", "user-agent": "Python-urllib/3.12",
-                                    "content-type": "application/json", "content-length": "80"},
-                        "params": {}, "query": {}, "body": {"orderId": key, "amount": 42.0,
-                                                            "email": f"{key}@example.com"},
-                        "webhookUrl": "http://localhost:5678/webhook/bench-durable", "executionMode": "production"}
-                fingerprint = json.dumps({"instanceKey": key, "workflowId": WORKFLOW}).encode()
+        def order(gap: float) -> None:
+            key = uuid.uuid4().hex[:12]
+            execution = str(uuid.uuid4().int % 10**9)
+            item = {"headers": {"host": "127.0.0.1:5678", "user-agent": "Python-urllib/3.12",
+                                "content-type": "application/json", "content-length": "80"},
+                    "params": {}, "query": {}, "body": {"orderId": key, "amount": 42.0,
+                                                        "email": f"{key}@example.com"},
+                    "webhookUrl": "http://localhost:5678/webhook/bench-durable", "executionMode": "production"}
+            fingerprint = json.dumps({"instanceKey": key, "workflowId": WORKFLOW}).encode()
 
-                def claim(scope: str) -> idempotency_pb2.ClaimItem:
-                    return idempotency_pb2.ClaimItem(scope=scope, key=key, payload_json=fingerprint, holder=execution,
-                                                     workflow_id=WORKFLOW, instance_key=key)
+            def claim(scope: str) -> idempotency_pb2.ClaimItem:
+                return idempotency_pb2.ClaimItem(scope=scope, key=key, payload_json=fingerprint, holder=execution,
+                                                 workflow_id=WORKFLOW, instance_key=key)
 
-                start = instance_pb2.StartOrResumeRequest(
-                    workflow_id=WORKFLOW, instance_key=key, execution_id=execution, include_state=True,
-                    start_item_json=json.dumps(item).encode(), claim_on_start=claim(CALLS[0]))
-                started = timed("StartOrResume", partial(instances.StartOrResume, start, metadata=md, timeout=10), gap)
-                attempt = started.start_claim.key.attempt
-                for n, call in enumerate(CALLS):
-                    if not attempt:
-                        raise RuntimeError(f"no claim ahead for {call}: the sidecar answered none")
-                    last = n == len(CALLS) - 1
-                    result = json.dumps({"ok": True, "service": call, "orderId": key}).encode()
-                    save = checkpoint_pb2.SaveCheckpointsRequest(items=[checkpoint_pb2.SaveCheckpointItem(
-                        workflow_id=WORKFLOW, instance_key=key, step_name=call, state_json=result,
-                        execution_id=execution, node_name=f"Save {call}",
-                        state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
-                        complete_key=checkpoint_pb2.KeyCompletion(scope=call, key=key, attempt=attempt),
-                        complete_instance=last, claim_next=None if last else claim(CALLS[n + 1]))])
-                    saved = timed("SaveCheckpoints",
-                                  partial(checkpoints.SaveCheckpoints, save, metadata=md, timeout=10), gap)
-                    attempt = saved.results[0].next_claim.key.attempt
+            start = instance_pb2.StartOrResumeRequest(
+                workflow_id=WORKFLOW, instance_key=key, execution_id=execution, include_state=True,
+                start_item_json=json.dumps(item).encode(), claim_on_start=claim(CALLS[0]))
+            started = timed("StartOrResume", partial(instances.StartOrResume, start, metadata=md, timeout=10), gap)
+            attempt = started.start_claim.key.attempt
+            for n, call in enumerate(CALLS):
+                if not attempt:
+                    raise RuntimeError(f"no claim ahead for {call}: the sidecar answered none")
+                last = n == len(CALLS) - 1
+                result = json.dumps({"ok": True, "service": call, "orderId": key}).encode()
+                save = checkpoint_pb2.SaveCheckpointsRequest(items=[checkpoint_pb2.SaveCheckpointItem(
+                    workflow_id=WORKFLOW, instance_key=key, step_name=call, state_json=result,
+                    execution_id=execution, node_name=f"Save {call}",
+                    state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
+                    complete_key=checkpoint_pb2.KeyCompletion(scope=call, key=key, attempt=attempt),
+                    complete_instance=last, claim_next=None if last else claim(CALLS[n + 1]))])
+                saved = timed("SaveCheckpoints",
+                              partial(checkpoints.SaveCheckpoints, save, metadata=md, timeout=10), gap)
+                attempt = saved.results[0].next_claim.key.attempt
 
-            for _ in range(warmup):
-                order(0)
-            for gap_ms in gaps_ms:
-                spent.clear()
-                before, started = cpu_ns(pid), time.monotonic()
-                for _ in range(orders):
-                    order(gap_ms / 1000)
-                total_ms = (cpu_ns(pid) - before) / 1e6
-                rows.append({"gap_ms": gap_ms, "orders": orders,
-                             "cpu_ms_per_order": round(total_ms / orders, 2),
-                             "cpu_ms_per_rpc": round(total_ms / orders / RPCS_PER_ORDER, 3),
-                             "wall_ms_per_order": round((time.monotonic() - started) * 1000 / orders, 1),
-                             "median_cpu_ms": {k: round(statistics.median(v) / 1e6, 3) for k, v in spent.items()}})
-            channel.close()
-        finally:
-            sidecar.close()
-            harness.drop_db(database)
+        for _ in range(warmup):
+            order(0)
+        for gap_ms in gaps_ms:
+            spent.clear()
+            before, started = cpu_ns(pid), time.monotonic()
+            for _ in range(orders):
+                order(gap_ms / 1000)
+            total_ms = (cpu_ns(pid) - before) / 1e6
+            rows.append({"gap_ms": gap_ms, "orders": orders,
+                         "cpu_ms_per_order": round(total_ms / orders, 2),
+                         "cpu_ms_per_rpc": round(total_ms / orders / RPCS_PER_ORDER, 3),
+                         "wall_ms_per_order": round((time.monotonic() - started) * 1000 / orders, 1),
+                         "median_cpu_ms": {k: round(statistics.median(v) / 1e6, 3) for k, v in spent.items()}})
+        channel.close()
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.n8n_rpcs", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--orders", type=int, default=60, help="orders per gap (default 60)")
-    p.add_argument("--gap-ms", default="0,15", help="comma-separated pauses between calls, ms (default 0,15)")
-    args = p.parse_args(argv)
-    for row in run(args.orders, [float(g) for g in args.gap_ms.split(",")]):
+    args = order_parser("python -m bench.n8n_rpcs", __doc__, orders=60).parse_args(argv)
+    for row in run(args.orders, args.gap_ms):
         per_kind = ", ".join(f"{k} {v}" for k, v in row["median_cpu_ms"].items())
         print(f"gap {row['gap_ms']:g} ms: sidecar {row['cpu_ms_per_order']} ms CPU per order "
               f"({row['cpu_ms_per_rpc']} per RPC), {row['wall_ms_per_order']} ms wall; median per RPC: {per_kind}",
