@@ -386,7 +386,7 @@ SHORT_DEADLINE_S = 5
 def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_last_save: bool = False,
                           workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals",
                           fields_before_notify: bool = False, respond: str = "responseNode",
-                          answer_redeliveries: bool = False) -> dict[str, Any]:
+                          answer_redeliveries: bool = False, split_out: bool = False) -> dict[str, Any]:
     """A subscription renewal written from node-package/README.md, every option at its default.
 
     Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Claim charge →
@@ -400,6 +400,8 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     `respond="lastNode"`: the README's other answer, the Webhook's Respond: When Last Node Finishes, no
     Accepted node; `answer_redeliveries` then connects Finished and Busy to a No Operation node, as the
     README says to (n8n answers with the first output of the node that ran last).
+    `split_out`: one delivery carries several subscriptions (`{"subscriptions": [...]}`); a Split Out
+    node (each element under `body`, so every later node reads the same fields) makes one item of each.
     """
     import sys
 
@@ -460,7 +462,12 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     if complete_on_last_save:
         last_save["options"] = {"completeInstance": True}
     save_notified = durable("Save Notified", "durableCheckpoint", last_save, (1760, 0))
-    for a, b in [(hook, rp), (trigger, rp), (charge, save_charged), (save_charged, claim_notify),
+    intake = hook
+    if split_out:
+        intake = f.node("Split Subscriptions", "n8n-nodes-base.splitOut", 1, {
+            "fieldToSplitOut": "body.subscriptions", "options": {"destinationFieldName": "body"}}, (110, -100))
+        f.link(hook, intake)
+    for a, b in [(intake, rp), (trigger, rp), (charge, save_charged), (save_charged, claim_notify),
                  (notify, save_notified)]:
         f.link(a, b)
     if ok is not None:
@@ -793,6 +800,81 @@ def test_15_respond_when_last_node_finishes_answers_redeliveries_2xx_only_with_f
                len(dups), time.monotonic() - t0,
                note=f"{3 * len(subs)} deliveries, all 200 with Finished and Busy → No Operation; "
                     "unconnected, a re-delivery of a finished one is answered 500 by n8n")
+
+
+SPLIT_WF = "durableRenewalBatch"
+
+
+def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_an_n8n_kill(stack: Stack) -> None:
+    """Several orders in one delivery: a Split Out node makes an item of each, and every durable node
+    handles the items together (a StartOrResume per item, one SaveCheckpoints for all of them).
+
+    n8n is killed (-9) with every subscription's charge in flight: each resumes and completes once. Then
+    the same delivery comes again with two new subscriptions, one of them twice: the five finished ones
+    leave by Finished, the repeated key leaves by Busy, the new ones run once.
+    """
+    import psycopg
+    from harness import CREDENTIAL_ID, db_url, http
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    path = stack.work / f"{SPLIT_WF}.json"
+    path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                     workflow_id=SPLIT_WF, path="renewals-batch",
+                                                     split_out=True)))
+    n8n.cli("import:workflow", f"--input={path}")
+    n8n.cli("publish:workflow", f"--id={SPLIT_WF}")
+    n8n.wait_webhook("renewals-batch", timeout=120)
+    url = f"{n8n.url}/webhook/renewals-batch"
+    subs, new = orders("batch", 5), orders("batch-new", 2)
+
+    def batch(keys: list[str]) -> dict[str, Any]:
+        return {"subscriptions": [{"subscriptionId": k, "amount": 19.5, "email": f"{k}@example.com"} for k in keys]}
+
+    def diagnose() -> str:
+        return stack.diagnose(subs + new, SPLIT_WF)
+
+    services.stall("payment")
+    try:
+        first = http("POST", url, batch(subs), timeout=60)
+        wait_until("every subscription inside the charge", lambda: services.in_flight("payment") >= len(subs), 90)
+        stack.main.kill9()
+        killed = time.monotonic()
+    finally:
+        services.unstall()
+    stack.restart_n8n()
+    done_s = wait_for("every subscription to complete", lambda: all_completed(stack, subs, SPLIT_WF), killed,
+                      240, diagnose)
+    not_resumed = [k for k in subs if (i := sidecar.instance(SPLIT_WF, k)) is None or i.resume_count < 1]
+    again = http("POST", url, batch([*subs, new[0], new[1], new[0]]), timeout=60)
+    wait_completed(stack, new, 60, SPLIT_WF)
+    time.sleep(2)  # the executions that end at Finished and Busy
+    everyone = subs + new
+    instances = {k: sidecar.instance(SPLIT_WF, k) for k in everyone}
+    trails = {k: sidecar.trail(SPLIT_WF, k) for k in everyone}
+    dups = services.duplicate_effects(everyone, ("payment", "notify"))
+    wrong_body = [k for k in everyone for b in services.bodies("notify", k)
+                  if b.get("email") != f"{k}@example.com" or b.get("amount") != 19.5 or not b.get("charge")]
+    assert first[0] == 200 and again[0] == 200, (first, again)
+    assert not_resumed == [], f"not resumed by the Resume Trigger: {not_resumed}\n{diagnose()}"
+    assert all(t == ["charged", "notified"] for t in trails.values()), trails
+    assert all(i is not None and i.status == COMPLETED and i.checkpoint_count == 2 for i in instances.values()), \
+        instances
+    assert dups == [], f"duplicate side effects: {dups}\n{diagnose()}"
+    assert wrong_body == [], f"notify calls without the subscription's own fields: {wrong_body}"
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        keys = conn.execute("SELECT scope, key, status FROM durable_idempotency_keys WHERE key = ANY(%s)",
+                            (everyone,)).fetchall()
+    assert sorted(keys) == sorted((scope, k, "completed") for k in everyone for scope in ("charge", "notify")), keys
+    with psycopg.connect(db_url(n8n.database)) as conn:  # the killed execution is "crashed"; none may fail
+        failed = conn.execute("""SELECT id FROM execution_entity WHERE "workflowId" = %s AND status = 'error'""",
+                              (SPLIT_WF,)).fetchall()
+    assert failed == [], f"failed executions: {failed}\n{diagnose()}"
+    REPORT.add("16. several subscriptions in one delivery (Split Out), kill -9 n8n", len(everyone), len(everyone),
+               len(dups), time.monotonic() - t0,
+               note=f"5 items in one execution, kill -9 with every charge in flight → all resumed and completed "
+                    f"{done_s:.1f} s; the same delivery again with 2 new (one twice): new ones once, nothing twice",
+               kill_to_completed_s=done_s)
 
 
 def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack: Stack) -> None:
