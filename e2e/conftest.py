@@ -6,10 +6,10 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from fake_services import FakeServices
@@ -22,8 +22,11 @@ from harness import (
     import_credential,
     import_workflow,
     tail,
+    wait_until,
     work_dir,
 )
+
+T = TypeVar("T")
 
 ORDER_WF = "durableOrderTracking"
 RENEWAL_WF = "durableRenewalReminder"
@@ -78,6 +81,22 @@ class Stack:
     def restart_n8n(self) -> None:
         self.main = self.n8n.start_main()
         self.n8n.wait_webhook("orders")
+
+    def kill_n8n_inside(self, service: str, count: int, deliver: Callable[[], T]) -> tuple[T, float]:
+        """Holds `service`'s calls, runs `deliver`, and kills n8n (-9) once `count` calls wait inside it.
+
+        Returns what `deliver` returned and the moment of the kill (time.monotonic()). n8n stays down;
+        the held calls are released after the kill, so the dead executions' calls complete at the service.
+        """
+        self.services.stall(service)
+        try:
+            delivered = deliver()
+            wait_until(f"{count} calls to be inside the {service} call",
+                       lambda: self.services.in_flight(service) >= count, timeout=90)
+            self.main.kill9()  # the executions die with their calls in flight
+            return delivered, time.monotonic()
+        finally:
+            self.services.unstall()
 
     def post_order(self, order_id: str, amount: float = 42.0, path: str = "orders", base_url: str | None = None) -> int:
         return self.deliver(order_id, amount, path, base_url)[0]

@@ -123,15 +123,7 @@ def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> N
 def test_2_kill9_n8n_mid_flight_resumes_without_duplicates(stack: Stack) -> None:
     t0 = time.monotonic()
     keys = orders("n8nkill", 8)
-    stack.services.stall("inventory")
-    try:
-        post_all(stack, keys)
-        wait_until("every order to be inside the inventory call",
-                   lambda: stack.services.in_flight("inventory") >= len(keys), timeout=90)
-        stack.main.kill9()  # the executions die with their calls in flight
-        killed = time.monotonic()
-    finally:
-        stack.services.unstall()
+    _, killed = stack.kill_n8n_inside("inventory", len(keys), lambda: post_all(stack, keys))
     stack.restart_n8n()
     restarted = time.monotonic() - killed
     resumed = wait_for("every order to be resumed", lambda: all_resumed(stack, keys), killed, 240,
@@ -323,14 +315,7 @@ def test_12_kill9_n8n_again_while_it_applies_its_startup_publication(stack: Stac
     t0 = time.monotonic()
     n8n = stack.n8n
     keys = orders("pubkill", 4)
-    stack.services.stall("inventory")
-    try:
-        post_all(stack, keys)
-        wait_until("every order to be inside the inventory call",
-                   lambda: stack.services.in_flight("inventory") >= len(keys), timeout=90)
-        stack.main.kill9()
-    finally:
-        stack.services.unstall()
+    stack.kill_n8n_inside("inventory", len(keys), lambda: post_all(stack, keys))
     with psycopg.connect(db_url(n8n.database), autocommit=True) as conn:
         def rows_after(before: int) -> list[str]:
             return [str(r[0]) for r in conn.execute(
@@ -691,15 +676,7 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, f
     def diagnose() -> str:
         return stack.diagnose(subs, wf)
 
-    services.stall("notify")
-    try:
-        first = deliver_all()
-        wait_until("every subscription inside the notify call", lambda: services.in_flight("notify") >= len(subs),
-                   90)
-        stack.main.kill9()
-        killed = time.monotonic()
-    finally:
-        services.unstall()
+    first, killed = stack.kill_n8n_inside("notify", len(subs), deliver_all)
     stack.restart_n8n()
     done_s = wait_for("every subscription to complete", lambda: all_completed(stack, subs, wf), killed,
                       240, diagnose)
@@ -834,14 +811,7 @@ def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_
     def diagnose() -> str:
         return stack.diagnose(subs + new, SPLIT_WF)
 
-    services.stall("payment")
-    try:
-        first = http("POST", url, batch(subs), timeout=60)
-        wait_until("every subscription inside the charge", lambda: services.in_flight("payment") >= len(subs), 90)
-        stack.main.kill9()
-        killed = time.monotonic()
-    finally:
-        services.unstall()
+    first, killed = stack.kill_n8n_inside("payment", len(subs), lambda: http("POST", url, batch(subs), timeout=60))
     stack.restart_n8n()
     done_s = wait_for("every subscription to complete", lambda: all_completed(stack, subs, SPLIT_WF), killed,
                       240, diagnose)
