@@ -822,7 +822,6 @@ def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_
     not_resumed = [k for k in subs if (i := sidecar.instance(SPLIT_WF, k)) is None or i.resume_count < 1]
     again = http("POST", url, batch([*subs, new[0], new[1], new[0]]), timeout=60)
     wait_completed(stack, new, 60, SPLIT_WF)
-    time.sleep(2)  # the executions that end at Finished and Busy
     # One bad subscription in a delivery: its neighbours do not wait for it.
     bad, good = poisoned[1], [poisoned[0], poisoned[2]]
     services.fail("payment", bad)
