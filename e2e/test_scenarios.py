@@ -916,3 +916,138 @@ def test_7_queue_mode_worker_killed_mid_flight_every_order_completes_once(stack:
         n8n.stop_all()
         drop_db(database)
         stack.restart_n8n()
+
+
+LINES_WF = "durableOrderLines"
+LINE_SKUS = ("sku-a", "sku-b", "sku-c")
+
+
+def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str, Any]:
+    """An order of several line items, each charged once, written from node-package/README.md.
+
+    Every node option at its default, the nodes at their newest versions. Webhook (answer with Respond
+    to Webhook) → Resume Point → Start → Accepted → Split Out (`body.lines`, each line under `line`, no
+    other fields: n8n's default) → Claim Line (Key: the line's SKU, the README's "one per line item") →
+    HTTP charge → Save "line charged"; Done Before → the same Save. Then Claim Notify (the instance key;
+    one item per line arrives, the first claims, the others leave by Busy) → HTTP notify → Save
+    "notified" with Complete Instance. Resume and the Step Output "line charged" lead back to the Split
+    Out: a resumed order walks its lines again, and the charged ones leave by Done Before.
+    """
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples"))
+    from generate import GUARD, Flow
+
+    cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
+    f = Flow(LINES_WF, "Order with line items (from the node docs)")
+
+    def durable(name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
+        version = {"resumeTrigger": 1, "idempotencyGuard": GUARD}.get(type_, 2)
+        return f.node(name, f"n8n-nodes-durable.{type_}", version, params, pos, credentials=cred)
+
+    def call(name: str, path: str, body: str, pos: tuple[int, int]) -> str:
+        return f.node(name, "n8n-nodes-base.httpRequest", 4.2, {
+            "method": "POST", "url": f"{services_url}/{path}", "sendBody": True, "specifyBody": "json",
+            "jsonBody": body, "sendHeaders": True, "headerParameters": {"parameters": [
+                {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}, "options": {},
+        }, pos)
+
+    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
+        "httpMethod": "POST", "path": "order-lines", "responseMode": "responseNode", "options": {},
+    }, (0, 0), webhookId=LINES_WF + "-hook")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
+                                                 "stepOutputs": "line charged"}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    split = f.node("Split Lines", "n8n-nodes-base.splitOut", 1, {
+        "fieldToSplitOut": "body.lines", "options": {"destinationFieldName": "line"}}, (660, 100))
+    claim_line = durable("Claim Line", "idempotencyGuard", {"operation": "claim", "scope": "charge-line",
+                                                            "key": "={{ $json.line.sku }}"}, (880, 100))
+    # The fake services count effects per "orderId": here one per line of an order.
+    charge = call("Charge Line", "payment",
+                  "={{ JSON.stringify({ orderId: $('Resume Point').item.json.body.orderId + ':' + $json.line.sku, "
+                  "amount: $json.line.price }) }}", (1100, 0))
+    save_line = durable("Save Line", "durableCheckpoint", {"operation": "save", "stepName": "line charged"},
+                        (1320, 100))
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (1540, 100))
+    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                      "email: $json.body.email }) }}", (1760, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1980, 100))
+    for a, b in [(hook, rp), (trigger, rp), (ok, split), (split, claim_line), (charge, save_line),
+                 (save_line, claim_notify), (notify, save_notified)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)                # Start
+    f.link(rp, split, 1)             # Resume: nothing saved yet
+    f.link(rp, split, 4)             # line charged: walk the lines again, the charged ones leave by Done Before
+    f.link(claim_line, charge, 0)
+    f.link(claim_line, save_line, 1)
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
+    return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
+            "settings": {"executionOrder": "v1"}, "pinData": {}}
+
+
+def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n_kill(stack: Stack) -> None:
+    """Orders of several line items, every order with the same SKUs: a Claim keyed by the line's SKU.
+
+    The Idempotency Guard 2.1 makes a Key you set count within its instance, so order B's line sku-a is
+    not order A's (before, the second order's claim failed with a fingerprint mismatch; with Fingerprint
+    From Nothing it would have answered Done Before and the line would never have been charged, and the
+    shared derived key would have made the payment provider replay order A's charge). n8n is killed (-9)
+    with the lines' charges in flight: every line of every order is charged once and every order
+    notified once. A re-delivery of a completed order leaves by Finished and charges nothing.
+    """
+    import psycopg
+    from harness import CREDENTIAL_ID, db_url, http
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    path = stack.work / f"{LINES_WF}.json"
+    path.write_text(json.dumps(order_lines_from_the_docs(services.url, CREDENTIAL_ID)))
+    n8n.cli("import:workflow", f"--input={path}")
+    n8n.cli("publish:workflow", f"--id={LINES_WF}")
+    n8n.wait_webhook("order-lines", timeout=120)
+    url = f"{n8n.url}/webhook/order-lines"
+    quiet, keys = orders("lines-quiet", 1), orders("lines", 3)
+
+    def body(k: str) -> dict[str, Any]:
+        return {"orderId": k, "email": f"{k}@example.com",
+                "lines": [{"sku": s, "price": 10 + n} for n, s in enumerate(LINE_SKUS)]}
+
+    def diagnose() -> str:
+        return stack.diagnose(quiet + keys, LINES_WF)
+
+    # One order without a crash first: its keys are taken when the others come.
+    assert http("POST", url, body(quiet[0]), timeout=60)[0] == 200
+    wait_completed(stack, quiet, 60, LINES_WF)
+    answers, killed = stack.kill_n8n_inside("payment", len(keys),
+                                            lambda: [http("POST", url, body(k), timeout=60) for k in keys])
+    in_flight_at_kill = services.in_flight("payment")
+    stack.restart_n8n()
+    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, LINES_WF), killed, 240,
+                      diagnose)
+    again = http("POST", url, body(keys[0]), timeout=60)
+    everyone = quiet + keys
+    lines = [f"{k}:{s}" for k in everyone for s in LINE_SKUS]
+    dups = services.duplicate_effects(lines, ("payment",)) + services.duplicate_effects(everyone, ("notify",))
+    assert [a[0] for a in answers] == [200] * len(keys) and again[0] == 200, (answers, again)
+    assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
+    not_resumed = [k for k in keys if (i := sidecar.instance(LINES_WF, k)) is None or i.resume_count < 1]
+    assert not_resumed == [], f"not resumed by the Resume Trigger: {not_resumed}\n{diagnose()}"
+    for k in everyone:
+        trail = sidecar.trail(LINES_WF, k)
+        assert trail[-1] == "notified" and trail.count("line charged") >= len(LINE_SKUS), (k, trail)
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        stored = conn.execute("SELECT key, status FROM durable_idempotency_keys WHERE scope = 'charge-line'"
+                              ).fetchall()
+    assert sorted(stored) == sorted((json.dumps([k, s], separators=(",", ":")), "completed")
+                                    for k in everyone for s in LINE_SKUS), stored
+    REPORT.add("17. orders of line items (a Claim keyed per line), kill -9 n8n", len(everyone), len(everyone),
+               len(dups), time.monotonic() - t0,
+               note=f"{len(everyone)} orders × {len(LINE_SKUS)} lines, the same SKUs in every order; kill -9 with "
+                    f"{in_flight_at_kill} charges in flight → all completed {done_s:.1f} s; every line charged once "
+                    "per order; a re-delivery charges nothing",
+               kill_to_completed_s=done_s)

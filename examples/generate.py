@@ -15,6 +15,8 @@ HERE = Path(__file__).resolve().parent
 API = "http://127.0.0.1:8099"  # the order services; change it to your own (the e2e harness rewrites it)
 CRED = {"durableSidecarApi": {"id": "durableSidecarE2E", "name": "Durable Sidecar"}}
 PKG = "n8n-nodes-durable"
+# The Idempotency Guard's newest version: a Key set on a Claim counts within its instance.
+GUARD = 2.1
 
 
 def _id(name: str, wf: str) -> str:
@@ -93,7 +95,7 @@ def side_effect(flow: Flow, scope: str, call_name: str, step: str, x: int, y: in
     Complete Instance, so the same call and transaction also completes the instance (no Complete
     node).
     """
-    claim = flow.node(f"Claim {scope.capitalize()}", f"{PKG}.idempotencyGuard", 2, {
+    claim = flow.node(f"Claim {scope.capitalize()}", f"{PKG}.idempotencyGuard", GUARD, {
         "operation": "claim", "scope": scope, "options": {},
     }, (x, y), creds=True)
     call = http(flow, call_name, scope, (x + COL, y - 120), body, "={{ $json.idempotency.derivedKey }}")
@@ -229,7 +231,7 @@ def order_delivery() -> None:
     f.link(webhook, rp)
     f.link(trigger, rp)
     ok = accepted(f, (4 * COL, 0))
-    claim_ship = f.node("Claim Shipping", f"{PKG}.idempotencyGuard", 2, {
+    claim_ship = f.node("Claim Shipping", f"{PKG}.idempotencyGuard", GUARD, {
         "operation": "claim", "scope": "shipping", "options": {},
     }, (5 * COL, ROW), creds=True)
     ship = http(f, "Ship Order", "shipping", (6 * COL, 0), order_body(), "={{ $json.idempotency.derivedKey }}")
@@ -247,7 +249,7 @@ def order_delivery() -> None:
         "operation": "awaitEvent", "instanceFrom": "resumePoint", "eventName": "delivered",
         "resumeWhen": "after", "amount": 7, "unit": "days",
     }, (8 * COL, ROW), creds=True)
-    claim_notify = f.node("Claim Notify", f"{PKG}.idempotencyGuard", 2, {
+    claim_notify = f.node("Claim Notify", f"{PKG}.idempotencyGuard", GUARD, {
         "operation": "claim", "scope": "notify", "options": {},
     }, (9 * COL, 2 * ROW), creds=True)
     notify = http(f, "Tell Customer", "notify", (10 * COL, ROW),

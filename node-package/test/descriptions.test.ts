@@ -87,7 +87,7 @@ const cases: Array<{ type: INodeType; params: INodeParameters[] }> = [
 
 describe('node descriptions as the editor evaluates them', () => {
 	for (const { type, params } of cases) {
-		for (const version of [1, 2]) {
+		for (const version of type.description.version as number[]) {
 			test.each(params)(`${type.description.displayName} v${version} subtitle with %j`, (given) => {
 				const parameters = parametersOf(type, version, given);
 				let subtitle: unknown;
@@ -112,10 +112,11 @@ describe('node descriptions as the editor evaluates them', () => {
 		expect(trigger.description.description).toMatch(/lease/);
 	});
 
-	test('every node is version [1, 2] with default version 2', () => {
+	test('every node is version [1, 2] with default version 2; the Idempotency Guard also 2.1, its default', () => {
 		for (const { type } of cases) {
-			expect(type.description.version).toEqual([1, 2]);
-			expect(type.description.defaultVersion).toBe(2);
+			const guard = type.description.name === 'idempotencyGuard';
+			expect(type.description.version).toEqual(guard ? [1, 2, 2.1] : [1, 2]);
+			expect(type.description.defaultVersion).toBe(guard ? 2.1 : 2);
 		}
 	});
 
@@ -172,11 +173,13 @@ describe('node descriptions as the editor evaluates them', () => {
 			key: '={{ $json.idempotency?.key }}',
 			fingerprintFrom: 'item',
 		});
-		expect(parametersOf(guard, 2, { operation: 'claim' })).toMatchObject({
-			scope: '',
-			key: '',
-			fingerprintFrom: 'instance',
-		});
+		for (const version of [2, 2.1]) {
+			expect(parametersOf(guard, version, { operation: 'claim' })).toMatchObject({
+				scope: '',
+				key: '',
+				fingerprintFrom: 'instance',
+			});
+		}
 
 		for (const { type } of cases) {
 			const values = JSON.stringify(parametersOf(type, 2, {}));

@@ -3,6 +3,7 @@ import {
 	NodeOperationError,
 	type IDataObject,
 	type IExecuteFunctions,
+	type INode,
 	type INodeExecutionData,
 	type INodeParameters,
 	type INodeType,
@@ -105,14 +106,43 @@ function withIdempotency(
 	};
 }
 
+/** The longest key the sidecar takes (characters). */
+const MAX_KEY_LENGTH = 255;
+
+/**
+ * A Key the author set, made unique to its instance: the JSON array [instance key, key], so
+ * no two (instance, key) pairs meet in one stored key and the derived key sent downstream
+ * differs per instance too (two orders with line sku-1 are two charges).
+ */
+export function keyWithinInstance(
+	node: INode,
+	instanceKey: string,
+	key: string,
+	itemIndex: number,
+): string {
+	const scoped = JSON.stringify([instanceKey, key]);
+	if (scoped.length > MAX_KEY_LENGTH) {
+		throw new NodeOperationError(
+			node,
+			`The Key with its instance key is ${scoped.length} characters long; the limit is ${MAX_KEY_LENGTH}`,
+			{
+				itemIndex,
+				description:
+					'Use a shorter Key, or turn on the option Share Key Across Instances when the Key alone is unique (e.g. a line item ID from your shop).',
+			},
+		);
+	}
+	return scoped;
+}
+
 export class IdempotencyGuard implements INodeType {
 	description: INodeTypeDescription = {
 		displayName: 'Idempotency Guard',
 		name: 'idempotencyGuard',
 		icon: { light: 'file:idempotencyGuard.svg', dark: 'file:idempotencyGuard.dark.svg' },
 		group: ['transform'],
-		version: [1, 2],
-		defaultVersion: 2,
+		version: [1, 2, 2.1],
+		defaultVersion: 2.1,
 		subtitle:
 			'={{ (({ claim: "claim", recordResult: "record result", release: "release" })[$parameter["operation"]] || "claim") + (($parameter["scope"] || $parameter["key"]) ? ": " + [$parameter["scope"], $parameter["key"]].filter(Boolean).join(" / ") : "") }}',
 		description:
@@ -370,6 +400,14 @@ export class IdempotencyGuard implements INodeType {
 						description:
 							'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
 					},
+					{
+						displayName: 'Share Key Across Instances',
+						name: 'shareKeyAcrossInstances',
+						type: 'boolean',
+						default: false,
+						description:
+							'Whether a Key you set means the same side effect in every instance (e.g. a customer ID, for a welcome email sent once per customer whatever the order). Off (version 2.1 and later): the Key counts within this instance only, so two orders may both charge line sku-1. Version 2 nodes share it unless this is added and off.',
+					},
 				],
 			},
 		],
@@ -432,11 +470,18 @@ export class IdempotencyGuard implements INodeType {
 			const fieldsOf = parameterReader(this, 'fingerprintFields', '');
 			const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
 			const ttlOf = parameterReader<number>(this, 'options.ttlSeconds', 0);
+			// Version 2 shared a Key across instances; from 2.1 a Key counts within its instance.
+			const shareKeyOf = parameterReader<boolean>(
+				this,
+				'options.shareKeyAcrossInstances',
+				node.typeVersion < 2.1,
+			);
 			for (let i = 0; i < items.length; i++) {
 				try {
 					const scope = text('scope', i);
 					const from = fingerprintFromOf(i) as string;
 					let key = text('key', i, !v2);
+					const given = key !== '';
 					let instance: InstanceRef | undefined;
 					if (v2) {
 						instance =
@@ -451,6 +496,9 @@ export class IdempotencyGuard implements INodeType {
 								: upstream.instance(i, items[i]);
 						if (instance && !instanceRefOf(items[i].json)) instances.set(i, instance);
 						key ||= instance!.instanceKey;
+						if (given && instance && shareKeyOf(i) !== true) {
+							key = keyWithinInstance(node, instance.instanceKey, key, i);
+						}
 					}
 					const id = JSON.stringify([scope, key]);
 					if (seen.has(id)) {
