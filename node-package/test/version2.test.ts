@@ -429,6 +429,46 @@ describe('version 2 with default parameters', () => {
 });
 
 describe('Save with Complete Instance (the last Save completes the instance)', () => {
+	test('several items of one instance (its lines after a Split Out): each is saved, the last completes it', async () => {
+		const run = { workflowId: 'wf-v2-complete-lines', executionId: 'e1' };
+		const started = await runResumePoint(run, [
+			{ body: { orderId: 'o-cl1' } },
+			{ body: { orderId: 'o-cl2' } },
+		]);
+		const rp = { ...RP, output: started[OUTPUT_START] };
+		// Two lines of o-cl1 around one of o-cl2, each an HTTP response paired to its order's item.
+		const lines: INodeExecutionData[] = [0, 1, 0].map((n, i) => ({
+			json: { line: i },
+			pairedItem: { item: n },
+		}));
+		const client = getSidecarClient(sidecar.connection());
+		const saveSpy = jest.spyOn(client, 'saveCheckpoints');
+		try {
+			const saved = await runSave(run, lines, [HTTP, rp], {
+				stepName: 'line charged',
+				options: { completeInstance: true },
+			});
+			expect(saveSpy).toHaveBeenCalledTimes(1);
+			expect(saveSpy.mock.calls[0][0].items?.map((item) => item.completeInstance)).toEqual([
+				false,
+				true,
+				true,
+			]);
+			expect(saved.map((item) => durable(item).lastSequence)).toEqual([1, 1, 2]);
+			expect(saved.map((item) => durable(item).status)).toEqual([
+				undefined,
+				'completed',
+				'completed',
+			]);
+			for (const orderId of ['o-cl1', 'o-cl2']) {
+				const again = await runResumePoint({ ...run, executionId: 'e2' }, [{ body: { orderId } }]);
+				expect(again[OUTPUT_COMPLETED]).toHaveLength(1);
+			}
+		} finally {
+			saveSpy.mockRestore();
+		}
+	});
+
 	test('one SaveCheckpoints call saves and completes; the output says completed; a re-delivery leaves by Completed', async () => {
 		const run = { workflowId: 'wf-v2-complete-on-save', executionId: 'e1' };
 		const started = await runResumePoint(run, [{ body: { orderId: 'o-cs' } }]);

@@ -210,6 +210,7 @@ async function saveCheckpoints(
 	}
 	// Parameter problems are reported before anything is saved.
 	if (problems.size > 0 && !ctx.continueOnFail()) throw problems.values().next().value as NodeError;
+	completeOnLastItem(prepared);
 	const indexes = [...prepared.keys()];
 	const results = indexes.length
 		? await batched(ctx, client, 'Saving the checkpoint', indexes, async (batch) => {
@@ -288,6 +289,24 @@ async function saveCheckpoints(
 		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 	}
 	return out;
+}
+
+/**
+ * Complete Instance on several items of one instance (its line items after a Split Out, say):
+ * every item is saved, in item order, and the instance completes with its last one. The sidecar
+ * refuses a completion before a later save to the same instance, which an author could only
+ * avoid with an expression.
+ */
+function completeOnLastItem(prepared: Map<number, PreparedSave>): void {
+	const last = new Map<string, number>();
+	for (const [i, { request }] of prepared) {
+		if (request.completeInstance) last.set(request.instanceKey, i);
+	}
+	for (const [i, { request }] of prepared) {
+		if (request.completeInstance && last.get(request.instanceKey) !== i) {
+			request.completeInstance = false;
+		}
+	}
 }
 
 export class DurableCheckpoint implements INodeType {
