@@ -922,7 +922,8 @@ LINES_WF = "durableOrderLines"
 LINE_SKUS = ("sku-a", "sku-b", "sku-c")
 
 
-def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str, Any]:
+def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bool = False,
+                              workflow_id: str = LINES_WF, path: str = "order-lines") -> dict[str, Any]:
     """An order of several line items, each charged once, written from node-package/README.md.
 
     Every node option at its default, the nodes at their newest versions. Webhook (answer with Respond
@@ -932,6 +933,9 @@ def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str
     one item per line arrives, the first claims, the others leave by Busy) → HTTP notify → Save
     "notified" with Complete Instance. Resume and the Step Output "line charged" lead back to the Split
     Out: a resumed order walks its lines again, and the charged ones leave by Done Before.
+    `loop`: the lines go one at a time through a Loop Over Items node (batch size 1) after the Split Out:
+    Claim Line, the charge and Save Line run once per line, and the loop's Done output leads to Claim
+    Notify.
     """
     import sys
 
@@ -939,7 +943,7 @@ def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str
     from generate import GUARD, Flow
 
     cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
-    f = Flow(LINES_WF, "Order with line items (from the node docs)")
+    f = Flow(workflow_id, "Order with line items (from the node docs)")
 
     def durable(name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
         version = {"resumeTrigger": 1, "idempotencyGuard": GUARD}.get(type_, 2)
@@ -953,8 +957,8 @@ def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str
         }, pos)
 
     hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
-        "httpMethod": "POST", "path": "order-lines", "responseMode": "responseNode", "options": {},
-    }, (0, 0), webhookId=LINES_WF + "-hook")
+        "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
+    }, (0, 0), webhookId=workflow_id + "-hook")
     trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
     rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
                                                  "stepOutputs": "line charged"}, (220, 100))
@@ -976,9 +980,18 @@ def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str
                                       "email: $json.body.email }) }}", (1760, 0))
     save_notified = durable("Save Notified", "durableCheckpoint", {
         "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1980, 100))
-    for a, b in [(hook, rp), (trigger, rp), (ok, split), (split, claim_line), (charge, save_line),
-                 (save_line, claim_notify), (notify, save_notified)]:
+    for a, b in [(hook, rp), (trigger, rp), (ok, split), (charge, save_line), (notify, save_notified)]:
         f.link(a, b)
+    if loop:
+        each = f.node("Each Line", "n8n-nodes-base.splitInBatches", 3, {"batchSize": 1, "options": {}},
+                      (770, 200))
+        f.link(split, each)
+        f.link(each, claim_notify, 0)  # done: every line saved
+        f.link(each, claim_line, 1)    # loop: one line
+        f.link(save_line, each)
+    else:
+        f.link(split, claim_line)
+        f.link(save_line, claim_notify)
     f.link(rp, ok, 0)                # Start
     f.link(rp, split, 1)             # Resume: nothing saved yet
     f.link(rp, split, 4)             # line charged: walk the lines again, the charged ones leave by Done Before
@@ -990,7 +1003,9 @@ def order_lines_from_the_docs(services_url: str, credential_id: str) -> dict[str
             "settings": {"executionOrder": "v1"}, "pinData": {}}
 
 
-def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n_kill(stack: Stack) -> None:
+@pytest.mark.parametrize("loop", [False, True], ids=["split-out", "loop-over-items"])
+def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n_kill(stack: Stack,
+                                                                                      loop: bool) -> None:
     """Orders of several line items, every order with the same SKUs: a Claim keyed by the line's SKU.
 
     The Idempotency Guard 2.1 makes a Key you set count within its instance, so order B's line sku-a is
@@ -998,36 +1013,39 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     From Nothing it would have answered Done Before and the line would never have been charged, and the
     shared derived key would have made the payment provider replay order A's charge). n8n is killed (-9)
     with the lines' charges in flight: every line of every order is charged once and every order
-    notified once. A re-delivery of a completed order leaves by Finished and charges nothing.
+    notified once. A re-delivery of a completed order leaves by Finished and charges nothing. Run twice:
+    the lines of an order all at once (Split Out), and one at a time (Loop Over Items, batch size 1).
     """
     import psycopg
     from harness import CREDENTIAL_ID, db_url, http
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    path = stack.work / f"{LINES_WF}.json"
-    path.write_text(json.dumps(order_lines_from_the_docs(services.url, CREDENTIAL_ID)))
+    wf, hook = (f"{LINES_WF}Loop", "order-lines-loop") if loop else (LINES_WF, "order-lines")
+    path = stack.work / f"{wf}.json"
+    path.write_text(json.dumps(order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, workflow_id=wf,
+                                                         path=hook)))
     n8n.cli("import:workflow", f"--input={path}")
-    n8n.cli("publish:workflow", f"--id={LINES_WF}")
-    n8n.wait_webhook("order-lines", timeout=120)
-    url = f"{n8n.url}/webhook/order-lines"
-    quiet, keys = orders("lines-quiet", 1), orders("lines", 3)
+    n8n.cli("publish:workflow", f"--id={wf}")
+    n8n.wait_webhook(hook, timeout=120)
+    url = f"{n8n.url}/webhook/{hook}"
+    quiet, keys = orders(f"{hook}-quiet", 1), orders(hook, 3)
 
     def body(k: str) -> dict[str, Any]:
         return {"orderId": k, "email": f"{k}@example.com",
                 "lines": [{"sku": s, "price": 10 + n} for n, s in enumerate(LINE_SKUS)]}
 
     def diagnose() -> str:
-        return stack.diagnose(quiet + keys, LINES_WF)
+        return stack.diagnose(quiet + keys, wf)
 
     # One order without a crash first: its keys are taken when the others come.
     assert http("POST", url, body(quiet[0]), timeout=60)[0] == 200
-    wait_completed(stack, quiet, 60, LINES_WF)
+    wait_completed(stack, quiet, 60, wf)
     answers, killed = stack.kill_n8n_inside("payment", len(keys),
                                             lambda: [http("POST", url, body(k), timeout=60) for k in keys])
     in_flight_at_kill = services.in_flight("payment")
     stack.restart_n8n()
-    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, LINES_WF), killed, 240,
+    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, wf), killed, 240,
                       diagnose)
     again = http("POST", url, body(keys[0]), timeout=60)
     everyone = quiet + keys
@@ -1035,17 +1053,19 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     dups = services.duplicate_effects(lines, ("payment",)) + services.duplicate_effects(everyone, ("notify",))
     assert [a[0] for a in answers] == [200] * len(keys) and again[0] == 200, (answers, again)
     assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
-    not_resumed = [k for k in keys if (i := sidecar.instance(LINES_WF, k)) is None or i.resume_count < 1]
+    not_resumed = [k for k in keys if (i := sidecar.instance(wf, k)) is None or i.resume_count < 1]
     assert not_resumed == [], f"not resumed by the Resume Trigger: {not_resumed}\n{diagnose()}"
     for k in everyone:
-        trail = sidecar.trail(LINES_WF, k)
+        trail = sidecar.trail(wf, k)
         assert trail[-1] == "notified" and trail.count("line charged") >= len(LINE_SKUS), (k, trail)
+    # Each line's key is the JSON array [order, SKU] the Claim 2.1 stores; no other key of these orders.
+    line_keys = [json.dumps([k, s], separators=(",", ":")) for k in everyone for s in LINE_SKUS]
     with psycopg.connect(db_url(sidecar.database)) as conn:
-        stored = conn.execute("SELECT key, status FROM durable_idempotency_keys WHERE scope = 'charge-line'"
-                              ).fetchall()
-    assert sorted(stored) == sorted((json.dumps([k, s], separators=(",", ":")), "completed")
-                                    for k in everyone for s in LINE_SKUS), stored
-    REPORT.add("17. orders of line items (a Claim keyed per line), kill -9 n8n", len(everyone), len(everyone),
+        stored = conn.execute("SELECT key, status FROM durable_idempotency_keys WHERE scope = 'charge-line' "
+                              "AND (key = ANY(%s) OR key = ANY(%s))", (line_keys, list(LINE_SKUS))).fetchall()
+    assert sorted(stored) == sorted((k, "completed") for k in line_keys), stored
+    REPORT.add(f"17. orders of line items ({'Loop Over Items' if loop else 'Split Out'}, a Claim keyed per line), "
+               "kill -9 n8n", len(everyone), len(everyone),
                len(dups), time.monotonic() - t0,
                note=f"{len(everyone)} orders × {len(LINE_SKUS)} lines, the same SKUs in every order; kill -9 with "
                     f"{in_flight_at_kill} charges in flight → all completed {done_s:.1f} s; every line charged once "
