@@ -618,6 +618,26 @@ describe('Idempotency Guard 2.1: a Key you set counts within its instance', () =
 		}
 	});
 
+	test('a Key expression that gives nothing for an item is an author error, not the instance key; nothing is claimed', async () => {
+		const { run, lines, upstream } = await orderLines('wf-lines-typo', 'e1', ['o-t1']);
+		const spy = jest.spyOn(getSidecarClient(sidecar.connection()), 'claim');
+		try {
+			const misspelt = {
+				scope: 'charge-line',
+				// {{ $json.line.skuu }}: a misspelt field.
+				key: (_i: number, item: INodeExecutionData) => (item.json.line as IDataObject).skuu,
+			};
+			for (const version of [2, 2.1]) {
+				await expect(runGuard(run, lines, upstream, misspelt, version)).rejects.toThrow(
+					/Key is empty for this item/,
+				);
+			}
+			expect(spy).not.toHaveBeenCalled();
+		} finally {
+			spy.mockRestore();
+		}
+	});
+
 	test('a Key too long together with its instance key is an author error naming the limit; nothing is claimed', async () => {
 		const { run, lines, upstream } = await orderLines('wf-lines-long', 'e1', [
 			'o-' + 'x'.repeat(200),

@@ -447,9 +447,11 @@ export class IdempotencyGuard implements INodeType {
 					{
 						itemIndex: i,
 						description:
-							name === 'key'
-								? 'Set Key to an expression that names the side effect, e.g. {{ $json.orderId }}-charge.'
-								: 'Set Scope, e.g. payment.',
+							name !== 'key'
+								? 'Set Scope, e.g. payment.'
+								: v2 && operation === 'claim'
+									? 'The Key you set gave nothing for this item: check the field it reads (e.g. {{ $json.line.sku }}), or clear Key to use the instance key.'
+									: 'Set Key to an expression that names the side effect, e.g. {{ $json.orderId }}-charge.',
 					},
 				);
 			}
@@ -476,11 +478,15 @@ export class IdempotencyGuard implements INodeType {
 				'options.shareKeyAcrossInstances',
 				node.typeVersion < 2.1,
 			);
+			// v2: an empty Key means the instance key, but only when the author left it empty: a Key
+			// expression that gives nothing for an item (a misspelt field) would otherwise turn every
+			// line's claim into the instance's one claim, and all lines but the first would leave by Busy.
+			const keySet = v2 && String(node.parameters.key ?? '').trim() !== '';
 			for (let i = 0; i < items.length; i++) {
 				try {
 					const scope = text('scope', i);
 					const from = fingerprintFromOf(i) as string;
-					let key = text('key', i, !v2);
+					let key = text('key', i, !v2 || keySet);
 					const given = key !== '';
 					let instance: InstanceRef | undefined;
 					if (v2) {
