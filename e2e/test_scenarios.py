@@ -368,6 +368,43 @@ RENEWAL_DOCS_WF = "durableRenewalDocs"
 SHORT_DEADLINE_S = 5
 
 
+class DocsFlow:
+    """A workflow written from node-package/README.md: the examples' own little builder (Flow) plus the
+    node shapes such workflows share: durable nodes at their newest versions on one credential, a JSON
+    POST to a fake service that sends the Claim's derived key as Idempotency-Key, and the Webhook."""
+
+    def __init__(self, workflow_id: str, name: str, services_url: str, credential_id: str) -> None:
+        import sys
+
+        sys.path.insert(0, str(REPO / "examples"))
+        from generate import GUARD, Flow
+
+        self.flow, self.guard_version, self.services_url = Flow(workflow_id, name), GUARD, services_url
+        self.cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
+        self.node, self.link = self.flow.node, self.flow.link
+
+    def durable(self, name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
+        version = {"resumeTrigger": 1, "idempotencyGuard": self.guard_version}.get(type_, 2)
+        return self.node(name, f"n8n-nodes-durable.{type_}", version, params, pos, credentials=self.cred)
+
+    def call(self, name: str, path: str, body: str, pos: tuple[int, int]) -> str:
+        return self.node(name, "n8n-nodes-base.httpRequest", 4.2, {
+            "method": "POST", "url": f"{self.services_url}/{path}", "sendBody": True, "specifyBody": "json",
+            "jsonBody": body, "sendHeaders": True, "headerParameters": {"parameters": [
+                {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}, "options": {},
+        }, pos)
+
+    def webhook(self, path: str, respond: str) -> str:
+        return self.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
+            "httpMethod": "POST", "path": path, "responseMode": respond, "options": {},
+        }, (0, 0), webhookId=self.flow.wf_id + "-hook")
+
+    def workflow(self) -> dict[str, Any]:
+        f = self.flow
+        return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
+                "settings": {"executionOrder": "v1"}, "pinData": {}}
+
+
 def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_last_save: bool = False,
                           workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals",
                           fields_before_notify: bool = False, respond: str = "responseNode",
@@ -388,28 +425,9 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     `split_out`: one delivery carries several subscriptions (`{"subscriptions": [...]}`); a Split Out
     node (each element under `body`, so every later node reads the same fields) makes one item of each.
     """
-    import sys
-
-    sys.path.insert(0, str(REPO / "examples"))
-    from generate import Flow  # the examples' own little workflow builder
-
-    cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
-    f = Flow(workflow_id, "Subscription renewal (from the node docs)")
-
-    def durable(name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
-        return f.node(name, f"n8n-nodes-durable.{type_}", 1 if type_ == "resumeTrigger" else 2, params, pos,
-                      credentials=cred)
-
-    def call(name: str, path: str, body: str, pos: tuple[int, int]) -> str:
-        return f.node(name, "n8n-nodes-base.httpRequest", 4.2, {
-            "method": "POST", "url": f"{services_url}/{path}", "sendBody": True, "specifyBody": "json",
-            "jsonBody": body, "sendHeaders": True, "headerParameters": {"parameters": [
-                {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}, "options": {},
-        }, pos)
-
-    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
-        "httpMethod": "POST", "path": path, "responseMode": respond, "options": {},
-    }, (0, 0), webhookId=workflow_id + "-hook")
+    f = DocsFlow(workflow_id, "Subscription renewal (from the node docs)", services_url, credential_id)
+    durable, call = f.durable, f.call
+    hook = f.webhook(path, respond)
     trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
     rp = durable("Resume Point", "resumePoint", {
         "instanceKey": "={{ $json.body.subscriptionId }}",
@@ -478,8 +496,7 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     else:
         f.link(claim_notify, notify, 0)
     f.link(claim_notify, save_notified, 1)
-    return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
-            "settings": {"executionOrder": "v1"}, "pinData": {}}
+    return f.workflow()
 
 
 class RetryingSender:
@@ -937,28 +954,9 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
     Claim Line, the charge and Save Line run once per line, and the loop's Done output leads to Claim
     Notify.
     """
-    import sys
-
-    sys.path.insert(0, str(REPO / "examples"))
-    from generate import GUARD, Flow
-
-    cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
-    f = Flow(workflow_id, "Order with line items (from the node docs)")
-
-    def durable(name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
-        version = {"resumeTrigger": 1, "idempotencyGuard": GUARD}.get(type_, 2)
-        return f.node(name, f"n8n-nodes-durable.{type_}", version, params, pos, credentials=cred)
-
-    def call(name: str, path: str, body: str, pos: tuple[int, int]) -> str:
-        return f.node(name, "n8n-nodes-base.httpRequest", 4.2, {
-            "method": "POST", "url": f"{services_url}/{path}", "sendBody": True, "specifyBody": "json",
-            "jsonBody": body, "sendHeaders": True, "headerParameters": {"parameters": [
-                {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}, "options": {},
-        }, pos)
-
-    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
-        "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
-    }, (0, 0), webhookId=workflow_id + "-hook")
+    f = DocsFlow(workflow_id, "Order with line items (from the node docs)", services_url, credential_id)
+    durable, call = f.durable, f.call
+    hook = f.webhook(path, "responseNode")
     trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
     rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
                                                  "stepOutputs": "line charged"}, (220, 100))
@@ -999,8 +997,7 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
     f.link(claim_line, save_line, 1)
     f.link(claim_notify, notify, 0)
     f.link(claim_notify, save_notified, 1)
-    return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
-            "settings": {"executionOrder": "v1"}, "pinData": {}}
+    return f.workflow()
 
 
 @pytest.mark.parametrize("loop", [False, True], ids=["split-out", "loop-over-items"])
