@@ -400,21 +400,22 @@ def stack(work: Path, n8n_env: dict[str, str] | None = None) -> Iterator[tuple[h
                                                                                  FakeServices, Target]]:
     package_dir = Path(os.environ.get("DURABLE_E2E_PACKAGE_DIR", str(ROOT / "node-package")))
     metrics_port = harness.free_port()
-    with harness_sidecar(work, "durable_bench_n8n", metrics_port=metrics_port) as sidecar:
+    # Each piece is undone as soon as it exists (in reverse order), so a failure while starting the next
+    # leaves no throwaway database or server behind.
+    with harness_sidecar(work, "durable_bench_n8n", metrics_port=metrics_port) as sidecar, \
+            contextlib.ExitStack() as undo:
         n8n_db = harness.create_db("n8n_bench")
-        services = FakeServices().start()
+        undo.callback(harness.drop_db, n8n_db)
+        services = FakeServices().start()  # stop() waits for the serving thread: only once it runs
+        undo.callback(services.stop)
         n8n = harness.N8n(work, n8n_db, package_dir, extra_env={"N8N_LOG_LEVEL": "error", **(n8n_env or {})})
-        try:
-            harness.import_credential(n8n, sidecar, credential_id="durableSidecarBench")
-            main = n8n.start_main()
-            assert main.proc is not None and sidecar.process.proc is not None
-            target = Target(n8n.url, main.proc.pid, sidecar.process.proc.pid, harness.db_url(n8n_db),
-                            f"http://127.0.0.1:{metrics_port}/metrics")
-            yield n8n, sidecar, services, target
-        finally:
-            n8n.stop_all()
-            services.stop()
-            harness.drop_db(n8n_db)
+        undo.callback(n8n.stop_all)
+        harness.import_credential(n8n, sidecar, credential_id="durableSidecarBench")
+        main = n8n.start_main()
+        assert main.proc is not None and sidecar.process.proc is not None
+        target = Target(n8n.url, main.proc.pid, sidecar.process.proc.pid, harness.db_url(n8n_db),
+                        f"http://127.0.0.1:{metrics_port}/metrics")
+        yield n8n, sidecar, services, target
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
