@@ -114,7 +114,7 @@ const MAX_KEY_LENGTH = 255;
  * no two (instance, key) pairs meet in one stored key and the derived key sent downstream
  * differs per instance too (two orders with line sku-1 are two charges).
  */
-export function keyWithinInstance(
+function keyWithinInstance(
 	node: INode,
 	instanceKey: string,
 	key: string,
