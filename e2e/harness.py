@@ -430,12 +430,17 @@ def import_workflow(n8n: N8n, source: Path, replacements: dict[str, str], publis
     for old, new in replacements.items():
         text = text.replace(old, new)
     workflow = json.loads(text)
-    path = n8n.work / source.name
+    publish_workflow(n8n, workflow, publish=publish, filename=source.name)
+    return dict(workflow)
+
+
+def publish_workflow(n8n: N8n, workflow: dict[str, Any], publish: bool = True, filename: str = "") -> None:
+    """Imports a workflow with n8n's CLI and publishes it (a running n8n's reconciler activates it)."""
+    path = n8n.work / (filename or f"{workflow['id']}.json")
     path.write_text(json.dumps(workflow))
     n8n.cli("import:workflow", f"--input={path}")
     if publish:
         n8n.cli("publish:workflow", f"--id={workflow['id']}")
-    return dict(workflow)
 
 
 def import_credential(n8n: N8n, sidecar: Sidecar, deadline_seconds: int = 10,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import INSTANCE_LEASE_S, ORDER_WF, RENEWAL_WF, REPORT, Stack
 from durable.v1 import common_pb2, version_pb2
-from harness import NAMESPACE, REPO, wait_until
+from harness import NAMESPACE, REPO, publish_workflow, wait_until
 
 SIDE_EFFECTS = ("payment", "inventory", "shipping", "coupon")
 FULL_TRAIL = ["paid", "reserved", "shipped", "couponed"]
@@ -552,10 +552,7 @@ def test_10_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_st
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
     cred = "durableShortDeadline"
     import_credential(n8n, sidecar, deadline_seconds=SHORT_DEADLINE_S, credential_id=cred)
-    path = stack.work / "renewal-docs.json"
-    path.write_text(json.dumps(renewal_from_the_docs(services.url, cred)))
-    n8n.cli("import:workflow", f"--input={path}")
-    n8n.cli("publish:workflow", f"--id={RENEWAL_DOCS_WF}")  # the running n8n's reconciler activates it
+    publish_workflow(n8n, renewal_from_the_docs(services.url, cred))
     n8n.wait_webhook("renewals", timeout=120)
     sender = RetryingSender(f"{n8n.url}/webhook/renewals")
     phase_a, phase_b1, phase_b2 = orders("subA", 8), orders("subB", 6), orders("subC", 6)
@@ -676,12 +673,8 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, f
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
     wf = LAST_SAVE_WF + ("Fields" if fields_before_notify else "")
     hook = "renewals-last-save" + ("-fields" if fields_before_notify else "")
-    path = stack.work / f"{wf}.json"
-    path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
-                                                     workflow_id=wf, path=hook,
-                                                     fields_before_notify=fields_before_notify)))
-    n8n.cli("import:workflow", f"--input={path}")
-    n8n.cli("publish:workflow", f"--id={wf}")
+    publish_workflow(n8n, renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                workflow_id=wf, path=hook, fields_before_notify=fields_before_notify))
     n8n.wait_webhook(hook, timeout=120)
     url = f"{n8n.url}/webhook/{hook}"
     subs = orders("lastsave-fields" if fields_before_notify else "lastsave", 6)
@@ -744,12 +737,9 @@ def test_15_respond_when_last_node_finishes_answers_redeliveries_2xx_only_with_f
     for connected in (True, False):
         wf = LAST_NODE_WF + ("" if connected else "Bare")
         hook = "renewals-last-node" + ("" if connected else "-bare")
-        path = stack.work / f"{wf}.json"
-        path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
-                                                         workflow_id=wf, path=hook, respond="lastNode",
-                                                         answer_redeliveries=connected)))
-        n8n.cli("import:workflow", f"--input={path}")
-        n8n.cli("publish:workflow", f"--id={wf}")
+        publish_workflow(n8n, renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                    workflow_id=wf, path=hook, respond="lastNode",
+                                                    answer_redeliveries=connected))
         hooks[connected] = (wf, hook)
     for _, hook in hooks.values():
         n8n.wait_webhook(hook, timeout=120)
@@ -816,12 +806,8 @@ def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    path = stack.work / f"{SPLIT_WF}.json"
-    path.write_text(json.dumps(renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
-                                                     workflow_id=SPLIT_WF, path="renewals-batch",
-                                                     split_out=True)))
-    n8n.cli("import:workflow", f"--input={path}")
-    n8n.cli("publish:workflow", f"--id={SPLIT_WF}")
+    publish_workflow(n8n, renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                workflow_id=SPLIT_WF, path="renewals-batch", split_out=True))
     n8n.wait_webhook("renewals-batch", timeout=120)
     url = f"{n8n.url}/webhook/renewals-batch"
     subs, new, poisoned = orders("batch", 5), orders("batch-new", 2), orders("batch-poisoned", 3)
@@ -1019,11 +1005,8 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
     wf, hook = (f"{LINES_WF}Loop", "order-lines-loop") if loop else (LINES_WF, "order-lines")
-    path = stack.work / f"{wf}.json"
-    path.write_text(json.dumps(order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, workflow_id=wf,
-                                                         path=hook)))
-    n8n.cli("import:workflow", f"--input={path}")
-    n8n.cli("publish:workflow", f"--id={wf}")
+    publish_workflow(n8n, order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, workflow_id=wf,
+                                                    path=hook))
     n8n.wait_webhook(hook, timeout=120)
     url = f"{n8n.url}/webhook/{hook}"
     quiet, keys = orders(f"{hook}-quiet", 1), orders(hook, 3)

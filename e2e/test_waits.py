@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import REPORT, Stack, customise
 from durable.v1 import audit_pb2, audit_pb2_grpc, common_pb2, events_pb2, events_pb2_grpc
-from harness import NAMESPACE, REPO, http, wait_until
+from harness import NAMESPACE, REPO, http, publish_workflow, wait_until
 
 DELIVERY_WF = "durableOrderDelivery"
 CARRIER_WF = "durableCarrierWebhook"
@@ -47,10 +47,7 @@ def waits(stack: Stack) -> Iterator[Stack]:
     n8n = stack.n8n
     for wf in (delivery_workflow(stack.services.url),
                customise(json.loads((REPO / "examples" / "carrier-webhook.json").read_text()), stack.services.url)):
-        path = stack.work / f"{wf['id']}.json"
-        path.write_text(json.dumps(wf))
-        n8n.cli("import:workflow", f"--input={path}")
-        n8n.cli("publish:workflow", f"--id={wf['id']}")  # the running n8n's reconciler activates it
+        publish_workflow(n8n, wf)
     wait_webhooks(stack)
     yield stack
 
