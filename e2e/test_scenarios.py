@@ -1051,3 +1051,132 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
                     f"{in_flight_at_kill} charges in flight → all completed {done_s:.1f} s; every line charged once "
                     "per order; a re-delivery charges nothing",
                kill_to_completed_s=done_s)
+
+
+SUB_ORDERS_WF = "durableSubOrders"
+CHARGE_SUB_WF = "durableChargeSub"
+
+
+def charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
+    """The charge as a sub-workflow of its own, written from node-package/README.md with defaults.
+
+    When Executed by Another Workflow (Input Data Mode: Accept All Data) → Claim Charge → HTTP charge
+    (derived key) → Save "charged"; Done Before → the same Save. No Resume Point: the items bring their
+    instance (`durable`) from the calling workflow's Resume Point.
+    """
+    f = DocsFlow(CHARGE_SUB_WF, "Charge the order (sub-workflow, from the node docs)", services_url, credential_id)
+    start = f.node("When Executed by Another Workflow", "n8n-nodes-base.executeWorkflowTrigger", 1.1,
+                   {"inputSource": "passthrough"}, (0, 0))
+    claim = f.durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (220, 0))
+    charge = f.call("Charge", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                         "amount: $json.body.amount }) }}", (440, 0))
+    save = f.durable("Save Charged", "durableCheckpoint", {"operation": "save", "stepName": "charged"}, (660, 0))
+    f.link(start, claim)
+    f.link(claim, charge, 0)
+    f.link(claim, save, 1)
+    f.link(charge, save)
+    return f.workflow()
+
+
+def orders_calling_the_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
+    """The order workflow that runs its charge in a sub-workflow (Execute Workflow, options at defaults).
+
+    Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Execute Workflow (the
+    charge sub-workflow, by ID) → Claim Notify → HTTP notify → Save "notified" with Complete Instance.
+    Resume (nothing saved yet) → the Execute Workflow; the Step Output "charged" → Claim Notify.
+    """
+    f = DocsFlow(SUB_ORDERS_WF, "Orders with a charge sub-workflow (from the node docs)", services_url,
+                 credential_id)
+    durable, call = f.durable, f.call
+    hook = f.webhook("sub-orders", "responseNode")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
+                                                 "stepOutputs": "charged"}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    run_charge = f.node("Charge the Order", "n8n-nodes-base.executeWorkflow", 1.2, {
+        "workflowId": {"__rl": True, "value": CHARGE_SUB_WF, "mode": "id"},
+        "workflowInputs": {"mappingMode": "defineBelow", "value": {}, "matchingColumns": [], "schema": [],
+                           "attemptToConvertTypes": False, "convertFieldsToString": True},
+        "options": {}}, (660, 100))
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (880, 100))
+    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                      "email: $json.body.email }) }}", (1100, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1320, 100))
+    for a, b in [(hook, rp), (trigger, rp), (ok, run_charge), (run_charge, claim_notify),
+                 (notify, save_notified)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)                  # Start
+    f.link(rp, run_charge, 1)          # Resume: nothing saved yet
+    f.link(rp, claim_notify, 4)        # charged
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
+    return f.workflow()
+
+
+def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_n8n_kill(stack: Stack) -> None:
+    """The side effect moved into a sub-workflow (Execute Workflow), as users factor out a charge.
+
+    The sub-workflow's Claim and Save find their instance on the items the caller hands on, and act as
+    the calling execution, which holds the instance's lease: before, they acted on an instance of the
+    sub-workflow's own ID, so the charge ran and its Save failed with NOT_FOUND on every resume. n8n is
+    killed (-9) with charges in flight inside the sub-workflow: every order is charged once and notified
+    once, the resumed caller's sub-workflow takes the dead claim over, and each order's "charged" step is
+    saved by the same execution as its "notified" step (the caller's). No instance of the sub-workflow's ID
+    exists. A re-delivery of a completed order charges nothing.
+    """
+    import psycopg
+    from harness import CREDENTIAL_ID, db_url, http
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    publish_workflow(n8n, charge_sub_workflow(services.url, CREDENTIAL_ID))
+    publish_workflow(n8n, orders_calling_the_charge_sub_workflow(services.url, CREDENTIAL_ID))
+    n8n.wait_webhook("sub-orders", timeout=120)
+    url = f"{n8n.url}/webhook/sub-orders"
+    quiet, keys = orders("sub-quiet", 1), orders("sub", 3)
+    everyone = quiet + keys
+
+    def body(k: str) -> dict[str, Any]:
+        return {"orderId": k, "amount": 42, "email": f"{k}@example.com"}
+
+    def diagnose() -> str:
+        return stack.diagnose(everyone, SUB_ORDERS_WF)
+
+    assert http("POST", url, body(quiet[0]), timeout=60)[0] == 200
+    wait_completed(stack, quiet, 60, SUB_ORDERS_WF)
+    answers, killed = stack.kill_n8n_inside("payment", len(keys),
+                                            lambda: [http("POST", url, body(k), timeout=60) for k in keys])
+    in_flight_at_kill = services.in_flight("payment")
+    stack.restart_n8n()
+    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, SUB_ORDERS_WF), killed, 240,
+                      diagnose)
+    again = http("POST", url, body(keys[0]), timeout=60)
+    dups = services.duplicate_effects(everyone, ("payment", "notify"))
+    assert [a[0] for a in answers] == [200] * len(keys) and again[0] == 200, (answers, again)
+    assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
+    for k in everyone:
+        assert sidecar.trail(SUB_ORDERS_WF, k)[-2:] == ["charged", "notified"], (k, sidecar.trail(SUB_ORDERS_WF, k))
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        savers = dict(conn.execute(
+            "SELECT instance_key, array_agg(DISTINCT execution_id) FROM durable_checkpoints "
+            "WHERE workflow_id = %s AND instance_key = ANY(%s) GROUP BY instance_key", (SUB_ORDERS_WF, everyone)))
+        charges = conn.execute("SELECT key, status, attempt, holder FROM durable_idempotency_keys "
+                               "WHERE scope = 'charge' AND key = ANY(%s)", (everyone,)).fetchall()
+        sub_instances = conn.execute("SELECT count(*) FROM durable_instances WHERE workflow_id = %s",
+                                     (CHARGE_SUB_WF,)).fetchone()
+    # The order's instance is saved by the caller's execution only: the sub-workflow acted as it.
+    assert all(len(savers[k]) == 1 for k in everyone), savers
+    assert sorted(k for k, status, _, _ in charges if status == "completed") == sorted(everyone), charges
+    assert all(holder == savers[k][0] for k, _, _, holder in charges), (charges, savers)
+    # The killed orders' charge was taken over by the resumed caller: a second attempt, not a wait.
+    assert all(attempt == 2 for k, _, attempt, _ in charges if k in keys), charges
+    assert sub_instances == (0,), sub_instances
+    REPORT.add("18. the charge in a sub-workflow (Execute Workflow), kill -9 n8n", len(everyone), len(everyone),
+               len(dups), time.monotonic() - t0,
+               note=f"kill -9 with {in_flight_at_kill} charges in flight inside the sub-workflow → all completed "
+                    f"{done_s:.1f} s; each charged once, taken over by the resumed caller (attempt 2); "
+                    "a re-delivery charges nothing",
+               kill_to_completed_s=done_s)

@@ -63,6 +63,50 @@ function roleOf(type: string, parameters: INodeParameters | undefined): DurableR
 	}
 }
 
+/** An instance and who acts on it in this execution: what every call about an instance names. */
+export interface Target {
+	workflowId: string;
+	instanceKey: string;
+	/** The lease owner and claim holder: the execution that holds the instance. */
+	executionId: string;
+}
+
+/**
+ * The instance `ref` and the execution that acts on it here. An instance of
+ * this workflow: this execution. Another workflow's instance reaches a node
+ * only in a sub-workflow that workflow called (Execute Workflow hands the
+ * items on with their `durable` field): the calling execution holds the
+ * instance's lease while the sub-workflow runs, so the sub-workflow acts as
+ * that execution. Its saves leave the lease where it is, and its claims are
+ * the caller's, so a resumed caller takes them over at once as its own.
+ * Anywhere else another workflow's instance is an error, before any call.
+ */
+export function targetOf(
+	ctx: IExecuteFunctions,
+	ref: InstanceRef,
+	itemIndex: number,
+	own: { workflowId: string; executionId: string },
+): Target {
+	if (!ref.workflowId || ref.workflowId === own.workflowId) {
+		return { workflowId: own.workflowId, instanceKey: ref.instanceKey, executionId: own.executionId };
+	}
+	const context =
+		typeof ctx.getExecutionContext === 'function' ? ctx.getExecutionContext() : undefined;
+	const caller = context?.parentExecutionId;
+	if (!caller) {
+		throw new NodeOperationError(
+			nodeOf(ctx),
+			`The item belongs to instance '${ref.instanceKey}' of workflow ${ref.workflowId}, not of this workflow (${own.workflowId})`,
+			{
+				itemIndex,
+				description:
+					"A durable node acts on another workflow's instance only in a sub-workflow that workflow runs (Execute Workflow with the items' durable field passed on). Here, remove the item's durable field before the Resume Point, or set Instance to By Key.",
+			},
+		);
+	}
+	return { workflowId: ref.workflowId, instanceKey: ref.instanceKey, executionId: String(caller) };
+}
+
 export function instanceRefOf(json: IDataObject): InstanceRef | undefined {
 	const meta = json[DURABLE_FIELD];
 	if (!isObject(meta) || typeof meta.instanceKey !== 'string' || !meta.instanceKey)
@@ -316,12 +360,17 @@ export class Upstream {
 	requireInstance(itemIndex: number, item: INodeExecutionData, alternative = ''): InstanceRef {
 		const ref = this.instance(itemIndex, item);
 		if (ref) return ref;
+		const sub =
+			typeof this.ctx.getExecutionContext === 'function' &&
+			!!this.ctx.getExecutionContext()?.parentExecutionId;
 		throw new NodeOperationError(
 			nodeOf(this.ctx),
 			'No Resume Point before this node for this item',
 			{
 				itemIndex,
-				description: `Connect a Resume Point before this node (right after the trigger): this node finds its instance through the items that came from it.${alternative ? ' ' + alternative : ''}`,
+				description: sub
+					? "This is a sub-workflow, and its item came without the durable field its caller's Resume Point put on it. Set the Execute Workflow Trigger's Input Data Mode to Accept All Data (or add a field durable of type Object), and hand on the items that came from the Resume Point."
+					: `Connect a Resume Point before this node (right after the trigger): this node finds its instance through the items that came from it.${alternative ? ' ' + alternative : ''}`,
 			},
 		);
 	}

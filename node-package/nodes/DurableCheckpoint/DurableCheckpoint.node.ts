@@ -44,8 +44,10 @@ import {
 import {
 	parameterReader,
 	shareUnchanged,
+	targetOf,
 	Upstream,
 	type ClaimRef,
+	type Target,
 	nodeParameter,
 } from '../../shared/upstream';
 
@@ -79,10 +81,11 @@ function instanceSummary(inst: Instance | undefined): IDataObject {
 
 interface SaveContext {
 	client: SidecarClient;
-	workflowId: string;
+	/** This n8n execution (claims made ahead wait under it in this process). */
 	executionId: string;
 	upstream: Upstream;
-	keyOf: (itemIndex: number) => string;
+	/** The item's instance, and who acts on it (see targetOf). */
+	targetAt: (itemIndex: number) => Target;
 }
 
 /** What one item sends, and what its output item is built from. */
@@ -97,7 +100,7 @@ interface PreparedSave {
 /** Save: every item in one SaveCheckpoints call (chunked), one output item per input item. */
 async function saveCheckpoints(
 	ctx: IExecuteFunctions,
-	{ client, workflowId, executionId, upstream, keyOf }: SaveContext,
+	{ client, executionId, upstream, targetAt }: SaveContext,
 ): Promise<INodeExecutionData[]> {
 	const items = ctx.getInputData();
 	const node = nodeOf(ctx);
@@ -166,7 +169,8 @@ async function saveCheckpoints(
 							resultJson: Buffer.alloc(0),
 						}
 					: undefined;
-			const instanceKey = keyOf(i);
+			const target = targetAt(i);
+			const { workflowId, instanceKey } = target;
 			const completeInstance = v2 && completeInstanceOf(i) === true;
 			const leaseSeconds = v2 ? (upstream.instance(i, item)?.leaseSeconds ?? 0) : 0;
 			let claimNext: ClaimItem | undefined;
@@ -175,7 +179,7 @@ async function saveCheckpoints(
 				claimNext = instanceClaim(
 					ahead,
 					{ workflowId, instanceKey, leaseSeconds },
-					{ workflowId, executionId },
+					{ workflowId, executionId: target.executionId },
 				);
 				const id = JSON.stringify([claimNext.scope, claimNext.key]);
 				if (claimedAhead.has(id)) claimNext = undefined;
@@ -187,7 +191,7 @@ async function saveCheckpoints(
 					instanceKey,
 					stepName,
 					stateJson: toJsonBytes(state),
-					executionId,
+					executionId: target.executionId,
 					nodeName: node.name,
 					expectedSequence,
 					leaseSeconds: leaseOf(i),
@@ -238,7 +242,7 @@ async function saveCheckpoints(
 				withDurable(
 					items[i],
 					{
-						workflowId,
+						workflowId: sent.request.workflowId,
 						instanceKey: sent.request.instanceKey,
 						lastSequence: cp?.sequence ?? 0,
 						lastStep: stepName,
@@ -268,7 +272,7 @@ async function saveCheckpoints(
 		// Unchanged fields keep the objects the item came with (a small execution record).
 		shareUnchanged(json, (upstream.claimItem(i, items[i]) ?? items[i]).json, DURABLE_FIELD);
 		const meta: IDataObject = {
-			workflowId,
+			workflowId: sent.request.workflowId,
 			instanceKey: sent.request.instanceKey,
 			leaseSeconds: sent.leaseSeconds,
 			lastStep: stepName,
@@ -726,10 +730,15 @@ export class DurableCheckpoint implements INodeType {
 			if (!this.continueOnFail()) throw error;
 			out.push(errorItem(items[i], error, i));
 		};
-		const keyOf = (i: number): string => {
+		const own = { workflowId, executionId };
+		const targetAt = (i: number): Target => {
 			if (!byKey) {
-				return upstream.requireInstance(i, items[i], 'Or set Instance to By Key and give the key.')
-					.instanceKey;
+				const ref = upstream.requireInstance(
+					i,
+					items[i],
+					'Or set Instance to By Key and give the key.',
+				);
+				return targetOf(this, ref, i, own);
 			}
 			const raw: unknown = this.getNodeParameter('instanceKey', i, '');
 			const key =
@@ -742,11 +751,11 @@ export class DurableCheckpoint implements INodeType {
 						: "The item carries no durable.instanceKey (a node since the Resume Point replaced it). Set Instance Key to {{ $('Resume Point').item.json.durable.instanceKey }}.",
 				});
 			}
-			return key;
+			return { workflowId, instanceKey: key, executionId };
 		};
 
 		if (operation === 'save') {
-			return [await saveCheckpoints(this, { client, workflowId, executionId, upstream, keyOf })];
+			return [await saveCheckpoints(this, { client, executionId, upstream, targetAt })];
 		}
 		if (operation === 'awaitEvent') {
 			// An instance that waits comes back through the Resume Point before this node when its
@@ -795,16 +804,16 @@ export class DurableCheckpoint implements INodeType {
 			return seconds;
 		};
 		const awaited = new Map<number, AwaitEventResponse>();
-		const keys: Array<string | NodeError> = items.map((_, i) => {
+		const targets: Array<Target | NodeError> = items.map((_, i) => {
 			try {
-				return keyOf(i);
+				return targetAt(i);
 			} catch (error) {
 				return asNodeError(node, error, i);
 			}
 		});
 		const settled = await perItem(this, client, action, items.length, async (i) => {
-			const key = keys[i];
-			if (typeof key !== 'string') throw key;
+			const target = targets[i];
+			if (target instanceof Error) throw target;
 			if (operation === 'complete') {
 				const what = nodeParameter(this, 'resultWhat', i, 'none') as string;
 				const result =
@@ -819,9 +828,7 @@ export class DurableCheckpoint implements INodeType {
 								)
 							: undefined;
 				const response = await client.completeInstance({
-					workflowId,
-					instanceKey: key,
-					executionId,
+					...target,
 					resultJson: result === undefined ? Buffer.alloc(0) : toJsonBytes(result),
 				});
 				return response.instance;
@@ -835,9 +842,7 @@ export class DurableCheckpoint implements INodeType {
 					});
 				}
 				const response = await client.failInstance({
-					workflowId,
-					instanceKey: key,
-					executionId,
+					...target,
 					errorMessage: message,
 					retry: nodeParameter(this, 'options.retry', i, false) as boolean,
 				});
@@ -874,9 +879,7 @@ export class DurableCheckpoint implements INodeType {
 				awaited.set(
 					i,
 					await client.awaitEvent({
-						workflowId,
-						instanceKey: key,
-						executionId,
+						...target,
 						eventName,
 						timeout,
 					}),
@@ -887,18 +890,14 @@ export class DurableCheckpoint implements INodeType {
 			if (when === 'at') {
 				const at = timeOf(this.getNodeParameter('wakeAt', i, '') as string, i);
 				const response = await client.scheduleWakeUp({
-					workflowId,
-					instanceKey: key,
-					executionId,
+					...target,
 					when: { $case: 'wakeAt', value: at },
 				});
 				return response.instance;
 			}
 			const seconds = secondsOf(i);
 			const response = await client.scheduleWakeUp({
-				workflowId,
-				instanceKey: key,
-				executionId,
+				...target,
 				when: { $case: 'delaySeconds', value: seconds },
 			});
 			return response.instance;

@@ -41,6 +41,7 @@ import {
 	instanceRefOf,
 	noteGuardRun,
 	parameterReader,
+	targetOf,
 	Upstream,
 	type InstanceRef,
 	nodeParameter,
@@ -433,6 +434,8 @@ export class IdempotencyGuard implements INodeType {
 		const v2 = node.typeVersion >= 2;
 		const client = await sidecarFor(this);
 		const executionId = executionIdOf(this);
+		// This workflow and execution; read only for items with an instance (an unsaved workflow has no id).
+		const own = () => ({ workflowId: workflowIdOf(this), executionId });
 		const upstream = new Upstream(this);
 		const scopeOf = parameterReader(this, 'scope', '');
 		const keyOf = parameterReader(this, 'key', '');
@@ -519,14 +522,16 @@ export class IdempotencyGuard implements INodeType {
 							continue;
 						}
 					}
-					if (v2 && instance && (from === 'instance' || from === 'none')) {
+					// Who claims: the execution holding the instance (the caller's, in a sub-workflow).
+					const target = instance ? targetOf(this, instance, i, own()) : undefined;
+					if (v2 && instance && target && (from === 'instance' || from === 'none')) {
 						// The default form: the same claim a node before would make ahead (shared/claim-ahead).
 						prepared.set(
 							i,
 							instanceClaim(
 								{ scope, fingerprintFrom: from, leaseSeconds: leaseOf(i), ttlSeconds: ttlOf(i) },
 								instance,
-								{ workflowId: workflowIdOf(this), executionId, key },
+								{ workflowId: target.workflowId, executionId: target.executionId, key },
 							),
 						);
 						continue;
@@ -553,10 +558,10 @@ export class IdempotencyGuard implements INodeType {
 						// v2: 0 means the instance's lease, so the claim lapses with the instance.
 						leaseSeconds: leaseOf(i) || (instance?.leaseSeconds ?? 0),
 						ttlSeconds: ttlOf(i),
-						holder: executionId,
+						holder: target?.executionId ?? executionId,
 						// Instance-aware: a resumed instance's execution takes over its dead one's claim.
-						workflowId: instance ? workflowIdOf(this) : '',
-						instanceKey: instance ? instance.instanceKey : '',
+						workflowId: target?.workflowId ?? '',
+						instanceKey: target?.instanceKey ?? '',
 					});
 				} catch (error) {
 					problems.set(i, asNodeError(node, error, i));

@@ -42,6 +42,8 @@ export interface ContextOptions {
 	credentials: Record<string, unknown>;
 	workflowId?: string;
 	executionId?: string;
+	/** The calling execution, when this one is a sub-workflow's (n8n's execution context). */
+	parentExecutionId?: string;
 	continueOnFail?: boolean;
 	nodeName?: string;
 	nodeType?: string;
@@ -149,6 +151,12 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 			active: true,
 		}),
 		getExecutionId: () => options.executionId ?? 'exec-1',
+		getExecutionContext: () => ({
+			version: 1,
+			establishedAt: 0,
+			source: options.parentExecutionId ? 'integrated' : 'webhook',
+			...(options.parentExecutionId ? { parentExecutionId: options.parentExecutionId } : {}),
+		}),
 		continueOnFail: () => options.continueOnFail ?? false,
 		getMode: () => 'trigger',
 		getCredentials: async () => options.credentials,
