@@ -189,6 +189,11 @@ class FakeServices:
         with self.ledger.lock:
             return list(self.ledger.logic[service][order])
 
+    def call_times(self, service: str, order: str) -> list[float]:
+        """When each call of the order to the service arrived (time.time()), in order."""
+        with self.ledger.lock:
+            return [c["at"] for c in self.ledger.calls if c["service"] == service and c["order"] == order]
+
     def calls(self, service: str, order: str) -> int:
         with self.ledger.lock:
             return sum(1 for c in self.ledger.calls if c["service"] == service and c["order"] == order)

@@ -1180,3 +1180,81 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
                     f"{done_s:.1f} s; each charged once, taken over by the resumed caller (attempt 2); "
                     "a re-delivery charges nothing",
                kill_to_completed_s=done_s)
+
+
+WAIT_NODE_WF = "durableWaitNode"
+WAIT_NODE_S = 30
+
+
+def orders_with_a_wait_node(services_url: str, credential_id: str) -> dict[str, Any]:
+    """An order that waits with n8n's own Wait node between two side effects, options at their defaults.
+
+    Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Claim Charge → charge →
+    Save "charged" → Wait (After Time Interval, 30 s) → Claim Notify → notify → Save "notified" with
+    Complete Instance. Resume → Claim Charge; the Step Output "charged" → the Wait.
+    """
+    f = DocsFlow(WAIT_NODE_WF, "Order with a Wait node (from the node docs)", services_url, credential_id)
+    durable, call = f.durable, f.call
+    hook = f.webhook("wait-orders", "responseNode")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
+                                                 "stepOutputs": "charged"}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    claim_charge = durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (660, 0))
+    charge = call("Charge", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                       "amount: $json.body.amount }) }}", (880, 0))
+    save_charged = durable("Save Charged", "durableCheckpoint", {"operation": "save", "stepName": "charged"},
+                           (1100, 0))
+    wait = f.node("Wait", "n8n-nodes-base.wait", 1.1, {"amount": WAIT_NODE_S, "unit": "seconds"}, (1320, 100),
+                  webhookId=WAIT_NODE_WF + "-wait")
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (1540, 100))
+    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                      "email: $json.body.email }) }}", (1760, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1980, 100))
+    for a, b in [(hook, rp), (trigger, rp), (ok, claim_charge), (charge, save_charged), (save_charged, wait),
+                 (wait, claim_notify), (notify, save_notified)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)                  # Start
+    f.link(rp, claim_charge, 1)        # Resume: nothing saved yet
+    f.link(rp, wait, 4)                # charged: the wait again, then the notification
+    f.link(claim_charge, charge, 0)
+    f.link(claim_charge, save_charged, 1)
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
+    return f.workflow()
+
+
+def test_19_a_wait_node_longer_than_the_lease_is_waited_out_not_taken_for_a_crash(stack: Stack) -> None:
+    """n8n's own Wait node (30 s) after a Save, on a stack whose instance lease is 12 s.
+
+    While n8n waits, no durable node renews the lease. Before, the instance looked crashed 12 s after
+    its Save: the Resume Trigger resumed it in a second execution while the first still waited, and two
+    executions ran the rest of the order. The Save before a Wait now renews the lease for the wait as
+    well: no order is resumed, each is notified at least 30 s after its charge, each side effect once.
+    """
+    from harness import CREDENTIAL_ID, http
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    publish_workflow(n8n, orders_with_a_wait_node(services.url, CREDENTIAL_ID))
+    n8n.wait_webhook("wait-orders", timeout=120)
+    url = f"{n8n.url}/webhook/wait-orders"
+    keys = orders("wait", 2)
+    answers = [http("POST", url, {"orderId": k, "amount": 42, "email": f"{k}@example.com"}, timeout=60)
+               for k in keys]
+    assert [a[0] for a in answers] == [200] * len(keys), answers
+    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, WAIT_NODE_WF), t0,
+                      WAIT_NODE_S + 90, lambda: stack.diagnose(keys, WAIT_NODE_WF))
+    dups = services.duplicate_effects(keys, ("payment", "notify"))
+    assert dups == [], f"duplicate or missing side effects: {dups}\n{stack.diagnose(keys, WAIT_NODE_WF)}"
+    resumed = {k: i.resume_count for k in keys if (i := sidecar.instance(WAIT_NODE_WF, k)) and i.resume_count}
+    assert resumed == {}, f"taken for crashed during the Wait and resumed: {resumed}"
+    waited = {k: services.call_times("notify", k)[0] - services.call_times("payment", k)[0] for k in keys}
+    assert all(s >= WAIT_NODE_S for s in waited.values()), waited
+    REPORT.add(f"19. n8n's Wait node ({WAIT_NODE_S} s) after a Save, instance lease 12 s", len(keys), len(keys),
+               len(dups), time.monotonic() - t0,
+               note=f"no order resumed during the wait; notified {min(waited.values()):.1f}–"
+                    f"{max(waited.values()):.1f} s after the charge; all completed {done_s:.1f} s")

@@ -105,6 +105,7 @@ async function runSave(
 	items: INodeExecutionData[],
 	upstream: UpstreamNode[],
 	params: Record<string, ParamValue> = { stepName: 'charge' },
+	downstream: UpstreamNode[] = [],
 ): Promise<INodeExecutionData[]> {
 	const [out] = await checkpoint.execute.call(
 		executeContext({
@@ -116,6 +117,7 @@ async function runSave(
 			typeVersion: 2,
 			description: checkpoint.description,
 			upstream,
+			downstream,
 		}),
 	);
 	return out;
@@ -758,5 +760,77 @@ describe('a sub-workflow acts for its caller\'s instance', () => {
 		if (!(error instanceof NodeOperationError)) throw new Error('expected a NodeOperationError');
 		expect(error.message).toMatch(/No Resume Point before this node/);
 		expect(error.description).toMatch(/Accept All Data/);
+	});
+});
+
+describe("n8n's Wait node after a Save: the renewal covers the wait", () => {
+	const wait = (parameters: Record<string, unknown>, typeVersion = 1.1): UpstreamNode => ({
+		name: 'Wait',
+		type: 'n8n-nodes-base.wait',
+		typeVersion,
+		parameters: parameters as UpstreamNode['parameters'],
+	});
+
+	async function startedWithLease(wf: string, key: string, lease = 60) {
+		const run = { workflowId: wf, executionId: 'e1' };
+		const started = await runResumePoint(run, [{ body: { orderId: key } }], {
+			options: { leaseSeconds: lease },
+		});
+		return { run, items: started[OUTPUT_START], upstream: [{ ...RP, output: started[OUTPUT_START] }] };
+	}
+
+	async function leaseLeft(wf: string, key: string): Promise<number> {
+		const [row] = await sidecar.sql<{ s: number }>(
+			'SELECT extract(epoch FROM lease_expires_at - now())::float AS s FROM durable_instances WHERE workflow_id = $1 AND instance_key = $2',
+			[wf, key],
+		);
+		return row.s;
+	}
+
+	test('a Wait of 10 minutes: the lease runs the wait plus the instance lease; the next Save renews as usual', async () => {
+		const { run, items, upstream } = await startedWithLease('wf-wait-10', 'o-w10');
+		await runSave(run, items, upstream, { stepName: 'charged' }, [
+			wait({ resume: 'timeInterval', amount: 10, unit: 'minutes' }),
+		]);
+		const left = await leaseLeft('wf-wait-10', 'o-w10');
+		expect(left).toBeGreaterThan(650);
+		expect(left).toBeLessThanOrEqual(661);
+		await runSave(run, items, upstream, { stepName: 'notified' });
+		expect(await leaseLeft('wf-wait-10', 'o-w10')).toBeLessThanOrEqual(61);
+	});
+
+	test('a Wait with no limit, or longer than a day with the lease: an error naming the way out; nothing is saved', async () => {
+		const { run, items, upstream } = await startedWithLease('wf-wait-bad', 'o-wbad');
+		const client = getSidecarClient(sidecar.connection());
+		const spy = jest.spyOn(client, 'saveCheckpoints');
+		try {
+			await expect(
+				runSave(run, items, upstream, { stepName: 'charged' }, [wait({ resume: 'webhook' })]),
+			).rejects.toThrow(
+				/The Wait node 'Wait' after this Save waits for a webhook call or a form with no Limit Wait Time/,
+			);
+			await expect(
+				runSave(run, items, upstream, { stepName: 'charged' }, [
+					wait({ resume: 'timeInterval', amount: '={{ $json.days }}', unit: 'days' }),
+				]),
+			).rejects.toThrow(/takes its time from an expression/);
+			const tooLong = await runSave(run, items, upstream, { stepName: 'charged' }, [
+				wait({ resume: 'timeInterval', amount: 2, unit: 'days' }),
+			]).catch((e: unknown) => e);
+			if (!(tooLong instanceof NodeOperationError)) throw new Error('expected a NodeOperationError');
+			expect(tooLong.message).toMatch(/waits 2 days: .* longer than a lease can be \(1 day\)/);
+			expect(tooLong.description).toMatch(/Schedule Resume/);
+			expect(spy).not.toHaveBeenCalled();
+		} finally {
+			spy.mockRestore();
+		}
+	});
+
+	test("the Save's own Lease option is the author's choice: no check, that lease", async () => {
+		const { run, items, upstream } = await startedWithLease('wf-wait-own', 'o-wown');
+		await runSave(run, items, upstream, { stepName: 'charged', options: { leaseSeconds: 7200 } }, [
+			wait({ resume: 'webhook' }),
+		]);
+		expect(await leaseLeft('wf-wait-own', 'o-wown')).toBeGreaterThan(7100);
 	});
 });

@@ -3,6 +3,7 @@ import {
 	NodeOperationError,
 	type IDataObject,
 	type IExecuteFunctions,
+	type INode,
 	type INodeExecutionData,
 	type INodeParameters,
 	type INodeType,
@@ -14,6 +15,12 @@ import { findAheadGuard, instanceClaim, keepAheadAnswer } from '../../shared/cla
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
+import {
+	longestWait,
+	MAX_LEASE_SECONDS,
+	waitsAhead,
+	type WaitAhead,
+} from '../../shared/waits';
 import {
 	asNodeError,
 	DURABLE_FIELD,
@@ -65,6 +72,9 @@ const V1 = { '@version': [1] };
 const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
 
 const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
+
+/** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */
+const DEFAULT_LEASE_SECONDS = 300;
 
 function instanceSummary(inst: Instance | undefined): IDataObject {
 	if (!inst) return {};
@@ -118,6 +128,8 @@ async function saveCheckpoints(
 	const completeInstanceOf = parameterReader<boolean>(ctx, 'options.completeInstance', false);
 	// v2: the Idempotency Guard right after this Save, whose key this call claims ahead.
 	const ahead = v2 ? findAheadGuard(ctx, { onlyChild: false }) : undefined;
+	// v2: an n8n Wait node after this Save; the renewal then covers the wait too (shared/waits).
+	const wait = v2 ? longestWait(waitsAhead(ctx)) : undefined;
 	const claimedAhead = new Set<string>();
 
 	const prepared = new Map<number, PreparedSave>();
@@ -194,7 +206,7 @@ async function saveCheckpoints(
 					executionId: target.executionId,
 					nodeName: node.name,
 					expectedSequence,
-					leaseSeconds: leaseOf(i),
+					leaseSeconds: renewalFor(node, leaseOf(i), leaseSeconds, wait, i),
 					stateMode: !v2
 						? StateMode.STATE_MODE_UNSPECIFIED
 						: saveWhat === 'stepResult'
@@ -293,6 +305,51 @@ async function saveCheckpoints(
 		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
 	}
 	return out;
+}
+
+/** One day, or minutes / hours / days as an author reads them. */
+function spoken(seconds: number): string {
+	if (seconds % 86400 === 0) return `${seconds / 86400} day${seconds === 86400 ? '' : 's'}`;
+	if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+	if (seconds % 60 === 0) return `${seconds / 60} min`;
+	return `${seconds} s`;
+}
+
+/**
+ * The lease this Save renews: its own Lease option when set (the author's
+ * choice), else, when an n8n Wait node follows, the instance's lease plus the
+ * longest wait, so the instance is not taken for crashed while n8n waits;
+ * else 0 (the instance's own length). A wait no lease can cover is an error
+ * before anything is saved.
+ */
+function renewalFor(
+	node: INode,
+	option: number,
+	instanceLease: number,
+	wait: WaitAhead | undefined,
+	itemIndex: number,
+): number {
+	if (option || !wait) return option;
+	const instead =
+		"Or set this Save's Lease option to cover the wait yourself. Nothing was saved.";
+	if (wait.seconds === undefined) {
+		throw new NodeOperationError(node, `The Wait node '${wait.name}' after this Save ${wait.why}`, {
+			itemIndex,
+			description: `While n8n waits there, the instance renews no lease; once its lease lapses the Resume Trigger resumes it in another execution and the steps after the Wait run early. Wait for an event with Durable Checkpoint → Wait for Event (Durable Instance → Signal delivers it), or give the Wait a Limit Wait Time. ${instead}`,
+		});
+	}
+	const lease = (instanceLease || DEFAULT_LEASE_SECONDS) + wait.seconds;
+	if (lease > MAX_LEASE_SECONDS) {
+		throw new NodeOperationError(
+			node,
+			`The Wait node '${wait.name}' after this Save waits ${spoken(wait.seconds)}: with the instance's lease that is longer than a lease can be (1 day)`,
+			{
+				itemIndex,
+				description: `Let the sidecar keep the time instead: Durable Checkpoint → Schedule Resume after this Save. The instance then holds no lease, survives restarts, and when it is due the Resume Trigger resumes it and the Resume Point sends it on by its last step. ${instead}`,
+			},
+		);
+	}
+	return lease;
 }
 
 /**
