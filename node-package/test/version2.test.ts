@@ -826,6 +826,18 @@ describe("n8n's Wait node after a Save: the renewal covers the wait", () => {
 		}
 	});
 
+	test('a Save that completes the instance is not checked: nothing holds a lease after it', async () => {
+		const { run, items, upstream } = await startedWithLease('wf-wait-done', 'o-wdone');
+		const [saved] = await runSave(
+			run,
+			items,
+			upstream,
+			{ stepName: 'done', options: { completeInstance: true } },
+			[wait({ resume: 'webhook' })],
+		);
+		expect(durable(saved).status).toBe('completed');
+	});
+
 	test("the Save's own Lease option is the author's choice: no check, that lease", async () => {
 		const { run, items, upstream } = await startedWithLease('wf-wait-own', 'o-wown');
 		await runSave(run, items, upstream, { stepName: 'charged', options: { leaseSeconds: 7200 } }, [

@@ -206,7 +206,10 @@ async function saveCheckpoints(
 					executionId: target.executionId,
 					nodeName: node.name,
 					expectedSequence,
-					leaseSeconds: renewalFor(node, leaseOf(i), leaseSeconds, wait, i),
+					// A completed instance holds no lease: nothing after it waits on one.
+					leaseSeconds: completeInstance
+						? leaseOf(i)
+						: renewalFor(node, leaseOf(i), leaseSeconds, wait, i),
 					stateMode: !v2
 						? StateMode.STATE_MODE_UNSPECIFIED
 						: saveWhat === 'stepResult'
