@@ -926,7 +926,8 @@ LINE_SKUS = ("sku-a", "sku-b", "sku-c")
 
 
 def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bool = False,
-                              workflow_id: str = LINES_WF, path: str = "order-lines") -> dict[str, Any]:
+                              aggregate: bool = False, workflow_id: str = LINES_WF,
+                              path: str = "order-lines") -> dict[str, Any]:
     """An order of several line items, each charged once, written from node-package/README.md.
 
     Every node option at its default, the nodes at their newest versions. Webhook (answer with Respond
@@ -939,6 +940,9 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
     `loop`: the lines go one at a time through a Loop Over Items node (batch size 1) after the Split Out:
     Claim Line, the charge and Save Line run once per line, and the loop's Done output leads to Claim
     Notify.
+    `aggregate`: an Aggregate node (All Item Data, its defaults) makes the saved lines one item before
+    Claim Notify, so that Claim finds its instance through an item paired to every line; the notify call
+    reads the order from the Resume Point (`$('Resume Point').item`), as the editor's input panel offers.
     """
     f = DocsFlow(workflow_id, "Order with line items (from the node docs)", services_url, credential_id)
     durable, call = f.durable, f.call
@@ -960,13 +964,20 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
                         (1320, 100))
     claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
                            (1540, 100))
-    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
-                                      "email: $json.body.email }) }}", (1760, 0))
+    order = "$('Resume Point').item.json.body" if aggregate else "$json.body"
+    notify = call("Notify", "notify", f"={{{{ JSON.stringify({{ orderId: {order}.orderId, "
+                                      f"email: {order}.email }}) }}}}", (1760, 0))
     save_notified = durable("Save Notified", "durableCheckpoint", {
         "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1980, 100))
     for a, b in [(hook, rp), (trigger, rp), (ok, split), (charge, save_line), (notify, save_notified)]:
         f.link(a, b)
-    if loop:
+    if aggregate:
+        lines = f.node("All Lines", "n8n-nodes-base.aggregate", 1, {"aggregate": "aggregateAllItemData",
+                                                                     "options": {}}, (1430, 200))
+        f.link(split, claim_line)
+        f.link(save_line, lines)
+        f.link(lines, claim_notify)
+    elif loop:
         each = f.node("Each Line", "n8n-nodes-base.splitInBatches", 3, {"batchSize": 1, "options": {}},
                       (770, 200))
         f.link(split, each)
@@ -986,9 +997,9 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
     return f.workflow()
 
 
-@pytest.mark.parametrize("loop", [False, True], ids=["split-out", "loop-over-items"])
+@pytest.mark.parametrize("shape", ["split-out", "loop-over-items", "aggregate"])
 def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n_kill(stack: Stack,
-                                                                                      loop: bool) -> None:
+                                                                                      shape: str) -> None:
     """Orders of several line items, every order with the same SKUs: a Claim keyed by the line's SKU.
 
     The Idempotency Guard 2.1 makes a Key you set count within its instance, so order B's line sku-a is
@@ -997,16 +1008,19 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     shared derived key would have made the payment provider replay order A's charge). n8n is killed (-9)
     with the lines' charges in flight: every line of every order is charged once and every order
     notified once. A re-delivery of a completed order leaves by Finished and charges nothing. Run twice:
-    the lines of an order all at once (Split Out), and one at a time (Loop Over Items, batch size 1).
+    the lines of an order all at once (Split Out), one at a time (Loop Over Items, batch size 1), and all at
+    once made one item again by an Aggregate node before the order's notification.
     """
     import psycopg
     from harness import CREDENTIAL_ID, db_url, http
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    wf, hook = (f"{LINES_WF}Loop", "order-lines-loop") if loop else (LINES_WF, "order-lines")
-    publish_workflow(n8n, order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, workflow_id=wf,
-                                                    path=hook))
+    loop, aggregate = shape == "loop-over-items", shape == "aggregate"
+    wf, hook = {"split-out": (LINES_WF, "order-lines"), "loop-over-items": (f"{LINES_WF}Loop", "order-lines-loop"),
+                "aggregate": (f"{LINES_WF}Agg", "order-lines-aggregate")}[shape]
+    publish_workflow(n8n, order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, aggregate=aggregate,
+                                                    workflow_id=wf, path=hook))
     n8n.wait_webhook(hook, timeout=120)
     url = f"{n8n.url}/webhook/{hook}"
     quiet, keys = orders(f"{hook}-quiet", 1), orders(hook, 3)
@@ -1044,7 +1058,8 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
         stored = conn.execute("SELECT key, status FROM durable_idempotency_keys WHERE scope = 'charge-line' "
                               "AND (key = ANY(%s) OR key = ANY(%s))", (line_keys, list(LINE_SKUS))).fetchall()
     assert sorted(stored) == sorted((k, "completed") for k in line_keys), stored
-    REPORT.add(f"17. orders of line items ({'Loop Over Items' if loop else 'Split Out'}, a Claim keyed per line), "
+    how = {"split-out": "Split Out", "loop-over-items": "Loop Over Items", "aggregate": "Split Out, Aggregate"}[shape]
+    REPORT.add(f"17. orders of line items ({how}, a Claim keyed per line), "
                "kill -9 n8n", len(everyone), len(everyone),
                len(dups), time.monotonic() - t0,
                note=f"{len(everyone)} orders × {len(LINE_SKUS)} lines, the same SKUs in every order; kill -9 with "
