@@ -369,7 +369,7 @@ export class Upstream {
 			{
 				itemIndex,
 				description: sub
-					? "This is a sub-workflow, and its item came without the durable field its caller's Resume Point put on it. Set the Execute Workflow Trigger's Input Data Mode to Accept All Data (or add a field durable of type Object), and hand on the items that came from the Resume Point."
+					? "This is a sub-workflow, and its item came without the durable field its caller's Resume Point put on it. Set the Execute Workflow Trigger's Input Data Mode to Accept All Data (or add an input field durable of type Object and map it to {{ $json.durable }} in the Execute Workflow node), and hand on the items that came from the Resume Point."
 					: `Connect a Resume Point before this node (right after the trigger): this node finds its instance through the items that came from it.${alternative ? ' ' + alternative : ''}`,
 			},
 		);
