@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -997,6 +998,35 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
     return f.workflow()
 
 
+
+@dataclass
+class KilledRun:
+    """What `orders_through_a_kill` saw: the answers to the deliveries n8n died under, how many charges were
+    in flight at the kill, seconds from the kill until every order completed, and a re-delivery's answer."""
+
+    answers: list[tuple[int, bytes]]
+    in_flight_at_kill: int
+    done_s: float
+    again: tuple[int, bytes]
+
+
+def orders_through_a_kill(stack: Stack, url: str, body: Any, quiet: list[str], keys: list[str], wf: str,
+                          diagnose: Any) -> KilledRun:
+    """One order without a crash first (its keys are taken when the others come), then `keys` delivered and
+    n8n killed (-9) once each of their charges is in flight; restarted; every order waited for; the first
+    of `keys` delivered again."""
+    from harness import http
+
+    assert http("POST", url, body(quiet[0]), timeout=60)[0] == 200
+    wait_completed(stack, quiet, 60, wf)
+    answers, killed = stack.kill_n8n_inside("payment", len(keys),
+                                            lambda: [http("POST", url, body(k), timeout=60) for k in keys])
+    in_flight_at_kill = stack.services.in_flight("payment")
+    stack.restart_n8n()
+    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, wf), killed, 240, diagnose)
+    return KilledRun(answers, in_flight_at_kill, done_s, http("POST", url, body(keys[0]), timeout=60))
+
+
 @pytest.mark.parametrize("shape", ["split-out", "loop-over-items", "aggregate"])
 def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n_kill(stack: Stack,
                                                                                       shape: str) -> None:
@@ -1012,7 +1042,7 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     once made one item again by an Aggregate node before the order's notification.
     """
     import psycopg
-    from harness import CREDENTIAL_ID, db_url, http
+    from harness import CREDENTIAL_ID, db_url
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
@@ -1032,16 +1062,8 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     def diagnose() -> str:
         return stack.diagnose(quiet + keys, wf)
 
-    # One order without a crash first: its keys are taken when the others come.
-    assert http("POST", url, body(quiet[0]), timeout=60)[0] == 200
-    wait_completed(stack, quiet, 60, wf)
-    answers, killed = stack.kill_n8n_inside("payment", len(keys),
-                                            lambda: [http("POST", url, body(k), timeout=60) for k in keys])
-    in_flight_at_kill = services.in_flight("payment")
-    stack.restart_n8n()
-    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, wf), killed, 240,
-                      diagnose)
-    again = http("POST", url, body(keys[0]), timeout=60)
+    run = orders_through_a_kill(stack, url, body, quiet, keys, wf, diagnose)
+    answers, in_flight_at_kill, done_s, again = run.answers, run.in_flight_at_kill, run.done_s, run.again
     everyone = quiet + keys
     lines = [f"{k}:{s}" for k in everyone for s in LINE_SKUS]
     dups = services.duplicate_effects(lines, ("payment",)) + services.duplicate_effects(everyone, ("notify",))
@@ -1143,7 +1165,7 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
     exists. A re-delivery of a completed order charges nothing.
     """
     import psycopg
-    from harness import CREDENTIAL_ID, db_url, http
+    from harness import CREDENTIAL_ID, db_url
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
@@ -1160,15 +1182,8 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
     def diagnose() -> str:
         return stack.diagnose(everyone, SUB_ORDERS_WF)
 
-    assert http("POST", url, body(quiet[0]), timeout=60)[0] == 200
-    wait_completed(stack, quiet, 60, SUB_ORDERS_WF)
-    answers, killed = stack.kill_n8n_inside("payment", len(keys),
-                                            lambda: [http("POST", url, body(k), timeout=60) for k in keys])
-    in_flight_at_kill = services.in_flight("payment")
-    stack.restart_n8n()
-    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, SUB_ORDERS_WF), killed, 240,
-                      diagnose)
-    again = http("POST", url, body(keys[0]), timeout=60)
+    run = orders_through_a_kill(stack, url, body, quiet, keys, SUB_ORDERS_WF, diagnose)
+    answers, in_flight_at_kill, done_s, again = run.answers, run.in_flight_at_kill, run.done_s, run.again
     dups = services.duplicate_effects(everyone, ("payment", "notify"))
     assert [a[0] for a in answers] == [200] * len(keys) and again[0] == 200, (answers, again)
     assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
@@ -1186,13 +1201,13 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
     assert all(len(savers[k]) == 1 for k in everyone), savers
     assert sorted(k for k, status, _, _ in charges if status == "completed") == sorted(everyone), charges
     assert all(holder == savers[k][0] for k, _, _, holder in charges), (charges, savers)
-    # The killed orders' charge was taken over by the resumed caller: a second attempt, not a wait.
+    # The killed orders' charge ran once more as attempt 2, with the same derived key (the service replayed it).
     assert all(attempt == 2 for k, _, attempt, _ in charges if k in keys), charges
     assert sub_instances == (0,), sub_instances
     REPORT.add("18. the charge in a sub-workflow (Execute Workflow), kill -9 n8n", len(everyone), len(everyone),
                len(dups), time.monotonic() - t0,
                note=f"kill -9 with {in_flight_at_kill} charges in flight inside the sub-workflow → all completed "
-                    f"{done_s:.1f} s; each charged once, taken over by the resumed caller (attempt 2); "
+                    f"{done_s:.1f} s; each charged once (the killed ones' key at attempt 2); "
                     "a re-delivery charges nothing",
                kill_to_completed_s=done_s)
 
