@@ -100,6 +100,34 @@ async def test_lease_length_is_chosen_at_start_and_kept_by_saves_and_resumes(har
     assert busy.outcome == instance_pb2.START_OUTCOME_BUSY and (await get(s, key)).lease_seconds == 120
 
 
+
+async def test_wait_seconds_lengthens_the_lease_a_start_takes_not_the_instances_length(harness: Harness,
+                                                                                     database_url: str) -> None:
+    """The Resume Point before an n8n Wait node: the instance is held for the wait, then renewed as always."""
+    s = harness.alpha
+    key = new_key()
+    started = (await start(s, key, "exec-1", lease_seconds=60, wait_seconds=600)).instance
+    assert started.lease_seconds == 60 and lease_length(started) == pytest.approx(660, abs=2)
+    # A re-delivery while the execution waits finds the instance busy.
+    assert (await start(s, key, "exec-x")).outcome == instance_pb2.START_OUTCOME_BUSY
+    # The next save renews with the instance's length.
+    await save(s, item(key, "payment", {"paid": True}))
+    assert lease_length(await get(s, key)) == pytest.approx(60, abs=2)
+    # A resume before the wait (a step output into the Wait node), and its retry by the same execution.
+    await expire_instance_lease(database_url, key)
+    resumed = await start(s, key, "exec-2", wait_seconds=300)
+    assert resumed.outcome == instance_pb2.START_OUTCOME_RESUMED
+    assert resumed.instance.lease_seconds == 60 and lease_length(resumed.instance) == pytest.approx(360, abs=2)
+    again = await start(s, key, "exec-2", wait_seconds=120)
+    assert again.instance.lease_seconds == 60 and lease_length(again.instance) == pytest.approx(180, abs=2)
+    # Out of range: INVALID_ARGUMENT naming the field, and no instance.
+    for bad in (-1, 86_401):
+        other = new_key()
+        code, details = await refused(start(s, other, "exec-9", wait_seconds=bad))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "wait_seconds" in details, (bad, details)
+        assert await fetch(database_url, "SELECT 1 FROM durable_instances WHERE instance_key = %s", other) == []
+
+
 # --- 2. the start item --------------------------------------------------------------------------------------------
 
 

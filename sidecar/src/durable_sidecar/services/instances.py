@@ -102,6 +102,7 @@ class InstanceService:
         start_item_json: bytes = b"",
         retry_policy: RetryPolicy | None = None,
         claim_on_start: ClaimItem | None = None,
+        wait_seconds: int = 0,
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
@@ -118,12 +119,17 @@ class InstanceService:
         anything is written and claimed once a STARTED outcome is decided; a
         claim that cannot be made then (a DomainError) leaves start_claim unset
         and the start stands.
+
+        wait_seconds (the caller waits that long before its next durable call:
+        an n8n Wait node) lengthens the lease this call takes, not the
+        instance's lease length.
         """
         _check_ref(ref)
         validation.identifier("execution_id", execution_id)
         validation.identifier("version_label", version_label, required=False)
         validation.identifier("claim_token", claim_token, required=False)
         requested_lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=0)
+        hold = validation.in_range("wait_seconds", wait_seconds, 1, 86_400, default=0)
         if pinned_version < 0:
             raise InvalidArgument("pinned_version must not be negative")
         policy = check_policy(retry_policy) if retry_policy is not None else None
@@ -150,7 +156,7 @@ class InstanceService:
                 return await self.instances.start_new_txn(
                     conn, ref, execution_id=execution_id, lease_seconds=requested_lease or self.default_lease_seconds,
                     version_label=version_label, start_item=start_item, start_item_bytes=len(start_item_json),
-                    claim=checked_claim)
+                    claim=checked_claim, hold_seconds=hold)
 
             started = await self.db.single(one)
             if started is not None:
@@ -190,7 +196,7 @@ class InstanceService:
         async def found_or_started(conn: Conn, bound_version: int) -> StartResult:
             created = await self.instances.create_txn(
                 conn, ref, execution_id=execution_id, lease_seconds=requested_lease or self.default_lease_seconds,
-                bound_version=bound_version, version_label=version_label,
+                bound_version=bound_version, version_label=version_label, hold_seconds=hold,
             )
             if created is not None:
                 if start_item is not None:
@@ -210,8 +216,8 @@ class InstanceService:
                 return StartResult(StartOutcome.BUSY, inst, latest)
             if inst.lease_owner == execution_id:
                 # A retry by the execution that already holds the lease: same answer, no new resume.
-                inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id,
-                                                           lease_seconds=lease_for(inst), count_resume=False)
+                inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease_for(inst),
+                                                           count_resume=False, hold_seconds=hold)
                 first = inst.created_by_execution_id == execution_id and inst.resume_count == 0
                 return StartResult(StartOutcome.STARTED if first else StartOutcome.RESUMED, inst, latest)
             lease_alive, wake_pending = await self.instances.lease_state_txn(conn, ref)
@@ -219,7 +225,7 @@ class InstanceService:
             if not taking_claim and (lease_alive or wake_pending):
                 return StartResult(StartOutcome.BUSY, inst, latest)
             inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease_for(inst),
-                                                       count_resume=True)
+                                                       count_resume=True, hold_seconds=hold)
             await self.instances.add_event_txn(
                 conn, ref, "resumed", actor=execution_id,
                 detail=f"from sequence {inst.last_sequence}" + (" via resume claim" if taking_claim else ""),

@@ -200,15 +200,16 @@ class InstanceStore(ABC):
 
     @abstractmethod
     async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
-                         bound_version: int, version_label: str) -> Instance | None:
+                         bound_version: int, version_label: str, hold_seconds: int = 0) -> Instance | None:
         """Inserts a new running instance leased to execution_id; None when the key exists.
 
-        lease_seconds is both this lease and the instance's lease length.
+        lease_seconds is the instance's lease length; this lease lasts it plus hold_seconds.
         """
 
     async def start_new_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
                             version_label: str, start_item: EncodedState | None,
-                            start_item_bytes: int, claim: NewClaim | None = None) -> StartedNew | None:
+                            start_item_bytes: int, claim: NewClaim | None = None,
+                            hold_seconds: int = 0) -> StartedNew | None:
         """Creates the instance bound to its workflow's current version, with its start item and STARTED event,
         in one statement (run it with Database.single).
 
@@ -231,8 +232,9 @@ class InstanceStore(ABC):
 
     @abstractmethod
     async def take_lease_txn(self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int,
-                             count_resume: bool) -> Instance:
-        """Leases the (locked) instance to owner and clears any wake-up; lease_seconds becomes its lease length."""
+                             count_resume: bool, hold_seconds: int = 0) -> Instance:
+        """Leases the (locked) instance to owner and clears any wake-up; lease_seconds becomes its lease length,
+        and this lease lasts it plus hold_seconds."""
 
     @abstractmethod
     async def ever_held_txn(self, conn: Conn, ref: InstanceRef, execution_id: str) -> bool:

@@ -146,7 +146,17 @@ export interface StartOrResumeRequest {
    * default), as the Guard takes it, so the claim and the instance lapse
    * together.
    */
-  claimOnStart: ClaimItem | undefined;
+  claimOnStart:
+    | ClaimItem
+    | undefined;
+  /**
+   * Optional (0 to 86400): how long the caller will wait before its next
+   * durable call (the Resume Point before an n8n Wait node). The lease this
+   * call takes lasts the instance's lease length plus this, without changing
+   * that length, so the instance is not taken for crashed while the caller
+   * waits. 0: the lease length. INVALID_ARGUMENT outside the range.
+   */
+  waitSeconds: number;
 }
 
 export interface StartOrResumeResponse {
@@ -364,6 +374,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     startItemJson: Buffer.alloc(0),
     retryPolicy: undefined,
     claimOnStart: undefined,
+    waitSeconds: 0,
   };
 }
 
@@ -404,6 +415,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.claimOnStart !== undefined) {
       ClaimItem.encode(message.claimOnStart, writer.uint32(98).fork()).join();
+    }
+    if (message.waitSeconds !== 0) {
+      writer.uint32(104).int32(message.waitSeconds);
     }
     return writer;
   },
@@ -517,6 +531,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.claimOnStart = ClaimItem.decode(reader, reader.uint32());
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.waitSeconds = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -550,6 +572,7 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     message.claimOnStart = (object.claimOnStart !== undefined && object.claimOnStart !== null)
       ? ClaimItem.fromPartial(object.claimOnStart)
       : undefined;
+    message.waitSeconds = object.waitSeconds ?? 0;
     return message;
   },
 };

@@ -46,7 +46,7 @@ _START_NEW = sql.SQL(
                 (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
                  lease_expires_at, lease_seconds, created_by_execution_id)
             SELECT %(ns)s, %(wf)s, %(key)s, bound.version, %(label)s, %(exec)s,
-                   now() + make_interval(secs => %(lease)s), %(lease)s, %(exec)s
+                   now() + make_interval(secs => %(until)s), %(lease)s, %(exec)s
             FROM bound
             ON CONFLICT DO NOTHING
             RETURNING {columns}),
@@ -93,6 +93,7 @@ class InstanceStore(base.InstanceStore):
         lease_seconds: int,
         bound_version: int,
         version_label: str,
+        hold_seconds: int = 0,
     ) -> Instance | None:
         """Inserts a new running instance leased to execution_id; None when the key exists."""
         cur = await pg(conn).execute(
@@ -100,24 +101,26 @@ class InstanceStore(base.InstanceStore):
                     (namespace, workflow_id, instance_key, bound_version, version_label, lease_owner,
                      lease_expires_at, lease_seconds, created_by_execution_id)
                 VALUES (%(ns)s, %(wf)s, %(key)s, %(version)s, %(label)s, %(exec)s,
-                        now() + make_interval(secs => %(lease)s), %(lease)s, %(exec)s)
+                        now() + make_interval(secs => %(until)s), %(lease)s, %(exec)s)
                 ON CONFLICT DO NOTHING
                 RETURNING {_COLUMNS}""",
             {**_key(ref), "version": bound_version, "label": version_label, "exec": execution_id,
-             "lease": lease_seconds},
+             "lease": lease_seconds, "until": lease_seconds + hold_seconds},
         )
         row = await cur.fetchone()
         return _instance(row) if row else None
 
     async def start_new_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
                             version_label: str, start_item: EncodedState | None,
-                            start_item_bytes: int, claim: NewClaim | None = None) -> base.StartedNew | None:
+                            start_item_bytes: int, claim: NewClaim | None = None,
+                            hold_seconds: int = 0) -> base.StartedNew | None:
         """One statement: the instance (bound to the current version), its start item and its STARTED event;
         with claim, the next Guard's key when it is new (as IdempotencyStore.insert_txn inserts it).
 
         The child rows' foreign keys are checked at the end of the statement, when the instance exists.
         """
         params = {**_key(ref), "label": version_label, "exec": execution_id, "lease": lease_seconds,
+                  "until": lease_seconds + hold_seconds,
                   "enc": start_item.encoding if start_item else 0, "item": start_item.data if start_item else None,
                   "size": start_item_bytes}
         if claim is None:
@@ -149,15 +152,17 @@ class InstanceStore(base.InstanceStore):
         return bool(row["lease_alive"]), bool(row["wake_pending"])
 
     async def take_lease_txn(
-        self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int, count_resume: bool
+        self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int, count_resume: bool,
+        hold_seconds: int = 0,
     ) -> Instance:
         cur = await pg(conn).execute(
             f"""UPDATE durable_instances
-                SET lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
+                SET lease_owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(until)s),
                     lease_seconds = %(lease)s, wake_at = NULL, resume_count = resume_count + %(inc)s, updated_at = now()
                 WHERE {_KEY}
                 RETURNING {_COLUMNS}""",
-            {**_key(ref), "owner": owner, "lease": lease_seconds, "inc": 1 if count_resume else 0},
+            {**_key(ref), "owner": owner, "lease": lease_seconds, "until": lease_seconds + hold_seconds,
+             "inc": 1 if count_resume else 0},
         )
         row = await cur.fetchone()
         assert row is not None, "caller locked the row"

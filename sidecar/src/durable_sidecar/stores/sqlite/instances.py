@@ -46,7 +46,7 @@ class InstanceStore(base.InstanceStore):
     """Reads and writes instances; every method runs inside the caller's transaction."""
 
     async def create_txn(self, conn: Conn, ref: InstanceRef, *, execution_id: str, lease_seconds: int,
-                         bound_version: int, version_label: str) -> Instance | None:
+                         bound_version: int, version_label: str, hold_seconds: int = 0) -> Instance | None:
         c = lite(conn)
         row = await c.one(
             f"""INSERT INTO durable_instances
@@ -56,7 +56,7 @@ class InstanceStore(base.InstanceStore):
                 ON CONFLICT DO NOTHING
                 RETURNING {_COLUMNS}""",
             {**_key(ref), "version": bound_version, "label": version_label, "exec": execution_id,
-             "lease_until": c.after(lease_seconds), "lease": lease_seconds, "now": c.now_us},
+             "lease_until": c.after(lease_seconds + hold_seconds), "lease": lease_seconds, "now": c.now_us},
         )
         return _instance(row) if row else None
 
@@ -77,7 +77,7 @@ class InstanceStore(base.InstanceStore):
         return bool(row["lease_alive"]), bool(row["wake_pending"])
 
     async def take_lease_txn(self, conn: Conn, ref: InstanceRef, *, owner: str, lease_seconds: int,
-                             count_resume: bool) -> Instance:
+                             count_resume: bool, hold_seconds: int = 0) -> Instance:
         c = lite(conn)
         row = await c.one(
             f"""UPDATE durable_instances
@@ -85,7 +85,7 @@ class InstanceStore(base.InstanceStore):
                     wake_at = NULL, resume_count = resume_count + :inc, updated_at = :now
                 WHERE {_KEY}
                 RETURNING {_COLUMNS}""",
-            {**_key(ref), "owner": owner, "lease_until": c.after(lease_seconds), "lease": lease_seconds,
+            {**_key(ref), "owner": owner, "lease_until": c.after(lease_seconds + hold_seconds), "lease": lease_seconds,
              "inc": 1 if count_resume else 0, "now": c.now_us},
         )
         assert row is not None, "caller locked the row"
