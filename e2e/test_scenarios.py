@@ -1262,8 +1262,11 @@ def test_19_a_wait_node_longer_than_the_lease_is_waited_out_not_taken_for_a_cras
 
     While n8n waits, no durable node renews the lease. Before, the instance looked crashed 12 s after
     its Save: the Resume Trigger resumed it in a second execution while the first still waited, and two
-    executions ran the rest of the order. The Save before a Wait now renews the lease for the wait as
+    executions ran the rest of the order. The Save before a Wait now takes the lease for the wait as
     well: no order is resumed, each is notified at least 30 s after its charge, each side effect once.
+    Then n8n is killed (-9) while two more orders wait: each is resumed once, after the lease the Save
+    took, and the Resume Point sends it into the Wait again with a lease that covers it (before, the
+    resumed execution was itself taken for crashed during its wait and resumed again).
     """
     from harness import CREDENTIAL_ID, http
 
@@ -1272,19 +1275,41 @@ def test_19_a_wait_node_longer_than_the_lease_is_waited_out_not_taken_for_a_cras
     publish_workflow(n8n, orders_with_a_wait_node(services.url, CREDENTIAL_ID))
     n8n.wait_webhook("wait-orders", timeout=120)
     url = f"{n8n.url}/webhook/wait-orders"
-    keys = orders("wait", 2)
-    answers = [http("POST", url, {"orderId": k, "amount": 42, "email": f"{k}@example.com"}, timeout=60)
-               for k in keys]
-    assert [a[0] for a in answers] == [200] * len(keys), answers
-    done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, WAIT_NODE_WF), t0,
-                      WAIT_NODE_S + 90, lambda: stack.diagnose(keys, WAIT_NODE_WF))
-    dups = services.duplicate_effects(keys, ("payment", "notify"))
-    assert dups == [], f"duplicate or missing side effects: {dups}\n{stack.diagnose(keys, WAIT_NODE_WF)}"
-    resumed = {k: i.resume_count for k in keys if (i := sidecar.instance(WAIT_NODE_WF, k)) and i.resume_count}
-    assert resumed == {}, f"taken for crashed during the Wait and resumed: {resumed}"
-    waited = {k: services.call_times("notify", k)[0] - services.call_times("payment", k)[0] for k in keys}
+    calm, killed = orders("wait", 2), orders("wait-kill", 2)
+    everyone = calm + killed
+
+    def deliver(keys: list[str]) -> None:
+        answers = [http("POST", url, {"orderId": k, "amount": 42, "email": f"{k}@example.com"}, timeout=60)
+                   for k in keys]
+        assert [a[0] for a in answers] == [200] * len(keys), answers
+
+    def diagnose() -> str:
+        return stack.diagnose(everyone, WAIT_NODE_WF)
+
+    def resumes(keys: list[str]) -> dict[str, int]:
+        return {k: (i.resume_count if (i := sidecar.instance(WAIT_NODE_WF, k)) else -1) for k in keys}
+
+    deliver(calm)
+    calm_s = wait_for("the calm orders to complete", lambda: all_completed(stack, calm, WAIT_NODE_WF), t0,
+                      WAIT_NODE_S + 90, diagnose)
+    assert resumes(calm) == {k: 0 for k in calm}, f"taken for crashed during the Wait: {resumes(calm)}"
+
+    deliver(killed)
+    wait_until("the orders to wait in the Wait node",
+               lambda: all(sidecar.trail(WAIT_NODE_WF, k) == ["charged"] for k in killed), timeout=60)
+    stack.main.kill9()
+    kill_at = time.monotonic()
+    stack.restart_n8n()
+    done_s = wait_for("the killed orders to complete", lambda: all_completed(stack, killed, WAIT_NODE_WF), kill_at,
+                      3 * WAIT_NODE_S + 150, diagnose)
+    assert resumes(killed) == {k: 1 for k in killed}, f"resumed more than once: {resumes(killed)}\n{diagnose()}"
+    dups = services.duplicate_effects(everyone, ("payment", "notify"))
+    assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
+    waited = {k: services.call_times("notify", k)[0] - services.call_times("payment", k)[0] for k in everyone}
     assert all(s >= WAIT_NODE_S for s in waited.values()), waited
-    REPORT.add(f"19. n8n's Wait node ({WAIT_NODE_S} s) after a Save, instance lease 12 s", len(keys), len(keys),
-               len(dups), time.monotonic() - t0,
-               note=f"no order resumed during the wait; notified {min(waited.values()):.1f}–"
-                    f"{max(waited.values()):.1f} s after the charge; all completed {done_s:.1f} s")
+    REPORT.add(f"19. n8n's Wait node ({WAIT_NODE_S} s) after a Save, instance lease 12 s, kill -9 n8n during the "
+               "wait", len(everyone), len(everyone), len(dups), time.monotonic() - t0,
+               note=f"calm orders: none resumed, completed {calm_s:.1f} s; killed during the wait: each resumed "
+                    f"once and waited again, completed {done_s:.1f} s after the kill; notified "
+                    f"{min(waited.values()):.1f}–{max(waited.values()):.1f} s after the charge",
+               kill_to_completed_s=done_s)

@@ -6,7 +6,13 @@
  * when the wait ends, answered by their keys). A Save right before a Wait
  * therefore renews the lease for the wait as well.
  */
-import type { IExecuteFunctions, INodeParameters, NodeTypeAndVersion } from 'n8n-workflow';
+import {
+	NodeOperationError,
+	type IExecuteFunctions,
+	type INode,
+	type INodeParameters,
+	type NodeTypeAndVersion,
+} from 'n8n-workflow';
 
 import { nodeOf } from './run-node';
 
@@ -135,4 +141,43 @@ export function longestWait(waits: WaitAhead[]): WaitAhead | undefined {
 		if (!longest || wait.seconds > longest.seconds!) longest = wait;
 	}
 	return longest;
+}
+
+/** Seconds as an author reads them: 2 days, 3 h, 10 min, 45 s. */
+export function spoken(seconds: number): string {
+	if (seconds % 86400 === 0) return `${seconds / 86400} day${seconds === 86400 ? '' : 's'}`;
+	if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+	if (seconds % 60 === 0) return `${seconds / 60} min`;
+	return `${seconds} s`;
+}
+
+/**
+ * The author's error for a Wait after `where` (this Save, this Resume Point)
+ * that no lease can cover: one with no bound, or one whose `needed` lease
+ * (the wait, with the instance's lease where it adds up) passes
+ * MAX_LEASE_SECONDS. Undefined when the lease can cover it.
+ */
+export function uncoverableWait(
+	node: INode,
+	where: string,
+	wait: WaitAhead,
+	needed: number,
+	itemIndex?: number,
+): NodeOperationError | undefined {
+	const instead = `Or set the Lease option of this ${where} to cover the wait yourself. Nothing was changed.`;
+	if (wait.seconds === undefined) {
+		return new NodeOperationError(node, `The Wait node '${wait.name}' after this ${where} ${wait.why}`, {
+			itemIndex,
+			description: `While n8n waits there, the instance renews no lease; once its lease lapses the Resume Trigger resumes it in another execution and the steps after the Wait run early. Wait for an event with Durable Checkpoint → Wait for Event (Durable Instance → Signal delivers it), or give the Wait a Limit Wait Time. ${instead}`,
+		});
+	}
+	if (needed <= MAX_LEASE_SECONDS) return undefined;
+	return new NodeOperationError(
+		node,
+		`The Wait node '${wait.name}' after this ${where} waits ${spoken(wait.seconds)}: ${needed > wait.seconds ? "with the instance's lease that is" : 'that is'} longer than a lease can be (1 day)`,
+		{
+			itemIndex,
+			description: `Let the sidecar keep the time instead: a Durable Checkpoint Save, then Durable Checkpoint → Schedule Resume. The instance then holds no lease, survives restarts, and when it is due the Resume Trigger resumes it and the Resume Point sends it on by its last step. ${instead}`,
+		},
+	);
 }

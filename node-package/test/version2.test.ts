@@ -61,9 +61,11 @@ async function runResumePoint(
 	run: Run,
 	items: IDataObject[],
 	params: Record<string, ParamValue> = {},
+	downstream: UpstreamNode[] = [],
 ): Promise<INodeExecutionData[][]> {
 	return await resumePoint.execute.call(
 		executeContext({
+			downstream,
 			items,
 			params: {
 				instanceKey: (_i: number, item: INodeExecutionData) =>
@@ -836,6 +838,31 @@ describe("n8n's Wait node after a Save: the renewal covers the wait", () => {
 			[wait({ resume: 'webhook' })],
 		);
 		expect(durable(saved).status).toBe('completed');
+	});
+
+	test('a Wait right after the Resume Point: the lease it takes covers the wait; the instance keeps its length', async () => {
+		const run = { workflowId: 'wf-wait-rp', executionId: 'e1' };
+		const started = await runResumePoint(
+			run,
+			[{ body: { orderId: 'o-wrp' } }],
+			{ options: { leaseSeconds: 60 } },
+			[wait({ resume: 'timeInterval', amount: 5, unit: 'minutes' })],
+		);
+		expect(durable(started[OUTPUT_START][0]).leaseSeconds).toBe(60);
+		const left = await leaseLeft('wf-wait-rp', 'o-wrp');
+		expect(left).toBeGreaterThan(350);
+		expect(left).toBeLessThanOrEqual(361);
+		// Without a Lease option, a Wait no lease can cover is refused before anything starts.
+		const client = getSidecarClient(sidecar.connection());
+		const spy = jest.spyOn(client, 'startOrResume');
+		try {
+			await expect(
+				runResumePoint(run, [{ body: { orderId: 'o-wrp-2' } }], {}, [wait({ resume: 'form' })]),
+			).rejects.toThrow(/The Wait node 'Wait' after this Resume Point waits for a webhook call or a form/);
+			expect(spy).not.toHaveBeenCalled();
+		} finally {
+			spy.mockRestore();
+		}
 	});
 
 	test("the Save's own Lease option is the author's choice: no check, that lease", async () => {

@@ -15,12 +15,7 @@ import { findAheadGuard, instanceClaim, keepAheadAnswer } from '../../shared/cla
 import { batched, perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
-import {
-	longestWait,
-	MAX_LEASE_SECONDS,
-	waitsAhead,
-	type WaitAhead,
-} from '../../shared/waits';
+import { longestWait, uncoverableWait, waitsAhead, type WaitAhead } from '../../shared/waits';
 import {
 	asNodeError,
 	DURABLE_FIELD,
@@ -310,14 +305,6 @@ async function saveCheckpoints(
 	return out;
 }
 
-/** One day, or minutes / hours / days as an author reads them. */
-function spoken(seconds: number): string {
-	if (seconds % 86400 === 0) return `${seconds / 86400} day${seconds === 86400 ? '' : 's'}`;
-	if (seconds % 3600 === 0) return `${seconds / 3600} h`;
-	if (seconds % 60 === 0) return `${seconds / 60} min`;
-	return `${seconds} s`;
-}
-
 /**
  * The lease this Save renews: its own Lease option when set (the author's
  * choice), else, when an n8n Wait node follows, the instance's lease plus the
@@ -333,25 +320,9 @@ function renewalFor(
 	itemIndex: number,
 ): number {
 	if (option || !wait) return option;
-	const instead =
-		"Or set this Save's Lease option to cover the wait yourself. Nothing was saved.";
-	if (wait.seconds === undefined) {
-		throw new NodeOperationError(node, `The Wait node '${wait.name}' after this Save ${wait.why}`, {
-			itemIndex,
-			description: `While n8n waits there, the instance renews no lease; once its lease lapses the Resume Trigger resumes it in another execution and the steps after the Wait run early. Wait for an event with Durable Checkpoint → Wait for Event (Durable Instance → Signal delivers it), or give the Wait a Limit Wait Time. ${instead}`,
-		});
-	}
-	const lease = (instanceLease || DEFAULT_LEASE_SECONDS) + wait.seconds;
-	if (lease > MAX_LEASE_SECONDS) {
-		throw new NodeOperationError(
-			node,
-			`The Wait node '${wait.name}' after this Save waits ${spoken(wait.seconds)}: with the instance's lease that is longer than a lease can be (1 day)`,
-			{
-				itemIndex,
-				description: `Let the sidecar keep the time instead: Durable Checkpoint → Schedule Resume after this Save. The instance then holds no lease, survives restarts, and when it is due the Resume Trigger resumes it and the Resume Point sends it on by its last step. ${instead}`,
-			},
-		);
-	}
+	const lease = (instanceLease || DEFAULT_LEASE_SECONDS) + (wait.seconds ?? 0);
+	const error = uncoverableWait(node, 'Save', wait, lease, itemIndex);
+	if (error) throw error;
 	return lease;
 }
 

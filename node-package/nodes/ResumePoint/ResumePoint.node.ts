@@ -20,6 +20,12 @@ import {
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
 import {
+	longestWait,
+	MAX_LEASE_SECONDS,
+	uncoverableWait,
+	waitsAhead,
+} from '../../shared/waits';
+import {
 	asNodeError,
 	callContext,
 	DURABLE_FIELD,
@@ -416,6 +422,16 @@ export class ResumePoint implements INodeType {
 		const versionLabel = nodeParameter(this, 'versionLabel', 0, '') as string;
 		const retryPolicy = retryPolicyOf(nodeParameter(this, 'options', 0, {}) as IDataObject);
 		const leaseOf = parameterReader<number>(this, 'options.leaseSeconds', 0);
+		// v2: an n8n Wait node after this Resume Point: the lease it takes covers the wait too
+		// (shared/waits). A Lease option the author set is their choice: no check then.
+		const wait = v2 ? longestWait(waitsAhead(this)) : undefined;
+		const options: unknown = node.parameters.options;
+		const leaseSet = isObject(options) && !!options.leaseSeconds;
+		if (wait && !leaseSet) {
+			const error = uncoverableWait(node, 'Resume Point', wait, wait.seconds ?? 0);
+			if (error) throw error;
+		}
+		const waitSeconds = Math.min(wait?.seconds ?? 0, MAX_LEASE_SECONDS);
 		const pinnedOf = parameterReader<number>(this, 'options.pinnedVersion', 0);
 		// v2: a new instance claims the key of the Guard this node feeds, when it feeds only that Guard.
 		const ahead = v2 ? findAheadGuard(this, { onlyChild: true }) : undefined;
@@ -437,6 +453,7 @@ export class ResumePoint implements INodeType {
 					claimToken: prep.claimToken,
 					includeState: true,
 					retryPolicy,
+					waitSeconds,
 					// v2: the delivery belongs to the instance (stored with a new one only);
 					// an item from the Resume Trigger is no delivery.
 					startItemJson: v2 && !prep.claimToken ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
