@@ -428,7 +428,7 @@ export class ResumePoint implements INodeType {
 		const options: unknown = node.parameters.options;
 		const leaseSet = isObject(options) && !!options.leaseSeconds;
 		if (wait && !leaseSet) {
-			const error = uncoverableWait(node, 'Resume Point', wait, wait.seconds ?? 0);
+			const error = uncoverableWait(node, 'Resume Point', wait, wait.seconds ?? 0, 0);
 			if (error) throw error;
 		}
 		const waitSeconds = Math.min(wait?.seconds ?? 0, MAX_LEASE_SECONDS);
