@@ -3,8 +3,9 @@
  * it renews no lease: a wait longer than the instance's lease makes the
  * instance look crashed, and the Resume Trigger resumes it in a new execution
  * while n8n still waits, so the steps after the Wait run early (and once more
- * when the wait ends, answered by their keys). A Save right before a Wait
- * therefore renews the lease for the wait as well.
+ * when the wait ends, answered by their keys). A Save or a Resume Point
+ * before a Wait therefore takes the lease for the wait as well, and refuses a
+ * wait no lease can cover.
  */
 import {
 	NodeOperationError,
