@@ -17,7 +17,7 @@ import type { IExecuteFunctions, INodeParameters, NodeTypeAndVersion } from 'n8n
 
 import { ExpiringMap } from './expiring-map';
 import { nodeOf } from './run-node';
-import { isObject, toJsonBytes } from './node-helpers';
+import { isObject, toJsonBytes, typeName } from './node-helpers';
 import type { ClaimItem, ClaimResult } from './transport';
 import type { InstanceRef } from './upstream';
 
@@ -35,10 +35,6 @@ export interface AheadGuard {
 export type AheadAnswer = ClaimResult;
 
 const GUARD = 'idempotencyGuard';
-
-function typeName(type: string): string {
-	return type.slice(type.lastIndexOf('.') + 1);
-}
 
 function isExpression(value: unknown): boolean {
 	return typeof value === 'string' && value.startsWith('=');

@@ -83,6 +83,14 @@ export function executionIdOf(ctx: IExecuteFunctions): string {
 	return String(id);
 }
 
+/** Seconds per unit of the duration options (ours and n8n's Wait node). */
+export const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
+
+/** A node type's own name, whatever its package prefix (`n8n-nodes-durable.resumePoint` → `resumePoint`). */
+export function typeName(type: string): string {
+	return type.slice(type.lastIndexOf('.') + 1);
+}
+
 export function isObject(value: unknown): value is IDataObject {
 	return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

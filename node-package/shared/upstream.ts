@@ -18,7 +18,7 @@ import {
 
 import { ExpiringMap } from './expiring-map';
 import { nodeOf } from './run-node';
-import { DURABLE_FIELD, IDEMPOTENCY_FIELD, isObject } from './node-helpers';
+import { DURABLE_FIELD, IDEMPOTENCY_FIELD, isObject, typeName } from './node-helpers';
 
 /** The instance an item belongs to, as the Resume Point (or a later durable node) put it on an item. */
 export interface InstanceRef {
@@ -48,7 +48,7 @@ interface Candidate {
 
 /** Our node types end in these names, whatever the package prefix. */
 function roleOf(type: string, parameters: INodeParameters | undefined): DurableRole | undefined {
-	const name = type.slice(type.lastIndexOf('.') + 1);
+	const name = typeName(type);
 	// n8n leaves parameters at their default out of the saved workflow.
 	const operation = parameters?.operation;
 	switch (name) {

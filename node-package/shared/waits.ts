@@ -16,6 +16,7 @@ import {
 } from 'n8n-workflow';
 
 import { nodeOf } from './run-node';
+import { typeName, UNIT_SECONDS } from './node-helpers';
 
 /** A Wait node this node's items reach before any other durable node, and its longest wait. */
 export interface WaitAhead {
@@ -34,8 +35,6 @@ export function unboundedWhy(wait: NodeTypeAndVersion): string {
 		: 'takes its time from an expression, which this node cannot read ahead';
 }
 
-const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
-
 /** The longest the lease of one renewal can be (SaveCheckpointItem.lease_seconds). */
 export const MAX_LEASE_SECONDS = 86400;
 
@@ -46,10 +45,6 @@ const DURABLE_TYPES = new Set([
 	'resumeTrigger',
 	'durableInstance',
 ]);
-
-function typeName(type: string): string {
-	return type.slice(type.lastIndexOf('.') + 1);
-}
 
 function isWait(node: NodeTypeAndVersion): boolean {
 	return !node.disabled && node.type === 'n8n-nodes-base.wait';

@@ -31,6 +31,8 @@ import {
 	toJsonBytes,
 	userJson,
 	withDurable,
+	typeName,
+	UNIT_SECONDS,
 	workflowIdOf,
 } from '../../shared/node-helpers';
 import {
@@ -66,7 +68,6 @@ const configuredOutputs = (parameters: INodeParameters) =>
 const V1 = { '@version': [1] };
 const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
 
-const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
 
 /** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */
 const DEFAULT_LEASE_SECONDS = 300;
@@ -967,7 +968,7 @@ export function resumePointsWithoutWaitOutputs(ctx: IExecuteFunctions): string[]
 		.filter(
 			(parent) =>
 				!parent.disabled &&
-				parent.type.slice(parent.type.lastIndexOf('.') + 1) === 'resumePoint' &&
+				typeName(parent.type) === 'resumePoint' &&
 				parent.parameters?.waitOutputs !== true,
 		)
 		.map((parent) => parent.name);
