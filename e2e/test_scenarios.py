@@ -1212,6 +1212,138 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
                kill_to_completed_s=done_s)
 
 
+BRANCH_WF = "durableBranchOrders"
+
+
+def orders_by_payment_method(services_url: str, credential_id: str, *, one_claim: bool = False) -> dict[str, Any]:
+    """An order paid by card or on account: an IF node sends it down one of two branches, each with its own
+    Claim and charge, and a Merge node joins them before the Save. Written from node-package/README.md,
+    every option at its default (the IF node's String "is equal to"; the Merge node's Append).
+
+    Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → IF "Pays by Card?" →
+    true: Claim Card → HTTP charge the card → Merge input 1; false: Claim Account → HTTP charge the
+    account → Merge input 2; each Claim's Done Before → its own Merge input. Merge → Save "charged" →
+    Claim Notify → HTTP notify → Save "notified" with Complete Instance. Resume (nothing saved yet) → the
+    IF; the Step Output "charged" → Claim Notify. Both charges go to the payment service, which records
+    the branch in the body's `logic`.
+    `one_claim`: one Claim Charge before the IF instead (scope `charge`, so an order is charged once whatever
+    branch a re-delivery would take); its Done Before goes straight to the Save, which then has two inputs.
+    """
+    wf = BRANCH_WF + ("One" if one_claim else "")
+    f = DocsFlow(wf, "Order paid by card or on account (from the node docs)", services_url, credential_id)
+    durable, call = f.durable, f.call
+    hook = f.webhook("branch-orders-one" if one_claim else "branch-orders", "responseNode")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
+                                                 "stepOutputs": "charged"}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    by_card = f.node("Pays by Card?", "n8n-nodes-base.if", 2.3, {"conditions": {
+        "options": {"caseSensitive": True, "leftValue": "", "typeValidation": "strict", "version": 3},
+        "conditions": [{"id": f"{wf}-method", "leftValue": "={{ $json.body.method }}", "rightValue": "card",
+                        "operator": {"type": "string", "operation": "equals"}}],
+        "combinator": "and"}, "options": {}}, (660, 100))
+    card = call("Charge Card", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                          "amount: $json.body.amount, logic: 'card' }) }}", (1100, 0))
+    account = call("Charge Account", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                                "amount: $json.body.amount, logic: 'account' }) }}", (1100, 200))
+    merge = f.node("Merge", "n8n-nodes-base.merge", 3.2, {}, (1320, 100))
+    save_charged = durable("Save Charged", "durableCheckpoint", {"operation": "save", "stepName": "charged"},
+                           (1540, 100))
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (1760, 100))
+    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                      "email: $json.body.email }) }}", (1980, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (2200, 100))
+    for a, b in [(hook, rp), (trigger, rp), (merge, save_charged), (save_charged, claim_notify),
+                 (notify, save_notified)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)                        # Start
+    f.link(rp, claim_notify, 4)              # charged
+    f.link(card, merge, 0, input=0)
+    f.link(account, merge, 0, input=1)
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
+    if one_claim:
+        claim = durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (550, 100))
+        f.link(ok, claim)
+        f.link(rp, claim, 1)                 # Resume: nothing saved yet
+        f.link(claim, by_card, 0)            # First Run
+        f.link(claim, save_charged, 1)       # Done Before
+        f.link(by_card, card, 0)             # true
+        f.link(by_card, account, 1)          # false
+        return f.workflow()
+    claim_card = durable("Claim Card", "idempotencyGuard", {"operation": "claim", "scope": "card"}, (880, 0))
+    claim_account = durable("Claim Account", "idempotencyGuard", {"operation": "claim", "scope": "account"},
+                            (880, 200))
+    f.link(ok, by_card)
+    f.link(rp, by_card, 1)                   # Resume: nothing saved yet
+    f.link(by_card, claim_card, 0)           # true
+    f.link(by_card, claim_account, 1)        # false
+    f.link(claim_card, card, 0)
+    f.link(claim_card, merge, 1, input=0)    # Done Before
+    f.link(claim_account, account, 0)
+    f.link(claim_account, merge, 1, input=1)
+    return f.workflow()
+
+
+@pytest.mark.parametrize("shape", ["claim-per-branch", "claim-before-the-if"])
+def test_25_an_if_node_and_a_merge_before_the_save_through_an_n8n_kill(stack: Stack, shape: str) -> None:
+    """Orders paid by card or on account: an IF node picks the branch, each branch charges, and a Merge node
+    joins them before the Save (the Save finds its instance and the claim through the Merge's paired items).
+    Run twice: a Claim in each branch (scopes `card` and `account`), and one Claim before the IF (scope
+    `charge`, its Done Before straight into the Save). n8n is killed (-9) with charges of both branches in
+    flight: every order is charged once, on its own branch only, and notified once; the killed orders'
+    claims are taken over (attempt 2) and completed by the Save after the Merge; a re-delivery of a
+    completed order charges nothing.
+    """
+    import psycopg
+    from harness import CREDENTIAL_ID, db_url
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    one_claim = shape == "claim-before-the-if"
+    workflow = orders_by_payment_method(services.url, CREDENTIAL_ID, one_claim=one_claim)
+    wf, hook = workflow["id"], next(n["parameters"]["path"] for n in workflow["nodes"] if n["name"] == "Webhook")
+    publish_workflow(n8n, workflow)
+    n8n.wait_webhook(hook, timeout=120)
+    url = f"{n8n.url}/webhook/{hook}"
+    quiet, keys = orders(f"{hook}-quiet", 1), orders(hook, 4)
+    everyone = quiet + keys
+    method = {k: ("card", "account")[n % 2] for n, k in enumerate(everyone)}
+
+    def body(k: str) -> dict[str, Any]:
+        return {"orderId": k, "amount": 42, "email": f"{k}@example.com", "method": method[k]}
+
+    def diagnose() -> str:
+        return stack.diagnose(everyone, wf)
+
+    run = orders_through_a_kill(stack, url, body, quiet, keys, wf, diagnose)
+    dups = services.duplicate_effects(everyone, ("payment", "notify"))
+    assert [a[0] for a in run.answers] == [200] * len(keys) and run.again[0] == 200, (run.answers, run.again)
+    assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
+    branches = {k: services.logic("payment", k) for k in everyone}
+    assert branches == {k: [method[k]] for k in everyone}, branches
+    for k in everyone:
+        assert sidecar.trail(wf, k)[-2:] == ["charged", "notified"], (k, sidecar.trail(wf, k))
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        claims = conn.execute("SELECT scope, key, status, attempt FROM durable_idempotency_keys "
+                              "WHERE scope IN ('card', 'account', 'charge') AND key = ANY(%s)", (everyone,)).fetchall()
+    # One claim per order (of its branch's scope, or the one Claim's), completed by the Save after the
+    # Merge; the killed orders' claims were taken over by the resumed execution.
+    scope = {k: "charge" if one_claim else method[k] for k in everyone}
+    assert sorted((s, k, st) for s, k, st, _ in claims) == sorted((scope[k], k, "completed") for k in everyone), claims
+    assert all(attempt == 2 for _, k, _, attempt in claims if k in keys), claims
+    how = "one Claim before the IF" if one_claim else "a Claim per branch"
+    REPORT.add(f"25. an IF node, {how}, a Merge before the Save, kill -9 n8n", len(everyone),
+               len(everyone), len(dups), time.monotonic() - t0,
+               note=f"card and account orders; kill -9 with {run.in_flight_at_kill} charges of both branches in "
+                    f"flight → all completed {run.done_s:.1f} s; each charged once on its own branch; a "
+                    "re-delivery charges nothing",
+               kill_to_completed_s=run.done_s)
+
+
 WAIT_NODE_WF = "durableWaitNode"
 WAIT_NODE_S = 30
 

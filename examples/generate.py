@@ -38,11 +38,11 @@ class Flow:
         self.nodes.append(node)
         return name
 
-    def link(self, src: str, dst: str, output: int = 0) -> None:
+    def link(self, src: str, dst: str, output: int = 0, input: int = 0) -> None:  # noqa: A002 - n8n's word
         outs = self.connections.setdefault(src, {"main": []})["main"]
         while len(outs) <= output:
             outs.append([])
-        outs[output].append({"node": dst, "type": "main", "index": 0})
+        outs[output].append({"node": dst, "type": "main", "index": input})
 
     def write(self, filename: str, note: str) -> None:
         data = {"id": self.wf_id, "name": self.name, "active": False, "nodes": self.nodes,
