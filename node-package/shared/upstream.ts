@@ -88,7 +88,11 @@ export function targetOf(
 	own: { workflowId: string; executionId: string },
 ): Target {
 	if (!ref.workflowId || ref.workflowId === own.workflowId) {
-		return { workflowId: own.workflowId, instanceKey: ref.instanceKey, executionId: own.executionId };
+		return {
+			workflowId: own.workflowId,
+			instanceKey: ref.instanceKey,
+			executionId: own.executionId,
+		};
 	}
 	const context =
 		typeof ctx.getExecutionContext === 'function' ? ctx.getExecutionContext() : undefined;
@@ -182,6 +186,46 @@ export function clearGuardRuns(): void {
 }
 
 /**
+ * The instances each execution's Resume Point took (started or resumed) in
+ * this n8n process. A sub-workflow runs in its caller's process, so for an
+ * item that came into it without the `durable` field (a Split Out at its
+ * default, an Edit Fields node, drop it in the caller) the nodes there act on
+ * the instance the calling execution took, when it took exactly one: any
+ * durable work that execution hands on is that instance's. Kept as long as a
+ * lease with a wait can last (a day), at most HELD_MAX executions: a miss (an
+ * n8n restart since the Resume Point ran, say during a Wait node) leaves the
+ * author's error, the execution fails, and the instance's next resume takes
+ * it again here.
+ */
+export const HELD_MAX = 10_000;
+export const HELD_TTL_MS = 24 * 60 * 60 * 1000;
+const heldInstances = new ExpiringMap<InstanceRef[]>(HELD_MAX, HELD_TTL_MS);
+
+/** Notes the instances the Resume Point of `executionId` took in this run (called by the Resume Point). */
+export function noteHeldInstances(executionId: string, refs: InstanceRef[]): void {
+	if (refs.length === 0) return;
+	const held = [...(heldInstances.get(executionId) ?? [])];
+	for (const ref of refs) {
+		const i = held.findIndex(
+			(h) => h.workflowId === ref.workflowId && h.instanceKey === ref.instanceKey,
+		);
+		if (i >= 0) held[i] = ref;
+		else held.push(ref);
+	}
+	heldInstances.set(executionId, held);
+}
+
+/** The instances `executionId`'s Resume Point took in this process, [] when none is known. */
+export function heldBy(executionId: string): InstanceRef[] {
+	return heldInstances.get(executionId) ?? [];
+}
+
+/** Forgets every noted instance (tests). */
+export function clearHeldInstances(): void {
+	heldInstances.clear();
+}
+
+/**
  * Per node run: the durable nodes upstream of this one (computed once, from
  * the workflow's connections) and, per item, their paired items (resolved
  * lazily, only for items that do not carry what is looked for themselves).
@@ -196,6 +240,8 @@ export class Upstream {
 	private feedingGuard: string | null | undefined;
 	/** That Guard's one output item (fromSoleGuardRun); null: none, undefined: not looked yet. */
 	private soleGuardItem: INodeExecutionData | null | undefined;
+	/** In a sub-workflow: the calling execution and the instances it took (callerHeld); undefined: not looked yet. */
+	private caller: { executionId: string; held: InstanceRef[] } | null | undefined;
 
 	constructor(private readonly ctx: IExecuteFunctions) {}
 
@@ -356,21 +402,45 @@ export class Upstream {
 		return undefined;
 	}
 
+	/** In a sub-workflow, the calling execution and the instances its Resume Point took here; else null. */
+	private callerHeld(): { executionId: string; held: InstanceRef[] } | null {
+		if (this.caller === undefined) {
+			const context =
+				typeof this.ctx.getExecutionContext === 'function'
+					? this.ctx.getExecutionContext()
+					: undefined;
+			const parent = context?.parentExecutionId;
+			this.caller = parent ? { executionId: String(parent), held: heldBy(String(parent)) } : null;
+		}
+		return this.caller;
+	}
+
 	/** Like instance(), but a clear error when there is none; `alternative` says what else the author can do. */
 	requireInstance(itemIndex: number, item: INodeExecutionData, alternative = ''): InstanceRef {
 		const ref = this.instance(itemIndex, item);
 		if (ref) return ref;
-		const sub =
-			typeof this.ctx.getExecutionContext === 'function' &&
-			!!this.ctx.getExecutionContext()?.parentExecutionId;
+		const caller = this.callerHeld();
+		// In a sub-workflow, an item that lost its durable field belongs to the one instance the calling
+		// execution took (noteHeldInstances). Only where an instance is required: an optional one (a
+		// Claim with its own Key) keeps its meaning.
+		if (caller?.held.length === 1) return caller.held[0];
+		if (caller) {
+			const many = caller.held.length;
+			throw new NodeOperationError(
+				nodeOf(this.ctx),
+				"The item came into this sub-workflow without its instance (the durable field its caller's Resume Point put on it)",
+				{
+					itemIndex,
+					description: `${many > 1 ? `The calling execution holds ${many} instances, so the item must say which. ` : ''}Two things drop the field. Here: the Execute Workflow Trigger's Input Data Mode must be Accept All Data (or add an input field durable of type Object and map it to {{ $json.durable }} in the Execute Workflow node). In the caller: a node between the Resume Point and the Execute Workflow that makes new items, such as Split Out with Include: No Other Fields (its default; choose All Other Fields) or Edit Fields without Include Other Input Fields. Nothing was saved or claimed for this item.`,
+				},
+			);
+		}
 		throw new NodeOperationError(
 			nodeOf(this.ctx),
 			'No Resume Point before this node for this item',
 			{
 				itemIndex,
-				description: sub
-					? "This is a sub-workflow, and its item came without the durable field its caller's Resume Point put on it. Set the Execute Workflow Trigger's Input Data Mode to Accept All Data (or add an input field durable of type Object and map it to {{ $json.durable }} in the Execute Workflow node), and hand on the items that came from the Resume Point."
-					: `Connect a Resume Point before this node (right after the trigger): this node finds its instance through the items that came from it.${alternative ? ' ' + alternative : ''}`,
+				description: `Connect a Resume Point before this node (right after the trigger): this node finds its instance through the items that came from it.${alternative ? ' ' + alternative : ''}`,
 			},
 		);
 	}

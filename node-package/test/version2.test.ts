@@ -661,7 +661,7 @@ describe('Idempotency Guard 2.1: a Key you set counts within its instance', () =
 	});
 });
 
-describe('a sub-workflow acts for its caller\'s instance', () => {
+describe("a sub-workflow acts for its caller's instance", () => {
 	const TRIGGER: UpstreamNode = {
 		name: 'When Executed by Another Workflow',
 		type: 'n8n-nodes-base.executeWorkflowTrigger',
@@ -670,7 +670,7 @@ describe('a sub-workflow acts for its caller\'s instance', () => {
 	const handedOn = (items: INodeExecutionData[]): INodeExecutionData[] =>
 		items.map((item) => ({ json: structuredClone(item.json) }));
 
-	test('the Claim and the Save in the sub-workflow claim, save and complete on the caller\'s instance, as the caller', async () => {
+	test("the Claim and the Save in the sub-workflow claim, save and complete on the caller's instance, as the caller", async () => {
 		const parent = { workflowId: 'wf-caller', executionId: 'p1' };
 		const sub = { workflowId: 'wf-charge-sub', executionId: 's1', parentExecutionId: 'p1' };
 		const started = await runResumePoint(parent, [{ body: { orderId: 'o-sub-1' } }]);
@@ -700,13 +700,16 @@ describe('a sub-workflow acts for its caller\'s instance', () => {
 			await sidecar.sql("SELECT 1 FROM durable_instances WHERE workflow_id = 'wf-charge-sub'"),
 		).toHaveLength(0);
 		// Back in the caller, the next durable node finds the same instance on the returned item.
-		const next = await runGuard(parent, handedOn(saved), [
-			{ name: 'Execute Workflow', type: 'n8n-nodes-base.executeWorkflow' },
-		], { scope: 'notify' });
+		const next = await runGuard(
+			parent,
+			handedOn(saved),
+			[{ name: 'Execute Workflow', type: 'n8n-nodes-base.executeWorkflow' }],
+			{ scope: 'notify' },
+		);
 		expect((next[OUTPUT_FIRST_RUN][0].json.idempotency as IDataObject).key).toBe('o-sub-1');
 	});
 
-	test('after a crash, the resumed caller\'s sub-workflow takes the dead claim over at once (attempt 2)', async () => {
+	test("after a crash, the resumed caller's sub-workflow takes the dead claim over at once (attempt 2)", async () => {
 		const first = { workflowId: 'wf-caller', executionId: 'p-dead' };
 		const started = await runResumePoint(first, [{ body: { orderId: 'o-sub-2' } }]);
 		await runGuard(
@@ -731,7 +734,7 @@ describe('a sub-workflow acts for its caller\'s instance', () => {
 		});
 	});
 
-	test('another workflow\'s instance outside a sub-workflow is an author error; nothing is saved or claimed', async () => {
+	test("another workflow's instance outside a sub-workflow is an author error; nothing is saved or claimed", async () => {
 		const started = await runResumePoint({ workflowId: 'wf-owner', executionId: 'o1' }, [
 			{ body: { orderId: 'o-foreign' } },
 		]);
@@ -740,12 +743,12 @@ describe('a sub-workflow acts for its caller\'s instance', () => {
 		const save = jest.spyOn(client, 'saveCheckpoints');
 		const claim = jest.spyOn(client, 'claim');
 		try {
-			await expect(
-				runSave(elsewhere, handedOn(started[OUTPUT_START]), [TRIGGER]),
-			).rejects.toThrow(/belongs to instance 'o-foreign' of workflow wf-owner, not of this workflow/);
-			await expect(
-				runGuard(elsewhere, handedOn(started[OUTPUT_START]), [TRIGGER]),
-			).rejects.toThrow(/belongs to instance 'o-foreign' of workflow wf-owner/);
+			await expect(runSave(elsewhere, handedOn(started[OUTPUT_START]), [TRIGGER])).rejects.toThrow(
+				/belongs to instance 'o-foreign' of workflow wf-owner, not of this workflow/,
+			);
+			await expect(runGuard(elsewhere, handedOn(started[OUTPUT_START]), [TRIGGER])).rejects.toThrow(
+				/belongs to instance 'o-foreign' of workflow wf-owner/,
+			);
 			expect(save).not.toHaveBeenCalled();
 			expect(claim).not.toHaveBeenCalled();
 		} finally {
@@ -754,14 +757,69 @@ describe('a sub-workflow acts for its caller\'s instance', () => {
 		}
 	});
 
+	test('an item that lost its durable field in the caller (a Split Out at its default): the sub-workflow acts on the one instance the caller took', async () => {
+		const parent = { workflowId: 'wf-caller', executionId: 'p4' };
+		const sub = { workflowId: 'wf-charge-sub', executionId: 's4', parentExecutionId: 'p4' };
+		await runResumePoint(parent, [{ body: { orderId: 'o-sub-4' } }]);
+		// Split Out (Include: No Other Fields) made a new item of the line: no durable field.
+		const line = [{ json: { line: { sku: 'sku-a', price: 10 } } }];
+		const claimed = await runGuard(sub, line, [TRIGGER]);
+		expect(claimed[OUTPUT_FIRST_RUN]).toHaveLength(1);
+		expect(claimed[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({
+			key: 'o-sub-4',
+			attempt: 1,
+		});
+		const saved = await runSave(sub, httpResponse(claimed[OUTPUT_FIRST_RUN], CHARGE), [
+			HTTP,
+			{ ...GUARD, output: claimed[OUTPUT_FIRST_RUN] },
+			TRIGGER,
+		]);
+		expect(durable(saved[0])).toMatchObject({
+			workflowId: 'wf-caller',
+			instanceKey: 'o-sub-4',
+			completedKey: { scope: 'payment', key: 'o-sub-4' },
+		});
+		const [key] = await sidecar.sql(
+			"SELECT holder, status FROM durable_idempotency_keys WHERE scope = 'payment' AND key = 'o-sub-4'",
+		);
+		expect(key).toMatchObject({ holder: 'p4', status: 'completed' });
+	});
+
+	test('a caller that took several instances: an item without its durable field is an error naming them, nothing is claimed', async () => {
+		const parent = { workflowId: 'wf-caller', executionId: 'p5' };
+		const sub = { workflowId: 'wf-charge-sub', executionId: 's5', parentExecutionId: 'p5' };
+		await runResumePoint(parent, [
+			{ body: { orderId: 'o-sub-5a' } },
+			{ body: { orderId: 'o-sub-5b' } },
+		]);
+		const claim = jest.spyOn(getSidecarClient(sidecar.connection()), 'claim');
+		try {
+			const error: unknown = await runGuard(
+				sub,
+				[{ json: { line: { sku: 'sku-a' } } }],
+				[TRIGGER],
+			).catch((e: unknown) => e);
+			if (!(error instanceof NodeOperationError)) throw new Error('expected a NodeOperationError');
+			expect(error.message).toMatch(/came into this sub-workflow without its instance/);
+			expect(error.description).toMatch(/holds 2 instances/);
+			expect(claim).not.toHaveBeenCalled();
+		} finally {
+			claim.mockRestore();
+		}
+	});
+
 	test('a sub-workflow item without its durable field: the error says how to hand it on', async () => {
 		const sub = { workflowId: 'wf-charge-sub', executionId: 's3', parentExecutionId: 'p3' };
-		const error: unknown = await runGuard(sub, [{ json: { orderId: 'o-fields' } }], [
-			TRIGGER,
-		]).catch((e: unknown) => e);
+		const error: unknown = await runGuard(
+			sub,
+			[{ json: { orderId: 'o-fields' } }],
+			[TRIGGER],
+		).catch((e: unknown) => e);
 		if (!(error instanceof NodeOperationError)) throw new Error('expected a NodeOperationError');
-		expect(error.message).toMatch(/No Resume Point before this node/);
+		expect(error.message).toMatch(/came into this sub-workflow without its instance/);
 		expect(error.description).toMatch(/Accept All Data/);
+		// The caller's other way to lose it: a Split Out at its default (n8n's "No Other Fields").
+		expect(error.description).toMatch(/Split Out with Include: No Other Fields/);
 	});
 });
 
@@ -778,7 +836,11 @@ describe("n8n's Wait node after a Save: the renewal covers the wait", () => {
 		const started = await runResumePoint(run, [{ body: { orderId: key } }], {
 			options: { leaseSeconds: lease },
 		});
-		return { run, items: started[OUTPUT_START], upstream: [{ ...RP, output: started[OUTPUT_START] }] };
+		return {
+			run,
+			items: started[OUTPUT_START],
+			upstream: [{ ...RP, output: started[OUTPUT_START] }],
+		};
 	}
 
 	async function leaseLeft(wf: string, key: string): Promise<number> {
@@ -819,7 +881,8 @@ describe("n8n's Wait node after a Save: the renewal covers the wait", () => {
 			const tooLong = await runSave(run, items, upstream, { stepName: 'charged' }, [
 				wait({ resume: 'timeInterval', amount: 2, unit: 'days' }),
 			]).catch((e: unknown) => e);
-			if (!(tooLong instanceof NodeOperationError)) throw new Error('expected a NodeOperationError');
+			if (!(tooLong instanceof NodeOperationError))
+				throw new Error('expected a NodeOperationError');
 			expect(tooLong.message).toMatch(/waits 2 days: .* longer than a lease can be \(1 day\)/);
 			expect(tooLong.description).toMatch(/Schedule Resume/);
 			expect(spy).not.toHaveBeenCalled();
@@ -858,7 +921,9 @@ describe("n8n's Wait node after a Save: the renewal covers the wait", () => {
 		try {
 			await expect(
 				runResumePoint(run, [{ body: { orderId: 'o-wrp-2' } }], {}, [wait({ resume: 'form' })]),
-			).rejects.toThrow(/The Wait node 'Wait' after this Resume Point waits for a webhook call or a form/);
+			).rejects.toThrow(
+				/The Wait node 'Wait' after this Resume Point waits for a webhook call or a form/,
+			);
 			expect(spy).not.toHaveBeenCalled();
 		} finally {
 			spy.mockRestore();

@@ -19,12 +19,7 @@ import {
 } from '../../shared/claim-ahead';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { versionViews } from '../../shared/versions';
-import {
-	longestWait,
-	MAX_LEASE_SECONDS,
-	uncoverableWait,
-	waitsAhead,
-} from '../../shared/waits';
+import { longestWait, MAX_LEASE_SECONDS, uncoverableWait, waitsAhead } from '../../shared/waits';
 import {
 	asNodeError,
 	callContext,
@@ -45,7 +40,12 @@ import {
 	workflowIdOf,
 } from '../../shared/node-helpers';
 import { isSidecarUnreachable } from '../../shared/errors';
-import { parameterReader, nodeParameter } from '../../shared/upstream';
+import {
+	nodeParameter,
+	noteHeldInstances,
+	parameterReader,
+	type InstanceRef,
+} from '../../shared/upstream';
 import {
 	InstanceStatus,
 	ResumeReason,
@@ -477,6 +477,8 @@ export class ResumePoint implements INodeType {
 			}
 		});
 
+		/** The instances this execution now holds: a sub-workflow it runs acts on them (noteHeldInstances). */
+		const held: InstanceRef[] = [];
 		for (let i = 0; i < items.length; i++) {
 			const item = items[i];
 			const prep = prepared[i];
@@ -511,7 +513,18 @@ export class ResumePoint implements INodeType {
 				v2,
 				ahead,
 			});
+			const taken =
+				response.outcome === StartOutcome.START_OUTCOME_STARTED ||
+				response.outcome === StartOutcome.START_OUTCOME_RESUMED;
+			if (taken && response.instance) {
+				held.push({
+					workflowId: response.instance.workflowId || workflowId,
+					instanceKey: response.instance.instanceKey,
+					leaseSeconds: response.instance.leaseSeconds,
+				});
+			}
 		}
+		noteHeldInstances(executionId, held);
 		return outputs;
 	}
 }
