@@ -1344,6 +1344,130 @@ def test_25_an_if_node_and_a_merge_before_the_save_through_an_n8n_kill(stack: St
                kill_to_completed_s=run.done_s)
 
 
+LINES_SUB_WF = "durableLineChargeSub"
+LINES_CALLER_WF = "durableOrderLinesSub"
+
+
+def line_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
+    """A line's charge as a sub-workflow, from node-package/README.md with defaults: When Executed by Another
+    Workflow (Accept All Data) → Claim Line (Key: the line's SKU) → HTTP charge (derived key) → Save "line
+    charged"; Done Before → the same Save."""
+    f = DocsFlow(LINES_SUB_WF, "Charge order lines (sub-workflow, from the node docs)", services_url, credential_id)
+    start = f.node("When Executed by Another Workflow", "n8n-nodes-base.executeWorkflowTrigger", 1.1,
+                   {"inputSource": "passthrough"}, (0, 0))
+    claim = f.durable("Claim Line", "idempotencyGuard", {"operation": "claim", "scope": "charge-line",
+                                                         "key": "={{ $json.line.sku }}"}, (220, 0))
+    # The fake services count effects per "orderId": here one per line of an order.
+    charge = f.call("Charge Line", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId + ':' + "
+                                              "$json.line.sku, amount: $json.line.price }) }}", (440, 0))
+    save = f.durable("Save Line", "durableCheckpoint", {"operation": "save", "stepName": "line charged"}, (660, 0))
+    f.link(start, claim)
+    f.link(claim, charge, 0)
+    f.link(claim, save, 1)
+    f.link(charge, save)
+    return f.workflow()
+
+
+def orders_charging_lines_in_a_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
+    """Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Split Out (`body.lines`,
+    each line under `line`, Include: Selected Other Fields `body`, so the sub-workflow knows the order: the
+    items lose the `durable` field, as with the default No Other Fields) → Execute Workflow (the line charge
+    sub-workflow, options at defaults) → Claim Notify → HTTP notify → Save "notified" with Complete
+    Instance. Resume and the Step Output "line charged" lead back to the Split Out."""
+    f = DocsFlow(LINES_CALLER_WF, "Order lines charged in a sub-workflow (from the node docs)", services_url,
+                 credential_id)
+    durable, call = f.durable, f.call
+    hook = f.webhook("order-lines-sub", "responseNode")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
+                                                 "stepOutputs": "line charged"}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    split = f.node("Split Lines", "n8n-nodes-base.splitOut", 1, {
+        "fieldToSplitOut": "body.lines", "include": "selectedOtherFields", "fieldsToInclude": "body",
+        "options": {"destinationFieldName": "line"}}, (660, 100))
+    run_lines = f.node("Charge the Lines", "n8n-nodes-base.executeWorkflow", 1.2, {
+        "workflowId": {"__rl": True, "value": LINES_SUB_WF, "mode": "id"},
+        "workflowInputs": {"mappingMode": "defineBelow", "value": {}, "matchingColumns": [], "schema": [],
+                           "attemptToConvertTypes": False, "convertFieldsToString": True},
+        "options": {}}, (880, 100))
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (1100, 100))
+    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                      "email: $json.body.email }) }}", (1320, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1540, 100))
+    for a, b in [(hook, rp), (trigger, rp), (ok, split), (split, run_lines), (run_lines, claim_notify),
+                 (notify, save_notified)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)                  # Start
+    f.link(rp, split, 1)               # Resume: nothing saved yet
+    f.link(rp, split, 4)               # line charged: the lines again, the charged ones leave by Done Before
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
+    return f.workflow()
+
+
+def test_26_line_items_charged_in_a_sub_workflow_without_the_durable_field_through_an_n8n_kill(
+        stack: Stack) -> None:
+    """Order lines split out in the caller and charged in a sub-workflow. The Split Out makes new items, so the
+    lines reach the sub-workflow without the `durable` field (its default, No Other Fields, drops it too):
+    the sub-workflow's Claim and Save act on the one instance the calling execution's Resume Point took,
+    as that execution. Before, every order failed in the sub-workflow (*No Resume Point before this node*)
+    and never completed. n8n is killed (-9) with the lines' charges in flight: every line of every order
+    is charged once, every order notified once and completed; each line key is stored as
+    `["<order>","<sku>"]`, completed and held by the order's calling execution; no instance of the
+    sub-workflow's ID exists; a re-delivery charges nothing.
+    """
+    import psycopg
+    from harness import CREDENTIAL_ID, db_url
+
+    t0 = time.monotonic()
+    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    publish_workflow(n8n, line_charge_sub_workflow(services.url, CREDENTIAL_ID))
+    publish_workflow(n8n, orders_charging_lines_in_a_sub_workflow(services.url, CREDENTIAL_ID))
+    n8n.wait_webhook("order-lines-sub", timeout=120)
+    url = f"{n8n.url}/webhook/order-lines-sub"
+    quiet, keys = orders("lines-sub-quiet", 1), orders("lines-sub", 3)
+    everyone = quiet + keys
+
+    def body(k: str) -> dict[str, Any]:
+        return {"orderId": k, "email": f"{k}@example.com",
+                "lines": [{"sku": s, "price": 10 + n} for n, s in enumerate(LINE_SKUS)]}
+
+    def diagnose() -> str:
+        return stack.diagnose(everyone, LINES_CALLER_WF)
+
+    run = orders_through_a_kill(stack, url, body, quiet, keys, LINES_CALLER_WF, diagnose)
+    lines = [f"{k}:{s}" for k in everyone for s in LINE_SKUS]
+    dups = services.duplicate_effects(lines, ("payment",)) + services.duplicate_effects(everyone, ("notify",))
+    assert [a[0] for a in run.answers] == [200] * len(keys) and run.again[0] == 200, (run.answers, run.again)
+    assert dups == [], f"duplicate or missing side effects: {dups}\n{diagnose()}"
+    for k in everyone:
+        trail = sidecar.trail(LINES_CALLER_WF, k)
+        assert trail[-1] == "notified" and trail.count("line charged") >= len(LINE_SKUS), (k, trail)
+    line_keys = {json.dumps([k, s], separators=(",", ":")): k for k in everyone for s in LINE_SKUS}
+    with psycopg.connect(db_url(sidecar.database)) as conn:
+        stored = conn.execute("SELECT key, status, holder FROM durable_idempotency_keys WHERE scope = 'charge-line' "
+                              "AND key = ANY(%s)", (list(line_keys),)).fetchall()
+        savers = dict(conn.execute(
+            "SELECT instance_key, array_agg(DISTINCT execution_id) FROM durable_checkpoints "
+            "WHERE workflow_id = %s AND instance_key = ANY(%s) GROUP BY instance_key", (LINES_CALLER_WF, everyone)))
+        sub_instances = conn.execute("SELECT count(*) FROM durable_instances WHERE workflow_id = %s",
+                                     (LINES_SUB_WF,)).fetchone()
+    assert sorted((key, status) for key, status, _ in stored) == sorted((key, "completed") for key in line_keys), stored
+    # The sub-workflow acted as the calling execution: the one execution that saved the order holds its lines.
+    assert all(len(savers[k]) == 1 for k in everyone), savers
+    assert all(holder == savers[line_keys[key]][0] for key, _, holder in stored), (stored, savers)
+    assert sub_instances == (0,), sub_instances
+    REPORT.add("26. order lines charged in a sub-workflow, the lines without the durable field, kill -9 n8n",
+               len(everyone), len(everyone), len(dups), time.monotonic() - t0,
+               note=f"{len(everyone)} orders × {len(LINE_SKUS)} lines; kill -9 with {run.in_flight_at_kill} charges in "
+                    f"flight inside the sub-workflow → all completed {run.done_s:.1f} s; every line charged once per "
+                    "order; a re-delivery charges nothing",
+               kill_to_completed_s=run.done_s)
+
+
 WAIT_NODE_WF = "durableWaitNode"
 WAIT_NODE_S = 30
 
