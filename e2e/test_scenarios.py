@@ -118,6 +118,8 @@ def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> N
     assert "claimedAhead" not in claimed("Claim Payment"), claimed("Claim Payment")
     # Nothing of it rides on the items.
     assert all("claimAhead" not in json.dumps(r) for r in run.values())
+    # The Webhook answers through Respond to Webhook after the Resume Point: no early-answer warning.
+    assert not run["Resume Point"][0].get("hints"), run["Resume Point"][0].get("hints")
     REPORT.add("1. 20 orders, full checkpoint trail", len(keys), len(keys), dups, time.monotonic() - t0)
 
 
@@ -1466,6 +1468,42 @@ def test_26_line_items_charged_in_a_sub_workflow_without_the_durable_field_throu
                     f"flight inside the sub-workflow → all completed {run.done_s:.1f} s; every line charged once per "
                     "order; a re-delivery charges nothing",
                kill_to_completed_s=run.done_s)
+
+
+EARLY_ANSWER_WF = "durableEarlyAnswer"
+
+
+def test_27_a_webhook_left_at_respond_immediately_gets_a_warning_on_the_resume_point(stack: Stack) -> None:
+    """A Webhook left at its default Respond (Immediately) before the Resume Point: the sender is told 200 before
+    the delivery is stored, so a delivery meeting a sidecar outage would be lost. The run goes on (the order is
+    started), and the Resume Point's output carries n8n's warning hint naming the Webhook and the fix, as the
+    editor shows it after a run and the stored execution keeps it.
+    """
+    from harness import CREDENTIAL_ID, http
+
+    f = DocsFlow(EARLY_ANSWER_WF, "Webhook left at Respond: Immediately", stack.services.url, CREDENTIAL_ID)
+    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {"httpMethod": "POST", "path": "early-answer",
+                                                             "options": {}}, (0, 0),
+                  webhookId=EARLY_ANSWER_WF + "-hook")
+    rp = f.durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}"}, (220, 0))
+    done = f.node("Started", "n8n-nodes-base.noOp", 1, {}, (440, 0))
+    f.link(hook, rp)
+    f.link(rp, done, 0)
+    publish_workflow(stack.n8n, f.workflow())
+    stack.n8n.wait_webhook("early-answer", timeout=120)
+    assert http("POST", f"{stack.n8n.url}/webhook/early-answer", {"orderId": "early-1"}, timeout=60)[0] == 200
+    wait_until("the instance to exist", lambda: stack.sidecar.instance(EARLY_ANSWER_WF, "early-1") is not None,
+               timeout=60)
+    inst = stack.sidecar.instance(EARLY_ANSWER_WF, "early-1")
+    assert inst is not None
+    api_key = stack.n8n.create_api_key("e2e early answer")
+    wait_until("the execution to finish",
+               lambda: stack.n8n.execution(api_key, inst.created_by_execution_id).get("finished") is True, timeout=30)
+    run = stack.n8n.execution(api_key, inst.created_by_execution_id)["data"]["resultData"]["runData"]
+    hints = run["Resume Point"][0].get("hints") or []
+    assert len(hints) == 1 and hints[0]["type"] == "warning", hints
+    assert "The Webhook 'Webhook' answers Immediately" in hints[0]["message"], hints
+    assert run["Started"][0]["data"]["main"][0], run["Started"]
 
 
 WAIT_NODE_WF = "durableWaitNode"

@@ -5,7 +5,12 @@
  * the start item restored, step results added to the state, Claim → call →
  * Save completing the key in the save's transaction, the instance's lease.
  */
-import { NodeOperationError, type IDataObject, type INodeExecutionData } from 'n8n-workflow';
+import {
+	NodeOperationError,
+	type IDataObject,
+	type INodeExecutionData,
+	type NodeExecutionHint,
+} from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import {
@@ -820,6 +825,62 @@ describe("a sub-workflow acts for its caller's instance", () => {
 		expect(error.description).toMatch(/Accept All Data/);
 		// The caller's other way to lose it: a Split Out at its default (n8n's "No Other Fields").
 		expect(error.description).toMatch(/Split Out with Include: No Other Fields/);
+	});
+});
+
+describe('a Webhook that answers Immediately before the Resume Point: a warning on its output', () => {
+	const webhook = (parameters: Record<string, unknown>): UpstreamNode => ({
+		name: 'Webhook',
+		type: 'n8n-nodes-base.webhook',
+		typeVersion: 2.1,
+		parameters: parameters as UpstreamNode['parameters'],
+	});
+	const run = async (upstream: UpstreamNode[], key: string): Promise<NodeExecutionHint[]> => {
+		const hints: NodeExecutionHint[] = [];
+		const out = await resumePoint.execute.call(
+			executeContext({
+				items: [{ body: { orderId: key } }],
+				params: {
+					instanceKey: (_i: number, item: INodeExecutionData) =>
+						(item.json.body as IDataObject).orderId,
+				},
+				credentials: sidecar.credentials(),
+				workflowId: 'wf-hints',
+				executionId: `e-${key}`,
+				nodeName: RP.name,
+				typeVersion: 2,
+				description: resumePoint.description,
+				upstream,
+				hints,
+			}),
+		);
+		// The run goes on as before: the instance is started.
+		expect(out[OUTPUT_START]).toHaveLength(1);
+		return hints;
+	};
+
+	test("the Webhook's default Respond (Immediately), also through a Split Out: one warning naming it", async () => {
+		const direct = await run([webhook({ httpMethod: 'POST', path: 'orders' })], 'o-hint-1');
+		expect(direct).toHaveLength(1);
+		expect(direct[0]).toMatchObject({ type: 'warning', location: 'outputPane' });
+		expect(direct[0].message).toMatch(/The Webhook 'Webhook' answers Immediately/);
+		const split = await run(
+			[
+				{ name: 'Split Out', type: 'n8n-nodes-base.splitOut' },
+				webhook({ responseMode: 'onReceived' }),
+			],
+			'o-hint-2',
+		);
+		expect(split).toHaveLength(1);
+	});
+
+	test('Respond to Webhook, When Last Node Finishes, a disabled Webhook or the Resume Trigger: no warning', async () => {
+		expect(await run([webhook({ responseMode: 'responseNode' })], 'o-hint-3')).toEqual([]);
+		expect(await run([webhook({ responseMode: 'lastNode' })], 'o-hint-4')).toEqual([]);
+		expect(await run([{ ...webhook({}), disabled: true }], 'o-hint-5')).toEqual([]);
+		expect(
+			await run([{ name: 'Resume Trigger', type: 'n8n-nodes-durable.resumeTrigger' }], 'o-hint-6'),
+		).toEqual([]);
 	});
 });
 

@@ -13,6 +13,7 @@ import {
 	type INodeTypeDescription,
 	type IPairedItemData,
 	type ITriggerFunctions,
+	type NodeExecutionHint,
 	type NodeTypeAndVersion,
 } from 'n8n-workflow';
 import type { CallOptions, Metadata, ServiceError } from '@grpc/grpc-js';
@@ -62,6 +63,8 @@ export interface ContextOptions {
 	 * getChildNodes; `output` is not used.
 	 */
 	downstream?: UpstreamNode[];
+	/** Receives what the node adds with addExecutionHints (n8n shows them on its output pane). */
+	hints?: NodeExecutionHint[];
 }
 
 function isExecutionData(value: IDataObject | INodeExecutionData): value is INodeExecutionData {
@@ -151,6 +154,9 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 			active: true,
 		}),
 		getExecutionId: () => options.executionId ?? 'exec-1',
+		addExecutionHints: (...hints: NodeExecutionHint[]) => {
+			options.hints?.push(...hints);
+		},
 		getExecutionContext: () => ({
 			version: 1,
 			establishedAt: 0,
@@ -185,7 +191,12 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 			if ((options.downstream ?? []).some((d) => d.name === nodeName)) {
 				// A node below this one: this node, then what lies above it.
 				const above = [
-					{ name: theNode.name, type: theNode.type, typeVersion: theNode.typeVersion, disabled: false },
+					{
+						name: theNode.name,
+						type: theNode.type,
+						typeVersion: theNode.typeVersion,
+						disabled: false,
+					},
 					...upstream.map((u) => ({
 						name: u.name,
 						type: u.type,
