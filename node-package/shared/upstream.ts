@@ -220,11 +220,6 @@ export function heldBy(executionId: string): InstanceRef[] {
 	return heldInstances.get(executionId) ?? [];
 }
 
-/** Forgets every noted instance (tests). */
-export function clearHeldInstances(): void {
-	heldInstances.clear();
-}
-
 /**
  * Per node run: the durable nodes upstream of this one (computed once, from
  * the workflow's connections) and, per item, their paired items (resolved
@@ -240,8 +235,8 @@ export class Upstream {
 	private feedingGuard: string | null | undefined;
 	/** That Guard's one output item (fromSoleGuardRun); null: none, undefined: not looked yet. */
 	private soleGuardItem: INodeExecutionData | null | undefined;
-	/** In a sub-workflow: the calling execution and the instances it took (callerHeld); undefined: not looked yet. */
-	private caller: { executionId: string; held: InstanceRef[] } | null | undefined;
+	/** In a sub-workflow: the instances the calling execution took (callerHeld); null: not a sub-workflow; undefined: not looked yet. */
+	private caller: InstanceRef[] | null | undefined;
 
 	constructor(private readonly ctx: IExecuteFunctions) {}
 
@@ -402,30 +397,38 @@ export class Upstream {
 		return undefined;
 	}
 
-	/** In a sub-workflow, the calling execution and the instances its Resume Point took here; else null. */
-	private callerHeld(): { executionId: string; held: InstanceRef[] } | null {
+	/** In a sub-workflow, the instances the calling execution's Resume Point took in this process; else null. */
+	private callerHeld(): InstanceRef[] | null {
 		if (this.caller === undefined) {
 			const context =
 				typeof this.ctx.getExecutionContext === 'function'
 					? this.ctx.getExecutionContext()
 					: undefined;
 			const parent = context?.parentExecutionId;
-			this.caller = parent ? { executionId: String(parent), held: heldBy(String(parent)) } : null;
+			this.caller = parent ? heldBy(String(parent)) : null;
 		}
 		return this.caller;
+	}
+
+	/**
+	 * In a sub-workflow, the one instance the calling execution took (noteHeldInstances): what an item
+	 * that lost its durable field in the caller belongs to. Undefined elsewhere, or when it took several.
+	 */
+	callerInstance(): InstanceRef | undefined {
+		const held = this.callerHeld();
+		return held?.length === 1 ? held[0] : undefined;
 	}
 
 	/** Like instance(), but a clear error when there is none; `alternative` says what else the author can do. */
 	requireInstance(itemIndex: number, item: INodeExecutionData, alternative = ''): InstanceRef {
 		const ref = this.instance(itemIndex, item);
 		if (ref) return ref;
+		// Only where an instance is required: an optional one (a Claim with its own Key) keeps its meaning.
+		const fromCaller = this.callerInstance();
+		if (fromCaller) return fromCaller;
 		const caller = this.callerHeld();
-		// In a sub-workflow, an item that lost its durable field belongs to the one instance the calling
-		// execution took (noteHeldInstances). Only where an instance is required: an optional one (a
-		// Claim with its own Key) keeps its meaning.
-		if (caller?.held.length === 1) return caller.held[0];
 		if (caller) {
-			const many = caller.held.length;
+			const many = caller.length;
 			throw new NodeOperationError(
 				nodeOf(this.ctx),
 				"The item came into this sub-workflow without its instance (the durable field its caller's Resume Point put on it)",

@@ -68,7 +68,6 @@ const configuredOutputs = (parameters: INodeParameters) =>
 const V1 = { '@version': [1] };
 const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
 
-
 /** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */
 const DEFAULT_LEASE_SECONDS = 300;
 
@@ -180,7 +179,9 @@ async function saveCheckpoints(
 			const target = targetAt(i);
 			const { workflowId, instanceKey } = target;
 			const completeInstance = v2 && completeInstanceOf(i) === true;
-			const leaseSeconds = v2 ? (upstream.instance(i, item)?.leaseSeconds ?? 0) : 0;
+			const leaseSeconds = v2
+				? ((upstream.instance(i, item) ?? upstream.callerInstance())?.leaseSeconds ?? 0)
+				: 0;
 			let claimNext: ClaimItem | undefined;
 			if (ahead && !completeInstance) {
 				// The instance as the Guard will find it on this Save's output item.
