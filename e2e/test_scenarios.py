@@ -1096,63 +1096,82 @@ SUB_ORDERS_WF = "durableSubOrders"
 CHARGE_SUB_WF = "durableChargeSub"
 
 
-def charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
-    """The charge as a sub-workflow of its own, written from node-package/README.md with defaults.
-
-    When Executed by Another Workflow (Input Data Mode: Accept All Data) → Claim Charge → HTTP charge
-    (derived key) → Save "charged"; Done Before → the same Save. No Resume Point: the items bring their
-    instance (`durable`) from the calling workflow's Resume Point.
-    """
-    f = DocsFlow(CHARGE_SUB_WF, "Charge the order (sub-workflow, from the node docs)", services_url, credential_id)
+def side_effect_sub_workflow(f: DocsFlow, claim: tuple[str, dict[str, Any]], call: tuple[str, str],
+                             save: tuple[str, str]) -> dict[str, Any]:
+    """A side effect as a sub-workflow of its own, written from node-package/README.md with defaults: When
+    Executed by Another Workflow (Input Data Mode: Accept All Data) → Claim (`claim`: its name and
+    parameters) → HTTP charge (`call`: its name and JSON body; derived key) → Save (`save`: its name and
+    step); Done Before → the same Save. No Resume Point: the items bring their instance (`durable`) from the
+    calling workflow's Resume Point, or the calling execution took it."""
     start = f.node("When Executed by Another Workflow", "n8n-nodes-base.executeWorkflowTrigger", 1.1,
                    {"inputSource": "passthrough"}, (0, 0))
-    claim = f.durable("Claim Charge", "idempotencyGuard", {"operation": "claim", "scope": "charge"}, (220, 0))
-    charge = f.call("Charge", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId, "
-                                         "amount: $json.body.amount }) }}", (440, 0))
-    save = f.durable("Save Charged", "durableCheckpoint", {"operation": "save", "stepName": "charged"}, (660, 0))
-    f.link(start, claim)
-    f.link(claim, charge, 0)
-    f.link(claim, save, 1)
-    f.link(charge, save)
+    c = f.durable(claim[0], "idempotencyGuard", {"operation": "claim", **claim[1]}, (220, 0))
+    charge = f.call(call[0], "payment", call[1], (440, 0))
+    saved = f.durable(save[0], "durableCheckpoint", {"operation": "save", "stepName": save[1]}, (660, 0))
+    f.link(start, c)
+    f.link(c, charge, 0)
+    f.link(c, saved, 1)
+    f.link(charge, saved)
+    return f.workflow()
+
+
+def charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
+    """The order's charge as a sub-workflow: Claim Charge → charge → Save "charged"."""
+    f = DocsFlow(CHARGE_SUB_WF, "Charge the order (sub-workflow, from the node docs)", services_url, credential_id)
+    return side_effect_sub_workflow(f, ("Claim Charge", {"scope": "charge"}), (
+        "Charge", "={{ JSON.stringify({ orderId: $json.body.orderId, amount: $json.body.amount }) }}"),
+        ("Save Charged", "charged"))
+
+
+def orders_calling_a_sub_workflow(f: DocsFlow, path: str, sub_workflow_id: str, step: str,
+                                  lines: str | None = None) -> dict[str, Any]:
+    """An order workflow that runs a side effect in a sub-workflow (Execute Workflow, options at defaults).
+
+    Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Execute Workflow (the
+    sub-workflow, by ID) → Claim Notify → HTTP notify → Save "notified" with Complete Instance. Resume
+    (nothing saved yet) → the Execute Workflow; the Step Output `step` (the sub-workflow's last) → Claim
+    Notify. `lines`: a Split Out of `body.lines` (each line under `line`, Include: Selected Other Fields
+    `lines`) before the Execute Workflow, which Resume and the Step Output lead to instead: a resumed order
+    walks its lines again, and the charged ones leave the sub-workflow's Claim by Done Before.
+    """
+    durable = f.durable
+    hook = f.webhook(path, "responseNode")
+    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
+    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
+                                                 "stepOutputs": step}, (220, 100))
+    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                (440, 0))
+    run_sub = f.node("Run the Sub-workflow", "n8n-nodes-base.executeWorkflow", 1.2, {
+        "workflowId": {"__rl": True, "value": sub_workflow_id, "mode": "id"},
+        "workflowInputs": {"mappingMode": "defineBelow", "value": {}, "matchingColumns": [], "schema": [],
+                           "attemptToConvertTypes": False, "convertFieldsToString": True},
+        "options": {}}, (880, 100))
+    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
+                           (1100, 100))
+    notify = f.call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
+                                        "email: $json.body.email }) }}", (1320, 0))
+    save_notified = durable("Save Notified", "durableCheckpoint", {
+        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1540, 100))
+    entry = run_sub
+    if lines is not None:
+        entry = f.node("Split Lines", "n8n-nodes-base.splitOut", 1, {
+            "fieldToSplitOut": "body.lines", "include": "selectedOtherFields", "fieldsToInclude": lines,
+            "options": {"destinationFieldName": "line"}}, (660, 100))
+        f.link(entry, run_sub)
+    for a, b in [(hook, rp), (trigger, rp), (ok, entry), (run_sub, claim_notify), (notify, save_notified)]:
+        f.link(a, b)
+    f.link(rp, ok, 0)                                         # Start
+    f.link(rp, entry, 1)                                      # Resume: nothing saved yet
+    f.link(rp, claim_notify if lines is None else entry, 4)   # the sub-workflow's step
+    f.link(claim_notify, notify, 0)
+    f.link(claim_notify, save_notified, 1)
     return f.workflow()
 
 
 def orders_calling_the_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
-    """The order workflow that runs its charge in a sub-workflow (Execute Workflow, options at defaults).
-
-    Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Execute Workflow (the
-    charge sub-workflow, by ID) → Claim Notify → HTTP notify → Save "notified" with Complete Instance.
-    Resume (nothing saved yet) → the Execute Workflow; the Step Output "charged" → Claim Notify.
-    """
     f = DocsFlow(SUB_ORDERS_WF, "Orders with a charge sub-workflow (from the node docs)", services_url,
                  credential_id)
-    durable, call = f.durable, f.call
-    hook = f.webhook("sub-orders", "responseNode")
-    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
-    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
-                                                 "stepOutputs": "charged"}, (220, 100))
-    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
-                (440, 0))
-    run_charge = f.node("Charge the Order", "n8n-nodes-base.executeWorkflow", 1.2, {
-        "workflowId": {"__rl": True, "value": CHARGE_SUB_WF, "mode": "id"},
-        "workflowInputs": {"mappingMode": "defineBelow", "value": {}, "matchingColumns": [], "schema": [],
-                           "attemptToConvertTypes": False, "convertFieldsToString": True},
-        "options": {}}, (660, 100))
-    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
-                           (880, 100))
-    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
-                                      "email: $json.body.email }) }}", (1100, 0))
-    save_notified = durable("Save Notified", "durableCheckpoint", {
-        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1320, 100))
-    for a, b in [(hook, rp), (trigger, rp), (ok, run_charge), (run_charge, claim_notify),
-                 (notify, save_notified)]:
-        f.link(a, b)
-    f.link(rp, ok, 0)                  # Start
-    f.link(rp, run_charge, 1)          # Resume: nothing saved yet
-    f.link(rp, claim_notify, 4)        # charged
-    f.link(claim_notify, notify, 0)
-    f.link(claim_notify, save_notified, 1)
-    return f.workflow()
+    return orders_calling_a_sub_workflow(f, "sub-orders", CHARGE_SUB_WF, "charged")
 
 
 def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_n8n_kill(stack: Stack) -> None:
@@ -1351,63 +1370,20 @@ LINES_CALLER_WF = "durableOrderLinesSub"
 
 
 def line_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
-    """A line's charge as a sub-workflow, from node-package/README.md with defaults: When Executed by Another
-    Workflow (Accept All Data) → Claim Line (Key: the line's SKU) → HTTP charge (derived key) → Save "line
-    charged"; Done Before → the same Save."""
+    """A line's charge as a sub-workflow: Claim Line (Key: the line's SKU) → charge → Save "line charged"."""
     f = DocsFlow(LINES_SUB_WF, "Charge order lines (sub-workflow, from the node docs)", services_url, credential_id)
-    start = f.node("When Executed by Another Workflow", "n8n-nodes-base.executeWorkflowTrigger", 1.1,
-                   {"inputSource": "passthrough"}, (0, 0))
-    claim = f.durable("Claim Line", "idempotencyGuard", {"operation": "claim", "scope": "charge-line",
-                                                         "key": "={{ $json.line.sku }}"}, (220, 0))
     # The fake services count effects per "orderId": here one per line of an order.
-    charge = f.call("Charge Line", "payment", "={{ JSON.stringify({ orderId: $json.body.orderId + ':' + "
-                                              "$json.line.sku, amount: $json.line.price }) }}", (440, 0))
-    save = f.durable("Save Line", "durableCheckpoint", {"operation": "save", "stepName": "line charged"}, (660, 0))
-    f.link(start, claim)
-    f.link(claim, charge, 0)
-    f.link(claim, save, 1)
-    f.link(charge, save)
-    return f.workflow()
+    return side_effect_sub_workflow(f, ("Claim Line", {"scope": "charge-line", "key": "={{ $json.line.sku }}"}), (
+        "Charge Line", "={{ JSON.stringify({ orderId: $json.body.orderId + ':' + $json.line.sku, "
+                       "amount: $json.line.price }) }}"), ("Save Line", "line charged"))
 
 
 def orders_charging_lines_in_a_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
-    """Webhook (answer with Respond to Webhook) → Resume Point → Start → Accepted → Split Out (`body.lines`,
-    each line under `line`, Include: Selected Other Fields `body`, so the sub-workflow knows the order: the
-    items lose the `durable` field, as with the default No Other Fields) → Execute Workflow (the line charge
-    sub-workflow, options at defaults) → Claim Notify → HTTP notify → Save "notified" with Complete
-    Instance. Resume and the Step Output "line charged" lead back to the Split Out."""
+    """The lines split out with the order's `body` (Include: Selected Other Fields, so the sub-workflow knows
+    the order): the items lose the `durable` field, as with the default No Other Fields."""
     f = DocsFlow(LINES_CALLER_WF, "Order lines charged in a sub-workflow (from the node docs)", services_url,
                  credential_id)
-    durable, call = f.durable, f.call
-    hook = f.webhook("order-lines-sub", "responseNode")
-    trigger = durable("Resume Trigger", "resumeTrigger", {}, (0, 200))
-    rp = durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}",
-                                                 "stepOutputs": "line charged"}, (220, 100))
-    ok = f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
-                (440, 0))
-    split = f.node("Split Lines", "n8n-nodes-base.splitOut", 1, {
-        "fieldToSplitOut": "body.lines", "include": "selectedOtherFields", "fieldsToInclude": "body",
-        "options": {"destinationFieldName": "line"}}, (660, 100))
-    run_lines = f.node("Charge the Lines", "n8n-nodes-base.executeWorkflow", 1.2, {
-        "workflowId": {"__rl": True, "value": LINES_SUB_WF, "mode": "id"},
-        "workflowInputs": {"mappingMode": "defineBelow", "value": {}, "matchingColumns": [], "schema": [],
-                           "attemptToConvertTypes": False, "convertFieldsToString": True},
-        "options": {}}, (880, 100))
-    claim_notify = durable("Claim Notify", "idempotencyGuard", {"operation": "claim", "scope": "notify"},
-                           (1100, 100))
-    notify = call("Notify", "notify", "={{ JSON.stringify({ orderId: $json.body.orderId, "
-                                      "email: $json.body.email }) }}", (1320, 0))
-    save_notified = durable("Save Notified", "durableCheckpoint", {
-        "operation": "save", "stepName": "notified", "options": {"completeInstance": True}}, (1540, 100))
-    for a, b in [(hook, rp), (trigger, rp), (ok, split), (split, run_lines), (run_lines, claim_notify),
-                 (notify, save_notified)]:
-        f.link(a, b)
-    f.link(rp, ok, 0)                  # Start
-    f.link(rp, split, 1)               # Resume: nothing saved yet
-    f.link(rp, split, 4)               # line charged: the lines again, the charged ones leave by Done Before
-    f.link(claim_notify, notify, 0)
-    f.link(claim_notify, save_notified, 1)
-    return f.workflow()
+    return orders_calling_a_sub_workflow(f, "order-lines-sub", LINES_SUB_WF, "line charged", lines="body")
 
 
 def test_26_line_items_charged_in_a_sub_workflow_without_the_durable_field_through_an_n8n_kill(

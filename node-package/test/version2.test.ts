@@ -674,13 +674,13 @@ describe("a sub-workflow acts for its caller's instance", () => {
 	/** What Execute Workflow hands a sub-workflow whose trigger accepts all data: the JSON, no pairing. */
 	const handedOn = (items: INodeExecutionData[]): INodeExecutionData[] =>
 		items.map((item) => ({ json: structuredClone(item.json) }));
-
-	test("the Claim and the Save in the sub-workflow claim, save and complete on the caller's instance, as the caller", async () => {
-		const parent = { workflowId: 'wf-caller', executionId: 'p1' };
-		const sub = { workflowId: 'wf-charge-sub', executionId: 's1', parentExecutionId: 'p1' };
-		const started = await runResumePoint(parent, [{ body: { orderId: 'o-sub-1' } }]);
-		const inSub = handedOn(started[OUTPUT_START]);
-		const claimed = await runGuard(sub, inSub, [TRIGGER]);
+	/** The sub-workflow's Claim → charge → Save on `items`: what the Save put out, and the key's row. */
+	const chargeInSub = async (
+		sub: Run,
+		items: INodeExecutionData[],
+		key: string,
+	): Promise<{ saved: INodeExecutionData[]; row: Record<string, unknown> }> => {
+		const claimed = await runGuard(sub, items, [TRIGGER]);
 		expect(claimed[OUTPUT_FIRST_RUN]).toHaveLength(1);
 		const saved = await runSave(sub, httpResponse(claimed[OUTPUT_FIRST_RUN], CHARGE), [
 			HTTP,
@@ -689,18 +689,27 @@ describe("a sub-workflow acts for its caller's instance", () => {
 		]);
 		expect(durable(saved[0])).toMatchObject({
 			workflowId: 'wf-caller',
-			instanceKey: 'o-sub-1',
+			instanceKey: key,
 			lastStep: 'charge',
-			completedKey: { scope: 'payment', key: 'o-sub-1' },
+			completedKey: { scope: 'payment', key },
 		});
+		const [row] = await sidecar.sql(
+			"SELECT holder, status, attempt FROM durable_idempotency_keys WHERE scope = 'payment' AND key = $1",
+			[key],
+		);
+		return { saved, row };
+	};
+
+	test("the Claim and the Save in the sub-workflow claim, save and complete on the caller's instance, as the caller", async () => {
+		const parent = { workflowId: 'wf-caller', executionId: 'p1' };
+		const sub = { workflowId: 'wf-charge-sub', executionId: 's1', parentExecutionId: 'p1' };
+		const started = await runResumePoint(parent, [{ body: { orderId: 'o-sub-1' } }]);
+		const { saved, row } = await chargeInSub(sub, handedOn(started[OUTPUT_START]), 'o-sub-1');
+		expect(row).toMatchObject({ holder: 'p1', status: 'completed' });
 		const [instance] = await sidecar.sql(
 			"SELECT lease_owner, last_step FROM durable_instances WHERE workflow_id = 'wf-caller' AND instance_key = 'o-sub-1'",
 		);
 		expect(instance).toMatchObject({ lease_owner: 'p1', last_step: 'charge' });
-		const [key] = await sidecar.sql(
-			"SELECT holder, status FROM durable_idempotency_keys WHERE scope = 'payment' AND key = 'o-sub-1'",
-		);
-		expect(key).toMatchObject({ holder: 'p1', status: 'completed' });
 		expect(
 			await sidecar.sql("SELECT 1 FROM durable_instances WHERE workflow_id = 'wf-charge-sub'"),
 		).toHaveLength(0);
@@ -767,27 +776,12 @@ describe("a sub-workflow acts for its caller's instance", () => {
 		const sub = { workflowId: 'wf-charge-sub', executionId: 's4', parentExecutionId: 'p4' };
 		await runResumePoint(parent, [{ body: { orderId: 'o-sub-4' } }]);
 		// Split Out (Include: No Other Fields) made a new item of the line: no durable field.
-		const line = [{ json: { line: { sku: 'sku-a', price: 10 } } }];
-		const claimed = await runGuard(sub, line, [TRIGGER]);
-		expect(claimed[OUTPUT_FIRST_RUN]).toHaveLength(1);
-		expect(claimed[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({
-			key: 'o-sub-4',
-			attempt: 1,
-		});
-		const saved = await runSave(sub, httpResponse(claimed[OUTPUT_FIRST_RUN], CHARGE), [
-			HTTP,
-			{ ...GUARD, output: claimed[OUTPUT_FIRST_RUN] },
-			TRIGGER,
-		]);
-		expect(durable(saved[0])).toMatchObject({
-			workflowId: 'wf-caller',
-			instanceKey: 'o-sub-4',
-			completedKey: { scope: 'payment', key: 'o-sub-4' },
-		});
-		const [key] = await sidecar.sql(
-			"SELECT holder, status FROM durable_idempotency_keys WHERE scope = 'payment' AND key = 'o-sub-4'",
+		const { row } = await chargeInSub(
+			sub,
+			[{ json: { line: { sku: 'sku-a', price: 10 } } }],
+			'o-sub-4',
 		);
-		expect(key).toMatchObject({ holder: 'p4', status: 'completed' });
+		expect(row).toMatchObject({ holder: 'p4', status: 'completed', attempt: '1' }); // int8 as text
 	});
 
 	test('a caller that took several instances: an item without its durable field is an error naming them, nothing is claimed', async () => {
