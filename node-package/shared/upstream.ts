@@ -438,6 +438,18 @@ export class Upstream {
 				},
 			);
 		}
+		const resumePoint = this.durableAncestors().find((c) => c.role === 'resumePoint');
+		if (resumePoint) {
+			// Connected, but this item's paired items do not lead back to it.
+			throw new NodeOperationError(
+				nodeOf(this.ctx),
+				`This item cannot be traced back to the Resume Point '${resumePoint.name}'`,
+				{
+					itemIndex,
+					description: `This node finds the item's instance on its durable field or by n8n's paired items (each item's link to the item it came from). Neither leads to the Resume Point here: a node on the way made a different number of items without linking them, such as a Code node returning new items. Keep the durable field on its items ({ ...item.json }), or set pairedItem on each. Nothing was saved or claimed for this item.${alternative ? ' ' + alternative : ''}`,
+				},
+			);
+		}
 		throw new NodeOperationError(
 			nodeOf(this.ctx),
 			'No Resume Point before this node for this item',

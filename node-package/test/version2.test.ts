@@ -282,6 +282,28 @@ describe('version 2 with default parameters', () => {
 		expect((claimError as NodeOperationError).message).toMatch(/No Resume Point before this node/);
 	});
 
+	test('a Resume Point upstream that an item cannot be traced back to (a Code node made new, unlinked items): an error saying so; nothing is claimed', async () => {
+		const run = { workflowId: 'wf-v2-unlinked', executionId: 'e1' };
+		const started = await runResumePoint(run, [{ body: { orderId: 'o-unlinked' } }]);
+		// Two items where one came in, with no pairedItem and no durable field.
+		const items: INodeExecutionData[] = [{ json: { part: 1 } }, { json: { part: 2 } }];
+		const code: UpstreamNode = { name: 'Code', type: 'n8n-nodes-base.code' };
+		const claim = jest.spyOn(getSidecarClient(sidecar.connection()), 'claim');
+		try {
+			const error = await runGuard(run, items, [
+				code,
+				{ ...RP, output: started[OUTPUT_START] },
+			]).catch((e: unknown) => e);
+			if (!(error instanceof NodeOperationError)) throw new Error('expected a NodeOperationError');
+			expect(error.message).toMatch(/cannot be traced back to the Resume Point 'Resume Point'/);
+			expect(error.description).toMatch(/Code node/);
+			expect(error.context.itemIndex).toBe(0);
+			expect(claim).not.toHaveBeenCalled();
+		} finally {
+			claim.mockRestore();
+		}
+	});
+
 	test('the Instance fingerprint is equal on the first and the resumed run: the resumed execution takes the claim over', async () => {
 		const wf = 'wf-v2-fingerprint';
 		const first = { workflowId: wf, executionId: 'e1' };
