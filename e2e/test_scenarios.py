@@ -51,6 +51,15 @@ def post_all(stack: Stack, keys: list[str], base_url: str | None = None) -> None
         assert stack.post_order(k, base_url=base_url) == 200
 
 
+def served(stack: Stack, path: str, *workflows: dict[str, Any]) -> str:
+    """Publishes the workflows (a sub-workflow before its caller), waits until n8n serves the webhook `path`,
+    and returns its URL."""
+    for workflow in workflows:
+        publish_workflow(stack.n8n, workflow)
+    stack.n8n.wait_webhook(path, timeout=120)
+    return f"{stack.n8n.url}/webhook/{path}"
+
+
 def wait_for(what: str, predicate: Any, since: float, timeout: float, diagnose: Any = None) -> float:
     """Waits until `predicate()`; returns the seconds from `since` (a time.monotonic())."""
     try:
@@ -673,13 +682,12 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, f
     from harness import CREDENTIAL_ID, db_url, http
 
     t0 = time.monotonic()
-    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    sidecar, services = stack.sidecar, stack.services
     wf = LAST_SAVE_WF + ("Fields" if fields_before_notify else "")
     hook = "renewals-last-save" + ("-fields" if fields_before_notify else "")
-    publish_workflow(n8n, renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
-                                                workflow_id=wf, path=hook, fields_before_notify=fields_before_notify))
-    n8n.wait_webhook(hook, timeout=120)
-    url = f"{n8n.url}/webhook/{hook}"
+    url = served(stack, hook, renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
+                                                    workflow_id=wf, path=hook,
+                                                    fields_before_notify=fields_before_notify))
     subs = orders("lastsave-fields" if fields_before_notify else "lastsave", 6)
 
     def deliver_all() -> list[int]:
@@ -809,10 +817,9 @@ def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_
 
     t0 = time.monotonic()
     n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    publish_workflow(n8n, renewal_from_the_docs(services.url, CREDENTIAL_ID, complete_on_last_save=True,
-                                                workflow_id=SPLIT_WF, path="renewals-batch", split_out=True))
-    n8n.wait_webhook("renewals-batch", timeout=120)
-    url = f"{n8n.url}/webhook/renewals-batch"
+    url = served(stack, "renewals-batch", renewal_from_the_docs(
+        services.url, CREDENTIAL_ID, complete_on_last_save=True, workflow_id=SPLIT_WF, path="renewals-batch",
+        split_out=True))
     subs, new, poisoned = orders("batch", 5), orders("batch-new", 2), orders("batch-poisoned", 3)
 
     def batch(keys: list[str]) -> dict[str, Any]:
@@ -1047,14 +1054,12 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
     from harness import CREDENTIAL_ID, db_url
 
     t0 = time.monotonic()
-    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    sidecar, services = stack.sidecar, stack.services
     loop, aggregate = shape == "loop-over-items", shape == "aggregate"
     wf, hook = {"split-out": (LINES_WF, "order-lines"), "loop-over-items": (f"{LINES_WF}Loop", "order-lines-loop"),
                 "aggregate": (f"{LINES_WF}Agg", "order-lines-aggregate")}[shape]
-    publish_workflow(n8n, order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, aggregate=aggregate,
-                                                    workflow_id=wf, path=hook))
-    n8n.wait_webhook(hook, timeout=120)
-    url = f"{n8n.url}/webhook/{hook}"
+    url = served(stack, hook, order_lines_from_the_docs(services.url, CREDENTIAL_ID, loop=loop, aggregate=aggregate,
+                                                        workflow_id=wf, path=hook))
     quiet, keys = orders(f"{hook}-quiet", 1), orders(hook, 3)
 
     def body(k: str) -> dict[str, Any]:
@@ -1189,11 +1194,9 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
     from harness import CREDENTIAL_ID, db_url
 
     t0 = time.monotonic()
-    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    publish_workflow(n8n, charge_sub_workflow(services.url, CREDENTIAL_ID))
-    publish_workflow(n8n, orders_calling_the_charge_sub_workflow(services.url, CREDENTIAL_ID))
-    n8n.wait_webhook("sub-orders", timeout=120)
-    url = f"{n8n.url}/webhook/sub-orders"
+    sidecar, services = stack.sidecar, stack.services
+    url = served(stack, "sub-orders", charge_sub_workflow(services.url, CREDENTIAL_ID),
+                 orders_calling_the_charge_sub_workflow(services.url, CREDENTIAL_ID))
     quiet, keys = orders("sub-quiet", 1), orders("sub", 3)
     everyone = quiet + keys
 
@@ -1323,13 +1326,11 @@ def test_25_an_if_node_and_a_merge_before_the_save_through_an_n8n_kill(stack: St
     from harness import CREDENTIAL_ID, db_url
 
     t0 = time.monotonic()
-    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
+    sidecar, services = stack.sidecar, stack.services
     one_claim = shape == "claim-before-the-if"
     workflow = orders_by_payment_method(services.url, CREDENTIAL_ID, one_claim=one_claim)
     wf, hook = workflow["id"], next(n["parameters"]["path"] for n in workflow["nodes"] if n["name"] == "Webhook")
-    publish_workflow(n8n, workflow)
-    n8n.wait_webhook(hook, timeout=120)
-    url = f"{n8n.url}/webhook/{hook}"
+    url = served(stack, hook, workflow)
     quiet, keys = orders(f"{hook}-quiet", 1), orders(hook, 4)
     everyone = quiet + keys
     method = {k: ("card", "account")[n % 2] for n, k in enumerate(everyone)}
@@ -1401,11 +1402,9 @@ def test_26_line_items_charged_in_a_sub_workflow_without_the_durable_field_throu
     from harness import CREDENTIAL_ID, db_url
 
     t0 = time.monotonic()
-    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    publish_workflow(n8n, line_charge_sub_workflow(services.url, CREDENTIAL_ID))
-    publish_workflow(n8n, orders_charging_lines_in_a_sub_workflow(services.url, CREDENTIAL_ID))
-    n8n.wait_webhook("order-lines-sub", timeout=120)
-    url = f"{n8n.url}/webhook/order-lines-sub"
+    sidecar, services = stack.sidecar, stack.services
+    url = served(stack, "order-lines-sub", line_charge_sub_workflow(services.url, CREDENTIAL_ID),
+                 orders_charging_lines_in_a_sub_workflow(services.url, CREDENTIAL_ID))
     quiet, keys = orders("lines-sub-quiet", 1), orders("lines-sub", 3)
     everyone = quiet + keys
 
@@ -1465,9 +1464,8 @@ def test_27_a_webhook_left_at_respond_immediately_gets_a_warning_on_the_resume_p
     done = f.node("Started", "n8n-nodes-base.noOp", 1, {}, (440, 0))
     f.link(hook, rp)
     f.link(rp, done, 0)
-    publish_workflow(stack.n8n, f.workflow())
-    stack.n8n.wait_webhook("early-answer", timeout=120)
-    assert http("POST", f"{stack.n8n.url}/webhook/early-answer", {"orderId": "early-1"}, timeout=60)[0] == 200
+    url = served(stack, "early-answer", f.workflow())
+    assert http("POST", url, {"orderId": "early-1"}, timeout=60)[0] == 200
     wait_until("the instance to exist", lambda: stack.sidecar.instance(EARLY_ANSWER_WF, "early-1") is not None,
                timeout=60)
     inst = stack.sidecar.instance(EARLY_ANSWER_WF, "early-1")
@@ -1541,10 +1539,8 @@ def test_19_a_wait_node_longer_than_the_lease_is_waited_out_not_taken_for_a_cras
     from harness import CREDENTIAL_ID, http
 
     t0 = time.monotonic()
-    n8n, sidecar, services = stack.n8n, stack.sidecar, stack.services
-    publish_workflow(n8n, orders_with_a_wait_node(services.url, CREDENTIAL_ID))
-    n8n.wait_webhook("wait-orders", timeout=120)
-    url = f"{n8n.url}/webhook/wait-orders"
+    sidecar, services = stack.sidecar, stack.services
+    url = served(stack, "wait-orders", orders_with_a_wait_node(services.url, CREDENTIAL_ID))
     calm, killed = orders("wait", 2), orders("wait-kill", 2)
     everyone = calm + killed
 
