@@ -27,12 +27,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from durable.v1 import checkpoint_pb2, events_pb2, idempotency_pb2, instance_pb2, version_pb2
+from durable.v1 import audit_pb2, checkpoint_pb2, events_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf import descriptor, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
@@ -343,3 +345,111 @@ def test_bytes_that_are_not_a_valid_message_get_a_documented_code_and_change_not
         state["before"] = after
 
     run()
+
+
+# --- every documented range holds ---------------------------------------------------------------------------------
+
+PROTO_DIR = Path(__file__).resolve().parents[2] / "proto" / "durable" / "v1"
+_RANGE = re.compile(r"(-?\d+) to (\d+)(?! characters)")
+_FIELD = re.compile(r"^\s*(?:repeated\s+)?([\w.]+)\s+(\w+)\s*=\s*\d+\s*;")
+_NUMERIC = {"int32", "int64", "uint32", "uint64", "double", "float"}
+
+
+def documented_ranges() -> list[tuple[str, str, float, float, str]]:
+    """(message, field, low, high, comment) for every numeric field whose comment states "A to B"."""
+    out = []
+    for path in sorted(PROTO_DIR.glob("*.proto")):
+        package = "durable.v1"
+        stack: list[str] = []
+        comment: list[str] = []
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith("//"):
+                comment.append(stripped[2:].strip())
+                continue
+            if m := re.match(r"message (\w+) \{", stripped):
+                stack.append(m.group(1))
+            elif stripped.startswith(("oneof ", "enum ")) and stripped.endswith("{"):
+                stack.append("")  # a block inside the message: its fields still belong to the message
+            elif stripped == "}" and stack:
+                stack.pop()
+            elif (m := _FIELD.match(line)) and stack and m.group(1) in _NUMERIC:
+                text = " ".join(comment)
+                if r := _RANGE.search(text):
+                    message = ".".join([package] + [s for s in stack if s])
+                    out.append((message, m.group(2), float(r.group(1)), float(r.group(2)), text))
+            comment = []
+    return out
+
+
+RANGES = documented_ranges()
+
+
+def _carrier(message: str) -> tuple[descriptor.MethodDescriptor, descriptor.ServiceDescriptor, list[str]]:
+    """An RPC whose request is `message`, or holds it in a field (one entry of a repeated one)."""
+    audit = audit_pb2.DESCRIPTOR.services_by_name["AuditService"]
+    methods = METHODS + [(audit, m) for m in audit.methods]
+    for svc, method in methods:
+        if method.input_type.full_name == message:
+            return method, svc, []
+    for svc, method in methods:
+        for f in method.input_type.fields:
+            if f.message_type is not None and f.message_type.full_name == message:
+                return method, svc, [f.name]
+    raise AssertionError(f"no RPC takes {message}")
+
+
+def _fill_identifiers(msg: Any) -> None:
+    """Every text field given a valid value, so a request is refused for the field under test, not a missing one."""
+    for f in msg.DESCRIPTOR.fields:
+        if f.type != FieldDescriptor.TYPE_STRING or f.is_repeated or "token" in f.name:
+            continue
+        setattr(msg, f.name, "1.0.0" if f.name.endswith("label") else "order-1")
+
+
+def _out_of_range(low: float, high: float, comment: str, is_float: bool) -> list[float]:
+    """Values the comment excludes: above the top, and below the bottom unless that is the documented 0 default."""
+    values = [high + (0.5 if is_float else 1)]
+    below = low - (0.5 if is_float else 1)
+    zero_means = re.search(r"\b0 (means|keeps|resumes)|; 0:|0: (no|the|one)", comment) is not None
+    if not (below <= 0 < low and zero_means) or (is_float and 0 < below < low):
+        values.append(below)
+    return values
+
+
+def test_the_contract_states_ranges_for_the_fields_it_bounds() -> None:
+    """The parser finds them (a guard against a silent zero-case test), poll_interval_ms among them."""
+    names = {(m.rsplit(".", 1)[1], f) for m, f, *_ in RANGES}
+    assert ("WatchResumableRequest", "poll_interval_ms") in names and ("RetryPolicy", "jitter") in names
+    assert len(RANGES) >= 12
+
+
+@pytest.mark.parametrize("documented", RANGES, ids=[f"{m.rsplit('.', 1)[1]}.{f}" for m, f, *_ in RANGES])
+def test_every_documented_range_is_refused_outside_naming_the_field(
+        target: tuple[SidecarProcess, grpc.Channel, Snapshotter],
+        documented: tuple[str, str, float, float, str]) -> None:
+    _, ch, snap = target
+    message, field, low, high, comment = documented
+    method, service, path = _carrier(message)
+    request_cls = message_factory.GetMessageClass(method.input_type)
+    for value in _out_of_range(low, high, comment, is_float=False):
+        request = request_cls()
+        _fill_identifiers(request)
+        holder = request
+        for part in path:
+            inner = getattr(holder, part)
+            holder = inner.add() if hasattr(inner, "add") else inner
+            _fill_identifiers(holder)
+        target_field = holder.DESCRIPTOR.fields_by_name[field]
+        if target_field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+            values = _out_of_range(low, high, comment, is_float=True)
+        else:
+            values = [value]
+        for v in values:
+            setattr(holder, field, type(getattr(holder, field))(v))
+            before = snap.take()
+            code, details = _call(ch, service, method, request)
+            assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE), (
+                f"{method.name} with {field}={v} (documented {comment!r}) answered {code.name}: {details}")
+            assert field in details, f"{method.name} refused {field}={v} without naming it: {details}"
+            assert snap.take() == before

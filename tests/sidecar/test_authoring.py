@@ -165,6 +165,55 @@ async def test_large_start_item_is_compressed_at_rest_and_round_trips(harness: H
     assert stored[0][0] == len(delivery) and stored[0][1] < len(delivery)
 
 
+def webhook_item(body: object, request_id: str) -> bytes:
+    """n8n's Webhook item: the body, and headers that change with every delivery."""
+    return raw({"headers": {"x-request-id": request_id, "content-type": "application/json"}, "params": {},
+                "query": {}, "body": body, "webhookUrl": "http://n8n/webhook/orders"})
+
+
+async def test_check_delivery_answers_different_for_another_body_and_changes_nothing(harness: Harness,
+                                                                                     database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    await start(s, key, "exec-1", start_item_json=webhook_item({"orderId": key, "amount": 10}, "r1"))
+    await expire_instance_lease(database_url, key)
+    snapshot = "SELECT lease_owner, resume_count, updated_at FROM durable_instances WHERE instance_key = %s"
+    events = "SELECT count(*) FROM durable_instance_events WHERE instance_key = %s"
+    before = (await fetch(database_url, snapshot, key), await fetch(database_url, events, key))
+    other = await start(s, key, "exec-2", start_item_json=webhook_item({"orderId": key, "amount": 9999}, "r2"),
+                        check_delivery=True, include_state=True)
+    assert other.outcome == instance_pb2.START_OUTCOME_DIFFERENT
+    assert json.loads(other.start_item_json)["body"] == {"orderId": key, "amount": 10}
+    assert (await fetch(database_url, snapshot, key), await fetch(database_url, events, key)) == before
+    # Without the check, the same call is a re-delivery: it resumes the instance.
+    plain = await start(s, key, "exec-2", start_item_json=webhook_item({"orderId": key, "amount": 9999}, "r2"))
+    assert plain.outcome == instance_pb2.START_OUTCOME_RESUMED
+
+
+async def test_check_delivery_counts_only_the_body_of_a_webhook_item_in_canonical_form(harness: Harness,
+                                                                                      database_url: str) -> None:
+    s = harness.alpha
+    key = new_key()
+    await start(s, key, "exec-1", start_item_json=webhook_item({"orderId": key, "amount": 10, "n": [1, 2]}, "r1"))
+    # Other headers, other key order, 10.0 for 10: the same delivery (a re-delivery; exec-1 holds the lease).
+    again = await start(s, key, "exec-2", check_delivery=True,
+                        start_item_json=b'{"body": {"n": [1.0, 2], "amount": 10.0, "orderId": "%s"}, '
+                                        b'"headers": {"x-request-id": "r7"}}' % key.encode())
+    assert again.outcome == instance_pb2.START_OUTCOME_BUSY
+    # Not a webhook item: the whole item counts.
+    plain = new_key()
+    await start(s, plain, "exec-1", start_item_json=raw({"orderId": plain, "at": 1}))
+    assert (await start(s, plain, "exec-2", check_delivery=True,
+                        start_item_json=raw({"at": 1, "orderId": plain}))).outcome == instance_pb2.START_OUTCOME_BUSY
+    assert (await start(s, plain, "exec-2", check_delivery=True, start_item_json=raw({"orderId": plain, "at": 2}))
+            ).outcome == instance_pb2.START_OUTCOME_DIFFERENT
+    # An instance stored without a start item never differs.
+    bare = new_key()
+    await start(s, bare, "exec-1")
+    assert (await start(s, bare, "exec-1", check_delivery=True, start_item_json=raw({"x": 1}))
+            ).outcome == instance_pb2.START_OUTCOME_STARTED
+
+
 @pytest.mark.parametrize("harness", [{"max_state_bytes": 4096, "max_message_bytes": 2 * 1024 * 1024}],
                          indirect=True)
 async def test_bad_start_item_is_refused_and_starts_nothing(harness: Harness) -> None:

@@ -27,6 +27,8 @@ class StartOutcome(enum.Enum):
     RESUMED = "resumed"
     FINISHED = "finished"
     BUSY = "busy"
+    # check_delivery: the instance exists and the sent start item is another delivery; nothing changed.
+    DIFFERENT = "different"
 
 
 class ResumeReason(enum.Enum):

@@ -20,6 +20,7 @@ class StartOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     START_OUTCOME_RESUMED: _ClassVar[StartOutcome]
     START_OUTCOME_FINISHED: _ClassVar[StartOutcome]
     START_OUTCOME_BUSY: _ClassVar[StartOutcome]
+    START_OUTCOME_DIFFERENT: _ClassVar[StartOutcome]
 
 class ResumeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -35,6 +36,7 @@ START_OUTCOME_STARTED: StartOutcome
 START_OUTCOME_RESUMED: StartOutcome
 START_OUTCOME_FINISHED: StartOutcome
 START_OUTCOME_BUSY: StartOutcome
+START_OUTCOME_DIFFERENT: StartOutcome
 RESUME_REASON_UNSPECIFIED: ResumeReason
 RESUME_REASON_STALLED: ResumeReason
 RESUME_REASON_WAKE_UP: ResumeReason
@@ -44,7 +46,7 @@ RESUME_REASON_RETRY: ResumeReason
 RESUME_REASON_REDRIVE: ResumeReason
 
 class StartOrResumeRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start", "wait_seconds")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start", "wait_seconds", "check_delivery")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +60,7 @@ class StartOrResumeRequest(_message.Message):
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     CLAIM_ON_START_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -71,7 +74,8 @@ class StartOrResumeRequest(_message.Message):
     retry_policy: _common_pb2.RetryPolicy
     claim_on_start: _idempotency_pb2.ClaimItem
     wait_seconds: int
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., wait_seconds: _Optional[int] = ...) -> None: ...
+    check_delivery: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., wait_seconds: _Optional[int] = ..., check_delivery: _Optional[bool] = ...) -> None: ...
 
 class StartOrResumeResponse(_message.Message):
     __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json", "event", "wait_outcome", "start_claim")

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import validation
+from .. import canonical, validation
 from ..domain import (
     Checkpoint,
     IdempotencyKey,
@@ -41,6 +41,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_DELAY_SECONDS = 31_622_400
+
+
+# WatchResumable's poll interval, as the contract states it (milliseconds).
+POLL_INTERVAL_MS = (100, 600_000)
+
+
+def _delivered(item: object) -> object:
+    """What a re-delivery must repeat: an n8n Webhook item's body (its headers change every time), else the item."""
+    if isinstance(item, dict) and isinstance(item.get("headers"), dict) and "body" in item:
+        return item["body"]
+    return item
+
+
+def same_delivery(stored: bytes, sent: bytes) -> bool:
+    """Whether a start item sent for an existing instance is the delivery it started with (RFC 8785 equality)."""
+    def form(payload: bytes) -> bytes:
+        return canonical.canonical_value("start_item_json", _delivered(canonical.parse("start_item_json", payload)))
+    return form(stored) == form(sent)
 
 
 def _log_start(result: StartResult) -> None:
@@ -103,6 +121,7 @@ class InstanceService:
         retry_policy: RetryPolicy | None = None,
         claim_on_start: ClaimItem | None = None,
         wait_seconds: int = 0,
+        check_delivery: bool = False,
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
@@ -123,6 +142,10 @@ class InstanceService:
         wait_seconds (the caller waits that long before its next durable call:
         an n8n Wait node) lengthens the lease this call takes, not the
         instance's lease length.
+
+        check_delivery: an existing instance whose stored start item is another
+        delivery than start_item_json (same_delivery) answers DIFFERENT before
+        anything is written, whatever its status.
         """
         _check_ref(ref)
         validation.identifier("execution_id", execution_id)
@@ -179,7 +202,7 @@ class InstanceService:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
                                                       pinned_version=pinned_version)
             result = await found_or_started(conn, binding.for_new)
-            if policy is not None and result.outcome is not StartOutcome.FINISHED \
+            if policy is not None and result.outcome not in (StartOutcome.FINISHED, StartOutcome.DIFFERENT) \
                     and result.instance.retry_policy != policy:  # written once, not on every resume
                 now = await self.waits.now_txn(conn)
                 result = replace(result, instance=await self.waits.update_txn(conn, ref, now=now,
@@ -209,6 +232,10 @@ class InstanceService:
             if inst is None:  # deleted between the insert and the lock: let the retry loop start over
                 raise FailedPrecondition("instance changed concurrently; retry")
             latest = await self._latest_meta(conn, inst)
+            if check_delivery and start_item_json:
+                stored = await self.instances.start_item_txn(conn, ref)
+                if stored is not None and not same_delivery(stored, start_item_json):
+                    return StartResult(StartOutcome.DIFFERENT, inst, latest, start_item=stored)
             if inst.status.final:
                 return StartResult(StartOutcome.FINISHED, inst, latest)
             if inst.status is InstanceStatus.SUSPENDED or (inst.awaited_event and not inst.lease_owner):
@@ -459,7 +486,7 @@ class InstanceService:
                               lease_seconds: int, poll_interval_ms: int,
                               stopping: asyncio.Event) -> AsyncIterator[list[Resumable]]:
         """Claims every poll interval until `stopping` is set; yields [] as a heartbeat."""
-        interval = validation.in_range("poll_interval_ms", poll_interval_ms, 100, 600_000, default=1000) / 1000
+        interval = validation.in_range("poll_interval_ms", poll_interval_ms, *POLL_INTERVAL_MS, default=1000) / 1000
         while not stopping.is_set():
             batch = await self.claim_resumable(namespace, workflow_ids=workflow_ids, claimant=claimant,
                                                max_instances=max_instances, lease_seconds=lease_seconds)

@@ -44,6 +44,7 @@ from google.protobuf.message import DecodeError, Message
 from .. import validation
 from ..definitions import semver_label
 from ..errors import InvalidArgument, TooLarge
+from ..services.instances import POLL_INTERVAL_MS
 
 MAX_SAFE_INTEGER = 2**53 - 1
 # Age and delay fields: a century is past any retention or wake-up anyone means.
@@ -203,7 +204,8 @@ class Boundary:
             request.page_token = self.tokens.verify(method, namespace, token)
         if "poll_interval_ms" in desc.fields_by_name:
             interval = request.poll_interval_ms
-            if 0 < interval < self.streams.min_poll_interval_ms:
+            # Only an interval the contract accepts is raised to the floor; one outside it is refused.
+            if POLL_INTERVAL_MS[0] <= interval < self.streams.min_poll_interval_ms:
                 request.poll_interval_ms = self.streams.min_poll_interval_ms
 
     def seal(self, method: str, namespace: str, response: Any) -> None:

@@ -42,6 +42,7 @@ OUTCOME_TO_PB = {
     StartOutcome.RESUMED: instance_pb2.START_OUTCOME_RESUMED,
     StartOutcome.FINISHED: instance_pb2.START_OUTCOME_FINISHED,
     StartOutcome.BUSY: instance_pb2.START_OUTCOME_BUSY,
+    StartOutcome.DIFFERENT: instance_pb2.START_OUTCOME_DIFFERENT,
 }
 
 _REASON_TO_PB = {

@@ -44,6 +44,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             retry_policy=convert.retry_policy_from(request.retry_policy) if request.HasField("retry_policy") else None,
             claim_on_start=convert.claim_item(request.claim_on_start) if request.HasField("claim_on_start") else None,
             wait_seconds=request.wait_seconds,
+            check_delivery=request.check_delivery,
         )
         return instance_pb2.StartOrResumeResponse(
             outcome=convert.OUTCOME_TO_PB[result.outcome],

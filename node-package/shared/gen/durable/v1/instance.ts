@@ -53,6 +53,14 @@ export enum StartOutcome {
    * changed.
    */
   START_OUTCOME_BUSY = 4,
+  /**
+   * START_OUTCOME_DIFFERENT - Only with StartOrResumeRequest.check_delivery: the instance exists (in
+   * any status) and start_item_json is a different delivery from the start
+   * item it stored: another order under a key already used, or a sender that
+   * changed its payload. Nothing was changed (no lease taken, no resume
+   * counted); the caller decides (the Resume Point refuses it or routes it).
+   */
+  START_OUTCOME_DIFFERENT = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -157,6 +165,17 @@ export interface StartOrResumeRequest {
    * waits. 0: the lease length. INVALID_ARGUMENT outside the range.
    */
   waitSeconds: number;
+  /**
+   * Whether an existing instance compares start_item_json with the start item
+   * it stored before anything else: when they are different deliveries the
+   * answer is START_OUTCOME_DIFFERENT and nothing changes. Two items are the
+   * same delivery when their canonical JSON (RFC 8785) is equal; for items in
+   * the shape of n8n's Webhook node (an object with "body" and "headers")
+   * only "body" counts, since headers (signatures, request ids, timestamps)
+   * change with every re-delivery. Ignored without start_item_json, for a new
+   * instance, and for an instance stored without a start item.
+   */
+  checkDelivery: boolean;
 }
 
 export interface StartOrResumeResponse {
@@ -375,6 +394,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     retryPolicy: undefined,
     claimOnStart: undefined,
     waitSeconds: 0,
+    checkDelivery: false,
   };
 }
 
@@ -418,6 +438,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.waitSeconds !== 0) {
       writer.uint32(104).int32(message.waitSeconds);
+    }
+    if (message.checkDelivery !== false) {
+      writer.uint32(112).bool(message.checkDelivery);
     }
     return writer;
   },
@@ -539,6 +562,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.waitSeconds = reader.int32();
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.checkDelivery = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -573,6 +604,7 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
       ? ClaimItem.fromPartial(object.claimOnStart)
       : undefined;
     message.waitSeconds = object.waitSeconds ?? 0;
+    message.checkDelivery = object.checkDelivery ?? false;
     return message;
   },
 };
