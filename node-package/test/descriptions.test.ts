@@ -112,12 +112,32 @@ describe('node descriptions as the editor evaluates them', () => {
 		expect(trigger.description.description).toMatch(/lease/);
 	});
 
-	test('every node is version [1, 2] with default version 2; the Idempotency Guard also 2.1, its default', () => {
+	test('every node is version [1, 2] with default version 2; the Idempotency Guard and the Resume Point also 2.1, their default', () => {
 		for (const { type } of cases) {
-			const guard = type.description.name === 'idempotencyGuard';
-			expect(type.description.version).toEqual(guard ? [1, 2, 2.1] : [1, 2]);
-			expect(type.description.defaultVersion).toBe(guard ? 2.1 : 2);
+			const newer = ['idempotencyGuard', 'resumePoint'].includes(type.description.name);
+			expect(type.description.version).toEqual(newer ? [1, 2, 2.1] : [1, 2]);
+			expect(type.description.defaultVersion).toBe(newer ? 2.1 : 2);
 		}
+	});
+
+	test('Different Delivery: Refuse from Resume Point 2.1, Ignore in version 2 (its behaviour before), none in version 1', () => {
+		const rp = new ResumePoint();
+		expect(parametersOf(rp, 2.1, {}).differentDelivery).toBe('refuse');
+		expect(parametersOf(rp, 2, {}).differentDelivery).toBe('ignore');
+		expect(parametersOf(rp, 1, {}).differentDelivery).toBeUndefined();
+		const outputs = (given: INodeParameters) =>
+			(
+				evaluate(rp, 2.1, given, rp.description.outputs as string) as Array<{ displayName: string }>
+			).map((o) => o.displayName);
+		expect(outputs({ differentDelivery: 'output', waitOutputs: true })).toEqual([
+			'Start',
+			'Resume',
+			'Finished',
+			'Busy',
+			'Event',
+			'Timed Out',
+			'Different',
+		]);
 	});
 
 	test('output labels: short ones in version 2, the old ones kept in version 1', () => {

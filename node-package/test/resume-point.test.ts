@@ -286,7 +286,7 @@ describe('Resume Point', () => {
 		);
 		expect(out[OUTPUT_START].map((i) => i.pairedItem)).toEqual([{ item: 0 }]);
 		expect(out[OUTPUT_IN_PROGRESS].map((i) => i.pairedItem)).toEqual([{ item: 1 }, { item: 2 }]);
-		expect(out[OUTPUT_IN_PROGRESS][1].json.error).toMatch(/instance_key/);
+		expect(out[OUTPUT_IN_PROGRESS][1].json.error).toMatch(/Instance Key is 300 characters long/);
 		expect(out[OUTPUT_IN_PROGRESS][1].error).toBeInstanceOf(NodeOperationError);
 	});
 

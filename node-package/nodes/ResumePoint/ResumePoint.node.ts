@@ -2,9 +2,12 @@ import {
 	NodeConnectionTypes,
 	NodeOperationError,
 	type IDataObject,
+	type IDisplayOptions,
 	type IExecuteFunctions,
+	type INode,
 	type INodeExecutionData,
 	type INodeParameters,
+	type INodeProperties,
 	type INodeType,
 	type INodeTypeDescription,
 	type NodeApiError,
@@ -40,6 +43,7 @@ import {
 	workflowIdOf,
 } from '../../shared/node-helpers';
 import { isSidecarUnreachable } from '../../shared/errors';
+import { businessKey, refusal, senderStatus } from '../../shared/door';
 import {
 	nodeParameter,
 	noteHeldInstances,
@@ -92,10 +96,55 @@ const configuredOutputs = (parameters: INodeParameters, version: number) => {
 		outputs.push({ type: 'main', displayName: 'Event' });
 		outputs.push({ type: 'main', displayName: 'Timed Out' });
 	}
+	if (parameters.differentDelivery === 'output') {
+		outputs.push({ type: 'main', displayName: 'Different' });
+	}
 	return outputs;
 };
 
 type StateMerge = 'merge' | 'replace' | 'field';
+type DifferentDelivery = 'refuse' | 'ignore' | 'output';
+
+/**
+ * What a known key with another delivery does. Version 2.1 refuses it (the
+ * Idempotency-Key rule: a reused key with other parameters is an error);
+ * version 2 ignored it, and keeps doing so unless the author chooses.
+ */
+function differentDelivery(
+	fallback: DifferentDelivery,
+	show: IDisplayOptions['show'],
+): INodeProperties {
+	return {
+		displayName: 'Different Delivery',
+		name: 'differentDelivery',
+		type: 'options',
+		noDataExpression: true,
+		default: fallback,
+		displayOptions: { show },
+		options: [
+			{
+				name: 'Refuse',
+				value: 'refuse',
+				description:
+					'The item fails with an error saying so (on the error output it carries httpStatus 422 for its sender); nothing changes',
+			},
+			{
+				name: 'Ignore',
+				value: 'ignore',
+				description:
+					'The delivery counts as a re-delivery of the first: the instance goes on with the start item it has',
+			},
+			{
+				name: 'Route to Output',
+				value: 'output',
+				description:
+					'The item leaves by an extra output, Different, with the stored start item under durable.startItem; nothing changes',
+			},
+		],
+		description:
+			'What happens when a key already in use arrives with another delivery than the one that started its instance: for a Webhook item, another body (headers do not count); otherwise another item. A re-delivery of the same body is never different.',
+	};
+}
 
 function instanceMeta(inst: Instance | undefined): IDataObject {
 	if (!inst) return {};
@@ -140,8 +189,8 @@ export class ResumePoint implements INodeType {
 		name: 'resumePoint',
 		icon: { light: 'file:resumePoint.svg', dark: 'file:resumePoint.dark.svg' },
 		group: ['transform'],
-		version: [1, 2],
-		defaultVersion: 2,
+		version: [1, 2, 2.1],
+		defaultVersion: 2.1,
 		subtitle: '={{ $parameter["instanceKey"] ? "key: " + $parameter["instanceKey"] : "" }}',
 		description:
 			"Start a long-running instance for a business key, or continue it from its last checkpoint after a crash or wake-up; holds the instance's lease, which later saves and claims keep",
@@ -214,6 +263,8 @@ export class ResumePoint implements INodeType {
 				description:
 					"Whether instances that waited (Durable Checkpoint: Wait for Event) leave by two more outputs: Event (the awaited event arrived; it is on the item under event) and Timed Out (the wait's timeout passed first). Without them such an instance fails this node.",
 			},
+			differentDelivery('refuse', { '@version': [{ _cnd: { gte: 2.1 } }] }),
+			differentDelivery('ignore', { '@version': [2] }),
 			{
 				displayName: 'Options',
 				name: 'options',
@@ -339,20 +390,33 @@ export class ResumePoint implements INodeType {
 		);
 		const mismatchOutput = nodeParameter(this, 'versionMismatchOutput', 0, false) as boolean;
 		const waitOutputs = nodeParameter(this, 'waitOutputs', 0, false) as boolean;
+		const v2 = node.typeVersion >= 2;
+		const onDifferent: DifferentDelivery = v2
+			? (nodeParameter(
+					this,
+					'differentDelivery',
+					0,
+					node.typeVersion >= 2.1 ? 'refuse' : 'ignore',
+				) as DifferentDelivery)
+			: 'ignore';
+		const afterSteps = FIXED_OUTPUTS + stepNames.length;
+		const mismatchIndex = mismatchOutput ? afterSteps : -1;
+		const eventIndex = waitOutputs ? afterSteps + (mismatchOutput ? 1 : 0) : -1;
+		const differentIndex =
+			onDifferent === 'output' ? afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) : -1;
 		const outputs: INodeExecutionData[][] = Array.from(
 			{
-				length: FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0),
+				length:
+					afterSteps +
+					(mismatchOutput ? 1 : 0) +
+					(waitOutputs ? 2 : 0) +
+					(differentIndex >= 0 ? 1 : 0),
 			},
 			() => [],
 		);
-		const mismatchIndex = mismatchOutput ? FIXED_OUTPUTS + stepNames.length : -1;
-		const eventIndex = waitOutputs
-			? FIXED_OUTPUTS + stepNames.length + (mismatchOutput ? 1 : 0)
-			: -1;
 		if (items.length === 0) return outputs;
 		warnOfAnEarlyAnswer(this);
 
-		const v2 = node.typeVersion >= 2;
 		const client = await sidecarFor(this);
 		const workflowId = workflowIdOf(this);
 		// {{ $json.… }} keys are read from the item, without n8n's expression engine.
@@ -397,20 +461,7 @@ export class ResumePoint implements INodeType {
 					key = meta.instanceKey;
 					claimToken = meta.claimToken;
 				} else {
-					const raw: unknown = instanceKeyOf(i);
-					key =
-						typeof raw === 'string'
-							? raw.trim()
-							: raw === undefined || raw === null
-								? ''
-								: String(raw);
-					if (!key) {
-						throw new NodeOperationError(node, 'Instance Key is empty for this item', {
-							itemIndex: i,
-							description:
-								'Set Instance Key to an expression that gives the business key, e.g. {{ $json.body.orderId }}.',
-						});
-					}
+					key = businessKey(node, instanceKeyOf(i), 'Instance Key', i);
 				}
 				if (seen.has(key)) return { kind: 'duplicate', key };
 				seen.add(key);
@@ -419,6 +470,12 @@ export class ResumePoint implements INodeType {
 				return { kind: 'error', error: asNodeError(node, error, i) };
 			}
 		});
+
+		if (!this.continueOnFail()) {
+			// A refused item fails the run before any call: nothing of this delivery is stored.
+			const refused = prepared.find((p) => p.kind === 'error');
+			if (refused?.kind === 'error') throw refused.error;
+		}
 
 		const versionLabel = nodeParameter(this, 'versionLabel', 0, '') as string;
 		const retryPolicy = retryPolicyOf(nodeParameter(this, 'options', 0, {}) as IDataObject);
@@ -458,6 +515,8 @@ export class ResumePoint implements INodeType {
 					// v2: the delivery belongs to the instance (stored with a new one only);
 					// an item from the Resume Trigger is no delivery.
 					startItemJson: v2 && !prep.claimToken ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
+					// A known key with another delivery: answered DIFFERENT, nothing taken (v2.1 refuses it).
+					checkDelivery: v2 && !prep.claimToken && onDifferent !== 'ignore',
 					// Claimed only when the instance is new (the sidecar decides): lease 0 is the instance's.
 					claimOnStart:
 						ahead && !prep.claimToken
@@ -484,12 +543,33 @@ export class ResumePoint implements INodeType {
 			const item = items[i];
 			const prep = prepared[i];
 			const result = results[i];
-			const failure =
+			let failure =
 				prep.kind === 'error' ? prep.error : result instanceof Error ? result : undefined;
+			const response = result as StartOrResumeResponse;
+			if (
+				!failure &&
+				prep.kind === 'call' &&
+				response.outcome === StartOutcome.START_OUTCOME_DIFFERENT
+			) {
+				if (differentIndex >= 0) {
+					outputs[differentIndex].push(
+						route(item, i, {
+							...smallInstanceMeta(response.instance),
+							outcome: 'different',
+							startItem: (fromJsonBytes(response.startItemJson) ?? null) as IDataObject,
+						}),
+					);
+					continue;
+				}
+				failure = differentDeliveryRefused(node, response, i);
+			}
 			if (failure) {
 				if (this.continueOnFail()) {
 					// In Progress runs nothing: a failed item must never take the Start path.
-					outputs[OUTPUT_IN_PROGRESS].push(errorItem(item, failure, i));
+					// httpStatus: what a Respond to Webhook on the error output answers the sender.
+					const out = errorItem(item, failure, i);
+					out.json.httpStatus = senderStatus(failure);
+					outputs[OUTPUT_IN_PROGRESS].push(out);
 					continue;
 				}
 				throw failure;
@@ -505,7 +585,6 @@ export class ResumePoint implements INodeType {
 				);
 				continue;
 			}
-			const response = result as StartOrResumeResponse;
 			routeResponse(this, item, i, response, outputs, {
 				stepNames,
 				mismatchIndex,
@@ -565,6 +644,22 @@ function warnOfAnEarlyAnswer(ctx: IExecuteFunctions): void {
 }
 
 const WEBHOOK_TYPE = 'n8n-nodes-base.webhook';
+
+/** Different Delivery: Refuse. The key is in use by another delivery: HTTP 422 for the sender. */
+function differentDeliveryRefused(
+	node: INode,
+	response: StartOrResumeResponse,
+	i: number,
+): NodeOperationError {
+	const key = response.instance?.instanceKey ?? '';
+	return refusal(
+		node,
+		`Instance Key "${key}" is in use by another delivery: this item differs from the one that started the instance`,
+		"Nothing was changed. A sender reusing a key must send the same body (a re-delivery); another order needs its own key. To let such deliveries through, set this Resume Point's Different Delivery to Ignore or Route to Output.",
+		i,
+		422,
+	);
+}
 
 interface RouteSettings {
 	stepNames: string[];

@@ -1,0 +1,130 @@
+/**
+ * The door: which business keys an item may carry, and the HTTP status a
+ * webhook sender should get for an item that failed at the Resume Point.
+ *
+ * A delivery that can never succeed (a key that is an object, an array,
+ * empty, too long, with control characters; another delivery under a key in
+ * use) is refused before any call, with a status in the 4xx range, so the
+ * sender stops retrying it; one that may succeed later (the sidecar or its
+ * database unreachable, a workflow the author must fix) gets a 5xx, so the
+ * sender delivers it again.
+ */
+import { NodeOperationError, type INode } from 'n8n-workflow';
+
+import { GrpcStatus } from './errors';
+
+/** The sidecar's limit on identifiers (characters, as the contract counts them: code points). */
+export const MAX_KEY_LENGTH = 255;
+
+/** C0 controls, DEL and C1 controls: never in a key (the contract's identifier rule). */
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+/** What JavaScript's String() makes of an object: a key that collapsed upstream. */
+const OBJECT_TEXT = /^\[object [A-Za-z]*\]$/;
+
+/** A NodeOperationError whose item a webhook sender should be answered `httpStatus` for. */
+export function refusal(
+	node: INode,
+	message: string,
+	description: string,
+	itemIndex: number,
+	httpStatus: number,
+): NodeOperationError {
+	const error = new NodeOperationError(node, message, { itemIndex, description });
+	error.context.httpStatus = httpStatus;
+	return error;
+}
+
+function hasLoneSurrogate(text: string): boolean {
+	for (let i = 0; i < text.length; i++) {
+		const unit = text.charCodeAt(i);
+		if (unit >= 0xd800 && unit <= 0xdbff) {
+			const next = text.charCodeAt(i + 1);
+			if (next >= 0xdc00 && next <= 0xdfff) {
+				i++;
+				continue;
+			}
+			return true;
+		}
+		if (unit >= 0xdc00 && unit <= 0xdfff) return true;
+	}
+	return false;
+}
+
+/**
+ * The business key an item gives for `field` ("Instance Key"), or a refusal
+ * (HTTP 400) saying why it is none. A finite number becomes its decimal text
+ * (12345 and "12345" are one key); a string is trimmed. Never String() of an
+ * object: two orders whose ids are objects would both become "[object Object]".
+ */
+export function businessKey(node: INode, raw: unknown, field: string, itemIndex: number): string {
+	const refuse = (why: string, fix: string): NodeOperationError =>
+		refusal(node, `${field} ${why}`, fix, itemIndex, 400);
+	const expression =
+		'Set it to an expression that gives the business key as text, e.g. {{ $json.body.orderId }}, and check the body before this node (docs/intake.md: The door).';
+	if (raw === undefined || raw === null) throw refuse('is empty for this item', expression);
+	if (Array.isArray(raw)) {
+		throw refuse('is a list, not a business key', `${expression} A list never names one instance.`);
+	}
+	if (typeof raw === 'object') {
+		throw refuse(
+			'is an object, not a business key',
+			`${expression} Two objects would otherwise become one key.`,
+		);
+	}
+	if (typeof raw === 'number' && !Number.isFinite(raw)) {
+		throw refuse(`is ${String(raw)}, not a business key`, expression);
+	}
+	if (typeof raw === 'boolean') throw refuse(`is ${String(raw)}, not a business key`, expression);
+	const key = typeof raw === 'string' ? raw.trim() : String(raw);
+	if (!key) throw refuse('is empty for this item', expression);
+	if (OBJECT_TEXT.test(key)) {
+		throw refuse(
+			`reads "${key}": an object was turned into text before this node`,
+			`${expression} Pick the object's identifying field instead.`,
+		);
+	}
+	const length = [...key].length;
+	if (length > MAX_KEY_LENGTH) {
+		throw refuse(
+			`is ${length} characters long; the limit is ${MAX_KEY_LENGTH}`,
+			'Use a shorter business key (an id, not a document), or a hash of it.',
+		);
+	}
+	if (CONTROL.test(key) || hasLoneSurrogate(key)) {
+		throw refuse(
+			'contains control characters or a broken Unicode character',
+			'A business key is printable text: check what the sender put in this field.',
+		);
+	}
+	return key;
+}
+
+/** Sidecar refusals of what the sender sent (its body): the same answer every time. */
+const SENDER_FIELDS = /^(start_item_json|instance_key)\b/;
+
+/**
+ * The HTTP status a webhook sender should get for an item that failed at the
+ * Resume Point: a refusal's own (400, 422), 413 or 400 when the sidecar
+ * refused the delivery's body itself, 503 for anything that may succeed on a
+ * later delivery (the sidecar or its database away, a deadline), 500 for the
+ * rest (a workflow its author must fix: the sender should deliver again later).
+ */
+export function senderStatus(error: NodeOperationError | Error): number {
+	const context = (error as { context?: Record<string, unknown> }).context ?? {};
+	if (typeof context.httpStatus === 'number') return context.httpStatus;
+	if (context.sidecarUnreachable === true) return 503;
+	const code = context.grpcCode;
+	const details = String((error as { message?: unknown }).message ?? '').replace(/^[^:]*: /, '');
+	if (code === GrpcStatus[GrpcStatus.RESOURCE_EXHAUSTED] && SENDER_FIELDS.test(details)) return 413;
+	if (code === GrpcStatus[GrpcStatus.INVALID_ARGUMENT] && SENDER_FIELDS.test(details)) return 400;
+	if (
+		code === GrpcStatus[GrpcStatus.UNAVAILABLE] ||
+		code === GrpcStatus[GrpcStatus.DEADLINE_EXCEEDED] ||
+		code === GrpcStatus[GrpcStatus.CANCELLED] ||
+		code === GrpcStatus[GrpcStatus.ABORTED]
+	) {
+		return 503;
+	}
+	return 500;
+}
