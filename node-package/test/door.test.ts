@@ -18,6 +18,7 @@ import {
 	OUTPUT_START,
 	ResumePoint,
 } from '../nodes/ResumePoint/ResumePoint.node';
+import { DurableInstance } from '../nodes/DurableInstance/DurableInstance.node';
 import { senderStatus } from '../shared/door';
 import { sidecarError } from '../shared/errors';
 import { closeAllSidecarClients } from '../shared/transport';
@@ -162,6 +163,31 @@ describe('the door: keys that can never name one instance', () => {
 			'12345',
 			long,
 		]);
+	});
+});
+
+test('Durable Instance (Signal) refuses an object as Instance Key instead of signalling "[object Object]"', async () => {
+	const ctx = executeContext({
+		items: [{ body: { orderId: { nested: true }, eventId: 'e-1' } }],
+		params: {
+			operation: 'signal',
+			workflowId: 'wf-door-signal',
+			instanceKey: (_i: number, item: INodeExecutionData) =>
+				(item.json.body as IDataObject).orderId,
+			eventName: 'delivered',
+			payloadFrom: 'json',
+			payloadJson: '{}',
+			dedupeId: 'e-1',
+			options: {},
+		},
+		credentials: sidecar.credentials(),
+		workflowId: 'wf-door-carrier',
+		executionId: 'e1',
+	});
+	await expect(new DurableInstance().execute.call(ctx)).rejects.toMatchObject({
+		constructor: NodeOperationError,
+		message: 'Instance Key is an object, not a business key',
+		context: { itemIndex: 0 },
 	});
 });
 

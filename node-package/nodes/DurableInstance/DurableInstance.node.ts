@@ -9,6 +9,7 @@ import {
 	type INodeTypeDescription,
 } from 'n8n-workflow';
 
+import { businessKey } from '../../shared/door';
 import { perItem, type NodeError } from '../../shared/batch';
 import { testSidecarCredential } from '../../shared/credential-test';
 import { GrpcStatus } from '../../shared/errors';
@@ -287,11 +288,12 @@ export class DurableInstance implements INodeType {
 		};
 		const target = (i: number) => ({
 			workflowId: text('workflowId', i) || thisWorkflow,
-			instanceKey: required(
-				'instanceKey',
+			// Never String() of an object: that would name the instance "[object Object]".
+			instanceKey: businessKey(
+				node,
+				this.getNodeParameter('instanceKey', i, ''),
 				'Instance Key',
 				i,
-				"Give the instance's business key, e.g. {{ $json.body.orderId }}.",
 			),
 		});
 
