@@ -287,7 +287,8 @@ describe('Resume Point', () => {
 		expect(out[OUTPUT_START].map((i) => i.pairedItem)).toEqual([{ item: 0 }]);
 		expect(out[OUTPUT_IN_PROGRESS].map((i) => i.pairedItem)).toEqual([{ item: 1 }, { item: 2 }]);
 		expect(out[OUTPUT_IN_PROGRESS][1].json.error).toMatch(/Instance Key is 300 characters long/);
-		expect(out[OUTPUT_IN_PROGRESS][1].error).toBeInstanceOf(NodeOperationError);
+		// No `error` object on the item: n8n would replace its JSON with { error } (see refusedItem).
+		expect(out[OUTPUT_IN_PROGRESS][1].json.details).toMatchObject({ httpStatus: 400 });
 	});
 
 	test('Version Mismatch output carries the bound snapshot for an instance on an older version', async () => {

@@ -28,7 +28,6 @@ import {
 	callContext,
 	DURABLE_FIELD,
 	durableOf,
-	errorItem,
 	eventJson,
 	executionIdOf,
 	fieldList,
@@ -126,7 +125,7 @@ function differentDelivery(
 				name: 'Refuse',
 				value: 'refuse',
 				description:
-					'The item fails with an error saying so (on the error output it carries httpStatus 422 for its sender); nothing changes',
+					'The item fails with an error saying so (on the error output it carries details.httpStatus 422 for its sender); nothing changes',
 			},
 			{
 				name: 'Ignore',
@@ -566,10 +565,7 @@ export class ResumePoint implements INodeType {
 			if (failure) {
 				if (this.continueOnFail()) {
 					// In Progress runs nothing: a failed item must never take the Start path.
-					// httpStatus: what a Respond to Webhook on the error output answers the sender.
-					const out = errorItem(item, failure, i);
-					out.json.httpStatus = senderStatus(failure);
-					outputs[OUTPUT_IN_PROGRESS].push(out);
+					outputs[OUTPUT_IN_PROGRESS].push(refusedItem(failure, i));
 					continue;
 				}
 				throw failure;
@@ -644,6 +640,25 @@ function warnOfAnEarlyAnswer(ctx: IExecuteFunctions): void {
 }
 
 const WEBHOOK_TYPE = 'n8n-nodes-base.webhook';
+
+/**
+ * A failed item as n8n's error output keeps it: `error` and `details` only
+ * (details.httpStatus: what a Respond to Webhook there answers the sender).
+ * n8n replaces the JSON of an item that carries an `error` object with
+ * `{ error: message }` (WorkflowExecute.normalizeNodeErrors in n8n 2.41), so
+ * the status would be lost there; an item whose JSON holds only these keys
+ * is routed to the error output all the same, merged with the item it came
+ * from (the delivery's body stays readable).
+ */
+function refusedItem(failure: NodeOperationError | NodeApiError, i: number): INodeExecutionData {
+	return {
+		json: {
+			error: failure.message,
+			details: { httpStatus: senderStatus(failure), description: failure.description ?? null },
+		},
+		pairedItem: { item: i },
+	};
+}
 
 /** Different Delivery: Refuse. The key is in use by another delivery: HTTP 422 for the sender. */
 function differentDeliveryRefused(
