@@ -389,14 +389,15 @@ class DocsFlow:
         import sys
 
         sys.path.insert(0, str(REPO / "examples"))
-        from generate import GUARD, Flow
+        from generate import GUARD, RESUME_POINT, Flow
 
-        self.flow, self.guard_version, self.services_url = Flow(workflow_id, name), GUARD, services_url
+        self.flow, self.services_url = Flow(workflow_id, name), services_url
+        self.versions = {"resumeTrigger": 1, "idempotencyGuard": GUARD, "resumePoint": RESUME_POINT}
         self.cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
         self.node, self.link = self.flow.node, self.flow.link
 
     def durable(self, name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
-        version = {"resumeTrigger": 1, "idempotencyGuard": self.guard_version}.get(type_, 2)
+        version = self.versions.get(type_, 2)
         return self.node(name, f"n8n-nodes-durable.{type_}", version, params, pos, credentials=self.cred)
 
     def call(self, name: str, path: str, body: str, pos: tuple[int, int]) -> str:

@@ -17,6 +17,10 @@ CRED = {"durableSidecarApi": {"id": "durableSidecarE2E", "name": "Durable Sideca
 PKG = "n8n-nodes-durable"
 # The Idempotency Guard's newest version: a Key set on a Claim counts within its instance.
 GUARD = 2.1
+# The Resume Point's newest version: another delivery under a key in use is refused (422).
+RESUME_POINT = 2.1
+# Recorded on new instances (Version Label): the console and the CLI show what each order is bound to.
+VERSION_LABEL = "1.0.0"
 
 
 def _id(name: str, wf: str) -> str:
@@ -68,11 +72,55 @@ def http(flow: Flow, name: str, path: str, pos: tuple[int, int], body: str, key_
     return flow.node(name, "n8n-nodes-base.httpRequest", 4.2, params, pos)
 
 
-def intake(flow: Flow, path: str, pos: tuple[int, int]) -> str:
-    """The Webhook answers through a Respond to Webhook after the Resume Point (docs/intake.md)."""
-    return flow.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
+def intake(flow: Flow, path: str, pos: tuple[int, int], amount: bool = False) -> tuple[str, str]:
+    """The door (docs/intake.md): the Webhook answers through a Respond to Webhook after the Resume Point,
+    and a body that can never make an order is answered 400 before it. Returns (webhook, check): the
+    Resume Point goes on the check's true output."""
+    webhook = flow.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
         "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
     }, pos, webhookId=_id("webhook", flow.wf_id))
+    rule = "typeof $json.body?.orderId === 'string' && $json.body.orderId.trim() !== '' " \
+           "&& $json.body.orderId.length <= 255"
+    why = "orderId must be text of 1 to 255 characters"
+    if amount:
+        rule += " && typeof $json.body.amount === 'number' && $json.body.amount > 0"
+        why += " and amount a positive number"
+    check = flow.node("Check Order", "n8n-nodes-base.if", 2.2, {"conditions": {
+        "options": {"caseSensitive": True, "leftValue": "", "typeValidation": "strict", "version": 2},
+        "conditions": [{"id": _id("check", flow.wf_id), "leftValue": f"={{{{ {rule} }}}}", "rightValue": "",
+                        "operator": {"type": "boolean", "operation": "true", "singleValue": True}}],
+        "combinator": "and"}, "options": {}}, (pos[0] + COL, pos[1]))
+    bad = flow.node("Bad Order", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "json",
+        "responseBody": f"={{{{ JSON.stringify({{ error: 'refused', reason: '{why}' }}) }}}}",
+        "options": {"responseCode": 400},
+    }, (pos[0] + 2 * COL, pos[1] - ROW))
+    flow.link(webhook, check)
+    flow.link(check, bad, 1)
+    return webhook, check
+
+
+def resume_point(flow: Flow, params: dict[str, Any], pos: tuple[int, int]) -> str:
+    """The Resume Point, its error output answered (docs/intake.md): a refused delivery gets the status its
+    error item names (400 a bad key, 422 another delivery under a key in use, 503 the sidecar away), then
+    Fail Execution marks the execution failed, so n8n's execution list and error workflow see it."""
+    rp = flow.node("Resume Point", f"{PKG}.resumePoint", RESUME_POINT, {"versionLabel": VERSION_LABEL, **params},
+                   pos, creds=True, onError="continueErrorOutput")
+    answer = flow.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "json",
+        "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
+        "options": {"responseCode": "={{ $json.details.httpStatus }}"},
+    }, (pos[0] + COL, pos[1] + 3 * ROW))
+    fail = flow.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {
+        "errorMessage": "={{ $json.error }}",
+    }, (pos[0] + 2 * COL, pos[1] + 3 * ROW))
+    flow.link(answer, fail)
+    return rp
+
+
+def answer_refusals(flow: Flow, rp: str, outputs: int) -> None:
+    """Links the Resume Point's error output (after its `outputs` regular ones) to Not Accepted."""
+    flow.link(rp, "Not Accepted", outputs)
 
 
 def accepted(flow: Flow, pos: tuple[int, int]) -> str:
@@ -118,7 +166,7 @@ def order_tracking() -> None:
     steps = [("payment", "Charge Card", "paid"), ("inventory", "Reserve Stock", "reserved"),
              ("shipping", "Ship Order", "shipped"), ("coupon", "Send Coupon", "couponed")]
     rp_y = (len(steps) + 2) * ROW
-    webhook = intake(f, "orders", (0, rp_y - ROW))
+    _, check = intake(f, "orders", (0, rp_y - ROW), amount=True)
     trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
         "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
     }, (0, rp_y), creds=True)
@@ -127,13 +175,13 @@ def order_tracking() -> None:
     }, (0, rp_y + ROW))
     # One step output per step after which the order can stand: the last Save completes the order in
     # its own transaction, so no running order ever has the last step as its last checkpoint.
-    rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
+    rp = resume_point(f, {
         "instanceKey": "={{ $json.body.orderId }}",
         "stepOutputs": ", ".join(step for _, _, step in steps[:-1]),
         "versionMismatchOutput": True,
         "options": {"leaseSeconds": 120},
-    }, (2 * COL, rp_y), creds=True)
-    f.link(webhook, rp)
+    }, (2 * COL, rp_y))
+    f.link(check, rp)
     f.link(trigger, rp)
     # Version binding: an order started on an older version of this workflow leaves by Old Version
     # carrying that version's JSON; Execute Workflow runs it, and its copy of "Hand-off" feeds its
@@ -164,6 +212,7 @@ def order_tracking() -> None:
     for i, claim in enumerate(claims[1:], start=4):
         f.link(rp, claim, i)            # paid → inventory, reserved → shipping, shipped → coupon
     f.link(rp, run_bound, 4 + len(claims) - 1)
+    answer_refusals(f, rp, 4 + len(claims))
     for save, nxt in zip(saves[:-1], claims[1:], strict=True):
         f.link(save, nxt)               # the last Save (couponed) completes the order: nothing follows
     f.write("order-tracking.json",
@@ -179,16 +228,17 @@ def order_tracking() -> None:
 
 def renewal_reminder() -> None:
     f = Flow("durableRenewalReminder", "Renewal reminder with a durable wait")
-    webhook = intake(f, "subscriptions", (0, 2 * ROW))
+    _, check = intake(f, "subscriptions", (0, 2 * ROW))
     trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
         "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
     }, (0, 3 * ROW), creds=True)
-    rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
+    rp = resume_point(f, {
         "instanceKey": "={{ $json.body.orderId }}", "stepOutputs": "waiting",
         "options": {"leaseSeconds": 120},
-    }, (2 * COL, 3 * ROW), creds=True)
-    f.link(webhook, rp)
+    }, (2 * COL, 3 * ROW))
+    f.link(check, rp)
     f.link(trigger, rp)
+    answer_refusals(f, rp, 5)
     ok = accepted(f, (4 * COL, 0))
     wait = f.node("Wait 6 Hours", f"{PKG}.durableCheckpoint", 2, {
         "operation": "scheduleResume", "resumeWhen": "after", "amount": 6, "unit": "hours",
@@ -216,20 +266,21 @@ def order_delivery() -> None:
     """An order waits (durably, days if need be) for the carrier's "delivered" event, sent by another workflow."""
     f = Flow("durableOrderDelivery", "Order delivery: wait for the carrier's event")
     rp_y = 3 * ROW
-    webhook = intake(f, "shipments", (0, rp_y - ROW))
+    _, check = intake(f, "shipments", (0, rp_y - ROW))
     trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
         "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
     }, (0, rp_y), creds=True)
-    rp = f.node("Resume Point", f"{PKG}.resumePoint", 2, {
+    rp = resume_point(f, {
         "instanceKey": "={{ $json.body.orderId }}",
         "stepOutputs": "shipped",
         "waitOutputs": True,
         # A shipping call that keeps failing: three automatic resumes, 10 s, 20 s, 40 s apart, then suspended.
         "options": {"leaseSeconds": 120, "maxAutomaticResumes": 3, "initialBackoffSeconds": 10,
                     "maxBackoffSeconds": 600, "backoffMultiplier": 2, "jitter": 0.2},
-    }, (2 * COL, rp_y), creds=True)
-    f.link(webhook, rp)
+    }, (2 * COL, rp_y))
+    f.link(check, rp)
     f.link(trigger, rp)
+    answer_refusals(f, rp, 7)
     ok = accepted(f, (4 * COL, 0))
     claim_ship = f.node("Claim Shipping", f"{PKG}.idempotencyGuard", GUARD, {
         "operation": "claim", "scope": "shipping", "options": {},

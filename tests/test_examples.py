@@ -41,14 +41,18 @@ def test_the_committed_examples_are_what_generate_py_writes(tmp_path: Path) -> N
     assert stale == [], f"run `python examples/generate.py`: {stale} differ from its output"
 
 
-def resume_point_outputs(params: dict[str, Any]) -> list[str]:
-    """The v2 Resume Point's outputs, in order (node-package/README.md, "Resume Point")."""
+def resume_point_outputs(params: dict[str, Any], on_error: str = "") -> list[str]:
+    """The v2 Resume Point's outputs, in order (node-package/README.md, "Resume Point"), then n8n's error output."""
     steps = [s.strip() for s in str(params.get("stepOutputs", "")).split(",") if s.strip()]
     outs = ["Start", "Resume", "Finished", "Busy", *steps]
     if params.get("versionMismatchOutput"):
         outs.append("Old Version")
     if params.get("waitOutputs"):
         outs += ["Event", "Timed Out"]
+    if params.get("differentDelivery") == "output":
+        outs.append("Different")
+    if on_error == "continueErrorOutput":
+        outs.append("Error")
     return outs
 
 
@@ -72,11 +76,11 @@ def test_every_link_and_step_output_of_an_example_can_be_taken(path: Path) -> No
     for name, node in nodes.items():
         if node["type"] != PKG + "resumePoint":
             continue
-        outs = resume_point_outputs(node["parameters"])
+        outs = resume_point_outputs(node["parameters"], node.get("onError", ""))
         linked = wf["connections"].get(name, {}).get("main", [])
         assert len(linked) <= len(outs), f"{name} links output {len(linked) - 1}; it has {len(outs)}: {outs}"
         for step in outs[4:]:
-            if step in ("Old Version", "Event", "Timed Out"):
+            if step in ("Old Version", "Event", "Timed Out", "Different", "Error"):
                 break
             assert step in left_running, (
                 f"{name} has a step output {step!r}, but no Save leaves a running instance at that step")
@@ -91,3 +95,28 @@ def test_the_order_examples_end_with_the_last_save_not_a_complete_node() -> None
         assert "complete" not in ops, f"{name} still has a Complete Instance node"
         (save,) = [n for n in wf["nodes"] if n["name"] == last_save]
         assert save["parameters"]["options"] == {"completeInstance": True}, (name, save["parameters"])
+
+
+@pytest.mark.parametrize("name", ["order-tracking.json", "renewal-reminder.json", "order-delivery.json"])
+def test_every_webhook_example_has_the_door(name: str) -> None:
+    """docs/intake.md, The door: a body that can never make an order is answered 400 before the Resume Point;
+    the Resume Point's error output answers the status its error item names (never a fixed 4xx: an
+    unreachable sidecar must stay a 503 the sender retries), then fails the execution."""
+    wf = load(ROOT / "examples" / name)
+    nodes = {n["name"]: n for n in wf["nodes"]}
+    links = wf["connections"]
+    (check,) = [d["node"] for d in links["Webhook"]["main"][0]]
+    assert nodes[check]["type"] == "n8n-nodes-base.if"
+    (rp,) = [d["node"] for d in links[check]["main"][0]]
+    (bad,) = [d["node"] for d in links[check]["main"][1]]
+    assert nodes[rp]["type"] == PKG + "resumePoint" and nodes[rp]["typeVersion"] == 2.1
+    assert nodes[rp]["parameters"]["versionLabel"], "no Version Label: the console would show none"
+    assert nodes[bad]["parameters"]["options"]["responseCode"] == 400
+    assert nodes[rp]["onError"] == "continueErrorOutput"
+    regular = len(resume_point_outputs(nodes[rp]["parameters"]))
+    outs = links[rp]["main"]
+    assert len(outs) == regular + 1, "the last link must be the error output"
+    (answer,) = [d["node"] for d in outs[regular]]
+    assert nodes[answer]["parameters"]["options"]["responseCode"] == "={{ $json.details.httpStatus }}"
+    (fail,) = [d["node"] for d in links[answer]["main"][0]]
+    assert nodes[fail]["type"] == "n8n-nodes-base.stopAndError"
