@@ -15,6 +15,7 @@ from datetime import datetime
 from . import logs
 from .domain import (
     IdempotencyKey,
+    Instance,
     InstanceFilter,
     InstanceRef,
     InstanceStatus,
@@ -24,6 +25,7 @@ from .domain import (
     MoveSelector,
     Page,
     PrunePolicy,
+    RunState,
 )
 from .errors import DomainError
 from .services.idempotency import IdempotencyService
@@ -59,6 +61,13 @@ def _fmt(value: object) -> str:
     if isinstance(value, InstanceStatus):
         return value.value
     return str(value)
+
+
+def status_word(inst: Instance, now: datetime) -> str:
+    """The status an operator reads: a running instance that waits (for an event), is scheduled (a backoff or
+    wake-up) or stalled shows that run state, in the node package's words (runStateName); others their status."""
+    state = inst.run_state(now)
+    return inst.status.value if state in (RunState.NONE, RunState.ACTIVE) else state.value
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -102,18 +111,22 @@ async def _run(args: argparse.Namespace) -> int:
             rows, token = await svc.instances.list_instances(
                 ns, InstanceFilter(workflow_id=args.workflow or "", statuses=statuses, stalled_only=args.stalled),
                 Page(args.limit, ""))
+            now = await svc.keys.now()
             print(table(["workflow", "key", "status", "version", "seq", "last step", "lease owner", "lease until",
                          "wake at", "updated"],
-                        [[r.workflow_id, r.instance_key, r.status, r.bound_version or r.version_label or "-",
+                        [[r.workflow_id, r.instance_key, status_word(r, now), r.bound_version or r.version_label or "-",
                           r.last_sequence, r.last_step or "-", r.lease_owner or "-", r.lease_expires_at, r.wake_at,
                           r.updated_at] for r in rows]))
             if token:
                 print(f"(more: raise --limit above {args.limit})")
         elif cmd == "instances" and args.action == "show":
             inst, latest = await svc.instances.get(InstanceRef(ns, args.workflow, args.key))
+            now = await svc.keys.now()
             for name, value in vars(inst).items():
                 if name == "result_json":
                     value = value.decode() if value else None
+                elif name == "status":
+                    value = status_word(inst, now)
                 print(f"{name:>24}: {_fmt(value)}")
             if latest:
                 print(f"{'latest checkpoint':>24}: #{latest.sequence} {latest.step_name} sha256={latest.sha256[:16]}…")
@@ -298,12 +311,14 @@ def parser() -> argparse.ArgumentParser:
         return sp
 
     inst = sub.add_parser("instances", help="list, show, move, retry, resume or cancel instances").add_subparsers(dest="action", required=True)
-    il = with_ns(inst.add_parser("list"))
+    il = with_ns(inst.add_parser("list", help="newest first; a running instance shows its run state if not active: "
+                                              "waiting, scheduled or stalled"))
     il.add_argument("--workflow")
-    il.add_argument("--status", action="append", default=[], choices=[s.value for s in InstanceStatus])
+    il.add_argument("--status", action="append", default=[], choices=[s.value for s in InstanceStatus],
+                    help="only this stored status (repeatable); running includes waiting, scheduled and stalled")
     il.add_argument("--stalled", action="store_true", help="only running instances whose lease lapsed")
     il.add_argument("--limit", type=int, default=50)
-    ish = with_ns(inst.add_parser("show"))
+    ish = with_ns(inst.add_parser("show", help="every field of one instance and its newest checkpoint"))
     ish.add_argument("workflow")
     ish.add_argument("key")
     im = with_ns(inst.add_parser("move", help="bind chosen instances to another version (logged; try --dry-run)"))
@@ -326,11 +341,11 @@ def parser() -> argparse.ArgumentParser:
         op.add_argument("--actor", default="", help="who (default cli:<user>)")
 
     cps = sub.add_parser("checkpoints", help="list or show checkpoints").add_subparsers(dest="action", required=True)
-    cl = with_ns(cps.add_parser("list"))
+    cl = with_ns(cps.add_parser("list", help="an instance's checkpoints, oldest first, without their states"))
     cl.add_argument("workflow")
     cl.add_argument("key")
     cl.add_argument("--limit", type=int, default=100)
-    cs = with_ns(cps.add_parser("show"))
+    cs = with_ns(cps.add_parser("show", help="one checkpoint with its state JSON (default the newest)"))
     cs.add_argument("workflow")
     cs.add_argument("key")
     cs.add_argument("sequence", type=int, nargs="?", default=0, help="default: the newest")
@@ -349,7 +364,7 @@ def parser() -> argparse.ArgumentParser:
     kl.add_argument("--status", action="append", default=[], choices=[s.value for s in KeyStatus])
     kl.add_argument("--stuck", action="store_true", help="only in-progress keys whose lease lapsed")
     kl.add_argument("--limit", type=int, default=50)
-    ks = with_ns(keys.add_parser("show"))
+    ks = with_ns(keys.add_parser("show", help="every field of one key, its result and derived key"))
     ks.add_argument("scope")
     ks.add_argument("key")
     kr = with_ns(keys.add_parser("release", help="force-release a stuck in-progress key (marks its attempt failed)"))
@@ -362,7 +377,7 @@ def parser() -> argparse.ArgumentParser:
     vl = with_ns(ver.add_parser("list", help="newest first; * marks the version new instances bind to"))
     vl.add_argument("workflow")
     vl.add_argument("--limit", type=int, default=50)
-    vs = with_ns(ver.add_parser("show"))
+    vs = with_ns(ver.add_parser("show", help="one version's fields and steps (--definition: its JSON too)"))
     vs.add_argument("workflow")
     vs.add_argument("version", type=int, nargs="?", default=0, help="default: the current one")
     vs.add_argument("--definition", action="store_true", help="print the definition JSON too")
