@@ -8,18 +8,30 @@ each side effect happened exactly once, and it can be told to stall a service
 answers come in one of two shapes (`set_shape`): "echo" repeats the order id
 and the service, "bare" is only `{ "id": ..., "status": ... }`, as many real
 APIs answer, so a workflow that reads the order from the response breaks.
+
+For `make run` it is the demo order services, with two more abilities:
+
+- **slow mode**: `POST /slow?payment=10` makes every payment call take 10 s
+  (any service, several at once; 0 turns it off; `GET /slow` shows them), so
+  a user can kill n8n while a call is in flight;
+- **a ledger that survives restarts**: given a file, the effects and the
+  stored answers are written there after every effect and read back at start,
+  so `GET /stats` still counts one charge after `make run` itself restarts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 SERVICES = ("payment", "inventory", "shipping", "coupon", "notify")
 
@@ -41,6 +53,34 @@ class Ledger:
     shape: str = "echo"
     # (service, order) pairs that answer 500 and perform nothing (a poison order), until healed.
     failing: set[tuple[str, str]] = field(default_factory=set)
+    # Slow mode: seconds each call of a service takes before it is performed.
+    delays: dict[str, float] = field(default_factory=dict)
+    # Where effects and stored answers are kept across restarts (None: in memory only).
+    journal: Path | None = None
+
+    def save(self) -> None:
+        """Writes the effects and the stored answers to the journal (the caller holds the lock)."""
+        if self.journal is None:
+            return
+        data = {"effects": {s: dict(o) for s, o in self.effects.items()},
+                "responses": [[svc, key, reply] for (svc, key), reply in self.responses.items()],
+                "calls": len(self.calls) + self.calls_before}
+        tmp = self.journal.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.journal)
+
+    def load(self) -> None:
+        if self.journal is None or not self.journal.exists():
+            return
+        data = json.loads(self.journal.read_text())
+        for service, orders in data.get("effects", {}).items():
+            for order, n in orders.items():
+                self.effects[service][order] = int(n)
+        for service, key, reply in data.get("responses", []):
+            self.responses[(service, key)] = reply
+        self.calls_before = int(data.get("calls", 0))
+
+    calls_before: int = 0  # calls counted by earlier runs (journal)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -65,12 +105,40 @@ class _Handler(BaseHTTPRequestHandler):
             with self.ledger.lock:
                 self._reply(200, {
                     "effects": {s: dict(o) for s, o in self.ledger.effects.items()},
-                    "calls": len(self.ledger.calls),
+                    "calls": len(self.ledger.calls) + self.ledger.calls_before,
                     "in_flight": dict(self.ledger.in_flight),
                     "routes": {r: dict(o) for r, o in self.ledger.routes.items()},
+                    "slow_seconds": dict(self.ledger.delays),
                 })
             return
+        if self.path == "/slow":
+            with self.ledger.lock:
+                self._reply(200, {"slow_seconds": dict(self.ledger.delays)})
+            return
         self._reply(404, {"error": "not found"})
+
+    def _slow(self) -> None:
+        """POST /slow?payment=10&shipping=0: seconds per call, per service (0 turns a service's delay off)."""
+        asked = parse_qsl(urlsplit(self.path).query)
+        unknown = [name for name, _ in asked if name not in SERVICES]
+        if not asked or unknown:
+            self._reply(400, {"error": f"name services among {', '.join(SERVICES)}, e.g. /slow?payment=10"})
+            return
+        try:
+            seconds = {name: float(value) for name, value in asked}
+        except ValueError:
+            self._reply(400, {"error": "each value is a number of seconds"})
+            return
+        if any(not 0 <= v <= 600 for v in seconds.values()):
+            self._reply(400, {"error": "seconds from 0 to 600"})
+            return
+        with self.ledger.lock:
+            for name, value in seconds.items():
+                if value:
+                    self.ledger.delays[name] = value
+                else:
+                    self.ledger.delays.pop(name, None)
+            self._reply(200, {"slow_seconds": dict(self.ledger.delays)})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -80,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, {"error": "body is not JSON"})
             return
         path = self.path.strip("/").split("?")[0]
+        if path == "slow":
+            self._slow()
+            return
         if path.startswith("route/"):
             # Records which route of a workflow an order took (e.g. "completed").
             route = path.split("/", 1)[1]
@@ -100,12 +171,15 @@ class _Handler(BaseHTTPRequestHandler):
                 failing = False
                 self.ledger.in_flight[path] += 1
             stall = path in self.ledger.stalled
+            delay = self.ledger.delays.get(path, 0.0)
         if failing:
             self._reply(500, {"error": f"{path} is down for order {order}"})
             return
         try:
             if stall:
                 self.ledger.release.wait(timeout=120)
+            if delay:
+                time.sleep(delay)
             with self.ledger.lock:
                 if key and (path, key) in self.ledger.responses:
                     reply = {**self.ledger.responses[(path, key)], "replayed": True}
@@ -117,6 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
                         reply |= {"orderId": order, "service": path}
                     if key:
                         self.ledger.responses[(path, key)] = reply
+                    self.ledger.save()
         finally:
             with self.ledger.lock:
                 self.ledger.in_flight[path] -= 1
@@ -126,8 +201,9 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeServices:
     """The fake in a daemon thread on a free loopback port."""
 
-    def __init__(self, port: int = 0) -> None:
-        self.ledger = Ledger()
+    def __init__(self, port: int = 0, journal: Path | None = None) -> None:
+        self.ledger = Ledger(journal=journal)
+        self.ledger.load()
         handler = type("Handler", (_Handler,), {"ledger": self.ledger})
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
