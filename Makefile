@@ -189,9 +189,15 @@ node-pack: node-build
 # The product on one machine: the sidecar (embedded SQLite unless DURABLE_DATABASE_URL
 # is set) and a pinned n8n on Node 24 (its own SQLite) with our nodes, the examples and
 # the credential; prints the URLs; Ctrl-C stops everything. Installs on first use.
-run: setup node-pack
-	e2e/install-n8n.sh
-	e2e/build-n8n-sqlite.sh
+# Each install step's time goes to the data folder's phases.tsv; run.py prints them before READY.
+RUN_DIR := $(or $(DURABLE_RUN_DIR),.durable-data)
+PHASE = e2e/phase.sh $(RUN_DIR)/phases.tsv
+run:
+	@mkdir -p $(RUN_DIR) && rm -f $(RUN_DIR)/phases.tsv
+	@$(PHASE) "Python venv and the sidecar (make setup)" $(MAKE) --no-print-directory setup
+	@$(PHASE) "the node package (make node-pack)" $(MAKE) --no-print-directory node-pack
+	@$(PHASE) "n8n on Node.js 24 (e2e/install-n8n.sh)" e2e/install-n8n.sh
+	@$(PHASE) "n8n's sqlite3 (e2e/build-n8n-sqlite.sh)" e2e/build-n8n-sqlite.sh
 	$(BIN)/python e2e/run.py
 
 # The sidecar alone, in the foreground, with your DURABLE_* settings.

@@ -11,6 +11,18 @@ without running a workflow: n8n's /healthz/readiness, the REST API's list of
 active workflows, and an OPTIONS request to each example webhook, which n8n
 answers from its webhook registry without starting an execution.
 
+It supervises the sidecar and n8n as a process manager would: when one dies
+(`kill -9` of n8n in the middle of an order, the demo the product is about),
+it says in one line what died and how, starts it again, and says when the
+orders it was running resume. The demo order services (payment, inventory,
+shipping, coupon) run inside this process, so their ledger (`GET /stats`)
+outlives any crash of n8n; it is also kept in the data folder across runs,
+and `POST /slow?payment=10` makes a service slow enough to kill n8n mid-call.
+
+The phases of the run (the Makefile's install steps, written to
+`phases.tsv` in the data folder, and this program's own) are printed with
+their times before READY.
+
 Ctrl-C (SIGINT), SIGTERM and SIGHUP stop every child: each runs in a process
 group of its own, and the whole group is stopped. Every line printed goes
 through say(), which survives a closed stdout (`make run | tee log` after
@@ -91,6 +103,51 @@ def install_package(user_folder: Path) -> None:
     if not tarballs:
         raise RunError("no node package tarball: run `make node-pack` (make run does)")
     install_node_package(user_folder / ".n8n" / "nodes", tarballs[-1])
+
+
+def how_it_ended(proc: Process) -> str:
+    """One line on how a child ended: the signal that killed it, or its exit code."""
+    code = proc.proc.returncode if proc.proc is not None else None
+    if code is None:
+        return "ended"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def example_lease_seconds() -> int:
+    """The longest Lease (Seconds) a Resume Point of the examples sets: how long a crashed order waits."""
+    leases = [int(n["parameters"].get("options", {}).get("leaseSeconds") or 0)
+              for wf in example_workflows() for n in wf.get("nodes", []) if n["type"].endswith(".resumePoint")]
+    return max(leases, default=0)
+
+
+class Phases:
+    """What took how long, from the Makefile's steps (phases.tsv) to READY: printed before READY."""
+
+    def __init__(self, data: Path) -> None:
+        self.rows: list[tuple[str, float]] = []
+        path = data / "phases.tsv"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                name, _, seconds = line.rpartition("\t")
+                with contextlib.suppress(ValueError):
+                    self.rows.append((name, float(seconds)))
+            path.unlink()
+        self.mark = time.monotonic()
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.rows.append((name, now - self.mark))
+        self.mark = now
+
+    def table(self) -> str:
+        width = max((len(n) for n, _ in self.rows), default=0)
+        lines = [f"    {n:<{width}}  {s:6.1f} s" for n, s in self.rows]
+        lines.append(f"    {'total':<{width}}  {sum(s for _, s in self.rows):6.1f} s")
+        return "\n".join(lines)
 
 
 def wait_sidecar(port: int, proc: Process, timeout: float = 60) -> None:
@@ -225,6 +282,7 @@ class Run:
         self.processes: list[Process] = []
         self.demo: Any = None
         self.leftovers = Leftovers(data)
+        self.phases = Phases(data)
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.stopping:
@@ -249,11 +307,13 @@ class Run:
         args, data = self.args, self.data
         self.leftovers.stop_previous()
         secrets_file = data / "run-secrets.json"
-        if secrets_file.exists():
-            conf = json.loads(secrets_file.read_text())
-        else:
-            conf = {"token": "run-" + secrets.token_urlsafe(24), "encryption_key": secrets.token_urlsafe(32),
-                    "password": "Durable-" + secrets.token_urlsafe(9)}
+        conf = json.loads(secrets_file.read_text()) if secrets_file.exists() else {
+            "token": "run-" + secrets.token_urlsafe(24), "encryption_key": secrets.token_urlsafe(32),
+            "password": "Durable-" + secrets.token_urlsafe(9)}
+        if "password_hash" not in conf:
+            # Kept: n8n's log-in session is tied to the owner's password hash, and a new bcrypt
+            # salt on every start would log the user out at every make run.
+            conf["password_hash"] = _bcrypt(n8n_base_env(), conf["password"])
             secrets_file.write_text(json.dumps(conf))
             secrets_file.chmod(0o600)
 
@@ -282,7 +342,7 @@ class Run:
                    "N8N_WEBHOOK_URL": f"http://127.0.0.1:{args.n8n_port}/", "N8N_LOG_LEVEL": "warn",
                    "DB_SQLITE_POOL_SIZE": "2",
                    "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true", "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL}
-        n8n_env["N8N_INSTANCE_OWNER_PASSWORD_HASH"] = _bcrypt(base, conf["password"])
+        n8n_env["N8N_INSTANCE_OWNER_PASSWORD_HASH"] = conf["password_hash"]
         say("installing the node package into n8n (npm install of the packed tarball in ~/.n8n/nodes)")
         install_package(user)
         n8n = Process("n8n", ["n8n", "start"], n8n_env, data / "n8n.log")
@@ -291,7 +351,7 @@ class Run:
         from fake_services import FakeServices
 
         try:
-            self.demo = FakeServices(args.services_port).start()
+            self.demo = FakeServices(args.services_port, journal=data / "demo-services.json").start()
         except OSError:
             say(f"port {args.services_port} is taken: the example workflow calls whatever listens there")
 
@@ -299,20 +359,50 @@ class Run:
         sidecar.start()
         self.leftovers.record(self.processes)
         wait_sidecar(args.sidecar_port, sidecar)
+        self.phases.done("sidecar started")
         marker = user / ".durable-imported"
         if not marker.exists():
             self.import_examples(data, n8n_env, conf["token"])
             marker.write_text(time.strftime("%F %T"))
+            self.phases.done("examples and credential imported into n8n (first run only)")
         say(f"starting n8n {base.get('N8N_E2E_VERSION', '')} on http://127.0.0.1:{args.n8n_port} (10-60 s)")
         n8n.start()
         self.leftovers.record(self.processes)
         base_url = f"http://127.0.0.1:{args.n8n_port}"
+        self.wait_n8n(n8n, base_url, conf["password"])
+        self.phases.done("n8n started and serving the examples")
+        console = f"http://{sidecar_env['DURABLE_HTTP_LISTEN_ADDRESS']}/console/"
+        OUT.write(f"""
+  n8n            {base_url}/workflow/durableOrderTracking
+                 log in: {OWNER_EMAIL} / {conf['password']}
+  console        {console}#token={conf['token']}
+                 (that link logs you in; or paste the token {conf['token']})
+  sidecar        127.0.0.1:{args.sidecar_port} ({storage}); secrets in {secrets_file}
+  metrics        http://{sidecar_env['DURABLE_METRICS_ADDRESS']}/metrics
+
+  Post an order:
+    curl -X POST {base_url}/webhook/orders -H 'Content-Type: application/json' \\
+         -d '{{"orderId": "A-1001", "amount": 42, "email": "ann@example.com"}}'
+  and look at it:   .venv/bin/durable-sidecar instances show durableOrderTracking A-1001
+  Demo order services (payment, inventory, shipping, coupon) on http://127.0.0.1:{args.services_port}:
+  GET /stats counts every call and effect; POST /slow?payment=10 makes each charge take 10 s.
+  Crash it yourself (docs/recovery.md): slow the payment, post an order, then kill -9 n8n
+  (process {n8n.proc.pid if n8n.proc else '?'}, or: pkill -9 -f 'n8n start'); make run starts it again.
+
+  Ctrl-C stops everything. Logs: {data}/sidecar.log, {data}/n8n.log
+  Phases of this run:
+{self.phases.table()}
+READY""")
+        self.supervise(sidecar, n8n, args.sidecar_port, base_url, conf["password"])
+        return 0
+
+    def wait_n8n(self, n8n: Process, base_url: str, password: str) -> None:
         t0 = time.monotonic()
         last_said = t0
         while True:
             if not n8n.alive:
                 raise RunError(f"n8n exited:\n{tail(n8n.log)}")
-            ready, waiting_for = n8n_ready(base_url, OWNER_EMAIL, conf["password"])
+            ready, waiting_for = n8n_ready(base_url, OWNER_EMAIL, password)
             if ready:
                 break
             if time.monotonic() - t0 > 300:
@@ -322,25 +412,43 @@ class Run:
                 last_said = time.monotonic()
             time.sleep(1)
         say(f"n8n is ready ({time.monotonic() - t0:.0f} s)")
-        OUT.write(f"""
-  n8n            {base_url}   (log in: {OWNER_EMAIL} / {conf['password']})
-  sidecar        127.0.0.1:{args.sidecar_port} ({storage}); token in {secrets_file}
-  metrics        http://{sidecar_env['DURABLE_METRICS_ADDRESS']}/metrics
-  console        http://{sidecar_env['DURABLE_HTTP_LISTEN_ADDRESS']}/console/   (log in with the token above)
 
-  Open the workflow "Order tracking (durable)"; it is published. Post an order:
-    curl -X POST {base_url}/webhook/orders -H 'Content-Type: application/json' \\
-         -d '{{"orderId": "A-1001", "amount": 42, "email": "ann@example.com"}}'
-  and look at it:   .venv/bin/durable-sidecar instances show durableOrderTracking A-1001
-  Demo order services (payment, inventory, shipping, coupon) answer on http://127.0.0.1:{args.services_port}
-  (GET /stats shows every call); point the example's Call nodes at your own services.
+    def supervise(self, sidecar: Process, n8n: Process, sidecar_port: int, base_url: str, password: str) -> None:
+        """Restarts whichever of the two dies, saying what died, how, and when its orders go on.
 
-  Ctrl-C stops everything. Logs: {data}/sidecar.log, {data}/n8n.log
-READY""")
-        while n8n.alive and sidecar.alive:
+        Five deaths of one process within five minutes end the run: something is broken, and
+        its log says what.
+        """
+        deaths: dict[str, list[float]] = {"sidecar": [], "n8n": []}
+        lease = example_lease_seconds()
+        while True:
             time.sleep(0.5)
-        failed = n8n if not n8n.alive else sidecar
-        raise RunError(f"{failed.name} exited unexpectedly:\n{tail(failed.log)}")
+            for proc in (sidecar, n8n):
+                if proc.alive:
+                    continue
+                how = how_it_ended(proc)
+                now = time.monotonic()
+                recent = [t for t in deaths[proc.name] if now - t < 300] + [now]
+                deaths[proc.name] = recent
+                if len(recent) >= 5:
+                    raise RunError(f"{proc.name} {how}, the fifth time in five minutes; stopping. "
+                                   f"Its log ({proc.log}):\n{tail(proc.log, 15)}")
+                say(f"{proc.name} {how}; starting it again (log: {proc.log})")
+                proc.stop()  # what is left of its process group (n8n's task runner)
+                proc.start()
+                self.leftovers.record(self.processes)
+                t0 = time.monotonic()
+                if proc is sidecar:
+                    wait_sidecar(sidecar_port, sidecar)
+                    say(f"the sidecar is back ({time.monotonic() - t0:.0f} s). Calls made while it was down "
+                        "waited for it (the credential's deadline) or failed; a failed order resumes once its "
+                        "lease lapses, a failed delivery is sent again by its sender")
+                else:
+                    self.wait_n8n(n8n, base_url, password)
+                    say(f"n8n is back ({time.monotonic() - t0:.0f} s). The orders it was running resume by "
+                        f"themselves when their lease lapses (the examples' Lease: {lease} s after their last "
+                        "step), each from its last checkpoint; watch them: .venv/bin/durable-sidecar "
+                        "instances list --stalled")
 
     def import_examples(self, data: Path, n8n_env: dict[str, str], token: str) -> None:
         """The credential and the example workflows, through n8n's own CLI (first run only)."""
