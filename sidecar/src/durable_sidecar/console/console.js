@@ -290,7 +290,7 @@ function confirmAction({ title, text, okLabel, extra, run }) {
 function renderLogin(message) {
   document.getElementById("nav").hidden = true;
   const input = h("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true,
-    placeholder: "a token of DURABLE_AUTH_TOKENS" });
+    placeholder: "make run prints it (or .durable-data/run-secrets.json); else a token of DURABLE_AUTH_TOKENS" });
   const error = h("p", { class: "error", id: "login-error", role: "alert", hidden: !message }, message || "");
   const form = h("form", {
     onsubmit: async (ev) => {
@@ -813,7 +813,19 @@ async function start() {
     renderLogin("Logged out.");
   });
   window.addEventListener("hashchange", route);
+  takeTokenFromLink();
   route();
+}
+
+/**
+ * A log-in link (`/console/#token=…`, as make run prints it): the token goes to this tab's
+ * sessionStorage and out of the address bar and the history. A fragment never reaches a server.
+ */
+function takeTokenFromLink() {
+  const match = /^#token=([^&]+)/.exec(location.hash);
+  if (!match) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+  history.replaceState(null, "", `${location.pathname}${location.search}#/instances`);
 }
 
 // Exposed for tests and the curious: the two diffs are plain functions.
