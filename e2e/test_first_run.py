@@ -1,12 +1,18 @@
 """`make run`'s program (e2e/run.py) on embedded storage, started the way a user does: `make run 2>&1 | tee log`.
 
-One run serves the tests in order: nothing fails at start, an order completes end to end, and
-Ctrl-C after the pipe's reader died stops every process the run started.
+One run serves the tests in order: nothing fails at start, an order completes end to end, the
+walk-through of docs/recovery.md ("Crash it yourself": slow mode, an order, kill -9 of n8n in the
+middle of the charge, make run restarting n8n, the order completed with one charge, its timeline
+in the console in a real browser), and Ctrl-C after the pipe's reader died stops every process
+the run started. The walk-through's screenshots go to e2e/results/ (DURABLE_E2E_CONSOLE_PNG_DIR
+chooses the folder: docs/images refreshes the ones in the docs).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -29,6 +35,7 @@ class MakeRun:
     log: Path
     rc_file: Path
     n8n_port: int
+    services_port: int
     env: dict[str, str]
 
     def executions(self) -> list[tuple[str, str, str]]:
@@ -61,7 +68,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
     # what Ctrl-C in a terminal sends to every process of the foreground job.
     shell = subprocess.Popen(["bash", "-c", f"{{ {argv}; echo $? >{rc_file}; }} 2>&1 | tee {log}"],
                              env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True)
-    run = MakeRun(shell, tmp / "data", log, rc_file, n8n_port, env)
+    run = MakeRun(shell, tmp / "data", log, rc_file, n8n_port, services_port, env)
     try:
         wait_until("make run to print READY",
                    lambda: (log.exists() and "READY" in log.read_text()) or shell.poll() is not None, 600, 1)
@@ -112,6 +119,77 @@ def test_8_make_run_on_embedded_storage_completes_an_order(make_run: MakeRun) ->
     assert make_run.failed_executions() == [], make_run.failed_executions()
     REPORT.add("8. make run on embedded SQLite: one order", 1, 1, 0, time.monotonic() - t0,
                note="sidecar SQLite + in-process cache; n8n SQLite")
+
+
+def instance_shown(run: MakeRun, key: str) -> str:
+    database = run.data / "durable.sqlite3"
+    out = subprocess.run([str(REPO / ".venv/bin/durable-sidecar"), "instances", "show", "durableOrderTracking", key],
+                         env={**run.env, "DURABLE_DATABASE_URL": f"sqlite:///{database}"}, capture_output=True,
+                         text=True, timeout=60)
+    return out.stdout + out.stderr
+
+
+def test_8_crash_it_yourself_the_walk_through_of_docs_recovery(make_run: MakeRun) -> None:
+    """docs/recovery.md's five steps, as a user does them, then the order's timeline in the console."""
+    from test_console_browser import CHROMIUM, VIEWPORT, _kinds, _shot, playwright_api
+
+    demo = f"http://127.0.0.1:{make_run.services_port}"
+    key = "W-2001"
+    # 1. The banner: the console's log-in link and the n8n process.
+    banner = make_run.log.read_text()
+    link = re.search(r"(http://\S+/console/#token=\S+)", banner)
+    assert link, f"no console log-in link in the banner:\n{banner[-3000:]}"
+    assert "Phases of this run:" in banner and re.search(r"total\s+[\d.]+ s", banner), banner[-2000:]
+    # 2. Slow mode: each charge takes 20 s.
+    assert http("POST", f"{demo}/slow?payment=20")[0] == 200
+    # 3. An order, answered at once.
+    t0 = time.monotonic()
+    status, body = http("POST", f"http://127.0.0.1:{make_run.n8n_port}/webhook/orders",
+                        {"orderId": key, "amount": 42, "email": "walk@example.com"}, timeout=60)
+    assert status == 200 and json.loads(body) == {"accepted": key}, (status, body)
+
+    def stats() -> dict[str, object]:
+        got = json.loads(http("GET", f"{demo}/stats")[1])
+        assert isinstance(got, dict)
+        return got
+
+    wait_until("the charge to be in flight", lambda: dict(stats()["in_flight"]).get("payment", 0) >= 1, 60, 0.5)
+    # 4. kill -9 of n8n (its main process, as `pkill -9 -f 'n8n start'` does) in the middle of the charge.
+    n8n = next(p for p in make_run.run_py().children(recursive=True) if "start" in p.cmdline()
+               and any("n8n" in part for part in p.cmdline()))
+    n8n.kill()
+    wait_until("make run to restart n8n", lambda: "n8n is back" in make_run.log.read_text(), 120, 1)
+    log = make_run.log.read_text()
+    assert "n8n was killed by SIGKILL; starting it again" in log, log[-2000:]
+    assert re.search(r"resume by themselves when their lease lapses \(the examples' Lease: 120 s", log), log[-2000:]
+    assert http("POST", f"{demo}/slow?payment=0")[0] == 200
+    # 5. The order completes, charged once; the resumed execution's call was answered from the record.
+    wait_until(f"order {key} to complete after the crash", lambda: "status: completed" in instance_shown(
+        make_run, key), 300, 2)
+    effects = dict(stats()["effects"])
+    assert {s: dict(effects[s]).get(key) for s in ("payment", "inventory", "shipping", "coupon")} == {
+        "payment": 1, "inventory": 1, "shipping": 1, "coupon": 1}, effects
+    REPORT.add("8. make run walk-through: kill -9 of n8n mid-charge", 1, 1, 0, time.monotonic() - t0,
+               note="make run restarted n8n; one charge per order")
+
+    # The console, logged in by the banner's link: the order's timeline shows the crash and the resume.
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_context(viewport=VIEWPORT).new_page()
+            page.set_default_timeout(60_000)
+            page.goto(link.group(1))
+            page.wait_for_selector(f"tr[data-key='{key}']")
+            assert "#token=" not in page.url, "the token stayed in the address bar"
+            _shot(page, "crash-instances.png")
+            page.click(f"a:text-is('{key}')")
+            page.wait_for_selector("[data-testid=timeline]")
+            kinds = _kinds(page)
+            assert kinds[0] == "started" and kinds[-1] == "completed", kinds
+            assert "resumed" in kinds and kinds.count("checkpoint") == 4, kinds
+            _shot(page, "crash-timeline.png")
+        finally:
+            browser.close()
 
 
 def test_8_ctrl_c_with_stdout_piped_and_closed_stops_every_child(make_run: MakeRun) -> None:
