@@ -1,9 +1,4 @@
-"""RFC 8785 canonical JSON: the RFC's vectors, the refusals, and the transition from the old canonical form.
-
-The same vectors and documents are checked in TypeScript by
-node-package/test/canonical.test.ts, which also compares both sides'
-fingerprints document by document.
-"""
+"""RFC 8785 canonical JSON: the RFC's vectors, the refusals, and the transition from the old canonical form."""
 
 from __future__ import annotations
 

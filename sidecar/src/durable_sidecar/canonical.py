@@ -4,9 +4,8 @@ A JSON text becomes a value the way JavaScript's JSON.parse reads it (every
 number an IEEE 754 double, so 1, 1.0 and 1e0 are one value and a 20-digit
 integer is rounded), then the value is serialised by the rfc8785 library:
 keys sorted by UTF-16 code units, no whitespace, numbers in ECMAScript form
-(1e16 is written 10000000000000000, 1e21 as 1e+21). The node package computes
-the same bytes in node-package/shared/canonical.ts, checked against the same
-documents by tests/sidecar/test_canonical.py.
+(1e16 is written 10000000000000000, 1e21 as 1e+21). The nodes send payloads,
+never fingerprints of their own: this is the one implementation.
 
 A number beyond the double range (1e400, a 400-digit integer) has no
 canonical form in either language: InvalidArgument, asking for an explicit

@@ -63,10 +63,6 @@ def from_micros(value: int) -> datetime:
     return EPOCH + timedelta(microseconds=value)
 
 
-def from_micros_or_none(value: int | None) -> datetime | None:
-    return None if value is None else from_micros(value)
-
-
 def _names(value: str) -> tuple[str, ...]:
     return tuple(json.loads(value))
 
