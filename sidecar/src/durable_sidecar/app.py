@@ -7,6 +7,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from durable.v1 import (
@@ -23,12 +24,12 @@ from durable.v1 import (
     version_pb2,
     version_pb2_grpc,
 )
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from . import allocator, failpoints, metrics, telemetry
 from .failpoints import parse as parse_failpoints
-from .services.audit import AuditService
 from .settings import Settings
 from .stores.backend import Backend
 from .stores.base import Database
@@ -43,19 +44,46 @@ from .transport.events import EventServicer, RecoveryServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
 from .transport.versions import VersionServicer
-from .wiring import build_services, make_cache, open_backend
+from .wiring import Services, build_services, make_cache, open_backend
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAMES = [
-    instance_pb2.DESCRIPTOR.services_by_name["InstanceService"].full_name,
-    checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
-    idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"].full_name,
-    version_pb2.DESCRIPTOR.services_by_name["VersionService"].full_name,
-    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
-    events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
-    events_pb2.DESCRIPTOR.services_by_name["RecoveryService"].full_name,
+
+@dataclass(frozen=True)
+class Served:
+    """One service of the contract: its descriptor, how grpc registers its servicer, and how that is built."""
+
+    descriptor: ServiceDescriptor
+    add_to_server: Callable[[Any, grpc.aio.Server], None]
+    build: Callable[[Services, Authenticator, asyncio.Event], object]
+
+
+# The one table of what the sidecar serves: gRPC registration, the HTTP/JSON face, health and
+# reflection all read it. A new service is one row here.
+SERVED = [
+    Served(instance_pb2.DESCRIPTOR.services_by_name["InstanceService"],
+           instance_pb2_grpc.add_InstanceServiceServicer_to_server,
+           lambda s, auth, stopping: InstanceServicer(s.instances, auth, stopping)),
+    Served(checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
+           checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server,
+           lambda s, auth, _: CheckpointServicer(s.checkpoints, auth)),
+    Served(idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"],
+           idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server,
+           lambda s, auth, _: IdempotencyServicer(s.keys, auth)),
+    Served(version_pb2.DESCRIPTOR.services_by_name["VersionService"],
+           version_pb2_grpc.add_VersionServiceServicer_to_server,
+           lambda s, auth, _: VersionServicer(s.versions, auth)),
+    Served(audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
+           audit_pb2_grpc.add_AuditServiceServicer_to_server,
+           lambda s, auth, _: AuditServicer(s.audit, auth)),
+    Served(events_pb2.DESCRIPTOR.services_by_name["EventService"],
+           events_pb2_grpc.add_EventServiceServicer_to_server,
+           lambda s, auth, _: EventServicer(s.events, auth)),
+    Served(events_pb2.DESCRIPTOR.services_by_name["RecoveryService"],
+           events_pb2_grpc.add_RecoveryServiceServicer_to_server,
+           lambda s, auth, _: RecoveryServicer(s.recovery, auth)),
 ]
+SERVICE_NAMES = [served.descriptor.full_name for served in SERVED]
 
 
 @dataclass
@@ -196,8 +224,6 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         log.warning("Redis not reachable at start-up; serving from the database until it is")
 
     services = build_services(settings, backend, cache)
-    instances, checkpoints, idempotency, versions = (services.instances, services.checkpoints, services.keys,
-                                                     services.versions)
     auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
     stopping = asyncio.Event()
     boundary = Boundary(
@@ -212,20 +238,13 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.so_reuseport", 0),
     ], interceptors=[DecodeGuard()])
-    servicers = (InstanceServicer(instances, auth, stopping), CheckpointServicer(checkpoints, auth),
-                 IdempotencyServicer(idempotency, auth), VersionServicer(versions, auth),
-                 AuditServicer(AuditService(db, backend.instances), auth),
-                 EventServicer(services.events, auth), RecoveryServicer(services.recovery, auth))
-    for servicer in servicers:
+    servicers = []
+    for served in SERVED:
+        servicer = served.build(services, auth, stopping)
         # Every request passes the one input boundary first (transport/rpc.py).
         setattr(servicer, "boundary", boundary)  # noqa: B010 - read by transport/rpc.py, not declared by the servicers
-    instance_pb2_grpc.add_InstanceServiceServicer_to_server(servicers[0], server)
-    checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(servicers[1], server)
-    idempotency_pb2_grpc.add_IdempotencyServiceServicer_to_server(servicers[2], server)
-    version_pb2_grpc.add_VersionServiceServicer_to_server(servicers[3], server)
-    audit_pb2_grpc.add_AuditServiceServicer_to_server(servicers[4], server)
-    events_pb2_grpc.add_EventServiceServicer_to_server(servicers[5], server)
-    events_pb2_grpc.add_RecoveryServiceServicer_to_server(servicers[6], server)
+        served.add_to_server(servicer, server)
+        servicers.append((served.descriptor, servicer))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -256,17 +275,10 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     stop_traces = telemetry.configure(settings.traces_enabled)
     http_server = None
     if settings.http_listen_address:
-        descriptors = [instance_pb2.DESCRIPTOR.services_by_name["InstanceService"],
-                       checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
-                       idempotency_pb2.DESCRIPTOR.services_by_name["IdempotencyService"],
-                       version_pb2.DESCRIPTOR.services_by_name["VersionService"],
-                       audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
-                       events_pb2.DESCRIPTOR.services_by_name["EventService"],
-                       events_pb2.DESCRIPTOR.services_by_name["RecoveryService"]]
         tls = (http_json.ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
                if settings.tls_enabled else None)
         http_server = http_json.HttpJsonServer(
-            settings.http_listen_address, http_json.routes(list(zip(descriptors, servicers, strict=True))),
+            settings.http_listen_address, http_json.routes(servicers),
             max_body_bytes=settings.max_message_bytes, ssl_context=tls,
             console=http_json.Console(settings.console_n8n_url) if settings.console_enabled else None)
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
@@ -276,7 +288,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     sidecar = Sidecar(settings=settings, db=db, cache=cache, server=server, health=health_servicer, port=port,
-                      stopping=stopping, metrics_server=metrics_server, drains=[checkpoints.drain],
+                      stopping=stopping, metrics_server=metrics_server, drains=[services.checkpoints.drain],
                       http_server=http_server)
     if stop_traces is not None:
         sidecar.drains.append(lambda: asyncio.to_thread(stop_traces))  # flushes the last spans
@@ -285,7 +297,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
             refresh_instance_gauges(db, backend.dialect, stopping,
                                     interval_seconds=settings.instance_gauges_interval_seconds),
             name="instance-gauges"))
-    sidecar.background.append(asyncio.create_task(idempotency.run_reaper(settings.reaper_interval_seconds),
+    sidecar.background.append(asyncio.create_task(services.keys.run_reaper(settings.reaper_interval_seconds),
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
     if metrics_server is not None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .domain import RetryPolicy
 from .n8n_api import N8nClient
+from .services.audit import AuditService
 from .services.checkpoints import CheckpointService
 from .services.events import EventService, RecoveryService
 from .services.idempotency import IdempotencyService
@@ -57,6 +58,7 @@ class Services:
     versions: VersionService
     events: EventService
     recovery: RecoveryService
+    audit: AuditService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -98,4 +100,4 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
                           default_lease_seconds=settings.lease_seconds)
     recovery = RecoveryService(db, backend.instances, backend.waits)
-    return Services(instances, checkpoints, keys, versions, events, recovery)
+    return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances))
