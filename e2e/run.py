@@ -341,7 +341,10 @@ class Run:
                    "N8N_PORT": str(args.n8n_port), "N8N_RUNNERS_BROKER_PORT": str(free_port()),
                    "N8N_WEBHOOK_URL": f"http://127.0.0.1:{args.n8n_port}/", "N8N_LOG_LEVEL": "warn",
                    "DB_SQLITE_POOL_SIZE": "2",
-                   "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true", "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL}
+                   "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true", "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL,
+                   # n8n's own module switches: without its AI assistant, n8n opens on the workflows
+                   # (not on the assistant's page), and the editor's checklist has no MCP item.
+                   "N8N_DISABLED_MODULES": os.environ.get("N8N_DISABLED_MODULES", "instance-ai,mcp")}
         n8n_env["N8N_INSTANCE_OWNER_PASSWORD_HASH"] = conf["password_hash"]
         say("installing the node package into n8n (npm install of the packed tarball in ~/.n8n/nodes)")
         install_package(user)
