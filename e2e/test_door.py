@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 import uuid
 from typing import Any
 
@@ -57,6 +59,15 @@ def test_28_the_order_example_answers_400_with_a_reason_to_a_body_that_can_never
         status, reply = answer(http("POST", url, body, timeout=60))
         assert status == 400, f"{name}: {status} {reply}"
         assert reply.get("error") == "refused" and "orderId" in reply.get("reason", ""), f"{name}: {reply}"
+    # Not JSON at all (cut short, or text): n8n's own body parser answers 422 before any node runs.
+    for raw in (b'{"orderId": ', b"not json"):
+        request = urllib.request.Request(url, data=raw, method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        assert status == 422, f"{raw!r}: {status}"
     assert (stored(stack, ORDER_WF), provider_calls(stack)) == before, "a refused delivery stored or called something"
 
 
