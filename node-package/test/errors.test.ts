@@ -86,7 +86,11 @@ describe('status code mapping through the nodes, against the real sidecar', () =
 		const port = await freePort();
 		const out = await resumePoint(sidecar.credentials({ port, deadlineSeconds: 5 }), 'k-1', true);
 		expect(out[OUTPUT_IN_PROGRESS]).toHaveLength(1);
-		expect(out[OUTPUT_IN_PROGRESS][0].error).toBeInstanceOf(NodeApiError);
+		// The item n8n's error output keeps: the message and the status for a webhook sender (503: retry).
+		expect(out[OUTPUT_IN_PROGRESS][0].json).toMatchObject({
+			error: expect.stringContaining('could not reach the durable sidecar'),
+			details: { httpStatus: 503 },
+		});
 	});
 
 	test('DEADLINE_EXCEEDED (deadline shorter than any answer) is a NodeApiError naming the deadline', async () => {

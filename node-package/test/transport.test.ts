@@ -98,7 +98,11 @@ describe('transport: waiting for the sidecar', () => {
 			const out = await start(many, 2, { continueOnFail: true });
 			expect(Date.now() - began2).toBeLessThan(5_000);
 			expect(out[OUTPUT_IN_PROGRESS]).toHaveLength(20);
-			expect(out[OUTPUT_IN_PROGRESS].every((i) => i.error instanceof NodeApiError)).toBe(true);
+			expect(
+				out[OUTPUT_IN_PROGRESS].every(
+					(i) => (i.json.details as { httpStatus?: number } | undefined)?.httpStatus === 503,
+				),
+			).toBe(true);
 		} finally {
 			await sidecar.launch();
 		}
