@@ -15,16 +15,15 @@ from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
 from .postgres import instances as pg_instances
 from .postgres import migrate as pg_migrate
-from .postgres import versions as pg_versions
-from .postgres import waits as pg_waits
+from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .schema import Dialect, Migration
 from .sqlite import checkpoints as sqlite_checkpoints
 from .sqlite import idempotency as sqlite_idempotency
 from .sqlite import instances as sqlite_instances
-from .sqlite import versions as sqlite_versions
-from .sqlite import waits as sqlite_waits
+from .sqlite.db import RUNNER as SQLITE_RUNNER
 from .sqlite.db import SqliteDatabase
+from .versions import VersionStore
 from .waits import WaitStore
 
 log = logging.getLogger(__name__)
@@ -42,8 +41,8 @@ class Backend:
     instances: base.InstanceStore
     checkpoints: base.CheckpointStore
     idempotency: base.IdempotencyStore
+    # Versions and the mailbox, waits, retries and suspension: one implementation each over the backend's runner.
     versions: base.VersionStore
-    # Mailbox, waits, retries and suspension (issue 15): one implementation over the backend's runner.
     waits: WaitStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
@@ -62,7 +61,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
         raise
     return Backend("sqlite", lite, sqlite_instances.InstanceStore(),
                    sqlite_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
-                   sqlite_idempotency.IdempotencyStore(), sqlite_versions.VersionStore(), sqlite_waits.wait_store(),
+                   sqlite_idempotency.IdempotencyStore(), VersionStore(SQLITE_RUNNER), WaitStore(SQLITE_RUNNER),
                    tuple(applied))
 
 
@@ -75,7 +74,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
     await pool.open()
     return Backend("postgres", pool, pg_instances.InstanceStore(),
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
-                   pg_idempotency.IdempotencyStore(), pg_versions.VersionStore(), pg_waits.wait_store(),
+                   pg_idempotency.IdempotencyStore(), VersionStore(PG_RUNNER), WaitStore(PG_RUNNER),
                    tuple(applied))
 
 

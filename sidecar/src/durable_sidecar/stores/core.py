@@ -9,6 +9,7 @@ turns it into the backend's form once, at import.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ from ..domain import (
     StatusCounts,
     Version,
 )
+from .base import Conn
 from .paging import decode_cursor
 from .states import decode_state
 
@@ -75,6 +77,12 @@ class Dialect:
     prefix_condition: str
     # The transaction's database time in SQL: now() on PostgreSQL, the %(now)s parameter on SQLite.
     now_sql: str
+    # SQL for "database time %(seconds)s seconds ago".
+    ago_sql: str
+    # A list of names or integers as one query parameter (an array on PostgreSQL, a JSON array on SQLite).
+    list_param: Callable[[list[Any]], Any]
+    # SQL for "{column} is one of the %({param})s list parameter".
+    in_list: str
 
     def sql(self, text: str) -> str:
         return _NAMED.sub(r":\1", text) if self.colon_placeholders else text
@@ -87,6 +95,32 @@ class Dialect:
 
     def lock(self, for_update: bool) -> str:
         return self.lock_clause if for_update else ""
+
+
+class Runner(ABC):
+    """How one backend executes the shared SQL of the stores written once (waits.py, versions.py)."""
+
+    dialect: Dialect
+
+    @abstractmethod
+    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[Row]:
+        """Rows of one statement (query already in the backend's placeholder form)."""
+
+    @abstractmethod
+    async def now(self, conn: Conn) -> datetime:
+        """The transaction's database time."""
+
+    @abstractmethod
+    def at(self, value: datetime | None) -> Any:
+        """A time as a query parameter."""
+
+    @abstractmethod
+    async def many(self, conn: Conn, query: str, params: list[dict[str, Any]]) -> None:
+        """One statement without result rows, once per parameter set."""
+
+    async def one(self, conn: Conn, query: str, params: dict[str, Any]) -> Row | None:
+        rows = await self.all(conn, query, params)
+        return rows[0] if rows else None
 
 
 def optional(row: Row, column: str) -> Any:

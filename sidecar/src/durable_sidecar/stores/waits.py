@@ -10,37 +10,13 @@ makes each event consumed once when several sidecars signal at once.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any
 
 from ..domain import Instance, InstanceRef, MailboxEvent, NewEvent, Page, RetryPolicy
 from .base import Conn
-from .core import INSTANCE_COLUMNS, INSTANCE_KEY, Dialect, Row, blob, instance_of, instance_params
+from .core import INSTANCE_COLUMNS, INSTANCE_KEY, Row, Runner, blob, instance_of, instance_params
 from .paging import cut_page, decode_cursor
-
-
-class Runner(ABC):
-    """How one backend executes the shared SQL."""
-
-    dialect: Dialect
-
-    @abstractmethod
-    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[Row]:
-        """Rows of one statement (query already in the backend's placeholder form)."""
-
-    @abstractmethod
-    async def now(self, conn: Conn) -> datetime:
-        """The transaction's database time."""
-
-    @abstractmethod
-    def at(self, value: datetime | None) -> Any:
-        """A time as a query parameter."""
-
-    async def one(self, conn: Conn, query: str, params: dict[str, Any]) -> Row | None:
-        rows = await self.all(conn, query, params)
-        return rows[0] if rows else None
-
 
 EVENT_COLUMNS = ("id, workflow_id, instance_key, event_name, dedupe_id, payload_json, sender, received_at, "
                  "consumed_at")

@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import FailedPrecondition, Unavailable
 from ..base import Conn, Database
-from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect
+from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect, Row, Runner
 from ..schema import APPLIED_SQL, require_current
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,9 @@ def _iso(value: datetime) -> str:
 # time is ISO text, cast back; now() is the transaction's time.
 DIALECT = Dialect("postgres", colon_placeholders=False, to_time=_same, to_names=_names, lock_clause=" FOR UPDATE",
                   cursor_time=_iso, cursor_time_in=_same, cursor_time_cast="::timestamptz", time_param=_same,
-                  prefix_condition="starts_with({column}, %(prefix)s)", now_sql="now()")
+                  prefix_condition="starts_with({column}, %(prefix)s)", now_sql="now()",
+                  ago_sql="now() - make_interval(secs => %(seconds)s)", list_param=list,
+                  in_list="{column} = ANY(%({param})s)")
 
 
 def pg(conn: Conn) -> Connection:
@@ -112,6 +114,29 @@ def is_transient(exc: BaseException) -> bool:
         sqlstate = exc.sqlstate or ""
         return sqlstate.startswith(_TRANSIENT_CLASSES) or sqlstate in _TRANSIENT_CODES
     return False
+
+
+class PgRunner(Runner):
+    """The shared SQL of the stores written once (waits.py, versions.py), run through psycopg."""
+
+    dialect = DIALECT
+
+    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[Row]:
+        cur = await pg(conn).execute(query, params)  # built from fixed SQL text only
+        return list(await cur.fetchall()) if cur.description else []
+
+    async def many(self, conn: Conn, query: str, params: list[dict[str, Any]]) -> None:
+        async with pg(conn).cursor() as cur:
+            await cur.executemany(query, params)  # built from fixed SQL text only
+
+    async def now(self, conn: Conn) -> datetime:
+        return await database_now(conn)
+
+    def at(self, value: datetime | None) -> Any:
+        return value
+
+
+RUNNER = PgRunner()
 
 
 class PostgresDatabase(Database):

@@ -30,8 +30,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from ...errors import FailedPrecondition, InvalidArgument, Unavailable
+from .. import core
 from ..base import Conn, Database
-from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect
+from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect, Runner
 from ..schema import APPLIED_SQL, Migration, load_migrations, require_current
 from .migrate import apply
 
@@ -78,7 +79,9 @@ def _micros_cursor(value: object) -> int:
 # transaction's :now parameter (SqliteConn.now_us).
 DIALECT = Dialect("sqlite", colon_placeholders=True, to_time=from_micros, to_names=_names, lock_clause="",
                   cursor_time=to_micros, cursor_time_in=_micros_cursor, cursor_time_cast="", time_param=to_micros,
-                  prefix_condition="substr({column}, 1, length(%(prefix)s)) = %(prefix)s", now_sql="%(now)s")
+                  prefix_condition="substr({column}, 1, length(%(prefix)s)) = %(prefix)s", now_sql="%(now)s",
+                  ago_sql="(%(now)s - %(seconds)s * 1000000)", list_param=json.dumps,
+                  in_list="{column} IN (SELECT value FROM json_each(%({param})s))")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -171,6 +174,27 @@ def _take_file_lock(path: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+class SqliteRunner(Runner):
+    """The shared SQL of the stores written once (waits.py, versions.py), run on the embedded connection."""
+
+    dialect = DIALECT
+
+    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[core.Row]:
+        return list(await lite(conn).all(query, params))
+
+    async def many(self, conn: Conn, query: str, params: list[dict[str, Any]]) -> None:
+        await lite(conn).run_many(query, params)
+
+    async def now(self, conn: Conn) -> datetime:
+        return lite(conn).now
+
+    def at(self, value: datetime | None) -> Any:
+        return None if value is None else to_micros(value)
+
+
+RUNNER = SqliteRunner()
 
 
 class SqliteDatabase(Database):
