@@ -77,8 +77,11 @@ class Dialect:
     prefix_condition: str
     # The transaction's database time in SQL: now() on PostgreSQL, the %(now)s parameter on SQLite.
     now_sql: str
-    # SQL for "database time %(seconds)s seconds ago".
+    # SQL for "database time %(seconds)s seconds ago", and for "%({param})s seconds from now".
     ago_sql: str
+    later_sql: str
+    # The SQL function that gives the larger of two values (greatest on PostgreSQL, max on SQLite).
+    greatest: str
     # A list of names or integers as one query parameter (an array on PostgreSQL, a JSON array on SQLite).
     list_param: Callable[[list[Any]], Any]
     # SQL for "{column} is one of the %({param})s list parameter".

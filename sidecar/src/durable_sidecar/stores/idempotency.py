@@ -1,0 +1,128 @@
+"""IdempotencyStore: rows of durable_idempotency_keys, written once; every time is database time.
+
+Both backends run the same SQL text through their Runner; the Dialect says
+how database time, a time some seconds later and the larger of two times are
+written. Each backend's subclass (postgres/, sqlite/) overrides only what truly
+differs: PostgreSQL's one-statement claim and completion, and how each deletes
+expired keys in small batches.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..domain import IdempotencyKey, KeyFilter, KeyRef, NewClaim, Page
+from . import base
+from .base import Conn
+from .core import KEY_COLUMNS, KEY_WHERE, Runner, claim_params, key_cursor, key_of, key_params, time_cursor
+from .paging import cut_page
+
+
+class IdempotencyStore(base.IdempotencyStore):
+    """Reads and writes idempotency keys over one backend's Runner; every method runs in the caller's transaction."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.r = runner
+        d = runner.dialect
+        now = d.now_sql
+        lease_until = d.later_sql.format(param="lease")
+        # A key lives `ttl` after its latest acquisition, and never ends before the
+        # lease it was just given: a running holder's key cannot expire under it.
+        self.new_expiry = f"{d.greatest}({d.later_sql.format(param='ttl')}, {lease_until})"
+        self.lease_until = lease_until
+        self._get = {lock: d.sql(f"SELECT {KEY_COLUMNS} FROM durable_idempotency_keys WHERE {KEY_WHERE}"
+                                 f"{d.lock(lock)}") for lock in (False, True)}
+        self._insert = d.sql(
+            f"""INSERT INTO durable_idempotency_keys
+                    (namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, expires_at,
+                     created_at, updated_at)
+                VALUES (%(ns)s, %(scope)s, %(key)s, 'in_progress', %(fp)s, 1, %(holder)s, {lease_until},
+                        {self.new_expiry}, {now}, {now})
+                ON CONFLICT DO NOTHING
+                RETURNING {KEY_COLUMNS}""")
+        self._acquire = d.sql(
+            f"""UPDATE durable_idempotency_keys
+                SET status = 'in_progress', attempt = attempt + 1, holder = %(holder)s,
+                    lease_expires_at = {lease_until},
+                    expires_at = CASE WHEN %(fresh)s THEN {self.new_expiry}
+                                      ELSE {d.greatest}(expires_at, {self.new_expiry}) END,
+                    fingerprint = CASE WHEN %(fresh)s THEN %(fp)s ELSE fingerprint END,
+                    created_at = CASE WHEN %(fresh)s THEN {now} ELSE created_at END,
+                    result_json = NULL, error_message = '', updated_at = {now}
+                WHERE {KEY_WHERE}
+                RETURNING {KEY_COLUMNS}""")
+        self._complete = d.sql(
+            f"""UPDATE durable_idempotency_keys
+                SET status = 'completed', result_json = %(result)s, lease_expires_at = NULL, updated_at = {now}
+                WHERE {KEY_WHERE}
+                RETURNING {KEY_COLUMNS}""")
+        self._release = d.sql(
+            f"""UPDATE durable_idempotency_keys
+                SET status = 'failed', error_message = %(error)s, lease_expires_at = NULL, updated_at = {now}
+                WHERE {KEY_WHERE}
+                RETURNING {KEY_COLUMNS}""")
+
+    async def params(self, conn: Conn, **params: Any) -> dict[str, Any]:
+        """The parameters, with the transaction's database time where the dialect's SQL names it."""
+        if "%(now)s" in self.r.dialect.now_sql:
+            params["now"] = self.r.at(await self.r.now(conn))
+        return params
+
+    def record(self, row: Any) -> IdempotencyKey:
+        return key_of(self.r.dialect, row)
+
+    async def now_txn(self, conn: Conn) -> datetime:
+        """The transaction's database time: the same now() every statement of it uses."""
+        return await self.r.now(conn)
+
+    async def get_txn(self, conn: Conn, ref: KeyRef, *, for_update: bool = False) -> IdempotencyKey | None:
+        row = await self.r.one(conn, self._get[for_update], key_params(ref))
+        return self.record(row) if row else None
+
+    async def insert_txn(self, conn: Conn, claim: NewClaim) -> IdempotencyKey | None:
+        """Inserts the key in progress with attempt 1; None when it exists (the unique key decides)."""
+        row = await self.r.one(conn, self._insert, await self.params(conn, **claim_params(claim)))
+        return self.record(row) if row else None
+
+    async def acquire_txn(self, conn: Conn, claim: NewClaim, *, new_life: bool) -> IdempotencyKey:
+        row = await self.r.one(conn, self._acquire, await self.params(conn, **claim_params(claim), fresh=new_life))
+        assert row is not None, "caller locked the row"
+        return self.record(row)
+
+    async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
+        row = await self.r.one(conn, self._complete, await self.params(conn, **key_params(ref), result=result_json))
+        assert row is not None, "caller locked the row"
+        return self.record(row)
+
+    async def release_txn(self, conn: Conn, ref: KeyRef, *, error_message: str) -> IdempotencyKey:
+        row = await self.r.one(conn, self._release, await self.params(conn, **key_params(ref), error=error_message))
+        assert row is not None, "caller locked the row"
+        return self.record(row)
+
+    async def list_txn(self, conn: Conn, namespace: str, flt: KeyFilter, page: Page) -> tuple[list[IdempotencyKey], str]:
+        d = self.r.dialect
+        now = d.now_sql
+        where = ["namespace = %(ns)s"]
+        params: dict[str, Any] = await self.params(conn, ns=namespace, limit=page.size + 1)
+        if flt.scope:
+            where.append("scope = %(scope)s")
+            params["scope"] = flt.scope
+        if flt.statuses:
+            where.append(d.in_list.format(column="status", param="statuses"))
+            params["statuses"] = d.list_param([s.value for s in flt.statuses])
+        if flt.stuck_only:
+            where.append(f"status = 'in_progress' AND lease_expires_at <= {now}")
+        if flt.key_prefix:
+            where.append(d.prefix_condition.format(column="key"))
+            params["prefix"] = flt.key_prefix
+        if not flt.include_expired:
+            where.append(f"(expires_at > {now} OR (status = 'in_progress' AND lease_expires_at > {now}))")
+        if page.token:
+            created, scope, key = time_cursor(d, page.token)
+            where.append(f"(created_at, scope, key) < (%(c_at)s{d.cursor_time_cast}, %(c_scope)s, %(c_key)s)")
+            params.update({"c_at": created, "c_scope": scope, "c_key": key})
+        rows = await self.r.all(conn, d.sql(  # fixed fragments only
+            f"SELECT {KEY_COLUMNS} FROM durable_idempotency_keys WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, scope DESC, key DESC LIMIT %(limit)s"), params)
+        return cut_page([self.record(r) for r in rows], page.size, lambda k: key_cursor(d, k))
