@@ -1,0 +1,297 @@
+/** Where the Resume Point puts each StartOrResume answer: its outputs, the routed item and its metadata. */
+import {
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INode,
+	type INodeExecutionData,
+	type NodeApiError,
+} from 'n8n-workflow';
+
+import { keepAheadAnswer, type AheadGuard } from '../../shared/claim-ahead';
+import { refusal, senderStatus } from '../../shared/door';
+import {
+	DURABLE_FIELD,
+	durableOf,
+	eventJson,
+	fromJsonBytes,
+	isObject,
+	runStateName,
+} from '../../shared/node-helpers';
+import { nodeOf } from '../../shared/run-node';
+import {
+	InstanceStatus,
+	ResumeReason,
+	StartOutcome,
+	type Instance,
+	type StartOrResumeResponse,
+} from '../../shared/transport';
+import { nodeParameter } from '../../shared/upstream';
+
+/** Fixed outputs, in this order; step outputs and Version Mismatch follow. */
+export const OUTPUT_START = 0;
+export const OUTPUT_RESUME = 1;
+export const OUTPUT_COMPLETED = 2;
+export const OUTPUT_IN_PROGRESS = 3;
+export const FIXED_OUTPUTS = 4;
+
+type StateMerge = 'merge' | 'replace' | 'field';
+
+function instanceMeta(inst: Instance | undefined): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		boundVersion: inst.boundVersion,
+		versionLabel: inst.versionLabel,
+		lastSequence: inst.lastSequence,
+		lastStep: inst.lastStep,
+		resumeCount: inst.resumeCount,
+		leaseOwner: inst.leaseOwner,
+		leaseExpiresAt: inst.leaseExpiresAt ? inst.leaseExpiresAt.toISOString() : null,
+		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
+		createdAt: inst.createdAt ? inst.createdAt.toISOString() : null,
+	};
+}
+
+/** Version 2 keeps the item's metadata small: what later nodes and authors use. */
+export function smallInstanceMeta(inst: Instance | undefined): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		leaseSeconds: inst.leaseSeconds,
+		lastStep: inst.lastStep,
+		lastSequence: inst.lastSequence,
+		resumeCount: inst.resumeCount,
+		boundVersion: inst.boundVersion,
+	};
+}
+
+function outcomeName(outcome: StartOutcome): string {
+	return (StartOutcome[outcome] ?? 'UNSPECIFIED').replace('START_OUTCOME_', '').toLowerCase();
+}
+
+/**
+ * A failed item as n8n's error output keeps it: `error` and `details` only
+ * (details.httpStatus: what a Respond to Webhook there answers the sender).
+ * n8n replaces the JSON of an item that carries an `error` object with
+ * `{ error: message }` (WorkflowExecute.normalizeNodeErrors in n8n 2.41), so
+ * the status would be lost there; an item whose JSON holds only these keys
+ * is routed to the error output all the same, merged with the item it came
+ * from (the delivery's body stays readable).
+ */
+export function refusedItem(
+	failure: NodeOperationError | NodeApiError,
+	i: number,
+): INodeExecutionData {
+	return {
+		json: {
+			error: failure.message,
+			details: { httpStatus: senderStatus(failure), description: failure.description ?? null },
+		},
+		pairedItem: { item: i },
+	};
+}
+
+/** Different Delivery: Refuse. The key is in use by another delivery: HTTP 422 for the sender. */
+export function differentDeliveryRefused(
+	node: INode,
+	response: StartOrResumeResponse,
+	i: number,
+): NodeOperationError {
+	const key = response.instance?.instanceKey ?? '';
+	return refusal(
+		node,
+		`Instance Key "${key}" is in use by another delivery: this item differs from the one that started the instance`,
+		"Nothing was changed. A sender reusing a key must send the same body (a re-delivery); another order needs its own key. To let such deliveries through, set this Resume Point's Different Delivery to Ignore or Route to Output.",
+		i,
+		422,
+	);
+}
+
+export interface RouteSettings {
+	stepNames: string[];
+	mismatchIndex: number;
+	/** Index of the Event output (Timed Out follows it); -1 without Wait Outputs. */
+	eventIndex: number;
+	executionId: string;
+	v2: boolean;
+	/** The Idempotency Guard whose key a start claims ahead (shared/claim-ahead), if any. */
+	ahead?: AheadGuard;
+}
+
+/**
+ * The routed item: input JSON (or `replaceJson`) with fresh `durable` metadata.
+ * The used claim, a restored state and an earlier hand-off are dropped; `meta` sets them anew when they apply.
+ */
+export function route(
+	item: INodeExecutionData,
+	i: number,
+	meta: IDataObject,
+	replaceJson?: IDataObject,
+): INodeExecutionData {
+	const previous = { ...durableOf(item) };
+	delete previous.claimToken;
+	delete previous.state;
+	delete previous.boundVersionSnapshot;
+	delete previous.runsBoundVersion;
+	const base = replaceJson ?? item.json;
+	return {
+		json: { ...base, [DURABLE_FIELD]: { ...previous, ...meta } },
+		binary: item.binary,
+		pairedItem: { item: i },
+	};
+}
+
+/**
+ * Puts one StartOrResume answer on its output.
+ *
+ * Version hand-off: an instance bound to an older version leaves by Version
+ * Mismatch with that version's workflow JSON, and with this execution's lease
+ * handed over (`claimToken`, `runsBoundVersion`). An Execute Workflow node runs
+ * the JSON as a sub-workflow whose own Resume Point (fed by its Execute Workflow
+ * Trigger) takes the lease with that claim and, since it runs the bound version,
+ * routes the instance by its step instead of sending it to Version Mismatch again.
+ */
+export function routeResponse(
+	ctx: IExecuteFunctions,
+	item: INodeExecutionData,
+	i: number,
+	response: StartOrResumeResponse,
+	outputs: INodeExecutionData[][],
+	{ stepNames, mismatchIndex, eventIndex, executionId, v2, ahead }: RouteSettings,
+): void {
+	const handedOver = durableOf(item).runsBoundVersion;
+	const runsBound =
+		typeof handedOver === 'number' &&
+		handedOver > 0 &&
+		handedOver === (response.instance?.boundVersion ?? 0);
+	const meta: IDataObject = v2
+		? { ...smallInstanceMeta(response.instance), outcome: outcomeName(response.outcome) }
+		: {
+				...instanceMeta(response.instance),
+				outcome: outcomeName(response.outcome),
+				currentVersion: response.currentVersion,
+				versionMismatch: response.versionMismatch,
+			};
+	if (v2 && response.versionMismatch) meta.versionMismatch = true;
+	switch (response.outcome) {
+		case StartOutcome.START_OUTCOME_STARTED: {
+			if (ahead) keepAheadAnswer(ahead, executionId, response.startClaim);
+			outputs[OUTPUT_START].push(route(item, i, meta));
+			return;
+		}
+		case StartOutcome.START_OUTCOME_FINISHED:
+			meta.result = (fromJsonBytes(response.instance?.resultJson) ?? null) as IDataObject;
+			meta.errorMessage = response.instance?.errorMessage ?? '';
+			outputs[OUTPUT_COMPLETED].push(route(item, i, meta));
+			return;
+		case StartOutcome.START_OUTCOME_BUSY: {
+			// Waiting for an event, parked for a backoff, or suspended: say which.
+			const runState = runStateName(response.instance);
+			if (runState) meta.runState = runState;
+			if (response.instance?.awaitedEvent) meta.awaitedEvent = response.instance.awaitedEvent;
+			outputs[OUTPUT_IN_PROGRESS].push(route(item, i, meta));
+			return;
+		}
+		case StartOutcome.START_OUTCOME_RESUMED:
+			break;
+		default:
+			throw new NodeOperationError(
+				nodeOf(ctx),
+				`The sidecar answered an unknown outcome ${response.outcome}`,
+				{
+					itemIndex: i,
+					description: "Upgrade this node package to the sidecar's version.",
+				},
+			);
+	}
+
+	const latest = response.latestCheckpoint;
+	let state = fromJsonBytes(latest?.stateJson);
+	if (v2) {
+		// The start item, then the saved state on top: a resumed execution sees
+		// the delivery that started the instance and every step saved since.
+		const start = fromJsonBytes(response.startItemJson);
+		if (isObject(start)) {
+			state =
+				state === undefined
+					? start
+					: isObject(state)
+						? { ...start, ...state }
+						: { ...start, state: state as IDataObject[string] };
+		}
+	}
+	const mode = nodeParameter(ctx, 'options.stateMerge', i, 'merge') as StateMerge;
+	let json: IDataObject | undefined;
+	if (state !== undefined) {
+		if (mode === 'replace') {
+			json = isObject(state) ? state : { state: state as IDataObject[string] };
+		} else if (mode === 'merge') {
+			json = isObject(state)
+				? { ...item.json, ...state }
+				: { ...item.json, state: state as IDataObject[string] };
+		} else {
+			meta.state = state as IDataObject[string];
+		}
+	}
+	if (latest && !v2) {
+		meta.lastCheckpoint = {
+			sequence: latest.sequence,
+			stepName: latest.stepName,
+			sha256: latest.sha256,
+			executionId: latest.executionId,
+			createdAt: latest.createdAt ? latest.createdAt.toISOString() : null,
+		};
+	}
+	if (runsBound) meta.runsBoundVersion = handedOver;
+	const waitOutcome = response.waitOutcome;
+	const waited =
+		waitOutcome === ResumeReason.RESUME_REASON_EVENT ||
+		waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
+	if (waited && !(response.versionMismatch && mismatchIndex >= 0 && !runsBound)) {
+		// The instance's last wait ended (and nothing was saved since): its event, or its timeout.
+		if (eventIndex < 0) {
+			throw new NodeOperationError(
+				nodeOf(ctx),
+				`Instance ${response.instance?.instanceKey ?? ''} was resumed after its wait ${waitOutcome === ResumeReason.RESUME_REASON_EVENT ? 'received its event' : 'timed out'}, but this Resume Point has no Wait Outputs`,
+				{
+					itemIndex: i,
+					description:
+						'Turn on Wait Outputs on this Resume Point and connect Event (the awaited event arrived) and Timed Out. The instance is handed out again with its event once its lease lapses.',
+				},
+			);
+		}
+		const timedOut = waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
+		meta.waitOutcome = timedOut ? 'timedOut' : 'event';
+		const base = json ?? { ...item.json };
+		if (!timedOut) base.event = eventJson(response.event);
+		outputs[timedOut ? eventIndex + 1 : eventIndex].push(route(item, i, meta, base));
+		return;
+	}
+	if (response.versionMismatch && mismatchIndex >= 0 && !runsBound) {
+		const bound = response.boundVersion;
+		if (bound) {
+			// This execution holds the lease; the sub-workflow running `bound` takes it over.
+			meta.claimToken = executionId;
+			meta.runsBoundVersion = bound.version;
+		}
+		meta.boundVersionSnapshot = bound
+			? {
+					version: bound.version,
+					label: bound.label,
+					contentHash: bound.contentHash,
+					n8nVersionId: bound.n8nVersionId,
+					workflow: (fromJsonBytes(bound.definitionJson) ?? null) as IDataObject,
+				}
+			: null;
+		outputs[mismatchIndex].push(route(item, i, meta, json));
+		return;
+	}
+	const stepIndex = stepNames.indexOf(response.instance?.lastStep ?? '');
+	const target = stepIndex >= 0 ? FIXED_OUTPUTS + stepIndex : OUTPUT_RESUME;
+	outputs[target].push(route(item, i, meta, json));
+}
