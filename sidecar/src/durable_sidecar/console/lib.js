@@ -1,0 +1,201 @@
+// The console's shared pieces: the contract's calls, DOM helpers, formatting, the confirmation dialog.
+
+import { renderLogin } from "./login.js";
+
+export const TOKEN_KEY = "durable.console.token";
+export const ACTOR_KEY = "durable.console.actor";
+export const STATUSES = ["RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SUSPENDED"];
+export const config = { n8nUrl: "" };
+
+// --- calls ----------------------------------------------------------------------------------------
+
+export class RpcError extends Error {
+  constructor(code, message, status) {
+    super(message);
+    this.code = code;
+    this.status = status;
+  }
+}
+
+export async function rpc(service, method, body) {
+  const token = sessionStorage.getItem(TOKEN_KEY) || "";
+  const res = await fetch(`/durable.v1.${service}/${method}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+    body: JSON.stringify(body || {}),
+  });
+  let payload = {};
+  try {
+    payload = await res.json();
+  } catch (_) {
+    payload = {};
+  }
+  if (!res.ok) {
+    const err = new RpcError(payload.code || "unknown", payload.message || res.statusText, res.status);
+    if (res.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      renderLogin(`The sidecar refused the token (${err.code}): ${err.message}`);
+    }
+    throw err;
+  }
+  return payload;
+}
+
+// Every page of a list RPC, up to `limit` items.
+export async function all(service, method, body, field, limit = 2000) {
+  const out = [];
+  let pageToken = "";
+  do {
+    const reply = await rpc(service, method, { ...body, pageSize: 1000, pageToken });
+    out.push(...(reply[field] || []));
+    pageToken = reply.nextPageToken || "";
+  } while (pageToken && out.length < limit);
+  return out;
+}
+
+// --- small helpers --------------------------------------------------------------------------------
+
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export const main = () => document.getElementById("main");
+
+export function show(...nodes) {
+  main().replaceChildren(...nodes);
+}
+
+export function enumName(value, prefix) {
+  return value ? String(value).replace(prefix, "") : "";
+}
+
+export function statusOf(inst) {
+  return enumName(inst.status, "INSTANCE_STATUS_") || "UNSPECIFIED";
+}
+
+export function fmtTime(ts) {
+  if (!ts) return "";
+  const d = new Date(ts);
+  return isNaN(d) ? ts : d.toISOString().replace("T", " ").replace("Z", "");
+}
+
+export function decodeBytes(b64) {
+  if (!b64) return "";
+  const bin = atob(b64);
+  return new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)));
+}
+
+export function encodeBytes(text) {
+  const bytes = new TextEncoder().encode(text);
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return btoa(bin);
+}
+
+export function parseJsonBytes(b64) {
+  const text = decodeBytes(b64);
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (_) {
+    return text;
+  }
+}
+
+export function pretty(value) {
+  return value === undefined ? "" : JSON.stringify(value, null, 2);
+}
+
+export function badge(text, cls) {
+  return h("span", { class: `badge ${cls || String(text).toLowerCase()}` }, String(text).toLowerCase());
+}
+
+export function executionLink(workflowId, executionId) {
+  if (!executionId) return "";
+  if (!config.n8nUrl) return h("span", { class: "mono" }, executionId);
+  const url = `${config.n8nUrl.replace(/\/+$/, "")}/workflow/${encodeURIComponent(workflowId)}/executions/${encodeURIComponent(executionId)}`;
+  return h("a", { class: "mono", href: url, target: "_blank", rel: "noopener noreferrer" }, executionId);
+}
+
+export function instanceHref(workflowId, key) {
+  return `#/instance?${new URLSearchParams({ wf: workflowId, key })}`;
+}
+
+export function errorBox(err) {
+  return h("p", { class: "error", role: "alert" }, `${err.code ? err.code + ": " : ""}${err.message}`);
+}
+
+export function isStalled(inst) {
+  if (inst.runState) return inst.runState === "RUN_STATE_STALLED";
+  return statusOf(inst) === "RUNNING" && !inst.wakeAt && inst.leaseExpiresAt && new Date(inst.leaseExpiresAt) < new Date();
+}
+
+// --- confirmation dialog -----------------------------------------------------------------------------
+
+// Asks for actor and reason; `run(actor, reason)` performs the action. Resolves with its result, or
+// null when the operator backs out. `extra` (optional) is shown above the fields (a dry run, say).
+export function confirmAction({ title, text, okLabel, extra, run }) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-extra").replaceChildren(...(extra ? [extra] : []));
+  const actor = document.getElementById("confirm-actor");
+  const reason = document.getElementById("confirm-reason");
+  const error = document.getElementById("confirm-error");
+  const ok = document.getElementById("confirm-ok");
+  actor.value = localStorage.getItem(ACTOR_KEY) || "";
+  reason.value = "";
+  error.hidden = true;
+  ok.textContent = okLabel || "Confirm";
+  ok.disabled = false;
+  return new Promise((resolve) => {
+    const form = document.getElementById("confirm-form");
+    const back = document.getElementById("confirm-cancel");
+    const done = (value) => {
+      form.removeEventListener("submit", submit);
+      back.removeEventListener("click", cancel);
+      dialog.removeEventListener("cancel", cancel);
+      dialog.close();
+      resolve(value);
+    };
+    const cancel = (ev) => {
+      if (ev) ev.preventDefault();
+      done(null);
+    };
+    const submit = async (ev) => {
+      ev.preventDefault();
+      if (!actor.value.trim() || !reason.value.trim()) {
+        error.textContent = "Actor and reason are both required: they are recorded with the action.";
+        error.hidden = false;
+        return;
+      }
+      ok.disabled = true;
+      try {
+        localStorage.setItem(ACTOR_KEY, actor.value.trim());
+        const result = await run(actor.value.trim(), reason.value.trim());
+        done(result === undefined ? true : result);
+      } catch (err) {
+        error.textContent = `${err.code ? err.code + ": " : ""}${err.message}`;
+        error.hidden = false;
+        ok.disabled = false;
+      }
+    };
+    form.addEventListener("submit", submit);
+    back.addEventListener("click", cancel);
+    dialog.addEventListener("cancel", cancel);
+    dialog.showModal();
+    (actor.value ? reason : actor).focus();
+  });
+}
