@@ -9,7 +9,7 @@
  * database unreachable, a workflow the author must fix) gets a 5xx, so the
  * sender delivers it again.
  */
-import { NodeOperationError, type INode } from 'n8n-workflow';
+import { NodeOperationError, type INode, type INodeExecutionData } from 'n8n-workflow';
 
 import { GrpcStatus } from './errors';
 
@@ -98,6 +98,19 @@ export function businessKey(node: INode, raw: unknown, field: string, itemIndex:
 		);
 	}
 	return key;
+}
+
+/**
+ * Whether an item is a delivery from n8n's Webhook node (its `body` and `headers`): the
+ * deliveries Different Delivery judges. Items of other triggers are not deliveries with a
+ * sender to answer (a Schedule Trigger that reads an order again sees newer fields, rightly).
+ */
+export function isWebhookDelivery(item: INodeExecutionData): boolean {
+	const json = item.json as Record<string, unknown>;
+	const headers = json.headers;
+	return (
+		'body' in json && typeof headers === 'object' && headers !== null && !Array.isArray(headers)
+	);
 }
 
 /** Sidecar refusals of what the sender sent (its body): the same answer every time. */

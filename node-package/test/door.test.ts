@@ -15,6 +15,7 @@ import {
 import {
 	OUTPUT_COMPLETED,
 	OUTPUT_IN_PROGRESS,
+	OUTPUT_RESUME,
 	OUTPUT_START,
 	ResumePoint,
 } from '../nodes/ResumePoint/ResumePoint.node';
@@ -243,6 +244,17 @@ describe('the door: another delivery under a key in use', () => {
 			continueOnFail: true,
 		});
 		expect(statusOf(other[OUTPUT_IN_PROGRESS][0])).toBe(422);
+	});
+
+	test('items of other triggers are never judged: a poll that reads an order again with newer fields resumes it', async () => {
+		const wf = 'wf-door-poll';
+		await run(wf, 'e1', [{ body: { orderId: 'o-6', status: 'paid' } }]);
+		await sidecar.sql(
+			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1",
+			[wf],
+		);
+		const again = await run(wf, 'e2', [{ body: { orderId: 'o-6', status: 'shipped' } }]);
+		expect((again[OUTPUT_RESUME][0].json.durable as IDataObject).outcome).toBe('resumed');
 	});
 
 	test('Ignore (version 2 default): the other delivery is a re-delivery, as before', async () => {

@@ -30,7 +30,7 @@ import {
 	workflowIdOf,
 } from '../../shared/node-helpers';
 import { isSidecarUnreachable } from '../../shared/errors';
-import { businessKey } from '../../shared/door';
+import { businessKey, isWebhookDelivery } from '../../shared/door';
 import {
 	nodeParameter,
 	noteHeldInstances,
@@ -223,7 +223,8 @@ export class ResumePoint implements INodeType {
 					// an item from the Resume Trigger is no delivery.
 					startItemJson: v2 && !prep.claimToken ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
 					// A known key with another delivery: answered DIFFERENT, nothing taken (v2.1 refuses it).
-					checkDelivery: v2 && !prep.claimToken && onDifferent !== 'ignore',
+					checkDelivery:
+						v2 && !prep.claimToken && onDifferent !== 'ignore' && isWebhookDelivery(items[i]),
 					// Claimed only when the instance is new (the sidecar decides): lease 0 is the instance's.
 					claimOnStart:
 						ahead && !prep.claimToken

@@ -73,7 +73,7 @@ function differentDelivery(
 			},
 		],
 		description:
-			'What happens when a key already in use arrives with another delivery than the one that started its instance: for a Webhook item, another body (headers do not count); otherwise another item. A re-delivery of the same body is never different.',
+			'What happens when a Webhook delivery arrives under a key already in use with another body than the one that started its instance (headers do not count). A re-delivery of the same body is never different; items from other triggers (a Schedule Trigger re-reading an order with newer fields, a queue) are never checked.',
 	};
 }
 
