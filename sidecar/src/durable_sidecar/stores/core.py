@@ -121,6 +121,12 @@ class Runner(ABC):
     async def many(self, conn: Conn, query: str, params: list[dict[str, Any]]) -> None:
         """One statement without result rows, once per parameter set."""
 
+    async def with_now(self, conn: Conn, **params: Any) -> dict[str, Any]:
+        """The parameters, with the transaction's database time where the dialect's SQL names it (%(now)s)."""
+        if "%(now)s" in self.dialect.now_sql:
+            params["now"] = self.at(await self.now(conn))
+        return params
+
     async def one(self, conn: Conn, query: str, params: dict[str, Any]) -> Row | None:
         rows = await self.all(conn, query, params)
         return rows[0] if rows else None

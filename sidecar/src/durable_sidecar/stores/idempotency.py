@@ -63,12 +63,6 @@ class IdempotencyStore(base.IdempotencyStore):
                 WHERE {KEY_WHERE}
                 RETURNING {KEY_COLUMNS}""")
 
-    async def params(self, conn: Conn, **params: Any) -> dict[str, Any]:
-        """The parameters, with the transaction's database time where the dialect's SQL names it."""
-        if "%(now)s" in self.r.dialect.now_sql:
-            params["now"] = self.r.at(await self.r.now(conn))
-        return params
-
     def record(self, row: Any) -> IdempotencyKey:
         return key_of(self.r.dialect, row)
 
@@ -82,21 +76,21 @@ class IdempotencyStore(base.IdempotencyStore):
 
     async def insert_txn(self, conn: Conn, claim: NewClaim) -> IdempotencyKey | None:
         """Inserts the key in progress with attempt 1; None when it exists (the unique key decides)."""
-        row = await self.r.one(conn, self._insert, await self.params(conn, **claim_params(claim)))
+        row = await self.r.one(conn, self._insert, await self.r.with_now(conn, **claim_params(claim)))
         return self.record(row) if row else None
 
     async def acquire_txn(self, conn: Conn, claim: NewClaim, *, new_life: bool) -> IdempotencyKey:
-        row = await self.r.one(conn, self._acquire, await self.params(conn, **claim_params(claim), fresh=new_life))
+        row = await self.r.one(conn, self._acquire, await self.r.with_now(conn, **claim_params(claim), fresh=new_life))
         assert row is not None, "caller locked the row"
         return self.record(row)
 
     async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
-        row = await self.r.one(conn, self._complete, await self.params(conn, **key_params(ref), result=result_json))
+        row = await self.r.one(conn, self._complete, await self.r.with_now(conn, **key_params(ref), result=result_json))
         assert row is not None, "caller locked the row"
         return self.record(row)
 
     async def release_txn(self, conn: Conn, ref: KeyRef, *, error_message: str) -> IdempotencyKey:
-        row = await self.r.one(conn, self._release, await self.params(conn, **key_params(ref), error=error_message))
+        row = await self.r.one(conn, self._release, await self.r.with_now(conn, **key_params(ref), error=error_message))
         assert row is not None, "caller locked the row"
         return self.record(row)
 
@@ -104,7 +98,7 @@ class IdempotencyStore(base.IdempotencyStore):
         d = self.r.dialect
         now = d.now_sql
         where = ["namespace = %(ns)s"]
-        params: dict[str, Any] = await self.params(conn, ns=namespace, limit=page.size + 1)
+        params: dict[str, Any] = await self.r.with_now(conn, ns=namespace, limit=page.size + 1)
         if flt.scope:
             where.append("scope = %(scope)s")
             params["scope"] = flt.scope

@@ -64,24 +64,18 @@ class VersionStore(base.VersionStore):
                     (namespace, workflow_id, kind, instance_key, from_version, to_version, actor, reason, created_at)
                 VALUES (%(ns)s, %(wf)s, %(kind)s, %(key)s, %(from)s, %(to)s, %(actor)s, %(reason)s, {now})""")
 
-    async def _params(self, conn: Conn, **params: Any) -> dict[str, Any]:
-        """The parameters, with the transaction's database time where the dialect's SQL names it."""
-        if "%(now)s" in self.r.dialect.now_sql:
-            params["now"] = self.r.at(await self.r.now(conn))
-        return params
-
     async def head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead | None:
         row = await self.r.one(conn, self._head, {"ns": namespace, "wf": workflow_id})
         return WorkflowHead(row["latest_version"], row["current_version"]) if row else None
 
     async def lock_head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead:
         """Creates the head row if needed and locks it until the transaction ends."""
-        row = await self.r.one(conn, self._lock_head, await self._params(conn, ns=namespace, wf=workflow_id))
+        row = await self.r.one(conn, self._lock_head, await self.r.with_now(conn, ns=namespace, wf=workflow_id))
         assert row is not None
         return WorkflowHead(row["latest_version"], row["current_version"])
 
     async def set_head_txn(self, conn: Conn, namespace: str, workflow_id: str, *, latest: int, current: int) -> None:
-        await self.r.all(conn, self._set_head, await self._params(conn, ns=namespace, wf=workflow_id, latest=latest,
+        await self.r.all(conn, self._set_head, await self.r.with_now(conn, ns=namespace, wf=workflow_id, latest=latest,
                                                                   current=current))
 
     async def claim_n8n_check_txn(self, conn: Conn, namespace: str, workflow_id: str, *, interval_seconds: int) -> bool:
@@ -90,7 +84,7 @@ class VersionStore(base.VersionStore):
         Always true while the workflow has no version (nothing to bind otherwise);
         else true for one caller per interval (0: never), who records the time.
         """
-        params = await self._params(conn, ns=namespace, wf=workflow_id, seconds=interval_seconds)
+        params = await self.r.with_now(conn, ns=namespace, wf=workflow_id, seconds=interval_seconds)
         row = await self.r.one(conn, self._check_due, params)
         if row is None or row["current_version"] == 0:
             await self.mark_n8n_checked_txn(conn, namespace, workflow_id)
@@ -101,7 +95,7 @@ class VersionStore(base.VersionStore):
         return await self.r.one(conn, self._claim_check, params) is not None
 
     async def mark_n8n_checked_txn(self, conn: Conn, namespace: str, workflow_id: str) -> None:
-        await self.r.all(conn, self._mark_checked, await self._params(conn, ns=namespace, wf=workflow_id))
+        await self.r.all(conn, self._mark_checked, await self.r.with_now(conn, ns=namespace, wf=workflow_id))
 
     async def find_by_hash_txn(self, conn: Conn, namespace: str, workflow_id: str,
                                content_hash: str) -> tuple[Version, int] | None:
@@ -110,7 +104,7 @@ class VersionStore(base.VersionStore):
         return (version_of(self.r.dialect, row), row["current_version"]) if row else None
 
     async def insert_txn(self, conn: Conn, new: NewVersion, version: int) -> Version:
-        row = await self.r.one(conn, self._insert, await self._params(
+        row = await self.r.one(conn, self._insert, await self.r.with_now(
             conn, ns=new.namespace, wf=new.workflow_id, version=version, hash=new.content_hash,
             n8n=new.n8n_version_id, label=new.label, note=new.note, definition=new.definition_json,
             nodes=self.r.dialect.list_param(list(new.node_names)), actor=new.actor))
@@ -140,14 +134,14 @@ class VersionStore(base.VersionStore):
 
     async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
                                    reason: str) -> None:
-        await self.r.all(conn, self._change, await self._params(
+        await self.r.all(conn, self._change, await self.r.with_now(
             conn, ns=new.namespace, wf=new.workflow_id, kind=ChangeKind.VERSION_REGISTERED.value, key="",
             **{"from": from_version, "to": to_version}, actor=new.actor, reason=reason))
 
     async def log_moves_txn(self, conn: Conn, namespace: str, workflow_id: str, moves: list[InstanceMove], *,
                             actor: str, reason: str) -> None:
         """One change-log row per moved instance."""
-        common = await self._params(conn, ns=namespace, wf=workflow_id, kind=ChangeKind.INSTANCE_MOVED.value,
+        common = await self.r.with_now(conn, ns=namespace, wf=workflow_id, kind=ChangeKind.INSTANCE_MOVED.value,
                                     actor=actor, reason=reason)
         await self.r.many(conn, self._change, [
             {**common, "key": m.instance_key, "from": m.from_version, "to": m.to_version} for m in moves])
