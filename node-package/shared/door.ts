@@ -128,7 +128,7 @@ export function senderStatus(error: NodeOperationError | Error): number {
 	if (typeof context.httpStatus === 'number') return context.httpStatus;
 	if (context.sidecarUnreachable === true) return 503;
 	const code = context.grpcCode;
-	const details = String((error as { message?: unknown }).message ?? '').replace(/^[^:]*: /, '');
+	const details = typeof context.grpcDetails === 'string' ? context.grpcDetails : '';
 	if (code === GrpcStatus[GrpcStatus.RESOURCE_EXHAUSTED] && SENDER_FIELDS.test(details)) return 413;
 	if (code === GrpcStatus[GrpcStatus.INVALID_ARGUMENT] && SENDER_FIELDS.test(details)) return 400;
 	if (

@@ -188,10 +188,12 @@ export function sidecarError(
 	if (AUTHOR_FIXABLE.has(error.code)) {
 		const out = new NodeOperationError(node, message, { itemIndex, description });
 		out.context.grpcCode = codeName;
+		out.context.grpcDetails = details;
 		return out;
 	}
 	const response: JsonObject = { code: codeName, message: details };
 	const out = new NodeApiError(node, response, { message, description, itemIndex });
 	out.context.grpcCode = codeName;
+	out.context.grpcDetails = details;
 	return out;
 }
