@@ -23,6 +23,7 @@ from durable.v1 import (
     events_pb2_grpc,
     idempotency_pb2_grpc,
     instance_pb2_grpc,
+    session_pb2_grpc,
     version_pb2_grpc,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -130,6 +131,14 @@ class Stubs:
     @property
     def recovery(self) -> events_pb2_grpc.RecoveryServiceStub:
         return events_pb2_grpc.RecoveryServiceStub(self.channel)
+
+    @property
+    def sessions(self) -> session_pb2_grpc.SessionServiceStub:
+        return session_pb2_grpc.SessionServiceStub(self.channel)
+
+    def in_session(self, session_id: str) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call made by the n8n process of this session."""
+        return (*self.metadata, ("durable-session", session_id))
 
 
 def channel(port: int) -> grpc.aio.Channel:

@@ -21,6 +21,8 @@ from durable.v1 import (
     idempotency_pb2_grpc,
     instance_pb2,
     instance_pb2_grpc,
+    session_pb2,
+    session_pb2_grpc,
     version_pb2,
     version_pb2_grpc,
 )
@@ -43,6 +45,7 @@ from .transport.checkpoints import CheckpointServicer
 from .transport.events import EventServicer, RecoveryServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
+from .transport.sessions import SessionServicer
 from .transport.versions import VersionServicer
 from .wiring import Services, build_services, make_cache, open_backend
 
@@ -82,6 +85,9 @@ SERVED = [
     Served(events_pb2.DESCRIPTOR.services_by_name["RecoveryService"],
            events_pb2_grpc.add_RecoveryServiceServicer_to_server,
            lambda s, auth, _: RecoveryServicer(s.recovery, auth)),
+    Served(session_pb2.DESCRIPTOR.services_by_name["SessionService"],
+           session_pb2_grpc.add_SessionServiceServicer_to_server,
+           lambda s, auth, _: SessionServicer(s.sessions, auth)),
 ]
 SERVICE_NAMES = [served.descriptor.full_name for served in SERVED]
 
@@ -243,6 +249,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         servicer = served.build(services, auth, stopping)
         # Every request passes the one input boundary first (transport/rpc.py).
         setattr(servicer, "boundary", boundary)  # noqa: B010 - read by transport/rpc.py, not declared by the servicers
+        # Every call that carries a session is judged by the one session service (transport/rpc.py).
+        setattr(servicer, "sessions", services.sessions)  # noqa: B010 - as above
         served.add_to_server(servicer, server)
         servicers.append((served.descriptor, servicer))
     health_servicer = health.aio.HealthServicer()
@@ -300,6 +308,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     sidecar.background.append(asyncio.create_task(services.keys.run_reaper(settings.reaper_interval_seconds),
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
+    sidecar.background.append(asyncio.create_task(services.sessions.run(stopping), name="session-sweep"))
     if metrics_server is not None:
         metrics_server.start()
     log.info("sidecar serving", extra={"address": settings.listen_address, "port": port,

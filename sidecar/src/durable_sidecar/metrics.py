@@ -39,6 +39,13 @@ WAKE_UPS_DUE = Gauge("durable_wake_ups_due", "Instances whose wake-up time has p
                      ["namespace"])
 OLDEST_STALLED = Gauge("durable_oldest_stalled_instance_age_seconds",
                        "Seconds since the lease of the oldest stalled instance lapsed (0: none stalled).", ["namespace"])
+SESSIONS_OPENED = Counter("durable_sessions_opened_total", "Sessions opened by n8n processes.")
+SESSIONS_ENDED = Counter("durable_sessions_ended_total", "Sessions ended, by reason: closed (the process said so) "
+                         "or expired (no heartbeat for the grace period).", ["reason"])
+SESSIONS_ALIVE = Gauge("durable_sessions_alive", "Sessions this sidecar saw alive at its last sweep (all replicas').")
+LEASES_FREED = Counter("durable_leases_freed_by_session_end_total", "Leases freed because their session ended, by "
+                       "kind: instance or key.", ["kind"])
+SESSION_REFUSALS = Counter("durable_session_refusals_total", "Calls refused because they carried an ended session.")
 INSTANCE_GAUGES_UPDATED = Gauge("durable_instance_gauges_updated_timestamp_seconds",
                                 "When the instance gauges were last refreshed (Unix time).")
 _INSTANCE_STATES = ("running", "waiting", "stalled", "suspended")

@@ -151,8 +151,16 @@ class Settings:
         ),
     )
     lease_seconds: int = field(
-        default=300,
-        metadata=_meta("DURABLE_LEASE_SECONDS", "Default instance lease; a checkpoint renews it (seconds)."),
+        default=1800,
+        metadata=_meta("DURABLE_LEASE_SECONDS", "The ceiling of an instance's lease: held by a live session, it "
+                       "lapses only when its execution makes no progress (no checkpoint) for this long; a lease "
+                       "without a session lapses after it too (seconds)."),
+    )
+    session_grace_seconds: float = field(
+        default=5.0,
+        metadata=_meta("DURABLE_SESSION_GRACE_SECONDS", "How long a session of an n8n process may go without a "
+                       "heartbeat before it ends and its leases are freed; heartbeats come five times per period "
+                       "(seconds)."),
     )
     retry_max_automatic_resumes: int = field(
         default=20,
@@ -402,6 +410,7 @@ class Settings:
         need(self.cache_max_item_bytes >= 0, "DURABLE_CACHE_MAX_ITEM_BYTES", "must not be negative")
         need(self.local_key_cache_entries >= 0, "DURABLE_LOCAL_KEY_CACHE_ENTRIES", "must not be negative")
         need(1 <= self.lease_seconds <= 86_400, "DURABLE_LEASE_SECONDS", "must be 1 to 86400")
+        need(1.0 <= self.session_grace_seconds <= 300.0, "DURABLE_SESSION_GRACE_SECONDS", "must be 1 to 300")
         need(0 <= self.retry_max_automatic_resumes <= 1000, "DURABLE_RETRY_MAX_AUTOMATIC_RESUMES",
              "must be 0 to 1000")
         need(0 <= self.retry_initial_backoff_ms <= 86_400_000, "DURABLE_RETRY_INITIAL_BACKOFF_MS",

@@ -11,6 +11,7 @@ from .services.checkpoints import CheckpointService
 from .services.events import EventService, RecoveryService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
+from .services.sessions import SessionService
 from .services.versions import VersionService
 from .settings import Settings
 from .stores.backend import Backend, open_postgres, open_sqlite
@@ -59,6 +60,7 @@ class Services:
     events: EventService
     recovery: RecoveryService
     audit: AuditService
+    sessions: SessionService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -100,4 +102,8 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
                           default_lease_seconds=settings.lease_seconds)
     recovery = RecoveryService(db, backend.instances, backend.waits)
-    return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances))
+    sessions = SessionService(db, backend.sessions, grace_seconds=settings.session_grace_seconds)
+    # The Resume Trigger's streams claim at once when a session's end frees leases.
+    instances.wait_for_freed = sessions.wait_for_freed
+    return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances),
+                    sessions)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
@@ -100,6 +100,9 @@ class InstanceService:
         self.keys = keys
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
+        # How a watch stream sleeps between claims: until its poll interval, shutdown, or (wired to the session
+        # service) leases freed by a session's end.
+        self.wait_for_freed: Callable[[float, asyncio.Event], Awaitable[None]] = _sleep_or_stop
 
     async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
         if inst.last_sequence == 0:
@@ -493,7 +496,11 @@ class InstanceService:
             yield batch
             if batch:
                 continue  # more may be waiting: claim again at once
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=interval)
-            except TimeoutError:
-                pass
+            await self.wait_for_freed(interval, stopping)
+
+
+async def _sleep_or_stop(timeout: float, stopping: asyncio.Event) -> None:
+    try:
+        await asyncio.wait_for(stopping.wait(), timeout=timeout)
+    except TimeoutError:
+        pass

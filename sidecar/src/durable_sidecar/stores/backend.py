@@ -18,6 +18,7 @@ from .postgres import migrate as pg_migrate
 from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .schema import Dialect, Migration
+from .sessions import SessionStore
 from .sqlite import checkpoints as sqlite_checkpoints
 from .sqlite import idempotency as sqlite_idempotency
 from .sqlite import instances as sqlite_instances
@@ -44,6 +45,7 @@ class Backend:
     # Versions and the mailbox, waits, retries and suspension: one implementation each over the backend's runner.
     versions: base.VersionStore
     waits: WaitStore
+    sessions: SessionStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -62,7 +64,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
     return Backend("sqlite", lite, sqlite_instances.InstanceStore(),
                    sqlite_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    sqlite_idempotency.IdempotencyStore(), VersionStore(SQLITE_RUNNER), WaitStore(SQLITE_RUNNER),
-                   tuple(applied))
+                   SessionStore(SQLITE_RUNNER), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -75,7 +77,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
     return Backend("postgres", pool, pg_instances.InstanceStore(),
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    pg_idempotency.IdempotencyStore(), VersionStore(PG_RUNNER), WaitStore(PG_RUNNER),
-                   tuple(applied))
+                   SessionStore(PG_RUNNER), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

@@ -49,7 +49,7 @@ _HTTP_STATUS: dict[grpc.StatusCode, tuple[str, int]] = {
 }
 
 # Headers passed to the handlers as call metadata (the rest of HTTP is not part of the contract).
-_METADATA_HEADERS = ("authorization", "x-request-id", "traceparent", "tracestate")
+_METADATA_HEADERS = ("authorization", "x-request-id", "traceparent", "tracestate", "durable-session")
 
 
 class _Aborted(Exception):

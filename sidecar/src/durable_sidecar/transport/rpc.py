@@ -19,6 +19,7 @@ from ..logs import instance_key_var, namespace_var, request_id_var
 from .auth import Authenticator
 from .boundary import Boundary, refuse_undecodable
 from .errors import status_for
+from .owners import OWNERS, SESSION_METADATA, SESSION_METHODS
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,14 @@ Resp = TypeVar("Resp")
 
 class HasAuth(Protocol):
     auth: Authenticator
+
+
+class Sessions(Protocol):
+    """What the wrapper needs of the session service (services/sessions.py)."""
+
+    async def admit(self, namespace: str, session_id: str) -> None: ...
+
+    def learn(self, namespace: str, owner: str, session_id: str) -> None: ...
 
 
 # A generated request id: a random prefix per process and a counter (16 hex characters, as uuid4's were,
@@ -55,6 +64,37 @@ async def _admit(boundary: Boundary | None, method: str, namespace: str, request
         await asyncio.to_thread(boundary.admit, method, namespace, request)
     else:
         boundary.admit(method, namespace, request)
+
+
+def _sessions(servicer: object) -> Sessions | None:
+    # app.start gives every servicer the sidecar's one session service (attribute `sessions`).
+    return getattr(servicer, "sessions", None)
+
+
+def _session_of(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    for item in context.invocation_metadata() or ():
+        if item[0] == SESSION_METADATA:
+            return str(item[1])
+    return ""
+
+
+async def _enter(servicer: object, method: str, namespace: str,
+                 context: grpc.aio.ServicerContext[Any, Any]) -> tuple[Sessions | None, str]:
+    """The caller's session, refused when it ended (fencing); ('', None) for a call without one."""
+    session_id = _session_of(context)
+    sessions = _sessions(servicer)
+    if not session_id or sessions is None or method in SESSION_METHODS:
+        return None, ""
+    await sessions.admit(namespace, session_id)
+    return sessions, session_id
+
+
+def _learn(sessions: Sessions | None, session_id: str, method: str, namespace: str, request: Any,
+           response: Any) -> None:
+    owners = OWNERS.get(method)
+    if sessions is not None and owners is not None:
+        for owner in owners(request, response):
+            sessions.learn(namespace, owner, session_id)
 
 
 def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> str:
@@ -99,7 +139,9 @@ def unary(method: str) -> Callable[
                 namespace = _begin(context, self.auth)
                 boundary = _boundary(self)
                 await _admit(boundary, method, namespace, request)
+                sessions, session_id = await _enter(self, method, namespace, context)
                 response = await handler(self, request, namespace)
+                _learn(sessions, session_id, method, namespace, request, response)
                 if boundary is not None:
                     boundary.seal(method, namespace, response)
                 return response
@@ -137,9 +179,11 @@ def server_stream(method: str) -> Callable[
                 namespace = _begin(context, self.auth)
                 boundary = _boundary(self)
                 await _admit(boundary, method, namespace, request)
+                sessions, session_id = await _enter(self, method, namespace, context)
                 # One tenant's streams are limited so they cannot slow the other namespaces.
                 with boundary.streams.stream(namespace) if boundary is not None else contextlib.nullcontext():
                     async for item in handler(self, request, namespace):
+                        _learn(sessions, session_id, method, namespace, request, item)
                         yield item
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED

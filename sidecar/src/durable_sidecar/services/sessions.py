@@ -1,0 +1,296 @@
+"""SessionService: a lease lives as long as the n8n process that holds it.
+
+An n8n process opens a session and heartbeats it; its calls carry the session
+id, and the lease owners they name (execution ids, key holders, claim tokens)
+are recorded against it. A session that stays silent for the grace period is
+ended by whichever replica sweeps first, and the leases of its owners lapse at
+once; every replica learns of ended sessions at its next sweep, refuses calls
+that carry them (fencing) and wakes its Resume Trigger streams.
+
+A replica judges no session until it has served for one grace period plus one
+heartbeat interval: a sidecar restart (or a new replica) first lets every live
+process heartbeat through it, so it frees nothing that is alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from .. import metrics, validation
+from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from ..stores.base import Conn, Database
+from ..stores.sessions import Ended, SessionRow, SessionStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MODES = ("regular", "main", "worker", "webhook")
+# Sessions expired per sweep transaction (the rest in the next sweep, a heartbeat interval later).
+_EXPIRE_BATCH = 100
+# A lease owner is recorded once, then again only after this long (seen_at, for pruning).
+_RELEARN_SECONDS = 600.0
+_LEARNED_MAX = 100_000
+# Ended sessions are kept this long (the console and CLI show them), owners not seen for this long are dropped.
+ENDED_KEEP_SECONDS = 7 * 86_400
+OWNER_KEEP_SECONDS = 2 * 86_400
+_PRUNE_EVERY_SECONDS = 600.0
+
+
+class SessionService:
+    def __init__(self, db: Database, store: SessionStore, *, grace_seconds: float) -> None:
+        self.db = db
+        self.store = store
+        self.grace_seconds = grace_seconds
+        # Five heartbeats per grace period: a process is declared dead only after five in a row went missing.
+        self.heartbeat_seconds = max(0.2, grace_seconds / 5)
+        self._started = time.monotonic()
+        # session id -> (namespace, end reason or '' while live), as this replica last saw it.
+        self._known: dict[str, tuple[str, str]] = {}
+        # Owners seen in calls and not yet recorded; and those recorded lately (not recorded again for a while).
+        self._pending: dict[tuple[str, str], str] = {}
+        self._learned: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._ended_seen_until: datetime | None = None
+        self._last_prune = time.monotonic()
+        self._wakers: set[asyncio.Event] = set()
+
+    # --- the RPCs ---------------------------------------------------------------------------------------
+
+    async def open(self, namespace: str, *, host: str, pid: int, mode: str, client: str) -> SessionRow:
+        host = validation.text("host", host, required=True, limit=255)
+        if "\n" in host or "\t" in host:
+            raise InvalidArgument("host must be one line")
+        if not 1 <= pid <= 2_147_483_647:
+            raise InvalidArgument(f"pid must be 1 to 2147483647, got {pid}")
+        if mode not in MODES:
+            raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        client = validation.text("client", client, limit=255)
+        session_id = f"s-{uuid.uuid4().hex}"
+
+        async def txn(conn: Conn) -> SessionRow:
+            return await self.store.open_txn(conn, session_id=session_id, namespace=namespace, host=host, pid=pid,
+                                             mode=mode, client=client, grace_seconds=self.grace_seconds)
+
+        row = await self.db.transaction(txn)
+        self._known[session_id] = (namespace, "")
+        metrics.SESSIONS_OPENED.inc()
+        log.info("session opened", extra={"session": session_id, "host": host, "pid": pid, "mode": mode})
+        return row
+
+    async def heartbeat(self, namespace: str, session_id: str) -> tuple[bool, str]:
+        """(ended, reason): a live session lives another grace period; an ended or unknown one says so."""
+        session_id = _session_id(session_id)
+
+        async def txn(conn: Conn) -> tuple[bool, str]:
+            if await self.store.heartbeat_txn(conn, namespace, session_id, self.grace_seconds):
+                return False, ""
+            row = await self.store.get_txn(conn, session_id)
+            if row is None or row.namespace != namespace:
+                raise NotFound(f"session {session_id} is unknown: open a new one (OpenSession)")
+            return True, row.end_reason
+
+        ended, reason = await self.db.transaction(txn)
+        if ended:
+            self._known[session_id] = (namespace, reason)
+        return ended, reason
+
+    async def close(self, namespace: str, session_id: str) -> SessionRow:
+        session_id = _session_id(session_id)
+        pending = self._take_pending()
+
+        async def txn(conn: Conn) -> tuple[Ended | None, SessionRow | None]:
+            await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
+            ended = await self.store.close_txn(conn, namespace, session_id)
+            return ended, await self.store.get_txn(conn, session_id)
+
+        ended, row = await self._with_pending(pending, txn)
+        if row is None or row.namespace != namespace:
+            raise NotFound(f"session {session_id} is unknown")
+        self._known[session_id] = (namespace, row.end_reason)
+        if ended is not None:
+            self._ended([ended], "closed")
+        return row
+
+    async def list_sessions(self, namespace: str, *, page_size: int) -> list[SessionRow]:
+        limit = validation.page_size(page_size)
+
+        async def txn(conn: Conn) -> list[SessionRow]:
+            return await self.store.list_txn(conn, namespace, limit=limit)
+
+        return await self.db.transaction(txn)
+
+    async def holders(self, namespace: str, owners: list[str]) -> dict[str, SessionRow]:
+        """The session each lease owner ran in (for the console and the CLI)."""
+
+        async def txn(conn: Conn) -> dict[str, SessionRow]:
+            return await self.store.holders_txn(conn, namespace, owners)
+
+        return await self.db.transaction(txn) if owners else {}
+
+    # --- what every call that carries a session goes through --------------------------------------------
+
+    async def admit(self, namespace: str, session_id: str) -> None:
+        """Refuses a call that carries an ended or unknown session (fencing); lets a live one through."""
+        known = self._known.get(session_id)
+        if known is None:
+            _session_id(session_id)
+
+            async def txn(conn: Conn) -> SessionRow | None:
+                return await self.store.get_txn(conn, session_id)
+
+            row = await self.db.transaction(txn)
+            if row is None or row.namespace != namespace:
+                metrics.SESSION_REFUSALS.inc()
+                raise FailedPrecondition(f"session {session_id} is unknown to this sidecar's database: the n8n "
+                                         "process opens a new session; this call changed nothing")
+            known = (row.namespace, row.end_reason)
+            self._known[session_id] = known
+        if known[0] != namespace:
+            metrics.SESSION_REFUSALS.inc()
+            raise FailedPrecondition(f"session {session_id} belongs to another namespace; this call changed nothing")
+        if known[1]:
+            metrics.SESSION_REFUSALS.inc()
+            why = ("it was closed" if known[1] == "closed" else
+                   f"this n8n process sent no heartbeat for {self.grace_seconds:g} s")
+            raise FailedPrecondition(f"session ended: {why}, so its leases were freed and its instances may have "
+                                     f"been resumed by another execution; this call changed nothing "
+                                     f"(session {session_id})")
+
+    def learn(self, namespace: str, owner: str, session_id: str) -> None:
+        """Notes that `owner` (an execution id, key holder or claim token) runs in this session."""
+        if not owner:
+            return
+        key = (namespace, owner)
+        seen = self._learned.get(key)
+        if seen is not None and seen[0] == session_id and time.monotonic() - seen[1] < _RELEARN_SECONDS:
+            return
+        self._pending[key] = session_id
+
+    # --- the sweep --------------------------------------------------------------------------------------
+
+    @property
+    def judging(self) -> bool:
+        """Whether this replica has served long enough to judge sessions (see the module's docstring)."""
+        return time.monotonic() - self._started >= self.grace_seconds + self.heartbeat_seconds
+
+    async def sweep(self) -> list[Ended]:
+        """One sweep: records the owners seen, ends silent sessions, and learns what other replicas ended."""
+        pending = self._take_pending()
+        judging = self.judging
+        since = self._ended_seen_until
+
+        async def txn(conn: Conn) -> tuple[list[Ended], list[SessionRow], int, datetime]:
+            await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
+            ended = await self.store.expire_txn(conn, limit=_EXPIRE_BATCH) if judging else []
+            now = await self.store.now_txn(conn)
+            # Overlap the previous look by two grace periods: another replica's commit may land late.
+            others = await self.store.ended_since_txn(
+                conn, (since if since is not None else now) - timedelta(seconds=2 * self.grace_seconds))
+            return ended, others, await self.store.alive_count_txn(conn), now
+
+        ended, others, alive, now = await self._with_pending(pending, txn)
+        stamp = time.monotonic()
+        self._ended_seen_until = now
+        metrics.SESSIONS_ALIVE.set(alive)
+        if ended:
+            self._ended(ended, "expired")
+        wake = False
+        for row in others:
+            previous = self._known.get(row.session_id)
+            if (previous is None or not previous[1]) and row.leases_freed:
+                wake = True
+            self._known[row.session_id] = (row.namespace, row.end_reason)
+        if wake:
+            self._wake()
+        if stamp - self._last_prune >= _PRUNE_EVERY_SECONDS:
+            self._last_prune = stamp
+            await self.prune()
+        return ended
+
+    def _take_pending(self) -> dict[tuple[str, str], str]:
+        pending, self._pending = self._pending, {}
+        return pending
+
+    async def _with_pending(self, pending: dict[tuple[str, str], str], fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Runs a transaction that records `pending` owners: remembered as recorded once it commits, else kept."""
+        try:
+            result = await self.db.transaction(fn)
+        except BaseException:
+            for key, sid in pending.items():  # recorded at the next sweep
+                self._pending.setdefault(key, sid)
+            raise
+        stamp = time.monotonic()
+        for key, sid in pending.items():
+            self._learned[key] = (sid, stamp)
+            self._learned.move_to_end(key)
+        while len(self._learned) > _LEARNED_MAX:
+            self._learned.popitem(last=False)
+        return result
+
+    async def prune(self) -> None:
+        async def txn(conn: Conn) -> None:
+            await self.store.prune_txn(conn, ended_seconds=ENDED_KEEP_SECONDS, owner_seconds=OWNER_KEEP_SECONDS)
+
+        await self.db.transaction(txn)
+        if len(self._known) > _LEARNED_MAX:
+            self._known.clear()  # re-read from the database on the next call of each session
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """The sweep every heartbeat interval until `stopping` is set; a failed sweep is retried at the next."""
+        while not stopping.is_set():
+            try:
+                await self.sweep()
+            except Exception as exc:  # noqa: BLE001 - a database blip: the next sweep tries again
+                log.warning("session sweep failed; retrying", extra={"error": str(exc)})
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=self.heartbeat_seconds)
+            except TimeoutError:
+                pass
+
+    def _ended(self, ended: list[Ended], reason: str) -> None:
+        metrics.SESSIONS_ENDED.labels(reason).inc(len(ended))
+        freed = 0
+        for e in ended:
+            self._known[e.session_id] = (e.namespace, reason)
+            metrics.LEASES_FREED.labels("instance").inc(e.instances_freed)
+            metrics.LEASES_FREED.labels("key").inc(e.keys_freed)
+            freed += e.instances_freed
+            log.info("session ended", extra={"session": e.session_id, "reason": reason,
+                                             "instances_freed": e.instances_freed, "keys_freed": e.keys_freed})
+        if freed:
+            self._wake()
+
+    # --- waking the Resume Trigger streams --------------------------------------------------------------
+
+    def _wake(self) -> None:
+        for waker in self._wakers:
+            waker.set()
+
+    async def wait_for_freed(self, timeout: float, stopping: asyncio.Event) -> None:
+        """Sleeps up to `timeout`, less when leases are freed (here or by another replica) or at shutdown."""
+        waker = asyncio.Event()
+        self._wakers.add(waker)
+        try:
+            stop = asyncio.ensure_future(stopping.wait())
+            freed = asyncio.ensure_future(waker.wait())
+            try:
+                await asyncio.wait({stop, freed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                freed.cancel()
+        finally:
+            self._wakers.discard(waker)
+
+
+def _session_id(value: str) -> str:
+    if not value:
+        raise InvalidArgument("session_id is required")
+    if len(value) > 64 or not value.isascii() or not value.replace("-", "").isalnum():
+        raise InvalidArgument("session_id is not a session id OpenSession returned")
+    return value
