@@ -1,8 +1,9 @@
 // Bundles the gRPC client into dist so the package installs with no runtime
-// dependencies: dist/shared/transport.js (which alone imports @grpc/grpc-js and
-// the generated code) becomes one self-contained file; n8n-workflow stays
-// external (n8n provides it). Then checks that nothing in dist still requires
-// a package n8n does not have.
+// dependencies: dist/shared/transport.js (which alone imports shared/grpc/, the
+// only importers of @grpc/grpc-js with the generated code) becomes one
+// self-contained file, and the files it took in are removed; n8n-workflow
+// stays external (n8n provides it). Then checks that nothing in dist still
+// requires a package n8n does not have, or a file the bundle took in.
 import { build } from 'esbuild';
 import { builtinModules } from 'node:module';
 import {
@@ -38,7 +39,9 @@ const result = await build({
 	metafile: true,
 	logLevel: 'warning',
 });
-rmSync(join(dist, 'shared', 'gen'), { recursive: true, force: true });
+for (const bundled of ['gen', 'grpc']) {
+	rmSync(join(dist, 'shared', bundled), { recursive: true, force: true });
+}
 
 // Licences of the bundled packages travel with the bundle.
 const packages = new Set();

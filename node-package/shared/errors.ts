@@ -43,7 +43,7 @@ export function isGrpcFailure(error: unknown): error is GrpcFailure {
 
 /**
  * The transport's answer when the deadline passed while the sidecar could not
- * be reached (SidecarUnreachableError in transport.ts; recognised by shape so
+ * be reached (SidecarUnreachableError in grpc/unary.ts; recognised by shape so
  * this module need not load the bundled transport).
  */
 export interface SidecarUnreachable extends GrpcFailure {

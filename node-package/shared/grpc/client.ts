@@ -1,0 +1,227 @@
+/**
+ * The client of one sidecar connection: the generated service clients on its
+ * one channel, and one method per RPC the nodes make, each a retried unary
+ * call within the credential's deadline (callUnary), plus the WatchResumable
+ * stream and the health check.
+ */
+import { Client, type CallOptions, type ClientReadableStream, type Metadata } from '@grpc/grpc-js';
+
+import {
+	CheckpointServiceClient,
+	SaveCheckpointsRequest,
+	type SaveCheckpointsResponse,
+} from '../gen/durable/v1/checkpoint';
+import {
+	AwaitEventRequest,
+	EventServiceClient,
+	RecoveryServiceClient,
+	ResumeInstanceRequest,
+	RetryInstanceRequest,
+	SignalInstanceRequest,
+	type AwaitEventResponse,
+	type ResumeInstanceResponse,
+	type RetryInstanceResponse,
+	type SignalInstanceResponse,
+} from '../gen/durable/v1/events';
+import {
+	ClaimRequest,
+	CompleteRequest,
+	IdempotencyServiceClient,
+	ReleaseRequest,
+	type ClaimResponse,
+	type CompleteResponse,
+	type ReleaseResponse,
+} from '../gen/durable/v1/idempotency';
+import {
+	CancelInstanceRequest,
+	CompleteInstanceRequest,
+	FailInstanceRequest,
+	InstanceServiceClient,
+	ListInstancesRequest,
+	ScheduleWakeUpRequest,
+	StartOrResumeRequest,
+	WatchResumableRequest,
+	type CancelInstanceResponse,
+	type CompleteInstanceResponse,
+	type DeepPartial,
+	type FailInstanceResponse,
+	type ListInstancesResponse,
+	type ScheduleWakeUpResponse,
+	type StartOrResumeResponse,
+	type WatchResumableResponse,
+} from '../gen/durable/v1/instance';
+import {
+	SyncVersionFromN8nRequest,
+	VersionServiceClient,
+	type SyncVersionFromN8nResponse,
+} from '../gen/durable/v1/version';
+import { SidecarChannel } from './channel';
+import type { SidecarConnection } from './connection';
+import { checkHealth, type ServingStatus } from './health';
+import { callUnary, type UnaryMethod } from './unary';
+
+/** A generated request message type: builds the request from what the caller gave. */
+interface RequestCodec<Req> {
+	fromPartial(object: DeepPartial<Req>): Req;
+}
+
+/** One sidecar endpoint: the service clients share a single channel. */
+export class SidecarClient {
+	readonly instances: InstanceServiceClient;
+	readonly checkpoints: CheckpointServiceClient;
+	readonly idempotency: IdempotencyServiceClient;
+	readonly versions: VersionServiceClient;
+	readonly events: EventServiceClient;
+	readonly recovery: RecoveryServiceClient;
+	private readonly generic: Client;
+	private readonly channel: SidecarChannel;
+
+	constructor(readonly connection: SidecarConnection) {
+		this.channel = new SidecarChannel(connection);
+		const { target, credentials } = this.channel;
+		const shared = { channelOverride: this.channel.channel };
+		this.instances = new InstanceServiceClient(target, credentials, shared);
+		this.checkpoints = new CheckpointServiceClient(target, credentials, shared);
+		this.idempotency = new IdempotencyServiceClient(target, credentials, shared);
+		this.versions = new VersionServiceClient(target, credentials, shared);
+		this.events = new EventServiceClient(target, credentials, shared);
+		this.recovery = new RecoveryServiceClient(target, credentials, shared);
+		this.generic = new Client(target, credentials, shared);
+	}
+
+	/** Bearer token metadata for an authenticated call. */
+	metadata(): Metadata {
+		return this.channel.metadata();
+	}
+
+	/** Call options with the credential's deadline (or an explicit one, in seconds). */
+	options(deadlineSeconds?: number): Partial<CallOptions> {
+		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
+		return { deadline: new Date(Date.now() + seconds * 1000) };
+	}
+
+	/**
+	 * `method` of `service` with the request built from `request`, within the
+	 * credential's deadline (or an explicit one, in seconds).
+	 */
+	private unary<Req, Res>(
+		service: Client,
+		method: UnaryMethod<Req, Res>,
+		codec: RequestCodec<Req>,
+		request: DeepPartial<Req>,
+		deadlineSeconds?: number,
+	): Promise<Res> {
+		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
+		return callUnary(this.channel, service, method, codec.fromPartial(request), seconds);
+	}
+
+	startOrResume(request: DeepPartial<StartOrResumeRequest>): Promise<StartOrResumeResponse> {
+		return this.unary(this.instances, this.instances.startOrResume, StartOrResumeRequest, request);
+	}
+
+	completeInstance(
+		request: DeepPartial<CompleteInstanceRequest>,
+	): Promise<CompleteInstanceResponse> {
+		const instances = this.instances;
+		return this.unary(instances, instances.completeInstance, CompleteInstanceRequest, request);
+	}
+
+	failInstance(request: DeepPartial<FailInstanceRequest>): Promise<FailInstanceResponse> {
+		return this.unary(this.instances, this.instances.failInstance, FailInstanceRequest, request);
+	}
+
+	cancelInstance(request: DeepPartial<CancelInstanceRequest>): Promise<CancelInstanceResponse> {
+		const instances = this.instances;
+		return this.unary(instances, instances.cancelInstance, CancelInstanceRequest, request);
+	}
+
+	awaitEvent(request: DeepPartial<AwaitEventRequest>): Promise<AwaitEventResponse> {
+		return this.unary(this.events, this.events.awaitEvent, AwaitEventRequest, request);
+	}
+
+	signalInstance(request: DeepPartial<SignalInstanceRequest>): Promise<SignalInstanceResponse> {
+		return this.unary(this.events, this.events.signalInstance, SignalInstanceRequest, request);
+	}
+
+	retryInstance(request: DeepPartial<RetryInstanceRequest>): Promise<RetryInstanceResponse> {
+		return this.unary(this.recovery, this.recovery.retryInstance, RetryInstanceRequest, request);
+	}
+
+	resumeInstance(request: DeepPartial<ResumeInstanceRequest>): Promise<ResumeInstanceResponse> {
+		return this.unary(this.recovery, this.recovery.resumeInstance, ResumeInstanceRequest, request);
+	}
+
+	scheduleWakeUp(request: DeepPartial<ScheduleWakeUpRequest>): Promise<ScheduleWakeUpResponse> {
+		const instances = this.instances;
+		return this.unary(instances, instances.scheduleWakeUp, ScheduleWakeUpRequest, request);
+	}
+
+	listInstances(
+		request: DeepPartial<ListInstancesRequest>,
+		deadlineSeconds?: number,
+	): Promise<ListInstancesResponse> {
+		const instances = this.instances;
+		return this.unary(
+			instances,
+			instances.listInstances,
+			ListInstancesRequest,
+			request,
+			deadlineSeconds,
+		);
+	}
+
+	saveCheckpoints(request: DeepPartial<SaveCheckpointsRequest>): Promise<SaveCheckpointsResponse> {
+		const checkpoints = this.checkpoints;
+		return this.unary(checkpoints, checkpoints.saveCheckpoints, SaveCheckpointsRequest, request);
+	}
+
+	claim(request: DeepPartial<ClaimRequest>): Promise<ClaimResponse> {
+		return this.unary(this.idempotency, this.idempotency.claim, ClaimRequest, request);
+	}
+
+	completeKey(request: DeepPartial<CompleteRequest>): Promise<CompleteResponse> {
+		return this.unary(this.idempotency, this.idempotency.complete, CompleteRequest, request);
+	}
+
+	releaseKey(request: DeepPartial<ReleaseRequest>): Promise<ReleaseResponse> {
+		return this.unary(this.idempotency, this.idempotency.release, ReleaseRequest, request);
+	}
+
+	syncVersionFromN8n(
+		request: DeepPartial<SyncVersionFromN8nRequest>,
+	): Promise<SyncVersionFromN8nResponse> {
+		const versions = this.versions;
+		return this.unary(versions, versions.syncVersionFromN8N, SyncVersionFromN8nRequest, request);
+	}
+
+	/**
+	 * Opens the WatchResumable server stream. It has no deadline of its own: it
+	 * lives until the caller cancels it; the Resume Trigger watches the
+	 * sidecar's heartbeats instead and reconnects when they stop.
+	 */
+	watchResumable(
+		request: DeepPartial<WatchResumableRequest>,
+	): ClientReadableStream<WatchResumableResponse> {
+		return this.instances.watchResumable(
+			WatchResumableRequest.fromPartial(request),
+			this.metadata(),
+			{},
+		);
+	}
+
+	/** grpc.health.v1.Health/Check without a token (the sidecar needs none for it). */
+	healthCheck(service = '', deadlineSeconds?: number): Promise<ServingStatus> {
+		return checkHealth(this.generic, service, this.options(deadlineSeconds));
+	}
+
+	close(): void {
+		this.instances.close();
+		this.checkpoints.close();
+		this.idempotency.close();
+		this.versions.close();
+		this.events.close();
+		this.recovery.close();
+		this.generic.close();
+		this.channel.close();
+	}
+}
