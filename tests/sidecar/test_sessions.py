@@ -19,6 +19,7 @@ from durable_sidecar import app
 
 from tests.conftest import Harness, make_settings
 from tests.sidecar.helpers import Stubs, channel
+from tests.sidecar.storage import fetch
 from tests.sidecar.test_checkpoints import WF, item, new_key
 
 GRACE = 1.0
@@ -271,3 +272,49 @@ async def test_a_sidecar_restart_frees_nothing_of_a_live_process(harness: Harnes
 
 def _tokens(harness: Harness) -> str:
     return harness.sidecar.settings.auth_tokens
+
+
+async def test_a_watch_hears_the_end_of_its_session(harness: Harness) -> None:
+    s = harness.alpha
+    sid = await open_session(s)
+    stream = s.sessions.WatchSession(session_pb2.WatchSessionRequest(session_id=sid), metadata=s.metadata)
+    first = await stream.read()
+    assert not first.ended
+    await s.sessions.CloseSession(session_pb2.CloseSessionRequest(session_id=sid), metadata=s.metadata)
+    last = await stream.read()
+    assert last.ended and last.end_reason == "closed"
+
+
+async def test_when_the_watching_process_goes_away_its_session_has_two_heartbeats_left(
+        harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    sid = await open_session(s)
+    stream = s.sessions.WatchSession(session_pb2.WatchSessionRequest(session_id=sid), metadata=s.metadata)
+    assert not (await stream.read()).ended
+    await beat(s, sid)
+    stream.cancel()  # the process exited: its connection closed
+    life = "alive_until - last_heartbeat_at"
+    for _ in range(100):
+        [(left, )] = await fetch(database_url, f"SELECT {life} FROM durable_sessions WHERE session_id = %s", sid)
+        if left is not None and _seconds(left) < GRACE - 0.1:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the session kept its whole grace after its watcher went away")
+    assert _seconds(left) <= 2 * 0.2 + 0.5  # two heartbeat intervals from the cut (and the cut after the beat)
+    ended = await until_ended(s, sid)
+    assert ended.end_reason == "expired"
+
+
+async def test_a_watch_of_no_session_is_refused(harness: Harness) -> None:
+    stream = harness.alpha.sessions.WatchSession(
+        session_pb2.WatchSessionRequest(session_id="s-00000000000000000000000000000000"),
+        metadata=harness.alpha.metadata)
+    with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        await stream.read()
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _seconds(value: Any) -> float:
+    """An interval as PostgreSQL (timedelta) or the embedded database (microseconds) gives it."""
+    return value.total_seconds() if hasattr(value, "total_seconds") else value / 1_000_000

@@ -156,8 +156,11 @@ export class ResumableWatcher {
 	}
 
 	/** One stream's life: resolves when it ends, fails or falls silent. */
-	private watchOnce(): Promise<{ received: boolean; error?: Error }> {
-		return new Promise((resolve) => {
+	private async watchOnce(): Promise<{ received: boolean; error?: Error }> {
+		// The claims are made in this process's session: they end with it (an unreachable sidecar
+		// fails the stream below, as before).
+		await this.client.session.choose('').catch(() => undefined);
+		return await new Promise((resolve) => {
 			let received = false;
 			let done = false;
 			let lastSeen = Date.now();

@@ -51,6 +51,12 @@ import {
 	type WatchResumableResponse,
 } from '../gen/durable/v1/instance';
 import {
+	HeartbeatRequest,
+	OpenSessionRequest,
+	SessionServiceClient,
+	WatchSessionRequest,
+} from '../gen/durable/v1/session';
+import {
 	SyncVersionFromN8nRequest,
 	VersionServiceClient,
 	type SyncVersionFromN8nResponse,
@@ -58,11 +64,24 @@ import {
 import { SidecarChannel } from './channel';
 import type { SidecarConnection } from './connection';
 import { checkHealth, type ServingStatus } from './health';
+import { processIdentity } from './identity';
+import { isSessionRefusal, SESSION_METADATA, SessionKeeper } from './session';
 import { callUnary, type UnaryMethod } from './unary';
 
 /** A generated request message type: builds the request from what the caller gave. */
 interface RequestCodec<Req> {
 	fromPartial(object: DeepPartial<Req>): Req;
+}
+
+/** The execution id, or the first item's execution id or key holder, a request names ('' for none). */
+export function ownerOf(request: unknown): string {
+	const r = request as {
+		executionId?: unknown;
+		items?: Array<{ executionId?: unknown; holder?: unknown } | undefined>;
+	};
+	const first = Array.isArray(r.items) ? r.items[0] : undefined;
+	const owner = r.executionId ?? first?.executionId ?? first?.holder ?? '';
+	return typeof owner === 'string' ? owner : '';
 }
 
 /** One sidecar endpoint: the service clients share a single channel. */
@@ -73,6 +92,9 @@ export class SidecarClient {
 	readonly versions: VersionServiceClient;
 	readonly events: EventServiceClient;
 	readonly recovery: RecoveryServiceClient;
+	readonly sessions: SessionServiceClient;
+	/** This process's session with the sidecar: its leases live as long as the process (session.ts). */
+	readonly session: SessionKeeper;
 	private readonly generic: Client;
 	private readonly channel: SidecarChannel;
 
@@ -86,7 +108,30 @@ export class SidecarClient {
 		this.versions = new VersionServiceClient(target, credentials, shared);
 		this.events = new EventServiceClient(target, credentials, shared);
 		this.recovery = new RecoveryServiceClient(target, credentials, shared);
+		this.sessions = new SessionServiceClient(target, credentials, shared);
 		this.generic = new Client(target, credentials, shared);
+		const sessions = this.sessions;
+		this.session = new SessionKeeper(
+			{
+				open: (request) => this.call(sessions, sessions.openSession, OpenSessionRequest, request),
+				beat: (sessionId) =>
+					this.call(sessions, sessions.heartbeat, HeartbeatRequest, { sessionId }, 5),
+				watch: (sessionId, onEnded, onClosed) => {
+					const stream = sessions.watchSession(
+						WatchSessionRequest.fromPartial({ sessionId }),
+						this.metadata(),
+						{},
+					);
+					stream.on('data', (message: { ended: boolean }) => {
+						if (message.ended) onEnded();
+					});
+					stream.on('error', () => onClosed());
+					stream.on('end', () => onClosed());
+					return stream;
+				},
+			},
+			processIdentity(),
+		);
 	}
 
 	/** Bearer token metadata for an authenticated call. */
@@ -104,7 +149,7 @@ export class SidecarClient {
 	 * `method` of `service` with the request built from `request`, within the
 	 * credential's deadline (or an explicit one, in seconds).
 	 */
-	private unary<Req, Res>(
+	private call<Req, Res>(
 		service: Client,
 		method: UnaryMethod<Req, Res>,
 		codec: RequestCodec<Req>,
@@ -113,6 +158,33 @@ export class SidecarClient {
 	): Promise<Res> {
 		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
 		return callUnary(this.channel, service, method, codec.fromPartial(request), seconds);
+	}
+
+	/**
+	 * As `call`, in the session of the request's owner (the execution id or key
+	 * holder it names; the current session for none). A call refused because the session it just
+	 * chose had ended (this process was declared dead and lives on) is sent
+	 * once more in a new session; a call of an execution that began in the
+	 * ended session is refused for good: that execution was resumed elsewhere.
+	 */
+	private async unary<Req, Res>(
+		service: Client,
+		method: UnaryMethod<Req, Res>,
+		codec: RequestCodec<Req>,
+		request: DeepPartial<Req>,
+		deadlineSeconds?: number,
+	): Promise<Res> {
+		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
+		const message = codec.fromPartial(request);
+		const owner = ownerOf(request);
+		const chosen = await this.session.choose(owner);
+		return await callUnary(this.channel, service, method, message, seconds, chosen.id).catch(
+			async (error: unknown) => {
+				if (!chosen.fresh || !isSessionRefusal(error)) return await Promise.reject(error);
+				const renewed = await this.session.renew(owner, chosen.id);
+				return await callUnary(this.channel, service, method, message, seconds, renewed);
+			},
+		);
 	}
 
 	startOrResume(request: DeepPartial<StartOrResumeRequest>): Promise<StartOrResumeResponse> {
@@ -161,7 +233,7 @@ export class SidecarClient {
 		deadlineSeconds?: number,
 	): Promise<ListInstancesResponse> {
 		const instances = this.instances;
-		return this.unary(
+		return this.call(
 			instances,
 			instances.listInstances,
 			ListInstancesRequest,
@@ -191,7 +263,7 @@ export class SidecarClient {
 		request: DeepPartial<SyncVersionFromN8nRequest>,
 	): Promise<SyncVersionFromN8nResponse> {
 		const versions = this.versions;
-		return this.unary(versions, versions.syncVersionFromN8N, SyncVersionFromN8nRequest, request);
+		return this.call(versions, versions.syncVersionFromN8N, SyncVersionFromN8nRequest, request);
 	}
 
 	/**
@@ -202,11 +274,21 @@ export class SidecarClient {
 	watchResumable(
 		request: DeepPartial<WatchResumableRequest>,
 	): ClientReadableStream<WatchResumableResponse> {
-		return this.instances.watchResumable(
-			WatchResumableRequest.fromPartial(request),
-			this.metadata(),
-			{},
-		);
+		const metadata = this.metadata();
+		if (this.session.id) metadata.set(SESSION_METADATA, this.session.id);
+		return this.instances.watchResumable(WatchResumableRequest.fromPartial(request), metadata, {});
+	}
+
+	/**
+	 * The WatchResumable stream in this process's session (opened first when
+	 * needed), so the claims it hands out end with the process: a claim whose
+	 * process died before its execution took the instance over is free at once.
+	 */
+	async watchResumableInSession(
+		request: DeepPartial<WatchResumableRequest>,
+	): Promise<ClientReadableStream<WatchResumableResponse>> {
+		await this.session.choose('');
+		return this.watchResumable(request);
 	}
 
 	/** grpc.health.v1.Health/Check without a token (the sidecar needs none for it). */
@@ -221,7 +303,9 @@ export class SidecarClient {
 		this.versions.close();
 		this.events.close();
 		this.recovery.close();
+		this.sessions.close();
 		this.generic.close();
+		this.session.stop();
 		this.channel.close();
 	}
 }

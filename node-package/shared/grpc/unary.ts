@@ -9,6 +9,7 @@ import type { CallOptions, Client, Metadata, ServiceError } from '@grpc/grpc-js'
 import { sleep } from 'n8n-workflow';
 
 import type { SidecarChannel } from './channel';
+import { SESSION_METADATA } from './session';
 
 /** gRPC status codes the retry loop looks at (wire values, as in errors.ts). */
 const CANCELLED = 1;
@@ -58,7 +59,8 @@ export type UnaryMethod<Req, Res> = (
 ) => unknown;
 
 /**
- * Calls `method` of `service` (a client on `channel`) within `seconds`. The
+ * Calls `method` of `service` (a client on `channel`) within `seconds`, in
+ * `session` (the durable-session metadata; '' for none). The
  * call waits for the channel to be ready instead of failing at once while the
  * sidecar restarts, and an UNAVAILABLE or CANCELLED answer (a connection
  * dropped mid-call, a sidecar shutting down with the call in flight) is
@@ -73,6 +75,7 @@ export function callUnary<Req, Res>(
 	method: UnaryMethod<Req, Res>,
 	request: Req,
 	seconds: number,
+	session = '',
 ): Promise<Res> {
 	const startedAt = Date.now();
 	const deadline = startedAt + seconds * 1000;
@@ -83,6 +86,7 @@ export function callUnary<Req, Res>(
 	return new Promise<Res>((resolve, reject) => {
 		const attempt = () => {
 			const metadata = channel.metadata();
+			if (session) metadata.set(SESSION_METADATA, session);
 			metadata.setOptions({ waitForReady: true });
 			method.call(service, request, metadata, { deadline }, (error, response) => {
 				if (!error) {

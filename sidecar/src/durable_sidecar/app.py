@@ -87,7 +87,7 @@ SERVED = [
            lambda s, auth, _: RecoveryServicer(s.recovery, auth)),
     Served(session_pb2.DESCRIPTOR.services_by_name["SessionService"],
            session_pb2_grpc.add_SessionServiceServicer_to_server,
-           lambda s, auth, _: SessionServicer(s.sessions, auth)),
+           lambda s, auth, stopping: SessionServicer(s.sessions, auth, stopping)),
 ]
 SERVICE_NAMES = [served.descriptor.full_name for served in SERVED]
 

@@ -69,6 +69,20 @@ class HeartbeatResponse(_message.Message):
     end_reason: str
     def __init__(self, ended: _Optional[bool] = ..., end_reason: _Optional[str] = ...) -> None: ...
 
+class WatchSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class WatchSessionResponse(_message.Message):
+    __slots__ = ("ended", "end_reason")
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    ended: bool
+    end_reason: str
+    def __init__(self, ended: _Optional[bool] = ..., end_reason: _Optional[str] = ...) -> None: ...
+
 class CloseSessionRequest(_message.Message):
     __slots__ = ("session_id",)
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

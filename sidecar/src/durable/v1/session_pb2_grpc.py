@@ -66,6 +66,11 @@ class SessionServiceStub:
                 request_serializer=durable_dot_v1_dot_session__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=durable_dot_v1_dot_session__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.WatchSession = channel.unary_stream(
+                '/durable.v1.SessionService/WatchSession',
+                request_serializer=durable_dot_v1_dot_session__pb2.WatchSessionRequest.SerializeToString,
+                response_deserializer=durable_dot_v1_dot_session__pb2.WatchSessionResponse.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/durable.v1.SessionService/CloseSession',
                 request_serializer=durable_dot_v1_dot_session__pb2.CloseSessionRequest.SerializeToString,
@@ -119,8 +124,21 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchSession(self, request, context):
+        """Held open by the process for as long as it lives. When the stream ends
+        while the sidecar keeps serving (the process exited, gracefully or
+        killed, and the kernel closed its connection), the session has two
+        heartbeat intervals left: a live process heartbeats on, a dead one is
+        ended then and its leases freed, without waiting out the whole grace.
+        The first message confirms the watch; the last, ended = true, tells that
+        the session ended. A sidecar stopping ends the stream (watch again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseSession(self, request, context):
-        """Ends a session now (graceful shutdown) and frees its leases at once.
+        """Ends a session now and frees its leases at once.
         Retry-safe: closing an ended session returns it unchanged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -147,6 +165,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=durable_dot_v1_dot_session__pb2.HeartbeatRequest.FromString,
                     response_serializer=durable_dot_v1_dot_session__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'WatchSession': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSession,
+                    request_deserializer=durable_dot_v1_dot_session__pb2.WatchSessionRequest.FromString,
+                    response_serializer=durable_dot_v1_dot_session__pb2.WatchSessionResponse.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -235,6 +258,33 @@ class SessionService:
             '/durable.v1.SessionService/Heartbeat',
             durable_dot_v1_dot_session__pb2.HeartbeatRequest.SerializeToString,
             durable_dot_v1_dot_session__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/durable.v1.SessionService/WatchSession',
+            durable_dot_v1_dot_session__pb2.WatchSessionRequest.SerializeToString,
+            durable_dot_v1_dot_session__pb2.WatchSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

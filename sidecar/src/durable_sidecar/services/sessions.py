@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -59,6 +59,9 @@ class SessionService:
         self._ended_seen_until: datetime | None = None
         self._last_prune = time.monotonic()
         self._wakers: set[asyncio.Event] = set()
+        # WatchSession streams by session id, woken when it ends; and the tasks they leave behind.
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # --- the RPCs ---------------------------------------------------------------------------------------
 
@@ -99,6 +102,56 @@ class SessionService:
         if ended:
             self._known[session_id] = (namespace, reason)
         return ended, reason
+
+    async def watch(self, namespace: str, session_id: str,
+                    stopping: asyncio.Event) -> AsyncIterator[tuple[bool, str]]:
+        """(ended, reason) once at once, then once more when the session ends; while the sidecar serves.
+
+        When the watcher goes away first (its process exited and its connection closed), the session has two
+        heartbeat intervals left: a live process heartbeats on, a dead one is ended at the next sweeps.
+        """
+        session_id = _session_id(session_id)
+
+        async def txn(conn: Conn) -> SessionRow | None:
+            return await self.store.get_txn(conn, session_id)
+
+        row = await self.db.transaction(txn)
+        if row is None or row.namespace != namespace:
+            raise NotFound(f"session {session_id} is unknown: open a new one (OpenSession)")
+        if row.end_reason:
+            yield True, row.end_reason
+            return
+        waker = asyncio.Event()
+        self._watchers.setdefault(session_id, set()).add(waker)
+        finished = False
+        try:
+            yield False, ""
+            while not stopping.is_set():
+                await self._first(stopping, waker, 60.0)
+                reason = self._known.get(session_id, (namespace, ""))[1]
+                if reason:
+                    finished = True
+                    yield True, reason
+                    return
+        finally:
+            watchers = self._watchers.get(session_id)
+            if watchers is not None:
+                watchers.discard(waker)
+                if not watchers:
+                    del self._watchers[session_id]
+            if not finished and not stopping.is_set():
+                task = asyncio.create_task(self._detached(namespace, session_id))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _detached(self, namespace: str, session_id: str) -> None:
+        async def txn(conn: Conn) -> None:
+            await self.store.shorten_txn(conn, namespace, session_id, 2 * self.heartbeat_seconds)
+
+        try:
+            await self.db.transaction(txn)
+        except Exception as exc:  # noqa: BLE001 - the grace then applies in full
+            log.warning("could not shorten a detached session", extra={"session": session_id, "error": str(exc)})
 
     async def close(self, namespace: str, session_id: str) -> SessionRow:
         session_id = _session_id(session_id)
@@ -206,6 +259,7 @@ class SessionService:
             if (previous is None or not previous[1]) and row.leases_freed:
                 wake = True
             self._known[row.session_id] = (row.namespace, row.end_reason)
+            self._signal(row.session_id)
         if wake:
             self._wake()
         if stamp - self._last_prune >= _PRUNE_EVERY_SECONDS:
@@ -258,6 +312,7 @@ class SessionService:
         freed = 0
         for e in ended:
             self._known[e.session_id] = (e.namespace, reason)
+            self._signal(e.session_id)
             metrics.LEASES_FREED.labels("instance").inc(e.instances_freed)
             metrics.LEASES_FREED.labels("key").inc(e.keys_freed)
             freed += e.instances_freed
@@ -268,6 +323,21 @@ class SessionService:
 
     # --- waking the Resume Trigger streams --------------------------------------------------------------
 
+    def _signal(self, session_id: str) -> None:
+        for waker in self._watchers.get(session_id, ()):
+            waker.set()
+
+    @staticmethod
+    async def _first(stopping: asyncio.Event, other: asyncio.Event, timeout: float) -> None:
+        """Returns when either event is set, or after `timeout`."""
+        stop = asyncio.ensure_future(stopping.wait())
+        woken = asyncio.ensure_future(other.wait())
+        try:
+            await asyncio.wait({stop, woken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            woken.cancel()
+
     def _wake(self) -> None:
         for waker in self._wakers:
             waker.set()
@@ -277,13 +347,7 @@ class SessionService:
         waker = asyncio.Event()
         self._wakers.add(waker)
         try:
-            stop = asyncio.ensure_future(stopping.wait())
-            freed = asyncio.ensure_future(waker.wait())
-            try:
-                await asyncio.wait({stop, freed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop.cancel()
-                freed.cancel()
+            await self._first(stopping, waker, timeout)
         finally:
             self._wakers.discard(waker)
 

@@ -59,6 +59,10 @@ class SessionStore:
         self._beat = d.sql(f"""UPDATE durable_sessions SET last_heartbeat_at = {now}, alive_until = {later}
             WHERE session_id = %(id)s AND namespace = %(ns)s AND ended_at IS NULL
             RETURNING session_id""")
+        cut = d.later_sql.format(param="cut")
+        self._shorten = d.sql(f"""UPDATE durable_sessions
+            SET alive_until = CASE WHEN alive_until < {cut} THEN alive_until ELSE {cut} END
+            WHERE session_id = %(id)s AND namespace = %(ns)s AND ended_at IS NULL""")
         self._get = d.sql(f"SELECT {SESSION_COLUMNS} FROM durable_sessions WHERE session_id = %(id)s")
         self._end = d.sql(f"""UPDATE durable_sessions SET ended_at = {now}, end_reason = %(reason)s
             WHERE session_id = %(id)s AND namespace = %(ns)s AND ended_at IS NULL
@@ -115,6 +119,10 @@ class SessionStore:
         row = await self.r.one(conn, self._beat, await self.r.with_now(conn, id=session_id, ns=namespace,
                                                                         grace=grace_seconds))
         return row is not None
+
+    async def shorten_txn(self, conn: Conn, namespace: str, session_id: str, seconds: float) -> None:
+        """A live session lives at most `seconds` more unless a heartbeat comes (its process's connection closed)."""
+        await self.r.all(conn, self._shorten, await self.r.with_now(conn, id=session_id, ns=namespace, cut=seconds))
 
     async def get_txn(self, conn: Conn, session_id: str) -> SessionRow | None:
         row = await self.r.one(conn, self._get, {"id": session_id})

@@ -8,7 +8,7 @@ from typing import Any
 # The session metadata (HTTP/JSON: the header of the same name) a call of an n8n process carries.
 SESSION_METADATA = "durable-session"
 # The session's own calls are judged by the session service itself, not refused on the way in.
-SESSION_METHODS = frozenset({"OpenSession", "Heartbeat", "CloseSession", "ListSessions"})
+SESSION_METHODS = frozenset({"OpenSession", "Heartbeat", "WatchSession", "CloseSession", "ListSessions"})
 
 
 # The lease owners a successful call names, by method: what ends with the caller's session.

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 from durable.v1 import session_pb2, session_pb2_grpc
 
 from ..services.sessions import SessionService
 from ..stores.sessions import SessionRow
 from . import convert
 from .auth import Authenticator
-from .rpc import unary
+from .rpc import server_stream, unary
 
 
 def session(row: SessionRow) -> session_pb2.Session:
@@ -19,9 +22,10 @@ def session(row: SessionRow) -> session_pb2.Session:
 
 
 class SessionServicer(session_pb2_grpc.SessionServiceServicer):
-    def __init__(self, service: SessionService, auth: Authenticator) -> None:
+    def __init__(self, service: SessionService, auth: Authenticator, stopping: asyncio.Event) -> None:
         self.service = service
         self.auth = auth
+        self.stopping = stopping
 
     @unary("OpenSession")
     async def OpenSession(self, request: session_pb2.OpenSessionRequest, ns: str) -> session_pb2.OpenSessionResponse:  # noqa: N802
@@ -35,6 +39,11 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
     async def Heartbeat(self, request: session_pb2.HeartbeatRequest, ns: str) -> session_pb2.HeartbeatResponse:  # noqa: N802
         ended, reason = await self.service.heartbeat(ns, request.session_id)
         return session_pb2.HeartbeatResponse(ended=ended, end_reason=reason)
+
+    @server_stream("WatchSession")
+    async def WatchSession(self, request: session_pb2.WatchSessionRequest, ns: str) -> AsyncIterator[session_pb2.WatchSessionResponse]:  # noqa: N802
+        async for ended, reason in self.service.watch(ns, request.session_id, self.stopping):
+            yield session_pb2.WatchSessionResponse(ended=ended, end_reason=reason)
 
     @unary("CloseSession")
     async def CloseSession(self, request: session_pb2.CloseSessionRequest, ns: str) -> session_pb2.CloseSessionResponse:  # noqa: N802

@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -79,6 +81,16 @@ export interface HeartbeatResponse {
    * The session ended (expired or closed): open a new one; calls that carry
    * this id are refused.
    */
+  ended: boolean;
+  endReason: string;
+}
+
+export interface WatchSessionRequest {
+  /** Required: an id OpenSession returned. */
+  sessionId: string;
+}
+
+export interface WatchSessionResponse {
   ended: boolean;
   endReason: string;
 }
@@ -569,6 +581,128 @@ export const HeartbeatResponse: MessageFns<HeartbeatResponse> = {
   },
 };
 
+function createBaseWatchSessionRequest(): WatchSessionRequest {
+  return { sessionId: "" };
+}
+
+export const WatchSessionRequest: MessageFns<WatchSessionRequest> = {
+  encode(message: WatchSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WatchSessionRequest>, I>>(base?: I): WatchSessionRequest {
+    return WatchSessionRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchSessionRequest>, I>>(object: I): WatchSessionRequest {
+    const message = createBaseWatchSessionRequest();
+    message.sessionId = object.sessionId ?? "";
+    return message;
+  },
+};
+
+function createBaseWatchSessionResponse(): WatchSessionResponse {
+  return { ended: false, endReason: "" };
+}
+
+export const WatchSessionResponse: MessageFns<WatchSessionResponse> = {
+  encode(message: WatchSessionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ended !== false) {
+      writer.uint32(8).bool(message.ended);
+    }
+    if (message.endReason !== "") {
+      writer.uint32(18).string(message.endReason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchSessionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchSessionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.ended = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.endReason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WatchSessionResponse>, I>>(base?: I): WatchSessionResponse {
+    return WatchSessionResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WatchSessionResponse>, I>>(object: I): WatchSessionResponse {
+    const message = createBaseWatchSessionResponse();
+    message.ended = object.ended ?? false;
+    message.endReason = object.endReason ?? "";
+    return message;
+  },
+};
+
 function createBaseCloseSessionRequest(): CloseSessionRequest {
   return { sessionId: "" };
 }
@@ -844,7 +978,26 @@ export const SessionServiceService = {
     responseDeserialize: (value: Buffer): HeartbeatResponse => HeartbeatResponse.decode(value),
   },
   /**
-   * Ends a session now (graceful shutdown) and frees its leases at once.
+   * Held open by the process for as long as it lives. When the stream ends
+   * while the sidecar keeps serving (the process exited, gracefully or
+   * killed, and the kernel closed its connection), the session has two
+   * heartbeat intervals left: a live process heartbeats on, a dead one is
+   * ended then and its leases freed, without waiting out the whole grace.
+   * The first message confirms the watch; the last, ended = true, tells that
+   * the session ended. A sidecar stopping ends the stream (watch again).
+   */
+  watchSession: {
+    path: "/durable.v1.SessionService/WatchSession" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WatchSessionRequest): Buffer => Buffer.from(WatchSessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WatchSessionRequest => WatchSessionRequest.decode(value),
+    responseSerialize: (value: WatchSessionResponse): Buffer =>
+      Buffer.from(WatchSessionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WatchSessionResponse => WatchSessionResponse.decode(value),
+  },
+  /**
+   * Ends a session now and frees its leases at once.
    * Retry-safe: closing an ended session returns it unchanged.
    */
   closeSession: {
@@ -885,7 +1038,17 @@ export interface SessionServiceServer extends UntypedServiceImplementation {
    */
   heartbeat: handleUnaryCall<HeartbeatRequest, HeartbeatResponse>;
   /**
-   * Ends a session now (graceful shutdown) and frees its leases at once.
+   * Held open by the process for as long as it lives. When the stream ends
+   * while the sidecar keeps serving (the process exited, gracefully or
+   * killed, and the kernel closed its connection), the session has two
+   * heartbeat intervals left: a live process heartbeats on, a dead one is
+   * ended then and its leases freed, without waiting out the whole grace.
+   * The first message confirms the watch; the last, ended = true, tells that
+   * the session ended. A sidecar stopping ends the stream (watch again).
+   */
+  watchSession: handleServerStreamingCall<WatchSessionRequest, WatchSessionResponse>;
+  /**
+   * Ends a session now and frees its leases at once.
    * Retry-safe: closing an ended session returns it unchanged.
    */
   closeSession: handleUnaryCall<CloseSessionRequest, CloseSessionResponse>;
@@ -936,7 +1099,25 @@ export interface SessionServiceClient extends Client {
     callback: (error: ServiceError | null, response: HeartbeatResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Ends a session now (graceful shutdown) and frees its leases at once.
+   * Held open by the process for as long as it lives. When the stream ends
+   * while the sidecar keeps serving (the process exited, gracefully or
+   * killed, and the kernel closed its connection), the session has two
+   * heartbeat intervals left: a live process heartbeats on, a dead one is
+   * ended then and its leases freed, without waiting out the whole grace.
+   * The first message confirms the watch; the last, ended = true, tells that
+   * the session ended. A sidecar stopping ends the stream (watch again).
+   */
+  watchSession(
+    request: WatchSessionRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchSessionResponse>;
+  watchSession(
+    request: WatchSessionRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchSessionResponse>;
+  /**
+   * Ends a session now and frees its leases at once.
    * Retry-safe: closing an ended session returns it unchanged.
    */
   closeSession(

@@ -1,0 +1,191 @@
+/**
+ * The session of this n8n process with a sidecar: a lease lives as long as the
+ * process that holds it.
+ *
+ * The first call opens the session (OpenSession); a heartbeat then runs every
+ * interval the sidecar asks for (one second by default) for the life of the
+ * process. Every call carries a session id in the `durable-session` metadata:
+ * an execution's calls carry the session that was current at its first call
+ * (so when this process was declared dead, e.g. frozen by SIGSTOP for longer
+ * than the grace, the old execution's calls are refused and it stops: fencing),
+ * while new work binds to the session opened after it.
+ *
+ * A sidecar without sessions (UNIMPLEMENTED) is used as before: no metadata,
+ * leases by time alone.
+ */
+import { sleep } from 'n8n-workflow';
+
+import type {
+	HeartbeatResponse,
+	OpenSessionRequest,
+	OpenSessionResponse,
+} from '../gen/durable/v1/session';
+
+/** The metadata (and HTTP header) a call of a session carries. */
+export const SESSION_METADATA = 'durable-session';
+
+const UNIMPLEMENTED = 12;
+const NOT_FOUND = 5;
+const FAILED_PRECONDITION = 9;
+/** Executions remembered with their session; the oldest are forgotten first. */
+const MAX_BOUND = 20_000;
+
+/** What the keeper needs of the sidecar (the client's own unary calls, without a session). */
+export interface SessionRpc {
+	open(request: OpenSessionRequest): Promise<OpenSessionResponse>;
+	beat(sessionId: string): Promise<HeartbeatResponse>;
+	/**
+	 * Holds the WatchSession stream open: `onEnded` when the sidecar says the
+	 * session ended, `onClosed` when the stream ends for any reason.
+	 */
+	watch(sessionId: string, onEnded: () => void, onClosed: () => void): { cancel(): void };
+}
+
+/** A session id for one call; `fresh`: bound by this very call, so a refusal may be retried in a new session. */
+export interface SessionChoice {
+	id: string;
+	fresh: boolean;
+}
+
+function codeOf(error: unknown): number | undefined {
+	const code = (error as { code?: unknown } | null)?.code;
+	return typeof code === 'number' ? code : undefined;
+}
+
+/** The sidecar refused a call because its session ended or is unknown (services/sessions.py). */
+export function isSessionRefusal(error: unknown): boolean {
+	const details = String((error as { details?: unknown } | null)?.details ?? '');
+	return codeOf(error) === FAILED_PRECONDITION && /^session /.test(details);
+}
+
+export class SessionKeeper {
+	private current = '';
+	private opening: Promise<string> | undefined;
+	private unsupported = false;
+	private stopped = false;
+	private beating = false;
+	private intervalMs = 1_000;
+	private readonly bound = new Map<string, string>();
+	private watching: { id: string; cancel(): void } | undefined;
+
+	constructor(
+		private readonly rpc: SessionRpc,
+		private readonly identity: OpenSessionRequest,
+	) {}
+
+	/** The session id the current session has now ('' before the first call, or without sessions). */
+	get id(): string {
+		return this.current;
+	}
+
+	/** The session a call of `owner` (an execution id, key holder; '' for none) carries. */
+	async choose(owner: string): Promise<SessionChoice> {
+		if (this.unsupported || this.stopped) return { id: '', fresh: false };
+		const known = owner ? this.bound.get(owner) : undefined;
+		if (known !== undefined) return { id: known, fresh: false };
+		const id = await this.ensure();
+		if (owner && id) this.bind(owner, id);
+		return { id, fresh: true };
+	}
+
+	/** After a refusal of a fresh choice: a new session for `owner` (the old one ended meanwhile). */
+	async renew(owner: string, ended: string): Promise<string> {
+		if (this.current === ended) this.current = '';
+		const id = await this.ensure();
+		if (owner && id) this.bind(owner, id);
+		return id;
+	}
+
+	/** Stops the heartbeat (the process shuts its clients down); the sidecar ends the session after its grace. */
+	stop(): void {
+		this.stopped = true;
+		this.watching?.cancel();
+		this.watching = undefined;
+	}
+
+	/**
+	 * Keeps the session's WatchSession stream open while it is current. The
+	 * sidecar learns of this process's exit (its connection closes) and ends
+	 * the session two heartbeats later instead of after the whole grace; and
+	 * this process learns at once that its session ended.
+	 */
+	private watch(id: string): void {
+		if (this.stopped || this.watching?.id === id || this.current !== id) return;
+		this.watching?.cancel();
+		const stream = this.rpc.watch(
+			id,
+			() => {
+				if (this.current === id) this.current = '';
+			},
+			() => {
+				if (this.watching?.id !== id) return;
+				this.watching = undefined;
+				// Watched again once the session is current (a restarted sidecar: at the next beat).
+				void sleep(this.intervalMs).then(() => this.watch(this.current));
+			},
+		);
+		this.watching = { id, cancel: () => stream.cancel() };
+	}
+
+	private bind(owner: string, id: string): void {
+		this.bound.delete(owner);
+		this.bound.set(owner, id);
+		if (this.bound.size > MAX_BOUND) {
+			const oldest = this.bound.keys().next();
+			if (!oldest.done) this.bound.delete(oldest.value);
+		}
+	}
+
+	private ensure(): Promise<string> {
+		if (this.current) return Promise.resolve(this.current);
+		this.opening ??= this.open().finally(() => {
+			this.opening = undefined;
+		});
+		return this.opening;
+	}
+
+	private async open(): Promise<string> {
+		// A sidecar from before sessions answers UNIMPLEMENTED: leases by time alone, as before.
+		const opened = await this.rpc
+			.open(this.identity)
+			.catch(async (error: unknown) =>
+				codeOf(error) === UNIMPLEMENTED ? undefined : await Promise.reject(error),
+			);
+		if (opened === undefined) {
+			this.unsupported = true;
+			return '';
+		}
+		this.current = opened.session?.sessionId ?? '';
+		this.intervalMs = Math.max(100, opened.heartbeatIntervalMs || 1_000);
+		this.watch(this.current);
+		if (!this.beating) {
+			this.beating = true;
+			void this.heartbeat();
+		}
+		return this.current;
+	}
+
+	/** One heartbeat per interval for the life of the process; an ended session is replaced by a new one. */
+	private async heartbeat(): Promise<void> {
+		while (!this.stopped) {
+			await sleep(this.intervalMs);
+			const id = this.current;
+			if (this.stopped || !id) continue;
+			try {
+				const answer = await this.rpc.beat(id);
+				if (answer.ended && this.current === id) this.current = '';
+			} catch (error) {
+				// NOT_FOUND: the sidecar's database does not know it (restored, or another database).
+				if (codeOf(error) === NOT_FOUND && this.current === id) this.current = '';
+				// Anything else (the sidecar restarting): the next beat tries again, within the grace.
+			}
+			if (!this.current && !this.stopped) {
+				try {
+					await this.ensure();
+				} catch {
+					// Opened again by the next call or beat.
+				}
+			}
+		}
+	}
+}
