@@ -318,3 +318,28 @@ async def test_a_watch_of_no_session_is_refused(harness: Harness) -> None:
 def _seconds(value: Any) -> float:
     """An interval as PostgreSQL (timedelta) or the embedded database (microseconds) gives it."""
     return value.total_seconds() if hasattr(value, "total_seconds") else value / 1_000_000
+
+
+async def test_a_process_releases_the_leases_of_its_failed_executions(harness: Harness) -> None:
+    s = harness.alpha
+    sid = await open_session(s)
+    failed, running = new_key(), new_key()
+    await start_in(s, sid, failed, "exec-failed")
+    await start_in(s, sid, running, "exec-running")
+    answer = await s.sessions.Heartbeat(session_pb2.HeartbeatRequest(session_id=sid, released_owners=["exec-failed"]),
+                                        metadata=s.metadata)
+    assert not answer.ended
+    claimed = [r.instance.instance_key for r in await claim(s)]
+    assert failed in claimed and running not in claimed
+
+
+async def test_a_bad_release_is_refused_and_releases_nothing(harness: Harness) -> None:
+    s = harness.alpha
+    sid = await open_session(s)
+    key = new_key()
+    await start_in(s, sid, key, "exec-1")
+    with pytest.raises(grpc.aio.AioRpcError) as bad:
+        await s.sessions.Heartbeat(session_pb2.HeartbeatRequest(session_id=sid, released_owners=["exec-1", "a\x00"]),
+                                   metadata=s.metadata)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert key not in [r.instance.instance_key for r in await claim(s)]

@@ -114,8 +114,14 @@ export class SidecarClient {
 		this.session = new SessionKeeper(
 			{
 				open: (request) => this.call(sessions, sessions.openSession, OpenSessionRequest, request),
-				beat: (sessionId) =>
-					this.call(sessions, sessions.heartbeat, HeartbeatRequest, { sessionId }, 5),
+				beat: (sessionId, releasedOwners) =>
+					this.call(
+						sessions,
+						sessions.heartbeat,
+						HeartbeatRequest,
+						{ sessionId, releasedOwners },
+						5,
+					),
 				watch: (sessionId, onEnded, onClosed) => {
 					const stream = sessions.watchSession(
 						WatchSessionRequest.fromPartial({ sessionId }),

@@ -45,6 +45,8 @@ SESSIONS_ENDED = Counter("durable_sessions_ended_total", "Sessions ended, by rea
 SESSIONS_ALIVE = Gauge("durable_sessions_alive", "Sessions this sidecar saw alive at its last sweep (all replicas').")
 LEASES_FREED = Counter("durable_leases_freed_by_session_end_total", "Leases freed because their session ended, by "
                        "kind: instance or key.", ["kind"])
+LEASES_FREED_BY_RELEASE = Counter("durable_leases_released_total", "Leases freed because their n8n process said "
+                                  "their execution failed (Heartbeat.released_owners).")
 SESSION_REFUSALS = Counter("durable_session_refusals_total", "Calls refused because they carried an ended session.")
 INSTANCE_GAUGES_UPDATED = Gauge("durable_instance_gauges_updated_timestamp_seconds",
                                 "When the instance gauges were last refreshed (Unix time).")

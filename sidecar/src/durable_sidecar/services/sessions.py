@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -86,12 +86,20 @@ class SessionService:
         log.info("session opened", extra={"session": session_id, "host": host, "pid": pid, "mode": mode})
         return row
 
-    async def heartbeat(self, namespace: str, session_id: str) -> tuple[bool, str]:
-        """(ended, reason): a live session lives another grace period; an ended or unknown one says so."""
+    async def heartbeat(self, namespace: str, session_id: str,
+                        released: Sequence[str] = ()) -> tuple[bool, str]:
+        """(ended, reason): a live session lives another grace period; an ended or unknown one says so.
+
+        `released`: owners of this process whose executions failed; their leases lapse now (a live session only).
+        """
         session_id = _session_id(session_id)
+        owners = sorted({validation.text("released_owners", o, required=True, limit=255) for o in released})
+        freed = 0
 
         async def txn(conn: Conn) -> tuple[bool, str]:
+            nonlocal freed
             if await self.store.heartbeat_txn(conn, namespace, session_id, self.grace_seconds):
+                freed = await self.store.release_txn(conn, namespace, owners)
                 return False, ""
             row = await self.store.get_txn(conn, session_id)
             if row is None or row.namespace != namespace:
@@ -101,6 +109,11 @@ class SessionService:
         ended, reason = await self.db.transaction(txn)
         if ended:
             self._known[session_id] = (namespace, reason)
+        if freed:
+            metrics.LEASES_FREED_BY_RELEASE.inc(freed)
+            log.info("leases released by their process", extra={"session": session_id, "owners": len(owners),
+                                                                  "freed": freed})
+            self._wake()
         return ended, reason
 
     async def watch(self, namespace: str, session_id: str,

@@ -81,6 +81,15 @@ class SessionStore:
         self._free_keys = d.sql(f"""UPDATE durable_idempotency_keys SET lease_expires_at = {now}, updated_at = {now}
             WHERE status = 'in_progress' AND lease_expires_at > {now} AND {owned.format(column='holder')}
             RETURNING namespace""")
+        released = d.in_list.format(column="{column}", param="owners")
+        self._release_instances = d.sql(f"""UPDATE durable_instances SET lease_expires_at = {now}, updated_at = {now}
+            WHERE status = 'running' AND lease_expires_at > {now} AND namespace = %(ns)s
+              AND {released.format(column='lease_owner')}
+            RETURNING namespace""")
+        self._release_keys = d.sql(f"""UPDATE durable_idempotency_keys SET lease_expires_at = {now}, updated_at = {now}
+            WHERE status = 'in_progress' AND lease_expires_at > {now} AND namespace = %(ns)s
+              AND {released.format(column='holder')}
+            RETURNING namespace""")
         self._count = d.sql("UPDATE durable_sessions SET leases_freed = %(n)s WHERE session_id = %(id)s")
         self._learn = d.sql(f"""INSERT INTO durable_session_owners (namespace, owner, session_id, seen_at)
             VALUES (%(ns)s, %(owner)s, %(id)s, {now})
@@ -123,6 +132,14 @@ class SessionStore:
     async def shorten_txn(self, conn: Conn, namespace: str, session_id: str, seconds: float) -> None:
         """A live session lives at most `seconds` more unless a heartbeat comes (its process's connection closed)."""
         await self.r.all(conn, self._shorten, await self.r.with_now(conn, id=session_id, ns=namespace, cut=seconds))
+
+    async def release_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
+        """The instance and key leases these owners hold lapse now; how many."""
+        if not owners:
+            return 0
+        params = await self.r.with_now(conn, ns=namespace, owners=self.r.dialect.list_param(owners))
+        return (len(await self.r.all(conn, self._release_instances, params))
+                + len(await self.r.all(conn, self._release_keys, params)))
 
     async def get_txn(self, conn: Conn, session_id: str) -> SessionRow | None:
         row = await self.r.one(conn, self._get, {"id": session_id})

@@ -74,6 +74,13 @@ export interface OpenSessionResponse {
 export interface HeartbeatRequest {
   /** Required: an id OpenSession returned. */
   sessionId: string;
+  /**
+   * Lease owners (execution ids, key holders) of this process whose
+   * executions failed and will make no further call: their instance and key
+   * leases lapse now, so the Resume Trigger resumes those instances at once
+   * instead of at the lease's ceiling. At most DURABLE_MAX_BATCH_ITEMS.
+   */
+  releasedOwners: string[];
 }
 
 export interface HeartbeatResponse {
@@ -460,13 +467,16 @@ export const OpenSessionResponse: MessageFns<OpenSessionResponse> = {
 };
 
 function createBaseHeartbeatRequest(): HeartbeatRequest {
-  return { sessionId: "" };
+  return { sessionId: "", releasedOwners: [] };
 }
 
 export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
   encode(message: HeartbeatRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.sessionId !== "") {
       writer.uint32(10).string(message.sessionId);
+    }
+    for (const v of message.releasedOwners) {
+      writer.uint32(18).string(v!);
     }
     return writer;
   },
@@ -492,6 +502,14 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
             message.sessionId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.releasedOwners.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -510,6 +528,7 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
   fromPartial<I extends Exact<DeepPartial<HeartbeatRequest>, I>>(object: I): HeartbeatRequest {
     const message = createBaseHeartbeatRequest();
     message.sessionId = object.sessionId ?? "";
+    message.releasedOwners = object.releasedOwners?.map((e) => e) || [];
     return message;
   },
 };
