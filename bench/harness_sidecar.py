@@ -15,7 +15,7 @@ import harness  # e2e/harness.py, on sys.path through bench/__init__.py
 def harness_sidecar(work: Path, db_prefix: str, *, metrics_port: int | None = None) -> Iterator[harness.Sidecar]:
     """Started on a new database named from `db_prefix`; closed and the database dropped afterwards."""
     database = harness.create_db(db_prefix)
-    sidecar = harness.Sidecar(work, database, lease_seconds=60)
+    sidecar = harness.Sidecar(work, database)
     if metrics_port is not None:
         sidecar.process.env["DURABLE_METRICS_ADDRESS"] = f"127.0.0.1:{metrics_port}"
     sidecar.process.env["DURABLE_LOG_LEVEL"] = "warning"

@@ -30,26 +30,20 @@ T = TypeVar("T")
 
 ORDER_WF = "durableOrderTracking"
 RENEWAL_WF = "durableRenewalReminder"
-# Short leases so a crash is noticed in seconds, not minutes (the examples use 120 s).
-INSTANCE_LEASE_S = 12
 WAIT_S = 20
 
 
 def customise(workflow: dict[str, Any], services_url: str) -> dict[str, Any]:
-    """The examples as a user imports them, with this run's service URL and a short instance lease.
+    """The examples as a user imports them, with this run's service URL and a wait of WAIT_S seconds.
 
-    Claims and saves keep the instance's lease (the node defaults), so only the Resume Point sets one.
+    Every lease and poll option stays at its default: a crashed n8n is noticed through its session
+    (issue 39), not through a short lease.
     """
     text = json.dumps(workflow).replace("http://127.0.0.1:8099", services_url)
     wf = json.loads(text)
     for node in wf["nodes"]:
         params = node["parameters"]
-        if node["type"].endswith(".resumePoint"):
-            params.setdefault("options", {})["leaseSeconds"] = INSTANCE_LEASE_S
-        elif node["type"].endswith(".resumeTrigger"):
-            params["pollIntervalSeconds"] = 1
-            params.setdefault("options", {})["claimLeaseSeconds"] = 30
-        elif params.get("operation") == "scheduleResume":
+        if params.get("operation") == "scheduleResume":
             params["amount"], params["unit"] = WAIT_S, "seconds"
     return dict(wf)
 

@@ -117,13 +117,6 @@ def how_it_ended(proc: Process) -> str:
     return f"exited with code {code}"
 
 
-def example_lease_seconds() -> int:
-    """The longest Lease (Seconds) a Resume Point of the examples sets: how long a crashed order waits."""
-    leases = [int(n["parameters"].get("options", {}).get("leaseSeconds") or 0)
-              for wf in example_workflows() for n in wf.get("nodes", []) if n["type"].endswith(".resumePoint")]
-    return max(leases, default=0)
-
-
 class Phases:
     """What took how long, from the Makefile's steps (phases.tsv) to READY: printed before READY."""
 
@@ -326,8 +319,7 @@ class Run:
                        "DURABLE_CONSOLE_ENABLED": os.environ.get("DURABLE_CONSOLE_ENABLED", "true"),
                        "DURABLE_CONSOLE_N8N_URL": os.environ.get("DURABLE_CONSOLE_N8N_URL",
                                                                  f"http://127.0.0.1:{args.n8n_port}"),
-                       "DURABLE_DATA_DIR": str(data), "DURABLE_LOG_FORMAT": "text",
-                       "DURABLE_LEASE_SECONDS": os.environ.get("DURABLE_LEASE_SECONDS", "60")}
+                       "DURABLE_DATA_DIR": str(data), "DURABLE_LOG_FORMAT": "text"}
         storage = "PostgreSQL" if os.environ.get("DURABLE_DATABASE_URL") else f"SQLite in {data / 'durable.sqlite3'}"
         sidecar = Process("sidecar", [str(REPO / ".venv/bin/durable-sidecar"), "serve"], sidecar_env,
                           data / "sidecar.log")
@@ -423,7 +415,6 @@ READY""")
         its log says what.
         """
         deaths: dict[str, list[float]] = {"sidecar": [], "n8n": []}
-        lease = example_lease_seconds()
         while True:
             time.sleep(0.5)
             for proc in (sidecar, n8n):
@@ -444,14 +435,13 @@ READY""")
                 if proc is sidecar:
                     wait_sidecar(sidecar_port, sidecar)
                     say(f"the sidecar is back ({time.monotonic() - t0:.0f} s). Calls made while it was down "
-                        "waited for it (the credential's deadline) or failed; a failed order resumes once its "
-                        "lease lapses, a failed delivery is sent again by its sender")
+                        "waited for it (the credential's deadline) or failed; a failed order resumes at once "
+                        "(n8n released it), a failed delivery is sent again by its sender")
                 else:
                     self.wait_n8n(n8n, base_url, password)
-                    say(f"n8n is back ({time.monotonic() - t0:.0f} s). The orders it was running resume by "
-                        f"themselves when their lease lapses (the examples' Lease: {lease} s after their last "
-                        "step), each from its last checkpoint; watch them: .venv/bin/durable-sidecar "
-                        "instances list --stalled")
+                    say(f"n8n is back ({time.monotonic() - t0:.0f} s). The orders it was running were freed "
+                        "seconds after it died (its session ended) and resume now, each from its last "
+                        "checkpoint; watch them: .venv/bin/durable-sidecar instances list")
 
     def import_examples(self, data: Path, n8n_env: dict[str, str], token: str) -> None:
         """The credential and the example workflows, through n8n's own CLI (first run only)."""

@@ -2,7 +2,7 @@
 
 Real n8n, our nodes, the real sidecar. The examples `order-delivery.json` (an order ships, waits for
 "delivered", tells the customer) and `carrier-webhook.json` (the carrier's webhook signals the order,
-deduplicated by the carrier's event id) are imported as a user imports them, with a short lease, a
+deduplicated by the carrier's event id) are imported as a user imports them, with a
 wait timeout the test chooses per order (`timeoutSeconds` in the order) and a quick retry policy.
 """
 

@@ -167,9 +167,7 @@ def order_tracking() -> None:
              ("shipping", "Ship Order", "shipped"), ("coupon", "Send Coupon", "couponed")]
     rp_y = (len(steps) + 2) * ROW
     _, check = intake(f, "orders", (0, rp_y - ROW), amount=True)
-    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
-        "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
-    }, (0, rp_y), creds=True)
+    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {}, (0, rp_y), creds=True)
     handoff = f.node("Hand-off", "n8n-nodes-base.executeWorkflowTrigger", 1.1, {
         "inputSource": "passthrough",
     }, (0, rp_y + ROW))
@@ -179,7 +177,6 @@ def order_tracking() -> None:
         "instanceKey": "={{ $json.body.orderId }}",
         "stepOutputs": ", ".join(step for _, _, step in steps[:-1]),
         "versionMismatchOutput": True,
-        "options": {"leaseSeconds": 120},
     }, (2 * COL, rp_y))
     f.link(check, rp)
     f.link(trigger, rp)
@@ -229,12 +226,9 @@ def order_tracking() -> None:
 def renewal_reminder() -> None:
     f = Flow("durableRenewalReminder", "Renewal reminder with a durable wait")
     _, check = intake(f, "subscriptions", (0, 2 * ROW))
-    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
-        "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
-    }, (0, 3 * ROW), creds=True)
+    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {}, (0, 3 * ROW), creds=True)
     rp = resume_point(f, {
         "instanceKey": "={{ $json.body.orderId }}", "stepOutputs": "waiting",
-        "options": {"leaseSeconds": 120},
     }, (2 * COL, 3 * ROW))
     f.link(check, rp)
     f.link(trigger, rp)
@@ -267,15 +261,13 @@ def order_delivery() -> None:
     f = Flow("durableOrderDelivery", "Order delivery: wait for the carrier's event")
     rp_y = 3 * ROW
     _, check = intake(f, "shipments", (0, rp_y - ROW))
-    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {
-        "pollIntervalSeconds": 2, "options": {"claimLeaseSeconds": 120},
-    }, (0, rp_y), creds=True)
+    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {}, (0, rp_y), creds=True)
     rp = resume_point(f, {
         "instanceKey": "={{ $json.body.orderId }}",
         "stepOutputs": "shipped",
         "waitOutputs": True,
         # A shipping call that keeps failing: three automatic resumes, 10 s, 20 s, 40 s apart, then suspended.
-        "options": {"leaseSeconds": 120, "maxAutomaticResumes": 3, "initialBackoffSeconds": 10,
+        "options": {"maxAutomaticResumes": 3, "initialBackoffSeconds": 10,
                     "maxBackoffSeconds": 600, "backoffMultiplier": 2, "jitter": 0.2},
     }, (2 * COL, rp_y))
     f.link(check, rp)

@@ -36,7 +36,12 @@ export const IDEMPOTENCY_FIELD = 'idempotency';
 export async function sidecarFor(ctx: IExecuteFunctions): Promise<SidecarClient> {
 	const data = await cachedCredentials(ctx, CREDENTIAL_NAME);
 	try {
-		return sidecarClientFor(data);
+		const client = sidecarClientFor(data);
+		// How the session tells an execution that ended in n8n from one in a long call (session.ts).
+		if (typeof ctx.getExecutionDataById === 'function') {
+			client.session.observe(async (id) => await ctx.getExecutionDataById(id));
+		}
+		return client;
 	} catch (error) {
 		throw new NodeOperationError(nodeOf(ctx), error as Error, {
 			description: 'Fix the Durable Sidecar API credential.',
@@ -84,7 +89,12 @@ export function executionIdOf(ctx: IExecuteFunctions): string {
 }
 
 /** Seconds per unit of the duration options (ours and n8n's Wait node). */
-export const UNIT_SECONDS: Record<string, number> = { seconds: 1, minutes: 60, hours: 3600, days: 86400 };
+export const UNIT_SECONDS: Record<string, number> = {
+	seconds: 1,
+	minutes: 60,
+	hours: 3600,
+	days: 86400,
+};
 
 /** A node type's own name, whatever its package prefix (`n8n-nodes-durable.resumePoint` → `resumePoint`). */
 export function typeName(type: string): string {

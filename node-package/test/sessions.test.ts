@@ -7,7 +7,9 @@
 import { sleep } from 'n8n-workflow';
 
 import { SessionServiceClient } from '../shared/gen/durable/v1/session';
+import { InstanceServiceClient } from '../shared/gen/durable/v1/instance';
 import { modeOf } from '../shared/grpc/identity';
+import { executionEnded } from '../shared/grpc/session';
 import { closeAllSidecarClients, getSidecarClient, type SidecarClient } from '../shared/transport';
 import { TestSidecar } from './support/sidecar';
 
@@ -114,6 +116,58 @@ describe('sessions', () => {
 			reason = (await sessions(observer)).find((s) => s.sessionId === id)?.endReason ?? '';
 		}
 		expect(reason).toBe('expired');
+	});
+
+	test('an execution that ended in n8n releases its lease; one still running keeps it', async () => {
+		const client = getSidecarClient(sidecar.connection({ deadlineSeconds: 9 }));
+		await start(client, 'order-failed', 'e-failed');
+		await start(client, 'order-running', 'e-running');
+		// What n8n stored: the failed execution has its error, the running one only its start.
+		const stored: Record<string, unknown> = {
+			'e-failed': {
+				resultData: { error: { message: 'the charge failed' }, runData: { Charge: [] } },
+			},
+			'e-running': { resultData: { runData: {} }, executionData: { nodeExecutionStack: [{}] } },
+		};
+		client.session.observe(async (id) => await Promise.resolve(stored[id]));
+		const raw = client.instances as InstanceServiceClient;
+		const claimable = async (): Promise<string[]> =>
+			await new Promise((resolve, reject) => {
+				raw.claimResumable(
+					{ workflowIds: ['wf-sessions'], claimant: 'test', maxInstances: 10, leaseSeconds: 0 },
+					client.metadata(),
+					(error, response) =>
+						error ? reject(error) : resolve(response.instances.map((r) => r.instance!.instanceKey)),
+				);
+			});
+		let got: string[] = [];
+		for (let i = 0; i < 60 && !got.includes('order-failed'); i++) {
+			await sleep(500);
+			got = [...got, ...(await claimable())];
+		}
+		expect(got).toContain('order-failed');
+		expect(got).not.toContain('order-running');
+	});
+
+	test('what n8n stored says whether an execution ended', () => {
+		expect(executionEnded(undefined)).toBe(true); // not kept, or pruned
+		expect(executionEnded({ resultData: { error: { message: 'x' }, runData: {} } })).toBe(true);
+		expect(
+			executionEnded({
+				resultData: { runData: { Webhook: [{}], Done: [{}] } },
+				executionData: { nodeExecutionStack: [] },
+			}),
+		).toBe(true);
+		expect(
+			executionEnded({ resultData: { runData: {} }, executionData: { nodeExecutionStack: [{}] } }),
+		).toBe(false); // running: n8n saves the run at its end
+		expect(
+			executionEnded({
+				waitTill: new Date(),
+				resultData: { runData: { Wait: [{}] } },
+				executionData: { nodeExecutionStack: [] },
+			}),
+		).toBe(false);
 	});
 
 	test('the mode names the n8n command and queue mode', () => {

@@ -43,6 +43,35 @@ export interface SessionRpc {
 	watch(sessionId: string, onEnded: () => void, onClosed: () => void): { cancel(): void };
 }
 
+/** How the process reads an execution as n8n stored it (IExecuteFunctions.getExecutionDataById). */
+export type ExecutionLookup = (executionId: string) => Promise<unknown>;
+
+/** An execution is looked at once it made no call for this long, then again at most this often. */
+const IDLE_MS = 5_000;
+const RECHECK_MS = 10_000;
+/** Executions looked at per heartbeat at most. */
+const CHECKS_PER_BEAT = 20;
+
+/**
+ * Whether n8n's stored data of an execution says it ended: gone (not kept,
+ * or pruned), failed (resultData.error), or ran to its end (nothing left on
+ * its stack). A running execution's stored data is its start (n8n saves the
+ * run at its end) and one waiting in a Wait node has waitTill: neither ended.
+ */
+export function executionEnded(data: unknown): boolean {
+	if (data === undefined || data === null) return true;
+	const run = data as {
+		waitTill?: unknown;
+		resultData?: { error?: unknown; runData?: Record<string, unknown> };
+		executionData?: { nodeExecutionStack?: unknown[] };
+	};
+	if (run.resultData?.error) return true;
+	if (run.waitTill) return false;
+	const ran = Object.keys(run.resultData?.runData ?? {}).length > 0;
+	const stack = run.executionData?.nodeExecutionStack;
+	return ran && Array.isArray(stack) && stack.length === 0;
+}
+
 /** A session id for one call; `fresh`: bound by this very call, so a refusal may be retried in a new session. */
 export interface SessionChoice {
 	id: string;
@@ -70,6 +99,10 @@ export class SessionKeeper {
 	private readonly bound = new Map<string, string>();
 	/** Owners whose executions failed here: their leases are released with the next heartbeat. */
 	private readonly released = new Set<string>();
+	/** When each bound owner last made a call, and when its execution was last looked at. */
+	private readonly seen = new Map<string, { call: number; checked: number }>();
+	private lookup: ExecutionLookup | undefined;
+	private checking = false;
 	private watching: { id: string; cancel(): void } | undefined;
 
 	constructor(
@@ -85,6 +118,7 @@ export class SessionKeeper {
 	/** The session a call of `owner` (an execution id, key holder; '' for none) carries. */
 	async choose(owner: string): Promise<SessionChoice> {
 		if (this.unsupported || this.stopped) return { id: '', fresh: false };
+		if (owner) this.seen.set(owner, { call: Date.now(), checked: 0 });
 		const known = owner ? this.bound.get(owner) : undefined;
 		if (known !== undefined) return { id: known, fresh: false };
 		const id = await this.ensure();
@@ -108,7 +142,40 @@ export class SessionKeeper {
 	release(owner: string): void {
 		if (!owner || this.unsupported || this.stopped) return;
 		this.bound.delete(owner);
+		this.seen.delete(owner);
 		if (this.released.size < MAX_RELEASED) this.released.add(owner);
+	}
+
+	/**
+	 * How to read an execution's stored data (a node run's
+	 * getExecutionDataById). With it the keeper looks at each execution that
+	 * made no call for a while: one that ended in n8n (it failed in any node,
+	 * or finished without completing its instance) has its leases released,
+	 * so its instance resumes in seconds; one still running (a long call)
+	 * keeps them, however long it takes.
+	 */
+	observe(lookup: ExecutionLookup): void {
+		this.lookup = lookup;
+	}
+
+	/** Looks at the executions idle for a while (in the background of the heartbeat). */
+	private async checkIdle(): Promise<void> {
+		const lookup = this.lookup;
+		if (!lookup || this.checking) return;
+		this.checking = true;
+		try {
+			const now = Date.now();
+			const due = [...this.seen.entries()]
+				.filter(([, s]) => now - s.call >= IDLE_MS && now - s.checked >= RECHECK_MS)
+				.slice(0, CHECKS_PER_BEAT);
+			for (const [owner, s] of due) {
+				s.checked = now;
+				const ended = await lookup(owner).then(executionEnded, () => false);
+				if (ended && this.seen.get(owner) === s) this.release(owner);
+			}
+		} finally {
+			this.checking = false;
+		}
 	}
 
 	/** Stops the heartbeat (the process shuts its clients down); the sidecar ends the session after its grace. */
@@ -147,7 +214,10 @@ export class SessionKeeper {
 		this.bound.set(owner, id);
 		if (this.bound.size > MAX_BOUND) {
 			const oldest = this.bound.keys().next();
-			if (!oldest.done) this.bound.delete(oldest.value);
+			if (!oldest.done) {
+				this.bound.delete(oldest.value);
+				this.seen.delete(oldest.value);
+			}
 		}
 	}
 
@@ -196,6 +266,7 @@ export class SessionKeeper {
 				if (codeOf(error) === NOT_FOUND && this.current === id) this.current = '';
 				// Anything else (the sidecar restarting): the next beat tries again, within the grace.
 			}
+			void this.checkIdle();
 			if (!this.current && !this.stopped) {
 				try {
 					await this.ensure();
