@@ -103,6 +103,9 @@ export function hintFor(
 		case GrpcStatus.ALREADY_EXISTS:
 			return 'The record to create already exists; use the existing one or a new key.';
 		case GrpcStatus.FAILED_PRECONDITION:
+			if (/^session /.test(details)) {
+				return 'The sidecar ended the session of this n8n process (it sent no heartbeat for the grace period: it was frozen, overloaded or cut off from the sidecar) and freed its leases, so another execution may have resumed these instances. This execution stops here and changes nothing; new executions of this process work in a new session.';
+			}
 			return 'The instance or key is in a state that forbids this operation (for example it is already completed or failed, or the idempotency key was used before with a different payload). Route such items with Continue On Fail, or use a new key.';
 		case GrpcStatus.ABORTED:
 			return 'Another execution moved on first (a stale expected sequence or idempotency attempt): this execution no longer holds the instance or key. Stop this branch; the newer execution continues the work.';

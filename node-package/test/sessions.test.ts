@@ -151,6 +151,7 @@ describe('sessions', () => {
 
 	test('what n8n stored says whether an execution ended', () => {
 		expect(executionEnded(undefined)).toBe(true); // not kept, or pruned
+		expect(executionEnded(undefined, false)).toBe(false); // not written by n8n yet
 		expect(executionEnded({ resultData: { error: { message: 'x' }, runData: {} } })).toBe(true);
 		expect(
 			executionEnded({

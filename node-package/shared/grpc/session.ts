@@ -54,12 +54,14 @@ const CHECKS_PER_BEAT = 20;
 
 /**
  * Whether n8n's stored data of an execution says it ended: gone (not kept,
- * or pruned), failed (resultData.error), or ran to its end (nothing left on
+ * or pruned, once it was seen stored), failed (resultData.error), or ran to its end (nothing left on
  * its stack). A running execution's stored data is its start (n8n saves the
  * run at its end) and one waiting in a Wait node has waitTill: neither ended.
  */
-export function executionEnded(data: unknown): boolean {
-	if (data === undefined || data === null) return true;
+export function executionEnded(data: unknown, storedBefore = true): boolean {
+	// Gone: ended and not kept, or pruned; but only once it was seen stored, so an execution n8n
+	// has not written yet is never taken for an ended one.
+	if (data === undefined || data === null) return storedBefore;
 	const run = data as {
 		waitTill?: unknown;
 		resultData?: { error?: unknown; runData?: Record<string, unknown> };
@@ -100,7 +102,7 @@ export class SessionKeeper {
 	/** Owners whose executions failed here: their leases are released with the next heartbeat. */
 	private readonly released = new Set<string>();
 	/** When each bound owner last made a call, and when its execution was last looked at. */
-	private readonly seen = new Map<string, { call: number; checked: number }>();
+	private readonly seen = new Map<string, { call: number; checked: number; stored: boolean }>();
 	private lookup: ExecutionLookup | undefined;
 	private checking = false;
 	private watching: { id: string; cancel(): void } | undefined;
@@ -118,7 +120,10 @@ export class SessionKeeper {
 	/** The session a call of `owner` (an execution id, key holder; '' for none) carries. */
 	async choose(owner: string): Promise<SessionChoice> {
 		if (this.unsupported || this.stopped) return { id: '', fresh: false };
-		if (owner) this.seen.set(owner, { call: Date.now(), checked: 0 });
+		if (owner) {
+			const before = this.seen.get(owner);
+			this.seen.set(owner, { call: Date.now(), checked: 0, stored: before?.stored ?? false });
+		}
 		const known = owner ? this.bound.get(owner) : undefined;
 		if (known !== undefined) return { id: known, fresh: false };
 		const id = await this.ensure();
@@ -170,7 +175,10 @@ export class SessionKeeper {
 				.slice(0, CHECKS_PER_BEAT);
 			for (const [owner, s] of due) {
 				s.checked = now;
-				const ended = await lookup(owner).then(executionEnded, () => false);
+				const data = await lookup(owner).catch(() => false);
+				if (data === false) continue; // n8n could not tell (its database): look again later
+				const ended = executionEnded(data, s.stored);
+				if (data !== undefined && data !== null) s.stored = true;
 				if (ended && this.seen.get(owner) === s) this.release(owner);
 			}
 		} finally {
