@@ -343,3 +343,26 @@ async def test_a_bad_release_is_refused_and_releases_nothing(harness: Harness) -
                                    metadata=s.metadata)
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert key not in [r.instance.instance_key for r in await claim(s)]
+
+
+async def test_an_instance_names_the_n8n_process_that_holds_it(harness: Harness) -> None:
+    s = harness.alpha
+    sid = await open_session(s, pid=777, mode="worker")
+    key = new_key()
+    await start_in(s, sid, key, "exec-held")
+    for _ in range(50):
+        got = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=key),
+                                            metadata=s.metadata)
+        if got.HasField("lease_holder"):
+            break
+        await asyncio.sleep(0.1)
+    assert got.instance.lease_owner == "exec-held"
+    assert (got.lease_holder.session_id, got.lease_holder.pid, got.lease_holder.mode, got.lease_holder.host) == (
+        sid, 777, "worker", "n8n-host-1")
+    alone = new_key()
+    await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(workflow_id=WF, instance_key=alone,
+                                                                      execution_id="exec-no-session"),
+                                    metadata=s.metadata)
+    plain = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=alone),
+                                          metadata=s.metadata)
+    assert not plain.HasField("lease_holder")

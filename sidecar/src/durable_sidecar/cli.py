@@ -33,6 +33,7 @@ from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
 from .stores.backend import migrate
 from .stores.memory_cache import MemoryCache
+from .stores.sessions import SessionRow
 from .wiring import Services, build_services, make_cache, open_backend
 
 
@@ -68,6 +69,14 @@ def status_word(inst: Instance, now: datetime) -> str:
     wake-up) or stalled shows that run state, in the node package's words (runStateName); others their status."""
     state = inst.run_state(now)
     return inst.status.value if state in (RunState.NONE, RunState.ACTIVE) else state.value
+
+
+def holder_text(holder: SessionRow | None) -> str:
+    """The n8n process that holds (or held) a lease, from its session."""
+    if holder is None:
+        return "-"
+    state = f", session ended ({holder.end_reason})" if holder.ended_at else ""
+    return f"n8n {holder.mode} pid {holder.pid} on {holder.host}{state}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -112,10 +121,12 @@ async def _run(args: argparse.Namespace) -> int:
                 ns, InstanceFilter(workflow_id=args.workflow or "", statuses=statuses, stalled_only=args.stalled),
                 Page(args.limit, ""))
             now = await svc.keys.now()
-            print(table(["workflow", "key", "status", "version", "seq", "last step", "lease owner", "lease until",
-                         "wake at", "updated"],
+            holders = await svc.sessions.holders(ns, sorted({r.lease_owner for r in rows if r.lease_owner}))
+            print(table(["workflow", "key", "status", "version", "seq", "last step", "lease owner", "held by",
+                         "lease until", "wake at", "updated"],
                         [[r.workflow_id, r.instance_key, status_word(r, now), r.bound_version or r.version_label or "-",
-                          r.last_sequence, r.last_step or "-", r.lease_owner or "-", r.lease_expires_at, r.wake_at,
+                          r.last_sequence, r.last_step or "-", r.lease_owner or "-",
+                          holder_text(holders.get(r.lease_owner)), r.lease_expires_at, r.wake_at,
                           r.updated_at] for r in rows]))
             if token:
                 print(f"(more: raise --limit above {args.limit})")
@@ -128,6 +139,9 @@ async def _run(args: argparse.Namespace) -> int:
                 elif name == "status":
                     value = status_word(inst, now)
                 print(f"{name:>24}: {_fmt(value)}")
+            if inst.lease_owner:
+                holder = (await svc.sessions.holders(ns, [inst.lease_owner])).get(inst.lease_owner)
+                print(f"{'held by':>24}: {holder_text(holder)}")
             if latest:
                 print(f"{'latest checkpoint':>24}: #{latest.sequence} {latest.step_name} sha256={latest.sha256[:16]}…")
         elif cmd == "checkpoints" and args.action == "list":
@@ -153,6 +167,11 @@ async def _run(args: argparse.Namespace) -> int:
                   "(the newest checkpoint of each instance is always kept)")
         elif cmd == "keys":
             await _keys(svc.keys, ns, args)
+        elif cmd == "sessions":
+            sessions = await svc.sessions.list_sessions(ns, page_size=args.limit)
+            print(table(["session", "n8n process", "started", "last heartbeat", "ended", "leases freed"],
+                        [[r.session_id, f"{r.mode} pid {r.pid} on {r.host}", r.started_at, r.last_heartbeat_at,
+                          f"{r.ended_at} ({r.end_reason})" if r.ended_at else "-", r.leases_freed] for r in sessions]))
         elif cmd == "instances" and args.action == "move":
             await _move(svc.versions, ns, args)
         elif cmd == "instances" and args.action in ("retry", "resume", "cancel"):
@@ -395,6 +414,8 @@ def parser() -> argparse.ArgumentParser:
     vy = with_ns(ver.add_parser("sync", help="read the workflow from n8n's API and register it"))
     vy.add_argument("workflow")
     vy.add_argument("--actor", default="")
+    se = with_ns(sub.add_parser("sessions", help="the sessions of n8n processes: live ones first, then the ended"))
+    se.add_argument("--limit", type=int, default=100)
     vg = with_ns(ver.add_parser("log", help="change log: versions registered and instances moved, newest first"))
     vg.add_argument("--workflow")
     vg.add_argument("--key")

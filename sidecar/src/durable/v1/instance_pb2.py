@@ -23,60 +23,61 @@ _sym_db = _symbol_database.Default()
 
 
 from durable.v1 import common_pb2 as durable_dot_v1_dot_common__pb2
+from durable.v1 import session_pb2 as durable_dot_v1_dot_session__pb2
 from durable.v1 import idempotency_pb2 as durable_dot_v1_dot_idempotency__pb2
 from durable.v1 import version_pb2 as durable_dot_v1_dot_version__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64urable/v1/instance.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1c\x64urable/v1/idempotency.proto\x1a\x18\x64urable/v1/version.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x03\n\x14StartOrResumeRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\x12\x15\n\rversion_label\x18\x05 \x01(\t\x12\x16\n\x0epinned_version\x18\x06 \x01(\x03\x12\x17\n\x0f\x64\x65\x66inition_json\x18\x07 \x01(\x0c\x12\x13\n\x0b\x63laim_token\x18\x08 \x01(\t\x12\x15\n\rinclude_state\x18\t \x01(\x08\x12\x17\n\x0fstart_item_json\x18\n \x01(\x0c\x12-\n\x0cretry_policy\x18\x0b \x01(\x0b\x32\x17.durable.v1.RetryPolicy\x12-\n\x0e\x63laim_on_start\x18\x0c \x01(\x0b\x32\x15.durable.v1.ClaimItem\x12\x14\n\x0cwait_seconds\x18\r \x01(\x05\x12\x16\n\x0e\x63heck_delivery\x18\x0e \x01(\x08\"\x95\x03\n\x15StartOrResumeResponse\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.durable.v1.StartOutcome\x12&\n\x08instance\x18\x02 \x01(\x0b\x32\x14.durable.v1.Instance\x12\x31\n\x11latest_checkpoint\x18\x03 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12\x17\n\x0f\x63urrent_version\x18\x04 \x01(\x03\x12\x18\n\x10version_mismatch\x18\x05 \x01(\x08\x12*\n\rbound_version\x18\x06 \x01(\x0b\x32\x13.durable.v1.Version\x12\x17\n\x0fstart_item_json\x18\x07 \x01(\x0c\x12 \n\x05\x65vent\x18\x08 \x01(\x0b\x32\x11.durable.v1.Event\x12.\n\x0cwait_outcome\x18\t \x01(\x0e\x32\x18.durable.v1.ResumeReason\x12,\n\x0bstart_claim\x18\n \x01(\x0b\x32\x17.durable.v1.ClaimResult\"?\n\x12GetInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\"p\n\x13GetInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\x12\x31\n\x11latest_checkpoint\x18\x02 \x01(\x0b\x32\x16.durable.v1.Checkpoint\"\xc4\x02\n\x14ListInstancesRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12,\n\x08statuses\x18\x02 \x03(\x0e\x32\x1a.durable.v1.InstanceStatus\x12\x15\n\rbound_version\x18\x03 \x01(\x03\x12\x14\n\x0cstalled_only\x18\x04 \x01(\x08\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x1b\n\x13instance_key_prefix\x18\x07 \x01(\t\x12\x11\n\tlast_step\x18\x08 \x01(\t\x12\x31\n\rcreated_after\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x15ListInstancesResponse\x12\'\n\tinstances\x18\x01 \x03(\x0b\x32\x14.durable.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x17\x43ompleteInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x13\n\x0bresult_json\x18\x04 \x01(\x0c\"B\n\x18\x43ompleteInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"|\n\x13\x46\x61ilInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\r\n\x05retry\x18\x05 \x01(\x08\">\n\x14\x46\x61ilInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"a\n\x15\x43\x61ncelInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"@\n\x16\x43\x61ncelInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"\xa8\x01\n\x15ScheduleWakeUpRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12-\n\x07wake_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x17\n\rdelay_seconds\x18\x05 \x01(\x03H\x00\x42\x06\n\x04when\"@\n\x16ScheduleWakeUpResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"\xcf\x01\n\x11ResumableInstance\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\x12(\n\x06reason\x18\x02 \x01(\x0e\x32\x18.durable.v1.ResumeReason\x12\x13\n\x0b\x63laim_token\x18\x03 \x01(\t\x12\x31\n\x11latest_checkpoint\x18\x04 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12 \n\x05\x65vent\x18\x05 \x01(\x0b\x32\x11.durable.v1.Event\"m\n\x15\x43laimResumableRequest\x12\x14\n\x0cworkflow_ids\x18\x01 \x03(\t\x12\x10\n\x08\x63laimant\x18\x02 \x01(\t\x12\x15\n\rmax_instances\x18\x03 \x01(\x05\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\"J\n\x16\x43laimResumableResponse\x12\x30\n\tinstances\x18\x01 \x03(\x0b\x32\x1d.durable.v1.ResumableInstance\"\x87\x01\n\x15WatchResumableRequest\x12\x14\n\x0cworkflow_ids\x18\x01 \x03(\t\x12\x10\n\x08\x63laimant\x18\x02 \x01(\t\x12\x15\n\rmax_instances\x18\x03 \x01(\x05\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\x12\x18\n\x10poll_interval_ms\x18\x05 \x01(\x05\"J\n\x16WatchResumableResponse\x12\x30\n\tinstances\x18\x01 \x03(\x0b\x32\x1d.durable.v1.ResumableInstance*\xb4\x01\n\x0cStartOutcome\x12\x1d\n\x19START_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15START_OUTCOME_STARTED\x10\x01\x12\x19\n\x15START_OUTCOME_RESUMED\x10\x02\x12\x1a\n\x16START_OUTCOME_FINISHED\x10\x03\x12\x16\n\x12START_OUTCOME_BUSY\x10\x04\x12\x1b\n\x17START_OUTCOME_DIFFERENT\x10\x05*\xcb\x01\n\x0cResumeReason\x12\x1d\n\x19RESUME_REASON_UNSPECIFIED\x10\x00\x12\x19\n\x15RESUME_REASON_STALLED\x10\x01\x12\x19\n\x15RESUME_REASON_WAKE_UP\x10\x02\x12\x17\n\x13RESUME_REASON_EVENT\x10\x03\x12\x19\n\x15RESUME_REASON_TIMEOUT\x10\x04\x12\x17\n\x13RESUME_REASON_RETRY\x10\x05\x12\x19\n\x15RESUME_REASON_REDRIVE\x10\x06\x32\xa5\x06\n\x0fInstanceService\x12T\n\rStartOrResume\x12 .durable.v1.StartOrResumeRequest\x1a!.durable.v1.StartOrResumeResponse\x12N\n\x0bGetInstance\x12\x1e.durable.v1.GetInstanceRequest\x1a\x1f.durable.v1.GetInstanceResponse\x12T\n\rListInstances\x12 .durable.v1.ListInstancesRequest\x1a!.durable.v1.ListInstancesResponse\x12]\n\x10\x43ompleteInstance\x12#.durable.v1.CompleteInstanceRequest\x1a$.durable.v1.CompleteInstanceResponse\x12Q\n\x0c\x46\x61ilInstance\x12\x1f.durable.v1.FailInstanceRequest\x1a .durable.v1.FailInstanceResponse\x12W\n\x0e\x43\x61ncelInstance\x12!.durable.v1.CancelInstanceRequest\x1a\".durable.v1.CancelInstanceResponse\x12W\n\x0eScheduleWakeUp\x12!.durable.v1.ScheduleWakeUpRequest\x1a\".durable.v1.ScheduleWakeUpResponse\x12W\n\x0e\x43laimResumable\x12!.durable.v1.ClaimResumableRequest\x1a\".durable.v1.ClaimResumableResponse\x12Y\n\x0eWatchResumable\x12!.durable.v1.WatchResumableRequest\x1a\".durable.v1.WatchResumableResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64urable/v1/instance.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x18\x64urable/v1/session.proto\x1a\x1c\x64urable/v1/idempotency.proto\x1a\x18\x64urable/v1/version.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x03\n\x14StartOrResumeRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\x12\x15\n\rversion_label\x18\x05 \x01(\t\x12\x16\n\x0epinned_version\x18\x06 \x01(\x03\x12\x17\n\x0f\x64\x65\x66inition_json\x18\x07 \x01(\x0c\x12\x13\n\x0b\x63laim_token\x18\x08 \x01(\t\x12\x15\n\rinclude_state\x18\t \x01(\x08\x12\x17\n\x0fstart_item_json\x18\n \x01(\x0c\x12-\n\x0cretry_policy\x18\x0b \x01(\x0b\x32\x17.durable.v1.RetryPolicy\x12-\n\x0e\x63laim_on_start\x18\x0c \x01(\x0b\x32\x15.durable.v1.ClaimItem\x12\x14\n\x0cwait_seconds\x18\r \x01(\x05\x12\x16\n\x0e\x63heck_delivery\x18\x0e \x01(\x08\"\x95\x03\n\x15StartOrResumeResponse\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.durable.v1.StartOutcome\x12&\n\x08instance\x18\x02 \x01(\x0b\x32\x14.durable.v1.Instance\x12\x31\n\x11latest_checkpoint\x18\x03 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12\x17\n\x0f\x63urrent_version\x18\x04 \x01(\x03\x12\x18\n\x10version_mismatch\x18\x05 \x01(\x08\x12*\n\rbound_version\x18\x06 \x01(\x0b\x32\x13.durable.v1.Version\x12\x17\n\x0fstart_item_json\x18\x07 \x01(\x0c\x12 \n\x05\x65vent\x18\x08 \x01(\x0b\x32\x11.durable.v1.Event\x12.\n\x0cwait_outcome\x18\t \x01(\x0e\x32\x18.durable.v1.ResumeReason\x12,\n\x0bstart_claim\x18\n \x01(\x0b\x32\x17.durable.v1.ClaimResult\"?\n\x12GetInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\"\x9b\x01\n\x13GetInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\x12\x31\n\x11latest_checkpoint\x18\x02 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12)\n\x0clease_holder\x18\x03 \x01(\x0b\x32\x13.durable.v1.Session\"\xc4\x02\n\x14ListInstancesRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12,\n\x08statuses\x18\x02 \x03(\x0e\x32\x1a.durable.v1.InstanceStatus\x12\x15\n\rbound_version\x18\x03 \x01(\x03\x12\x14\n\x0cstalled_only\x18\x04 \x01(\x08\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x1b\n\x13instance_key_prefix\x18\x07 \x01(\t\x12\x11\n\tlast_step\x18\x08 \x01(\t\x12\x31\n\rcreated_after\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x15ListInstancesResponse\x12\'\n\tinstances\x18\x01 \x03(\x0b\x32\x14.durable.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x17\x43ompleteInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x13\n\x0bresult_json\x18\x04 \x01(\x0c\"B\n\x18\x43ompleteInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"|\n\x13\x46\x61ilInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\r\n\x05retry\x18\x05 \x01(\x08\">\n\x14\x46\x61ilInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"a\n\x15\x43\x61ncelInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"@\n\x16\x43\x61ncelInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"\xa8\x01\n\x15ScheduleWakeUpRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12-\n\x07wake_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x17\n\rdelay_seconds\x18\x05 \x01(\x03H\x00\x42\x06\n\x04when\"@\n\x16ScheduleWakeUpResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"\xcf\x01\n\x11ResumableInstance\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\x12(\n\x06reason\x18\x02 \x01(\x0e\x32\x18.durable.v1.ResumeReason\x12\x13\n\x0b\x63laim_token\x18\x03 \x01(\t\x12\x31\n\x11latest_checkpoint\x18\x04 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12 \n\x05\x65vent\x18\x05 \x01(\x0b\x32\x11.durable.v1.Event\"m\n\x15\x43laimResumableRequest\x12\x14\n\x0cworkflow_ids\x18\x01 \x03(\t\x12\x10\n\x08\x63laimant\x18\x02 \x01(\t\x12\x15\n\rmax_instances\x18\x03 \x01(\x05\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\"J\n\x16\x43laimResumableResponse\x12\x30\n\tinstances\x18\x01 \x03(\x0b\x32\x1d.durable.v1.ResumableInstance\"\x87\x01\n\x15WatchResumableRequest\x12\x14\n\x0cworkflow_ids\x18\x01 \x03(\t\x12\x10\n\x08\x63laimant\x18\x02 \x01(\t\x12\x15\n\rmax_instances\x18\x03 \x01(\x05\x12\x15\n\rlease_seconds\x18\x04 \x01(\x05\x12\x18\n\x10poll_interval_ms\x18\x05 \x01(\x05\"J\n\x16WatchResumableResponse\x12\x30\n\tinstances\x18\x01 \x03(\x0b\x32\x1d.durable.v1.ResumableInstance*\xb4\x01\n\x0cStartOutcome\x12\x1d\n\x19START_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15START_OUTCOME_STARTED\x10\x01\x12\x19\n\x15START_OUTCOME_RESUMED\x10\x02\x12\x1a\n\x16START_OUTCOME_FINISHED\x10\x03\x12\x16\n\x12START_OUTCOME_BUSY\x10\x04\x12\x1b\n\x17START_OUTCOME_DIFFERENT\x10\x05*\xcb\x01\n\x0cResumeReason\x12\x1d\n\x19RESUME_REASON_UNSPECIFIED\x10\x00\x12\x19\n\x15RESUME_REASON_STALLED\x10\x01\x12\x19\n\x15RESUME_REASON_WAKE_UP\x10\x02\x12\x17\n\x13RESUME_REASON_EVENT\x10\x03\x12\x19\n\x15RESUME_REASON_TIMEOUT\x10\x04\x12\x17\n\x13RESUME_REASON_RETRY\x10\x05\x12\x19\n\x15RESUME_REASON_REDRIVE\x10\x06\x32\xa5\x06\n\x0fInstanceService\x12T\n\rStartOrResume\x12 .durable.v1.StartOrResumeRequest\x1a!.durable.v1.StartOrResumeResponse\x12N\n\x0bGetInstance\x12\x1e.durable.v1.GetInstanceRequest\x1a\x1f.durable.v1.GetInstanceResponse\x12T\n\rListInstances\x12 .durable.v1.ListInstancesRequest\x1a!.durable.v1.ListInstancesResponse\x12]\n\x10\x43ompleteInstance\x12#.durable.v1.CompleteInstanceRequest\x1a$.durable.v1.CompleteInstanceResponse\x12Q\n\x0c\x46\x61ilInstance\x12\x1f.durable.v1.FailInstanceRequest\x1a .durable.v1.FailInstanceResponse\x12W\n\x0e\x43\x61ncelInstance\x12!.durable.v1.CancelInstanceRequest\x1a\".durable.v1.CancelInstanceResponse\x12W\n\x0eScheduleWakeUp\x12!.durable.v1.ScheduleWakeUpRequest\x1a\".durable.v1.ScheduleWakeUpResponse\x12W\n\x0e\x43laimResumable\x12!.durable.v1.ClaimResumableRequest\x1a\".durable.v1.ClaimResumableResponse\x12Y\n\x0eWatchResumable\x12!.durable.v1.WatchResumableRequest\x1a\".durable.v1.WatchResumableResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable.v1.instance_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STARTOUTCOME']._serialized_start=2939
-  _globals['_STARTOUTCOME']._serialized_end=3119
-  _globals['_RESUMEREASON']._serialized_start=3122
-  _globals['_RESUMEREASON']._serialized_end=3325
-  _globals['_STARTORRESUMEREQUEST']._serialized_start=156
-  _globals['_STARTORRESUMEREQUEST']._serialized_end=547
-  _globals['_STARTORRESUMERESPONSE']._serialized_start=550
-  _globals['_STARTORRESUMERESPONSE']._serialized_end=955
-  _globals['_GETINSTANCEREQUEST']._serialized_start=957
-  _globals['_GETINSTANCEREQUEST']._serialized_end=1020
-  _globals['_GETINSTANCERESPONSE']._serialized_start=1022
-  _globals['_GETINSTANCERESPONSE']._serialized_end=1134
-  _globals['_LISTINSTANCESREQUEST']._serialized_start=1137
-  _globals['_LISTINSTANCESREQUEST']._serialized_end=1461
-  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1463
-  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1552
-  _globals['_COMPLETEINSTANCEREQUEST']._serialized_start=1554
-  _globals['_COMPLETEINSTANCEREQUEST']._serialized_end=1665
-  _globals['_COMPLETEINSTANCERESPONSE']._serialized_start=1667
-  _globals['_COMPLETEINSTANCERESPONSE']._serialized_end=1733
-  _globals['_FAILINSTANCEREQUEST']._serialized_start=1735
-  _globals['_FAILINSTANCEREQUEST']._serialized_end=1859
-  _globals['_FAILINSTANCERESPONSE']._serialized_start=1861
-  _globals['_FAILINSTANCERESPONSE']._serialized_end=1923
-  _globals['_CANCELINSTANCEREQUEST']._serialized_start=1925
-  _globals['_CANCELINSTANCEREQUEST']._serialized_end=2022
-  _globals['_CANCELINSTANCERESPONSE']._serialized_start=2024
-  _globals['_CANCELINSTANCERESPONSE']._serialized_end=2088
-  _globals['_SCHEDULEWAKEUPREQUEST']._serialized_start=2091
-  _globals['_SCHEDULEWAKEUPREQUEST']._serialized_end=2259
-  _globals['_SCHEDULEWAKEUPRESPONSE']._serialized_start=2261
-  _globals['_SCHEDULEWAKEUPRESPONSE']._serialized_end=2325
-  _globals['_RESUMABLEINSTANCE']._serialized_start=2328
-  _globals['_RESUMABLEINSTANCE']._serialized_end=2535
-  _globals['_CLAIMRESUMABLEREQUEST']._serialized_start=2537
-  _globals['_CLAIMRESUMABLEREQUEST']._serialized_end=2646
-  _globals['_CLAIMRESUMABLERESPONSE']._serialized_start=2648
-  _globals['_CLAIMRESUMABLERESPONSE']._serialized_end=2722
-  _globals['_WATCHRESUMABLEREQUEST']._serialized_start=2725
-  _globals['_WATCHRESUMABLEREQUEST']._serialized_end=2860
-  _globals['_WATCHRESUMABLERESPONSE']._serialized_start=2862
-  _globals['_WATCHRESUMABLERESPONSE']._serialized_end=2936
-  _globals['_INSTANCESERVICE']._serialized_start=3328
-  _globals['_INSTANCESERVICE']._serialized_end=4133
+  _globals['_STARTOUTCOME']._serialized_start=3009
+  _globals['_STARTOUTCOME']._serialized_end=3189
+  _globals['_RESUMEREASON']._serialized_start=3192
+  _globals['_RESUMEREASON']._serialized_end=3395
+  _globals['_STARTORRESUMEREQUEST']._serialized_start=182
+  _globals['_STARTORRESUMEREQUEST']._serialized_end=573
+  _globals['_STARTORRESUMERESPONSE']._serialized_start=576
+  _globals['_STARTORRESUMERESPONSE']._serialized_end=981
+  _globals['_GETINSTANCEREQUEST']._serialized_start=983
+  _globals['_GETINSTANCEREQUEST']._serialized_end=1046
+  _globals['_GETINSTANCERESPONSE']._serialized_start=1049
+  _globals['_GETINSTANCERESPONSE']._serialized_end=1204
+  _globals['_LISTINSTANCESREQUEST']._serialized_start=1207
+  _globals['_LISTINSTANCESREQUEST']._serialized_end=1531
+  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1533
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1622
+  _globals['_COMPLETEINSTANCEREQUEST']._serialized_start=1624
+  _globals['_COMPLETEINSTANCEREQUEST']._serialized_end=1735
+  _globals['_COMPLETEINSTANCERESPONSE']._serialized_start=1737
+  _globals['_COMPLETEINSTANCERESPONSE']._serialized_end=1803
+  _globals['_FAILINSTANCEREQUEST']._serialized_start=1805
+  _globals['_FAILINSTANCEREQUEST']._serialized_end=1929
+  _globals['_FAILINSTANCERESPONSE']._serialized_start=1931
+  _globals['_FAILINSTANCERESPONSE']._serialized_end=1993
+  _globals['_CANCELINSTANCEREQUEST']._serialized_start=1995
+  _globals['_CANCELINSTANCEREQUEST']._serialized_end=2092
+  _globals['_CANCELINSTANCERESPONSE']._serialized_start=2094
+  _globals['_CANCELINSTANCERESPONSE']._serialized_end=2158
+  _globals['_SCHEDULEWAKEUPREQUEST']._serialized_start=2161
+  _globals['_SCHEDULEWAKEUPREQUEST']._serialized_end=2329
+  _globals['_SCHEDULEWAKEUPRESPONSE']._serialized_start=2331
+  _globals['_SCHEDULEWAKEUPRESPONSE']._serialized_end=2395
+  _globals['_RESUMABLEINSTANCE']._serialized_start=2398
+  _globals['_RESUMABLEINSTANCE']._serialized_end=2605
+  _globals['_CLAIMRESUMABLEREQUEST']._serialized_start=2607
+  _globals['_CLAIMRESUMABLEREQUEST']._serialized_end=2716
+  _globals['_CLAIMRESUMABLERESPONSE']._serialized_start=2718
+  _globals['_CLAIMRESUMABLERESPONSE']._serialized_end=2792
+  _globals['_WATCHRESUMABLEREQUEST']._serialized_start=2795
+  _globals['_WATCHRESUMABLEREQUEST']._serialized_end=2930
+  _globals['_WATCHRESUMABLERESPONSE']._serialized_start=2932
+  _globals['_WATCHRESUMABLERESPONSE']._serialized_end=3006
+  _globals['_INSTANCESERVICE']._serialized_start=3398
+  _globals['_INSTANCESERVICE']._serialized_end=4203
 # @@protoc_insertion_point(module_scope)

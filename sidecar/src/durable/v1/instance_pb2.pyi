@@ -1,6 +1,7 @@
 import datetime
 
 from durable.v1 import common_pb2 as _common_pb2
+from durable.v1 import session_pb2 as _session_pb2
 from durable.v1 import idempotency_pb2 as _idempotency_pb2
 from durable.v1 import version_pb2 as _version_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -110,12 +111,14 @@ class GetInstanceRequest(_message.Message):
     def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ...) -> None: ...
 
 class GetInstanceResponse(_message.Message):
-    __slots__ = ("instance", "latest_checkpoint")
+    __slots__ = ("instance", "latest_checkpoint", "lease_holder")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_HOLDER_FIELD_NUMBER: _ClassVar[int]
     instance: _common_pb2.Instance
     latest_checkpoint: _common_pb2.Checkpoint
-    def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+    lease_holder: _session_pb2.Session
+    def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., lease_holder: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
     __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix", "last_step", "created_after", "created_before")

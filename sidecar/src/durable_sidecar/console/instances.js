@@ -6,6 +6,13 @@ import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, enumName, e
 
 // --- instances --------------------------------------------------------------------------------------
 
+/** The n8n process of the lease owner, from its session: "n8n worker pid 4242 on host-1". */
+function holderText(holder) {
+  if (!holder) return "–";
+  const ended = holder.endReason ? ` (session ended: ${holder.endReason})` : "";
+  return `n8n ${holder.mode} pid ${holder.pid} on ${holder.host}${ended}`;
+}
+
 export function filtersFrom(params) {
   const body = {};
   if (params.get("wf")) body.workflowId = params.get("wf");
@@ -141,6 +148,7 @@ export async function renderInstance(params) {
     ["Last step", inst.lastStep ? `${inst.lastStep} (#${inst.lastSequence})` : "–"],
     ["Checkpoints", inst.checkpointCount || "0"], ["Resumes", inst.resumeCount || "0"],
     ["Lease owner", inst.leaseOwner ? executionLink(wf, inst.leaseOwner) : "–"],
+    ["Held by", holderText(got.leaseHolder)],
     ["Lease until", fmtTime(inst.leaseExpiresAt) || "–"], ["Wake at", fmtTime(inst.wakeAt) || "–"],
     ["Created by", executionLink(wf, inst.createdByExecutionId) || "–"], ["Created", fmtTime(inst.createdAt)],
     ["Updated", fmtTime(inst.updatedAt)], ["Finished", fmtTime(inst.finishedAt) || "–"],

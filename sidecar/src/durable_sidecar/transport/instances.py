@@ -10,10 +10,12 @@ from durable.v1 import instance_pb2, instance_pb2_grpc
 from ..domain import InstanceFilter, InstanceRef, InstanceStatus, Page
 from ..errors import InvalidArgument
 from ..services.instances import InstanceService
+from ..services.sessions import SessionService
 from ..validation import page_size
 from . import convert
 from .auth import Authenticator
 from .rpc import server_stream, unary
+from .sessions import session
 
 
 def statuses(values: list[int]) -> tuple[InstanceStatus, ...]:
@@ -24,10 +26,13 @@ def statuses(values: list[int]) -> tuple[InstanceStatus, ...]:
 
 
 class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
-    def __init__(self, service: InstanceService, auth: Authenticator, stopping: asyncio.Event) -> None:
+    def __init__(self, service: InstanceService, auth: Authenticator, stopping: asyncio.Event,
+                 sessions: SessionService | None = None) -> None:
         self.service = service
         self.auth = auth
         self.stopping = stopping
+        # Who holds a lease: the n8n process of its owner (GetInstance.lease_holder).
+        self.holders = sessions
 
     @unary("StartOrResume")
     async def StartOrResume(self, request: instance_pb2.StartOrResumeRequest, ns: str) -> instance_pb2.StartOrResumeResponse:  # noqa: N802
@@ -62,7 +67,12 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
     @unary("GetInstance")
     async def GetInstance(self, request: instance_pb2.GetInstanceRequest, ns: str) -> instance_pb2.GetInstanceResponse:  # noqa: N802
         inst, latest = await self.service.get(InstanceRef(ns, request.workflow_id, request.instance_key))
-        return instance_pb2.GetInstanceResponse(instance=convert.instance(inst), latest_checkpoint=convert.checkpoint(latest))
+        holder = None
+        if inst.lease_owner and self.holders is not None:
+            found = (await self.holders.holders(ns, [inst.lease_owner])).get(inst.lease_owner)
+            holder = session(found) if found is not None else None
+        return instance_pb2.GetInstanceResponse(instance=convert.instance(inst), latest_checkpoint=convert.checkpoint(latest),
+                                                lease_holder=holder)
 
     @unary("ListInstances")
     async def ListInstances(self, request: instance_pb2.ListInstancesRequest, ns: str) -> instance_pb2.ListInstancesResponse:  # noqa: N802

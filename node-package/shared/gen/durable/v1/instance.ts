@@ -23,6 +23,7 @@ import {
 import { Timestamp } from "../../google/protobuf/timestamp";
 import { Checkpoint, Event, Instance, InstanceStatus, RetryPolicy } from "./common";
 import { ClaimItem, ClaimResult } from "./idempotency";
+import { Session } from "./session";
 import { Version } from "./version";
 
 export const protobufPackage = "durable.v1";
@@ -232,7 +233,14 @@ export interface GetInstanceResponse {
     | Instance
     | undefined;
   /** Newest checkpoint metadata (without state), when there is one. */
-  latestCheckpoint: Checkpoint | undefined;
+  latestCheckpoint:
+    | Checkpoint
+    | undefined;
+  /**
+   * The n8n process (its session: host, pid, mode) of Instance.lease_owner,
+   * when that owner ran in a session; absent otherwise.
+   */
+  leaseHolder: Session | undefined;
 }
 
 export interface ListInstancesRequest {
@@ -859,7 +867,7 @@ export const GetInstanceRequest: MessageFns<GetInstanceRequest> = {
 };
 
 function createBaseGetInstanceResponse(): GetInstanceResponse {
-  return { instance: undefined, latestCheckpoint: undefined };
+  return { instance: undefined, latestCheckpoint: undefined, leaseHolder: undefined };
 }
 
 export const GetInstanceResponse: MessageFns<GetInstanceResponse> = {
@@ -869,6 +877,9 @@ export const GetInstanceResponse: MessageFns<GetInstanceResponse> = {
     }
     if (message.latestCheckpoint !== undefined) {
       Checkpoint.encode(message.latestCheckpoint, writer.uint32(18).fork()).join();
+    }
+    if (message.leaseHolder !== undefined) {
+      Session.encode(message.leaseHolder, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -902,6 +913,14 @@ export const GetInstanceResponse: MessageFns<GetInstanceResponse> = {
             message.latestCheckpoint = Checkpoint.decode(reader, reader.uint32());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.leaseHolder = Session.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -924,6 +943,9 @@ export const GetInstanceResponse: MessageFns<GetInstanceResponse> = {
       : undefined;
     message.latestCheckpoint = (object.latestCheckpoint !== undefined && object.latestCheckpoint !== null)
       ? Checkpoint.fromPartial(object.latestCheckpoint)
+      : undefined;
+    message.leaseHolder = (object.leaseHolder !== undefined && object.leaseHolder !== null)
+      ? Session.fromPartial(object.leaseHolder)
       : undefined;
     return message;
   },
