@@ -33,7 +33,7 @@ help:
 	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
 	@echo "make faults       the long fault tests (Patroni failover under load, 10-minute soak)"
 	@echo "make ha-setup     Debian's patroni and etcd-server for the failover tests (apt-get, once)"
-	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS, then durability inside a real n8n (~40 min; writes docs/bench/)"
+	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS, what sessions cost, then durability inside a real n8n (~45 min; writes docs/bench/)"
 	@echo "make bench-quick  the same benchmarks in short runs (under 5 minutes; docs/ untouched)"
 	@echo "make proto        regenerate gRPC code from proto/"
 	@echo "make proto-check  fail when generated code differs from proto/"
@@ -144,10 +144,12 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed
 # N8N_ARGS passes flags to it, e.g. `make bench-quick N8N_ARGS=--rounds=1`.
 bench: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench --docs docs/bench --profile $(ARGS)
+	$(BIN)/python -m bench.sessions --docs docs/bench
 	$(BIN)/python -m bench.n8n --docs docs/bench --profile $(N8N_ARGS)
 
 bench-quick: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench --quick $(ARGS)
+	$(BIN)/python -m bench.sessions --quick
 	$(BIN)/python -m bench.n8n --quick $(N8N_ARGS)
 
 # The pinned n8n on Node 24 that make e2e and the n8n benchmark use (once; then seconds).

@@ -884,6 +884,7 @@ def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_
                kill_to_completed_s=done_s)
 
 
+@pytest.mark.timeout(900)
 def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_resume_in_seconds(stack: Stack) -> None:
     """n8n in queue mode (main plus two workers on Redis), every option at its default (issue 39).
 
@@ -912,7 +913,7 @@ def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_res
     services = stack.services
 
     def worker() -> Any:
-        w = n8n.process("worker")
+        w = n8n.process("worker", env={"N8N_LOG_LEVEL": "info"})  # it says when it is ready
         w.argv += ["--concurrency=25"]
         w.start()
         wait_until(f"{w.name} to be ready", lambda: "worker is now ready" in w.log.read_text(errors="replace"),

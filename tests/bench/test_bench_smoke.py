@@ -53,3 +53,14 @@ def test_settle_writes_back_and_waits_for_a_quiet_second() -> None:
     done = settle(max_wait_s=3.0)
     assert isinstance(done["checkpoint_s"], float), done  # the bench's admin role may run CHECKPOINT
     assert 1.0 <= done["waited_s"] <= 5.0 and 0.0 <= done["busy_pct"] <= 100.0, done
+
+
+def test_the_sessions_bench_measures_heartbeats_and_cpu_per_session() -> None:
+    from bench import sessions
+
+    result = sessions.run(sessions=2, seconds=2.0, rounds=1)
+    assert [r["sessions"] for r in result["rows"]] == [0, 1, 2]
+    s = result["summary"]
+    assert s["heartbeats_per_s_per_process"] > 0  # the simulated processes did heartbeat
+    assert {"sidecar_cpu_ms_per_s_idle", "sidecar_cpu_ms_per_s_per_session_1", "sidecar_cpu_ms_per_s_per_session_2",
+            "sidecar_cpu_pct_of_one_core_per_session"} <= set(s)
