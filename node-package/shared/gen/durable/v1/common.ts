@@ -175,8 +175,10 @@ export interface Instance {
    */
   leaseOwner: string;
   /**
-   * When the lease lapses. A RUNNING instance whose lease lapsed and that has
-   * no wake-up scheduled is stalled: its execution died.
+   * When the lease lapses at the latest: its ceiling. A lease held by a
+   * session (SessionService) lapses earlier, at once, when that session ends
+   * or releases it. A RUNNING instance whose lease lapsed and that has no
+   * wake-up scheduled is stalled: its execution died.
    */
   leaseExpiresAt:
     | Date
@@ -208,9 +210,10 @@ export interface Instance {
     | Date
     | undefined;
   /**
-   * The instance's lease length in seconds: chosen by StartOrResume (its
-   * lease_seconds, else DURABLE_LEASE_SECONDS) and kept by every later call
-   * that renews the lease with lease_seconds 0 (saves, resumes).
+   * The instance's lease length (its ceiling) in seconds: chosen by
+   * StartOrResume (its lease_seconds, else DURABLE_LEASE_SECONDS, 1800) and
+   * kept by every later call that renews the lease with lease_seconds 0
+   * (saves, resumes).
    */
   leaseSeconds: number;
   /** What a RUNNING instance is doing now (see RunState). */
