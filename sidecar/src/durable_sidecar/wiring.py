@@ -8,9 +8,10 @@ from .domain import RetryPolicy
 from .n8n_api import N8nClient
 from .services.audit import AuditService
 from .services.checkpoints import CheckpointService
-from .services.events import EventService, RecoveryService
+from .services.events import EventService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
+from .services.recovery import RecoveryService
 from .services.versions import VersionService
 from .settings import Settings
 from .stores.backend import Backend, open_postgres, open_sqlite

@@ -32,7 +32,8 @@ from ..logs import instance_key_var
 from ..stores.base import CheckpointStore, Conn, Database, InstanceStore, StartedNew
 from ..stores.waits import WaitStore, policy_columns
 from .checkpoints import CheckpointService
-from .events import RetryRules, check_policy, hand_out_reason
+from .events import hand_out_reason
+from .retries import RetryRules, check_policy
 from .versions import VersionService
 
 if TYPE_CHECKING:
