@@ -27,6 +27,7 @@ from ..domain import (
     SavedCheckpoint,
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
+from ..memory.states import StateMemory
 from ..stores.base import (
     BatchSave,
     CheckpointAdvance,
@@ -39,7 +40,6 @@ from ..stores.base import (
     StepSave,
 )
 from ..stores.cache import Cache
-from ..stores.state_memory import StateMemory
 from ..stores.states import EncodedState
 from .grouping import StatementGroups
 

@@ -32,9 +32,9 @@ from ..domain import (
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
+from ..memory.completed_keys import CompletedKeys
 from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore, SingleClaim
 from ..stores.cache import Cache
-from ..stores.completed_keys import CompletedKeys
 
 log = logging.getLogger(__name__)
 
