@@ -86,6 +86,8 @@ class Dialect:
     list_param: Callable[[list[Any]], Any]
     # SQL for "{column} is one of the %({param})s list parameter".
     in_list: str
+    # The join of an instance `i`'s newest checkpoint as `c`, by all four key columns (see latest_checkpoint_query).
+    newest_checkpoint_join: str
 
     def sql(self, text: str) -> str:
         return _NAMED.sub(r":\1", text) if self.colon_placeholders else text
@@ -96,18 +98,28 @@ class Dialect:
     def time_or_none(self, value: Any) -> datetime | None:
         return None if value is None else self.to_time(value)
 
-    def lock(self, for_update: bool) -> str:
-        return self.lock_clause if for_update else ""
+    def lock(self, for_update: bool, *, of: str = "") -> str:
+        """The locking clause, of the table alias `of` only when given (a lock must skip an outer join's side)."""
+        if not for_update or not self.lock_clause:
+            return ""
+        return f"{self.lock_clause} OF {of}" if of else self.lock_clause
 
 
 class Runner(ABC):
-    """How one backend executes the shared SQL of the stores written once (waits.py, versions.py)."""
+    """How one backend executes the shared SQL of the stores written once (instances.py, checkpoints.py, …)."""
 
     dialect: Dialect
 
     @abstractmethod
-    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[Row]:
-        """Rows of one statement (query already in the backend's placeholder form)."""
+    async def all(self, conn: Conn, query: str, params: dict[str, Any], *, binary: bool = False) -> list[Row]:
+        """Rows of one statement (query already in the backend's placeholder form).
+
+        binary: the backend may send the rows in its binary format (PostgreSQL: a bytea at its size, not in hex).
+        """
+
+    @abstractmethod
+    async def execute(self, conn: Conn, query: str, params: dict[str, Any]) -> int:
+        """One statement without result rows; how many rows it changed."""
 
     @abstractmethod
     async def now(self, conn: Conn) -> datetime:
@@ -127,8 +139,8 @@ class Runner(ABC):
             params["now"] = self.at(await self.now(conn))
         return params
 
-    async def one(self, conn: Conn, query: str, params: dict[str, Any]) -> Row | None:
-        rows = await self.all(conn, query, params)
+    async def one(self, conn: Conn, query: str, params: dict[str, Any], *, binary: bool = False) -> Row | None:
+        rows = await self.all(conn, query, params, binary=binary)
         return rows[0] if rows else None
 
 
@@ -314,19 +326,19 @@ def checkpoint_columns(with_state: bool) -> str:
 # The newest checkpoint of an instance in one statement: the instance's row tells
 # "no such instance" from "no checkpoint yet"; the state comes along only when it is
 # smaller than %(state_below)s (larger ones are read from the cache first).
-def latest_checkpoint_query(newest_join: str) -> str:
-    """The newest-checkpoint read around `newest_join`, the backend's join of that checkpoint as `c`.
+def latest_checkpoint_query(d: Dialect) -> str:
+    """The newest-checkpoint read in the backend's form, around its Dialect.newest_checkpoint_join.
 
     The join must find the row by all four primary-key columns, the instance's last_sequence included:
     a plan that reads the instance's checkpoints by (namespace, workflow_id, instance_key) and filters
     on the sequence afterwards costs time in proportion to the instance's checkpoints.
     """
     columns = ", ".join(f"c.{c.strip()}" for c in CHECKPOINT_META.split(","))
-    return f"""SELECT {columns},
+    return d.sql(f"""SELECT {columns},
            c.encoding, CASE WHEN c.size_bytes < %(state_below)s THEN c.state END AS state
     FROM durable_instances i
-    {newest_join}
-    WHERE i.namespace = %(ns)s AND i.workflow_id = %(wf)s AND i.instance_key = %(key)s"""
+    {d.newest_checkpoint_join}
+    WHERE i.namespace = %(ns)s AND i.workflow_id = %(wf)s AND i.instance_key = %(key)s""")
 
 
 def latest_of(d: Dialect, row: Row | None) -> tuple[bool, Checkpoint | None]:

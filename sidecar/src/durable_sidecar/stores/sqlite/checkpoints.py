@@ -12,11 +12,7 @@ from ..paging import after_sequence, cut_page
 from .db import DIALECT, Row, lite
 
 _KEY = DIALECT.sql(core.INSTANCE_KEY)
-# SQLite's planner looks the checkpoint up by all four key columns from a plain join.
-LATEST = DIALECT.sql(core.latest_checkpoint_query(
-    """LEFT JOIN durable_checkpoints c
-      ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
-     AND c.sequence = i.last_sequence"""))
+LATEST = core.latest_checkpoint_query(DIALECT)
 
 
 def _checkpoint(row: Row, *, with_state: bool) -> Checkpoint:
