@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..urls import SQLITE_SCHEME, sqlite_path_of
 from . import base
+from .checkpoints import CheckpointStore
 from .instances import InstanceStore
 from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
@@ -19,7 +20,6 @@ from .postgres import migrate as pg_migrate
 from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .schema import Dialect, Migration
-from .sqlite import checkpoints as sqlite_checkpoints
 from .sqlite import idempotency as sqlite_idempotency
 from .sqlite.db import RUNNER as SQLITE_RUNNER
 from .sqlite.db import SqliteDatabase
@@ -61,7 +61,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
         raise
     instances = InstanceStore(SQLITE_RUNNER)
     return Backend("sqlite", lite, instances,
-                   sqlite_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
+                   CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
                    sqlite_idempotency.IdempotencyStore(), VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), tuple(applied))
 

@@ -1,4 +1,10 @@
-"""CheckpointStore: append-only rows of durable_checkpoints, compressed above a threshold."""
+"""CheckpointStore on PostgreSQL: the shared store (stores/checkpoints.py) with the one-statement paths.
+
+The saves call the PL/pgSQL functions of the migrations (durable_save_checkpoint,
+durable_save_checkpoints, durable_save_step, durable_save_step_then); a batch is
+inserted through unnest, with its instances' advance when asked, and a prune is
+one statement.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +17,20 @@ from psycopg.rows import tuple_row
 from ...domain import (
     Checkpoint,
     IdempotencyKey,
-    InstanceRef,
     KeyRef,
     KeyStatus,
     NewCheckpoint,
     NewClaim,
-    Page,
     PrunePolicy,
     PruneResult,
 )
-from .. import base, core
+from .. import base, checkpoints, core
 from ..base import Conn
 from ..core import CHECKPOINT_META as _META
-from ..core import checkpoint_columns
 from ..core import instance_params as _key
-from ..paging import after_sequence, cut_page
 from ..states import EncodedState
-from .db import DIALECT, pg
+from .db import DIALECT, RUNNER, pg
 from .instances import ADVANCE, advance_params
-
-_KEY = core.INSTANCE_KEY
-LATEST = core.latest_checkpoint_query(DIALECT)
-
 
 _SAVE_STEP = sql.SQL(
     """SELECT * FROM {function}(
@@ -51,9 +49,14 @@ def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
 
 
 
-class CheckpointStore(base.CheckpointStore):
+class CheckpointStore(checkpoints.CheckpointStore):
+    """The shared checkpoint store, with PostgreSQL's one-statement saves, batch insert and prune."""
+
     one_statement_save = True
     one_statement_step_save = True
+
+    def __init__(self, *, compress_threshold_bytes: int) -> None:
+        super().__init__(RUNNER, compress_threshold_bytes=compress_threshold_bytes)
 
     async def save_single_txn(self, conn: Conn, row: base.NewCheckpointRow, *, expected_sequence: int | None,
                               lease_seconds: int, default_lease_seconds: int) -> base.SingleSave:
@@ -173,63 +176,17 @@ class CheckpointStore(base.CheckpointStore):
         )
         return await _inserted(cur, rows)
 
-    async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
-                         state_below: int) -> tuple[bool, Checkpoint | None]:
-        cur = await pg(conn).execute(LATEST, {**_key(ref), "state_below": state_below})
-        return core.latest_of(DIALECT, await cur.fetchone())
-
-    async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
-        cols = checkpoint_columns(with_state)
-        # A state comes in binary: in text, PostgreSQL would send twice its size in hex for psycopg to parse.
-        cur = await pg(conn).execute(
-            f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = %(seq)s",
-            {**_key(ref), "seq": sequence}, binary=with_state,
-        )
-        row = await cur.fetchone()
-        return _checkpoint(row, with_state=with_state) if row else None
-
-    async def list_txn(
-        self, conn: Conn, ref: InstanceRef, page: Page, *, with_state: bool
-    ) -> tuple[list[Checkpoint], str]:
-        after = after_sequence(page.token)
-        cols = checkpoint_columns(with_state)
-        cur = await pg(conn).execute(
-            f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > %(after)s
-                ORDER BY sequence LIMIT %(limit)s""",
-            {**_key(ref), "after": after, "limit": page.size + 1},
-        )
-        rows = [_checkpoint(r, with_state=with_state) for r in await cur.fetchall()]
-        return cut_page(rows, page.size, lambda c: [c.sequence])
-
     async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
-        """Deletes by policy, always keeping each instance's newest checkpoint; updates counters."""
-        where = [sql.SQL("c.namespace = %(ns)s"), sql.SQL("c.sequence < i.last_sequence")]
-        params: dict[str, Any] = {"ns": namespace}
-        if policy.workflow_id:
-            where.append(sql.SQL("c.workflow_id = %(wf)s"))
-            params["wf"] = policy.workflow_id
-        if policy.instance_key:
-            where.append(sql.SQL("c.instance_key = %(key)s"))
-            params["key"] = policy.instance_key
-        if policy.keep_last:
-            where.append(sql.SQL("c.sequence <= i.last_sequence - %(keep)s"))
-            params["keep"] = policy.keep_last
-        if policy.older_than_seconds:
-            where.append(sql.SQL("c.created_at < now() - make_interval(secs => %(age)s)"))
-            params["age"] = policy.older_than_seconds
-        victims = sql.SQL(
-            """SELECT c.namespace, c.workflow_id, c.instance_key, c.sequence
+        """Deletes by policy in one statement, always keeping each instance's newest checkpoint; updates counters."""
+        where, params = checkpoints.prune_conditions(DIALECT, namespace, policy)
+        victims = f"""SELECT c.namespace, c.workflow_id, c.instance_key, c.sequence
                FROM durable_checkpoints c
                JOIN durable_instances i USING (namespace, workflow_id, instance_key)
-               WHERE {where}"""
-        ).format(where=sql.SQL(" AND ").join(where))
+               WHERE {" AND ".join(where)}"""
         if policy.dry_run:
-            query = sql.SQL(
-                "SELECT count(*) AS n, count(DISTINCT (workflow_id, instance_key)) AS m FROM ({victims}) v"
-            ).format(victims=victims)
+            query = f"SELECT count(*) AS n, count(DISTINCT (workflow_id, instance_key)) AS m FROM ({victims}) v"
         else:
-            query = sql.SQL(
-                """WITH gone AS (
+            query = f"""WITH gone AS (
                        DELETE FROM durable_checkpoints d
                        USING ({victims}) v
                        WHERE d.namespace = v.namespace AND d.workflow_id = v.workflow_id
@@ -245,9 +202,7 @@ class CheckpointStore(base.CheckpointStore):
                          AND i.instance_key = per.instance_key
                        RETURNING 1)
                    SELECT coalesce(sum(n), 0)::bigint AS n, count(*) AS m FROM per"""
-            ).format(victims=victims)
-        cur = await pg(conn).execute(query, params)
-        row = await cur.fetchone()
+        row = await RUNNER.one(conn, query, params)  # fixed fragments only
         assert row is not None
         return PruneResult(deleted_count=int(row["n"]), instance_count=int(row["m"]))
 
