@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..urls import SQLITE_SCHEME, sqlite_path_of
 from . import base
 from .checkpoints import CheckpointStore
+from .idempotency import IdempotencyStore
 from .instances import InstanceStore
 from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
@@ -20,7 +21,6 @@ from .postgres import migrate as pg_migrate
 from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .schema import Dialect, Migration
-from .sqlite import idempotency as sqlite_idempotency
 from .sqlite.db import RUNNER as SQLITE_RUNNER
 from .sqlite.db import SqliteDatabase
 from .versions import VersionStore
@@ -62,7 +62,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
     instances = InstanceStore(SQLITE_RUNNER)
     return Backend("sqlite", lite, instances,
                    CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
-                   sqlite_idempotency.IdempotencyStore(), VersionStore(SQLITE_RUNNER),
+                   IdempotencyStore(SQLITE_RUNNER), VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), tuple(applied))
 
 

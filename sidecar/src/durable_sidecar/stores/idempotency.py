@@ -2,9 +2,9 @@
 
 Both backends run the same SQL text through their Runner; the Dialect says
 how database time, a time some seconds later and the larger of two times are
-written. Each backend's subclass (postgres/, sqlite/) overrides only what truly
-differs: PostgreSQL's one-statement claim and completion, and how each deletes
-expired keys in small batches.
+written. PostgreSQL's subclass (postgres/idempotency.py) overrides only what
+truly differs: its one-statement claim and completion, and a batch delete of
+expired keys that skips the rows a claim holds.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..domain import IdempotencyKey, KeyFilter, KeyRef, NewClaim, Page
+from ..domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
 from . import base
-from .base import Conn
+from .base import Conn, SingleClaim
 from .core import KEY_COLUMNS, KEY_WHERE, Runner, claim_params, key_cursor, key_of, key_params, time_cursor
 from .paging import cut_page
 
@@ -57,6 +57,13 @@ class IdempotencyStore(base.IdempotencyStore):
                 SET status = 'completed', result_json = %(result)s, lease_expires_at = NULL, updated_at = {now}
                 WHERE {KEY_WHERE}
                 RETURNING {KEY_COLUMNS}""")
+        self._reap = d.sql(
+            f"""DELETE FROM durable_idempotency_keys
+                WHERE (namespace, scope, key) IN (
+                    SELECT namespace, scope, key FROM durable_idempotency_keys
+                    WHERE status <> 'in_progress' AND expires_at <= {now}
+                    ORDER BY expires_at LIMIT %(limit)s)
+                RETURNING namespace, scope, key""")
         self._release = d.sql(
             f"""UPDATE durable_idempotency_keys
                 SET status = 'failed', error_message = %(error)s, lease_expires_at = NULL, updated_at = {now}
@@ -83,6 +90,32 @@ class IdempotencyStore(base.IdempotencyStore):
         row = await self.r.one(conn, self._acquire, await self.r.with_now(conn, **claim_params(claim), fresh=new_life))
         assert row is not None, "caller locked the row"
         return self.record(row)
+
+    async def claim_single_txn(self, conn: Conn, claim: NewClaim) -> SingleClaim | None:
+        """Inserts the key as insert_txn does or, when it exists, reads it (unlocked), in one statement.
+
+        Run with Database.single. A completed key read this way may be replayed
+        (it cannot change before it expires); any other existing key, and None
+        (no row seen), goes to the locked path. This default takes two statements
+        (fine where statements cost no round trip); PostgreSQL overrides it.
+        """
+        created = await self.insert_txn(conn, claim)
+        if created is not None:
+            return SingleClaim(created, True, await self.now_txn(conn))
+        found = await self.get_txn(conn, claim.ref)
+        return SingleClaim(found, False, await self.now_txn(conn)) if found is not None else None
+
+    async def complete_held_txn(self, conn: Conn, ref: KeyRef, *, attempt: int,
+                                result_json: bytes | None) -> tuple[IdempotencyKey, datetime] | None:
+        """Completes the key in one statement when attempt holds it in progress: the key and the database time.
+
+        None when it does not: the caller takes the locked path, which knows why.
+        This default locks and updates in two statements; PostgreSQL overrides it.
+        """
+        found = await self.get_txn(conn, ref, for_update=True)
+        if found is None or found.attempt != attempt or found.status is not KeyStatus.IN_PROGRESS:
+            return None
+        return await self.complete_txn(conn, ref, result_json=result_json), await self.now_txn(conn)
 
     async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
         row = await self.r.one(conn, self._complete, await self.r.with_now(conn, **key_params(ref), result=result_json))
@@ -120,3 +153,12 @@ class IdempotencyStore(base.IdempotencyStore):
             f"SELECT {KEY_COLUMNS} FROM durable_idempotency_keys WHERE {' AND '.join(where)} "
             "ORDER BY created_at DESC, scope DESC, key DESC LIMIT %(limit)s"), params)
         return cut_page([self.record(r) for r in rows], page.size, lambda k: key_cursor(d, k))
+
+    async def reap_expired_txn(self, conn: Conn, *, limit: int) -> list[KeyRef]:
+        """Deletes up to `limit` expired keys that are not in progress, oldest first.
+
+        For a transaction that has the database to itself (the embedded one); PostgreSQL's subclass
+        skips the rows a claim has locked.
+        """
+        rows = await self.r.all(conn, self._reap, await self.r.with_now(conn, limit=limit))
+        return [KeyRef(r["namespace"], r["scope"], r["key"]) for r in rows]
