@@ -31,15 +31,15 @@ from ..memory.states import StateMemory
 from ..stores.base import (
     BatchSave,
     CheckpointAdvance,
-    CheckpointStore,
     Conn,
     Database,
-    InstanceStore,
     NewCheckpointRow,
     SingleSave,
     StepSave,
 )
 from ..stores.cache import Cache
+from ..stores.checkpoints import CheckpointStore
+from ..stores.instances import InstanceStore
 from ..stores.states import EncodedState
 from .grouping import StatementGroups
 

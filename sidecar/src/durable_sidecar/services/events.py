@@ -31,7 +31,8 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, TooLarge
 from ..logs import instance_key_var
-from ..stores.base import Conn, Database, InstanceStore
+from ..stores.base import Conn, Database
+from ..stores.instances import InstanceStore
 from ..stores.waits import WaitStore
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,10 @@ from ..domain import (
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
 from ..memory.completed_keys import CompletedKeys
-from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore, SingleClaim
+from ..stores.base import Conn, Database, SingleClaim
 from ..stores.cache import Cache
+from ..stores.idempotency import IdempotencyStore
+from ..stores.instances import InstanceStore
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,11 @@ class Backend:
 
     dialect: Dialect
     db: base.Database
-    instances: base.InstanceStore
-    checkpoints: base.CheckpointStore
-    idempotency: base.IdempotencyStore
+    instances: InstanceStore
+    checkpoints: CheckpointStore
+    idempotency: IdempotencyStore
     # Versions and the mailbox, waits, retries and suspension: one implementation each over the backend's runner.
-    versions: base.VersionStore
+    versions: VersionStore
     waits: WaitStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..domain import Checkpoint, InstanceRef, KeyRef, NewCheckpoint, NewClaim, Page, PrunePolicy, PruneResult
-from . import base
 from .base import BatchSave, CheckpointAdvance, Conn, NewCheckpointRow, SingleSave, StepSave
 from .core import (
     CHECKPOINT_META,
@@ -51,7 +50,7 @@ def prune_conditions(d: Dialect, namespace: str, policy: PrunePolicy) -> tuple[l
     return where, params
 
 
-class CheckpointStore(base.CheckpointStore):
+class CheckpointStore:
     """Reads and writes checkpoints over one backend's Runner; every method runs in the caller's transaction."""
 
     # Whether save_single_txn does its work (one statement); else the services take the batch path at once.

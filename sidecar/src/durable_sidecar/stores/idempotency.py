@@ -13,13 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from ..domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
-from . import base
 from .base import Conn, SingleClaim
 from .core import KEY_COLUMNS, KEY_WHERE, Runner, claim_params, key_cursor, key_of, key_params, time_cursor
 from .paging import cut_page
 
 
-class IdempotencyStore(base.IdempotencyStore):
+class IdempotencyStore:
     """Reads and writes idempotency keys over one backend's Runner; every method runs in the caller's transaction."""
 
     def __init__(self, runner: Runner) -> None:
@@ -78,15 +77,24 @@ class IdempotencyStore(base.IdempotencyStore):
         return await self.r.now(conn)
 
     async def get_txn(self, conn: Conn, ref: KeyRef, *, for_update: bool = False) -> IdempotencyKey | None:
+        """The key, expired or not; with for_update its row stays locked until the transaction ends."""
         row = await self.r.one(conn, self._get[for_update], key_params(ref))
         return self.record(row) if row else None
 
     async def insert_txn(self, conn: Conn, claim: NewClaim) -> IdempotencyKey | None:
-        """Inserts the key in progress with attempt 1; None when it exists (the unique key decides)."""
+        """Inserts the key in progress with attempt 1; None when it exists (the unique key decides).
+
+        It lives `ttl` after its acquisition, and never ends before the lease it was given.
+        """
         row = await self.r.one(conn, self._insert, await self.r.with_now(conn, **claim_params(claim)))
         return self.record(row) if row else None
 
     async def acquire_txn(self, conn: Conn, claim: NewClaim, *, new_life: bool) -> IdempotencyKey:
+        """Gives the locked key to a new holder with the next attempt number.
+
+        A new life (the key had expired) also takes the claim's fingerprint and
+        starts its age again; a take-over keeps both.
+        """
         row = await self.r.one(conn, self._acquire, await self.r.with_now(conn, **claim_params(claim), fresh=new_life))
         assert row is not None, "caller locked the row"
         return self.record(row)
@@ -118,16 +126,19 @@ class IdempotencyStore(base.IdempotencyStore):
         return await self.complete_txn(conn, ref, result_json=result_json), await self.now_txn(conn)
 
     async def complete_txn(self, conn: Conn, ref: KeyRef, *, result_json: bytes | None) -> IdempotencyKey:
+        """Marks the locked key completed with its result."""
         row = await self.r.one(conn, self._complete, await self.r.with_now(conn, **key_params(ref), result=result_json))
         assert row is not None, "caller locked the row"
         return self.record(row)
 
     async def release_txn(self, conn: Conn, ref: KeyRef, *, error_message: str) -> IdempotencyKey:
+        """Marks the locked key failed: the next claim acquires it."""
         row = await self.r.one(conn, self._release, await self.r.with_now(conn, **key_params(ref), error=error_message))
         assert row is not None, "caller locked the row"
         return self.record(row)
 
     async def list_txn(self, conn: Conn, namespace: str, flt: KeyFilter, page: Page) -> tuple[list[IdempotencyKey], str]:
+        """Newest first, keyset-paged."""
         d = self.r.dialect
         now = d.now_sql
         where = ["namespace = %(ns)s"]

@@ -26,7 +26,6 @@ from ..domain import (
     ResumeReason,
     StatusCounts,
 )
-from . import base
 from .base import CheckpointAdvance, Conn, StartedNew
 from .core import (
     INSTANCE_COLUMNS,
@@ -60,7 +59,7 @@ SETTABLE = frozenset({
 _TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
 
 
-class InstanceStore(base.InstanceStore):
+class InstanceStore:
     """Reads and writes instances over one backend's Runner; every method runs inside the caller's transaction."""
 
     # Whether start_new_txn does its work (one statement); else the services take the general path at once.
