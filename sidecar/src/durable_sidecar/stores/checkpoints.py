@@ -12,20 +12,65 @@ from typing import Any, ClassVar
 
 from ..domain import Checkpoint, InstanceRef, KeyRef, NewCheckpoint, NewClaim, Page, PrunePolicy, PruneResult
 from .base import BatchSave, CheckpointAdvance, Conn, NewCheckpointRow, SingleSave, StepSave
-from .core import (
-    CHECKPOINT_META,
-    INSTANCE_KEY,
-    Dialect,
-    Row,
-    Runner,
-    checkpoint_columns,
-    checkpoint_of,
-    instance_params,
-    latest_checkpoint_query,
-    latest_of,
-)
+from .core import INSTANCE_KEY, Dialect, Row, Runner, instance_params
 from .paging import after_sequence, cut_page
-from .states import EncodedState, encode_state
+from .states import EncodedState, decode_state, encode_state
+
+CHECKPOINT_META = ("workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, "
+                   "node_name, created_at")
+
+
+CHECKPOINT_WITH_STATE = CHECKPOINT_META + ", encoding, state"
+
+
+def checkpoint_columns(with_state: bool) -> str:
+    return CHECKPOINT_WITH_STATE if with_state else CHECKPOINT_META
+
+
+# The newest checkpoint of an instance in one statement: the instance's row tells
+# "no such instance" from "no checkpoint yet"; the state comes along only when it is
+# smaller than %(state_below)s (larger ones are read from the cache first).
+def latest_checkpoint_query(d: Dialect) -> str:
+    """The newest-checkpoint read in the backend's form, around its Dialect.newest_checkpoint_join.
+
+    The join must find the row by all four primary-key columns, the instance's last_sequence included:
+    a plan that reads the instance's checkpoints by (namespace, workflow_id, instance_key) and filters
+    on the sequence afterwards costs time in proportion to the instance's checkpoints.
+    """
+    columns = ", ".join(f"c.{c.strip()}" for c in CHECKPOINT_META.split(","))
+    return d.sql(f"""SELECT {columns},
+           c.encoding, CASE WHEN c.size_bytes < %(state_below)s THEN c.state END AS state
+    FROM durable_instances i
+    {d.newest_checkpoint_join}
+    WHERE i.namespace = %(ns)s AND i.workflow_id = %(wf)s AND i.instance_key = %(key)s""")
+
+
+def latest_of(d: Dialect, row: Row | None) -> tuple[bool, Checkpoint | None]:
+    """(the instance exists, its newest checkpoint) from a latest_checkpoint_query row."""
+    if row is None:
+        return False, None
+    if row["sequence"] is None:
+        return True, None
+    return True, checkpoint_of(d, row, with_state=True)
+
+
+def checkpoint_of(d: Dialect, row: Row, *, with_state: bool) -> Checkpoint:
+    state = None
+    if with_state and row["state"] is not None:
+        state = decode_state(bytes(row["state"]), row["encoding"])
+    return Checkpoint(
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        sequence=row["sequence"],
+        step_name=row["step_name"],
+        sha256=row["sha256"],
+        size_bytes=row["size_bytes"],
+        stored_bytes=row["stored_bytes"],
+        execution_id=row["execution_id"],
+        node_name=row["node_name"],
+        created_at=d.time(row["created_at"]),
+        state=state,
+    )
 
 
 def prune_conditions(d: Dialect, namespace: str, policy: PrunePolicy) -> tuple[list[str], dict[str, Any]]:

@@ -14,8 +14,45 @@ from typing import Any
 
 from ..domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
 from .base import Conn, SingleClaim
-from .core import KEY_COLUMNS, KEY_WHERE, Runner, claim_params, key_cursor, key_of, key_params, time_cursor
+from .core import Dialect, Row, Runner, blob, time_cursor
 from .paging import cut_page
+
+KEY_COLUMNS = """namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, result_json,
+    error_message, expires_at, created_at, updated_at"""
+
+
+KEY_WHERE = "namespace = %(ns)s AND scope = %(scope)s AND key = %(key)s"
+
+
+def key_params(ref: KeyRef) -> dict[str, Any]:
+    return {"ns": ref.namespace, "scope": ref.scope, "key": ref.key}
+
+
+def claim_params(claim: NewClaim) -> dict[str, Any]:
+    return {**key_params(claim.ref), "fp": claim.fingerprint, "holder": claim.holder, "lease": claim.lease_seconds,
+            "ttl": claim.ttl_seconds}
+
+
+def key_of(d: Dialect, row: Row) -> IdempotencyKey:
+    return IdempotencyKey(
+        namespace=row["namespace"],
+        scope=row["scope"],
+        key=row["key"],
+        status=KeyStatus(row["status"]),
+        fingerprint=row["fingerprint"],
+        attempt=row["attempt"],
+        holder=row["holder"],
+        lease_expires_at=d.time_or_none(row["lease_expires_at"]),
+        result_json=blob(row["result_json"]),
+        error_message=row["error_message"],
+        expires_at=d.time(row["expires_at"]),
+        created_at=d.time(row["created_at"]),
+        updated_at=d.time(row["updated_at"]),
+    )
+
+
+def key_cursor(d: Dialect, k: IdempotencyKey) -> list[Any]:
+    return [d.cursor_time(k.created_at), k.scope, k.key]
 
 
 class IdempotencyStore:

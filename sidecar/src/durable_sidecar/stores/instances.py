@@ -24,22 +24,11 @@ from ..domain import (
     NewClaim,
     Page,
     ResumeReason,
+    RetryPolicy,
     StatusCounts,
 )
 from .base import CheckpointAdvance, Conn, StartedNew
-from .core import (
-    INSTANCE_COLUMNS,
-    INSTANCE_KEY,
-    Row,
-    Runner,
-    count_instances_query,
-    event_of,
-    instance_cursor,
-    instance_of,
-    instance_params,
-    list_instances_query,
-    status_counts,
-)
+from .core import INSTANCE_COLUMNS, INSTANCE_KEY, Dialect, Row, Runner, blob, instance_params, time_cursor
 from .paging import cut_page, decode_cursor
 from .states import EncodedState, decode_state
 
@@ -57,6 +46,156 @@ SETTABLE = frozenset({
     "retry_max_ms", "retry_multiplier", "retry_jitter", "attempt", "attempt_sequence", "last_error", "suspended_at",
 })
 _TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
+
+
+# --- rows and queries --------------------------------------------------------------------------------
+
+# The status an instance is reported with: a suspended one is stored as 'running' with suspended_at (0008).
+STATUS_EXPR = "CASE WHEN status = 'running' AND suspended_at IS NOT NULL THEN 'suspended' ELSE status END"
+
+
+# Stalled: running, not suspended, not waiting for an event, no wake-up, its lease lapsed before {now}.
+STALLED_WHERE = ("status = 'running' AND suspended_at IS NULL AND awaited_event = '' AND wake_at IS NULL "
+                 "AND lease_expires_at < {now}")
+
+
+def status_condition(statuses: tuple[InstanceStatus, ...]) -> str:
+    """SQL for 'the reported status is one of these' (fixed literals only: the enum's own values)."""
+    parts = []
+    for s in statuses:
+        if s is InstanceStatus.SUSPENDED:
+            parts.append("(status = 'running' AND suspended_at IS NOT NULL)")
+        elif s is InstanceStatus.RUNNING:
+            parts.append("(status = 'running' AND suspended_at IS NULL)")
+        else:
+            parts.append(f"status = '{s.value}'")
+    return "(" + " OR ".join(parts) + ")"
+
+
+def instance_filter(d: Dialect, namespace: str, flt: InstanceFilter, now: Any) -> tuple[list[str], dict[str, Any]]:
+    """The conditions ListInstances and CountInstances share (all but statuses and stalled_only) and their
+    parameters; `now` is the %(now)s parameter where the dialect's now_sql names one (None otherwise)."""
+    where = ["namespace = %(ns)s"]
+    params: dict[str, Any] = {"ns": namespace}
+    if now is not None:
+        params["now"] = now
+    if flt.workflow_id:
+        where.append("workflow_id = %(wf)s")
+        params["wf"] = flt.workflow_id
+    if flt.bound_version:
+        where.append("bound_version = %(bv)s")
+        params["bv"] = flt.bound_version
+    if flt.key_prefix:
+        where.append(d.prefix_condition.format(column="instance_key"))
+        params["prefix"] = flt.key_prefix
+    if flt.last_step:
+        where.append("last_step = %(step)s")
+        params["step"] = flt.last_step
+    if flt.created_after is not None:
+        where.append("created_at >= %(after)s")
+        params["after"] = d.time_param(flt.created_after)
+    if flt.created_before is not None:
+        where.append("created_at < %(before)s")
+        params["before"] = d.time_param(flt.created_before)
+    return where, params
+
+
+def list_instances_query(d: Dialect, namespace: str, flt: InstanceFilter, page: Page, *,
+                         now: Any) -> tuple[str, dict[str, Any]]:
+    """ListInstances' statement in the backend's form and its parameters: newest first, one row more than the
+    page (for cut_page), after the page token's (created_at, workflow_id, instance_key)."""
+    where, params = instance_filter(d, namespace, flt, now)
+    params["limit"] = page.size + 1
+    if flt.statuses:
+        where.append(status_condition(flt.statuses))  # enum literals only
+    if flt.stalled_only:
+        where.append(STALLED_WHERE.format(now=d.now_sql))  # fixed text
+    if page.token:
+        created, wf, key = time_cursor(d, page.token)
+        where.append(f"(created_at, workflow_id, instance_key) < (%(c_at)s{d.cursor_time_cast}, %(c_wf)s, %(c_key)s)")
+        params.update({"c_at": created, "c_wf": wf, "c_key": key})
+    text = (f"SELECT {INSTANCE_COLUMNS} FROM durable_instances WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, workflow_id DESC, instance_key DESC LIMIT %(limit)s")
+    return d.sql(text), params
+
+
+def count_instances_query(d: Dialect, namespace: str, flt: InstanceFilter, *,
+                          now: Any) -> tuple[str, dict[str, Any]]:
+    """CountInstances' statement in the backend's form and its parameters: rows of (status, n, stalled) for
+    status_counts (statuses and stalled_only do not narrow a count)."""
+    where, params = instance_filter(d, namespace, flt, now)
+    text = (f"SELECT {STATUS_EXPR} AS status, count(*) AS n, "
+            f"count(*) FILTER (WHERE {STALLED_WHERE.format(now=d.now_sql)}) AS stalled "
+            f"FROM durable_instances WHERE {' AND '.join(where)} GROUP BY 1")
+    return d.sql(text), params
+
+
+def retry_policy_of(row: Row) -> RetryPolicy | None:
+    """The instance's stored retry policy; None when it has none (the sidecar's default applies)."""
+    if row["retry_max_resumes"] is None:
+        return None
+    return RetryPolicy(max_automatic_resumes=row["retry_max_resumes"], initial_backoff_ms=row["retry_initial_ms"],
+                       max_backoff_ms=row["retry_max_ms"], backoff_multiplier=float(row["retry_multiplier"]),
+                       jitter=float(row["retry_jitter"]))
+
+
+def instance_of(d: Dialect, row: Row) -> Instance:
+    status = InstanceStatus(row["status"])
+    suspended_at = d.time_or_none(row["suspended_at"])
+    if status is InstanceStatus.RUNNING and suspended_at is not None:
+        status = InstanceStatus.SUSPENDED
+    progressed = row["last_sequence"] != row["attempt_sequence"]
+    pending_wait = row["wait_outcome"] if row["wait_sequence"] == row["last_sequence"] else ""
+    return Instance(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        status=status,
+        bound_version=row["bound_version"],
+        version_label=row["version_label"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=d.time_or_none(row["lease_expires_at"]),
+        wake_at=d.time_or_none(row["wake_at"]),
+        last_sequence=row["last_sequence"],
+        last_step=row["last_step"],
+        checkpoint_count=row["checkpoint_count"],
+        resume_count=row["resume_count"],
+        error_message=row["error_message"],
+        result_json=blob(row["result_json"]),
+        created_by_execution_id=row["created_by_execution_id"],
+        created_at=d.time(row["created_at"]),
+        updated_at=d.time(row["updated_at"]),
+        finished_at=d.time_or_none(row["finished_at"]),
+        lease_seconds=row["lease_seconds"],
+        awaited_event=row["awaited_event"],
+        wake_reason=row["wake_reason"],
+        wait_outcome=pending_wait,
+        wait_event_id=row["wait_event_id"] if pending_wait == "event" else None,
+        retry_policy=retry_policy_of(row),
+        # Automatic resumes count only while the instance makes no progress.
+        attempt=0 if progressed else row["attempt"],
+        last_error=row["last_error"],
+        suspended_at=suspended_at if status is InstanceStatus.SUSPENDED else None,
+    )
+
+
+def instance_cursor(d: Dialect, i: Instance) -> list[Any]:
+    return [d.cursor_time(i.created_at), i.workflow_id, i.instance_key]
+
+
+def event_of(d: Dialect, row: Row) -> InstanceEvent:
+    return InstanceEvent(id=row["id"], kind=row["kind"], actor=row["actor"], detail=row["detail"],
+                         created_at=d.time(row["created_at"]))
+
+
+def status_counts(rows: list[Any]) -> StatusCounts:
+    """Rows of (status, n, stalled), one per status present, as counts of every status."""
+    by_status = dict.fromkeys(InstanceStatus, 0)
+    stalled = 0
+    for r in rows:
+        by_status[InstanceStatus(r["status"])] = int(r["n"])
+        stalled += int(r["stalled"] or 0)
+    return StatusCounts(by_status, stalled)
 
 
 class InstanceStore:

@@ -11,8 +11,63 @@ from typing import Any
 
 from ..domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
 from .base import Conn
-from .core import CHANGE_COLUMNS, VERSION_META, WORKFLOW_WHERE, Runner, before_page, change_of, version_of
+from .core import Dialect, Row, Runner, blob
 from .paging import cut_page, decode_cursor
+
+VERSION_META = """namespace, workflow_id, version, content_hash, n8n_version_id, label, note, node_names, created_by,
+    created_at"""
+
+
+WORKFLOW_WHERE = "namespace = %(ns)s AND workflow_id = %(wf)s"
+
+
+CHANGE_COLUMNS = "id, kind, workflow_id, instance_key, from_version, to_version, actor, reason, created_at"
+
+
+def optional(row: Row, column: str) -> Any:
+    """A column the query may not have selected (None then)."""
+    return row[column] if column in row.keys() else None
+
+
+def version_of(d: Dialect, row: Row) -> Version:
+    return Version(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        version=row["version"],
+        content_hash=row["content_hash"],
+        n8n_version_id=row["n8n_version_id"],
+        label=row["label"],
+        note=row["note"],
+        node_names=d.to_names(row["node_names"]),
+        created_by=row["created_by"],
+        created_at=d.time(row["created_at"]),
+        definition_json=blob(optional(row, "definition_json")),
+    )
+
+
+def change_of(d: Dialect, row: Row) -> ChangeLogEntry:
+    return ChangeLogEntry(
+        id=row["id"],
+        kind=ChangeKind(row["kind"]),
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        from_version=row["from_version"],
+        to_version=row["to_version"],
+        actor=row["actor"],
+        reason=row["reason"],
+        created_at=d.time(row["created_at"]),
+    )
+
+
+def before_page(page: Page, column: str) -> tuple[str, dict[str, Any]]:
+    """A newest-first page by an integer column: its condition (' AND column < …', '' on the first page) and
+    parameters (the limit asks one row more, for cut_page)."""
+    params: dict[str, Any] = {"limit": page.size + 1}
+    if not page.token:
+        return "", params
+    (before,) = decode_cursor(page.token, 1)
+    params["before"] = before if isinstance(before, int) else 0
+    return f" AND {column} < %(before)s", params
 
 
 class VersionStore:

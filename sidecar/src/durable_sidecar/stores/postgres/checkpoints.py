@@ -26,11 +26,12 @@ from ...domain import (
 )
 from .. import base, checkpoints, core
 from ..base import Conn
-from ..core import CHECKPOINT_META as _META
+from ..checkpoints import CHECKPOINT_META as _META
 from ..core import instance_params as _key
+from ..instances import instance_of
 from ..states import EncodedState
 from .db import DIALECT, RUNNER, pg
-from .instances import ADVANCE, advance_params
+from .instances import ADVANCE, advance_params, ahead_claim_params, claimed_key_of, prefixed
 
 _SAVE_STEP = sql.SQL(
     """SELECT * FROM {function}(
@@ -45,7 +46,7 @@ _SAVE_STEP_THEN = _SAVE_STEP.format(function=sql.Identifier("durable_save_step_t
 
 
 def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
-    return core.checkpoint_of(DIALECT, row, with_state=with_state)
+    return checkpoints.checkpoint_of(DIALECT, row, with_state=with_state)
 
 
 
@@ -91,7 +92,7 @@ class CheckpointStore(checkpoints.CheckpointStore):
         if claim is None and not complete_instance:
             cur = await pg(conn).execute(_SAVE_STEP_ONLY, params)
         else:
-            cur = await pg(conn).execute(_SAVE_STEP_THEN, {**params, **core.ahead_claim_params(claim),
+            cur = await pg(conn).execute(_SAVE_STEP_THEN, {**params, **ahead_claim_params(claim),
                                                            "complete_instance": complete_instance})
         found = await cur.fetchone()
         assert found is not None, "the function always returns one row"
@@ -100,11 +101,11 @@ class CheckpointStore(checkpoints.CheckpointStore):
         checkpoint = Checkpoint(row.ref.workflow_id, row.ref.instance_key, found["sequence"], row.step_name,
                                 row.sha256, row.size_bytes, len(row.encoded.data), row.execution_id, row.node_name,
                                 found["created_at"])
-        claimed = core.claimed_key_of(DIALECT, claim, found)
+        claimed = claimed_key_of(DIALECT, claim, found)
         finished = None
         if complete_instance:
             assert found["i_status"] is not None, "a written save's instance is running: it completes"
-            finished = core.instance_of(DIALECT, core.prefixed(found, "i_"))
+            finished = instance_of(DIALECT, prefixed(found, "i_"))
         if key_ref is None:
             return base.StepSave(checkpoint, None, found["created_at"], claimed, finished)
         key = IdempotencyKey(

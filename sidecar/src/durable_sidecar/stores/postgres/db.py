@@ -15,7 +15,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import FailedPrecondition, Unavailable
 from ..base import Conn, Database
-from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect, Row, Runner, latest_checkpoint_query
+from ..checkpoints import latest_checkpoint_query
+from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect, Row, Runner
 from ..schema import APPLIED_SQL, require_current
 
 log = logging.getLogger(__name__)

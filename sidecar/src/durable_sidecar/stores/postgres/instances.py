@@ -8,13 +8,16 @@ one round trip each.
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg import sql
 
-from ...domain import Instance, InstanceRef, InstanceStatus, NewClaim, ResumeReason
+from ...domain import IdempotencyKey, Instance, InstanceRef, InstanceStatus, KeyStatus, NewClaim, ResumeReason
 from .. import base, core, instances
 from ..base import Conn
 from ..core import INSTANCE_COLUMNS as _COLUMNS
 from ..core import INSTANCE_KEY as _KEY
+from ..core import Dialect, Row
 from ..core import instance_params as _key
 from ..instances import FINISH_SET, RESUMABLE_WHERE, RESUME_REASON
 from ..states import EncodedState
@@ -37,6 +40,38 @@ def advance_params(advances: list[base.CheckpointAdvance]) -> dict[str, object]:
             "a_seqs": [a.sequence for a in advances], "a_steps": [a.step_name for a in advances],
             "a_added": [a.added for a in advances], "a_owners": [a.owner for a in advances],
             "a_leases": [a.lease_seconds for a in advances]}
+
+
+# A statement that also claims the next Guard's key (a Save's claim_next, a start's claim_on_start)
+# returns the key it inserted under these names, NULL when it inserted none.
+CLAIMED_COLUMNS = """status AS c_status, fingerprint AS c_fingerprint, attempt AS c_attempt, holder AS c_holder,
+    lease_expires_at AS c_lease_expires_at, expires_at AS c_expires_at, created_at AS c_created_at,
+    updated_at AS c_updated_at"""
+
+
+def prefixed(row: Row, prefix: str) -> dict[str, Any]:
+    """The columns a statement returned under a prefix (a function's i_*), by their own names."""
+    return {name[len(prefix):]: row[name] for name in row.keys() if name.startswith(prefix)}
+
+
+def ahead_claim_params(claim: NewClaim | None) -> dict[str, Any]:
+    """claim_params under c_* names (beside an instance's own ns/wf/key), all None without a claim."""
+    if claim is None:
+        return dict.fromkeys(("c_scope", "c_key", "c_fp", "c_holder", "c_lease", "c_ttl"))
+    return {"c_scope": claim.ref.scope, "c_key": claim.ref.key, "c_fp": claim.fingerprint, "c_holder": claim.holder,
+            "c_lease": claim.lease_seconds, "c_ttl": claim.ttl_seconds}
+
+
+def claimed_key_of(d: Dialect, claim: NewClaim | None, row: Row) -> IdempotencyKey | None:
+    """The key a statement's claim inserted (in progress, attempt 1), from its c_* columns; None: none inserted."""
+    if claim is None or row["c_status"] is None:
+        return None
+    return IdempotencyKey(
+        namespace=claim.ref.namespace, scope=claim.ref.scope, key=claim.ref.key, status=KeyStatus(row["c_status"]),
+        fingerprint=row["c_fingerprint"], attempt=row["c_attempt"], holder=row["c_holder"],
+        lease_expires_at=d.time_or_none(row["c_lease_expires_at"]), result_json=None, error_message="",
+        expires_at=d.time(row["c_expires_at"]), created_at=d.time(row["c_created_at"]),
+        updated_at=d.time(row["c_updated_at"]))
 
 
 # start_new_txn's statement; {claim} and {claimed} add the next Guard's key (a start's claim_on_start).
@@ -77,7 +112,7 @@ _START_NEW_AND_CLAIM = _START_NEW.format(
                    greatest(now() + make_interval(secs => %(c_ttl)s), now() + make_interval(secs => %(c_lease)s))
             FROM created
             ON CONFLICT DO NOTHING
-            RETURNING {claimed})""").format(claimed=sql.SQL(core.CLAIMED_COLUMNS)),
+            RETURNING {claimed})""").format(claimed=sql.SQL(CLAIMED_COLUMNS)),
     claimed=sql.SQL(", claimed.*"), join=sql.SQL(" LEFT JOIN claimed ON true"))
 _START_NEW_ONLY = _START_NEW.format(columns=sql.SQL(_COLUMNS), claim=sql.SQL(""), claimed=sql.SQL(""), join=sql.SQL(""))
 
@@ -107,11 +142,11 @@ class InstanceStore(instances.InstanceStore):
         if claim is None:
             cur = await pg(conn).execute(_START_NEW_ONLY, params)
         else:
-            cur = await pg(conn).execute(_START_NEW_AND_CLAIM, {**params, **core.ahead_claim_params(claim)})
+            cur = await pg(conn).execute(_START_NEW_AND_CLAIM, {**params, **ahead_claim_params(claim)})
         row = await cur.fetchone()
         if row is None:
             return None
-        return base.StartedNew(self.record(row), row["current_version"], core.claimed_key_of(DIALECT, claim, row))
+        return base.StartedNew(self.record(row), row["current_version"], claimed_key_of(DIALECT, claim, row))
 
     async def finish_running_txn(self, conn: Conn, ref: InstanceRef, *, status: InstanceStatus, actor: str,
                                  error_message: str = "", result_json: bytes | None = None) -> Instance | None:

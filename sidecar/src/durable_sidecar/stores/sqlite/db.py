@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from ...errors import FailedPrecondition, InvalidArgument, Unavailable
 from .. import core
 from ..base import Conn, Database
+from ..checkpoints import latest_checkpoint_query
 from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect, Runner
 from ..schema import APPLIED_SQL, Migration, load_migrations, require_current
 from .migrate import apply
@@ -88,7 +89,7 @@ DIALECT = Dialect("sqlite", colon_placeholders=True, to_time=from_micros, to_nam
       ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
      AND c.sequence = i.last_sequence""")
 # The newest-checkpoint read as SQLite runs it (tests/sidecar/test_latest_read.py checks its plan).
-LATEST = core.latest_checkpoint_query(DIALECT)
+LATEST = latest_checkpoint_query(DIALECT)
 
 
 def is_transient(exc: BaseException) -> bool:
