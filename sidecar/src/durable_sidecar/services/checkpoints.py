@@ -28,16 +28,16 @@ from ..domain import (
     SavedCheckpoint,
 )
 from ..errors import DomainError, InvalidArgument, NotFound, TooLarge
+from ..memory.states import StateMemory
 from ..stores.base import (
     CheckpointAdvance,
-    CheckpointStore,
     Conn,
     Database,
-    InstanceStore,
     NewCheckpointRow,
 )
 from ..stores.cache import Cache
-from ..stores.state_memory import StateMemory
+from ..stores.checkpoints import CheckpointStore
+from ..stores.instances import InstanceStore
 from ..stores.states import EncodedState
 from .save_paths import OneStatementSaves
 from .save_rules import (

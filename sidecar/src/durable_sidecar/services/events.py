@@ -25,7 +25,8 @@ from ..domain import (
     SignalOutcome,
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound, TooLarge
-from ..stores.base import Conn, Database, InstanceStore
+from ..stores.base import Conn, Database
+from ..stores.instances import InstanceStore
 from ..stores.waits import WaitStore
 from .instance_rows import check_ref, instance_name, locked_instance
 from .recovery import RecoveryService

@@ -32,9 +32,11 @@ from ..domain import (
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
-from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore, SingleClaim
+from ..memory.completed_keys import CompletedKeys
+from ..stores.base import Conn, Database, SingleClaim
 from ..stores.cache import Cache
-from ..stores.completed_keys import CompletedKeys
+from ..stores.idempotency import IdempotencyStore
+from ..stores.instances import InstanceStore
 from .key_replay import CACHE_MARGIN, CompletedKeyReplay
 
 log = logging.getLogger(__name__)

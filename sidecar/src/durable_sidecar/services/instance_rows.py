@@ -6,7 +6,8 @@ from .. import validation
 from ..domain import Instance, InstanceRef
 from ..errors import NotFound
 from ..logs import instance_key_var
-from ..stores.base import Conn, InstanceStore
+from ..stores.base import Conn
+from ..stores.instances import InstanceStore
 
 
 def check_ref(ref: InstanceRef) -> None:

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..domain import Claimed, ClaimOutcome, IdempotencyKey, KeyRef, KeyStatus, NewClaim
+from ..memory.completed_keys import CompletedKeys
 from ..stores.cache import Cache
-from ..stores.completed_keys import CompletedKeys
 
 if TYPE_CHECKING:
     from .idempotency import ClaimItem

@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from .. import validation
 from ..domain import Instance, InstanceRef, InstanceStatus, RunState
 from ..errors import FailedPrecondition
-from ..stores.base import Conn, Database, InstanceStore
+from ..stores.base import Conn, Database
+from ..stores.instances import InstanceStore
 from ..stores.waits import WaitStore
 from .instance_rows import check_ref, instance_name, locked_instance
 

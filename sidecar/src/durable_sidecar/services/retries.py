@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from .. import validation
 from ..domain import Instance, RetryPolicy
 from ..errors import InvalidArgument
-from ..stores.base import Conn, InstanceStore
+from ..stores.base import Conn
+from ..stores.instances import InstanceStore
 from ..stores.waits import WaitStore
 
 log = logging.getLogger(__name__)

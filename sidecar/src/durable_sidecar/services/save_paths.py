@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Protocol
 from .. import failpoints, metrics
 from ..domain import KeyCompleted, NewCheckpoint, NewClaim, SavedCheckpoint
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
-from ..stores.base import BatchSave, CheckpointStore, Conn, Database, NewCheckpointRow, SingleSave, StepSave
-from ..stores.state_memory import StateMemory
+from ..memory.states import StateMemory
+from ..stores.base import BatchSave, Conn, Database, NewCheckpointRow, SingleSave, StepSave
+from ..stores.checkpoints import CheckpointStore
 from ..stores.states import EncodedState
 from .grouping import StatementGroups
 from .save_rules import Premerged, refusal
