@@ -8,10 +8,10 @@
  * description serves versions 1 and 2 makes n8n walk both versions'
  * properties, the ones `@version` hides included. Here each version gets a
  * description with only its own properties, the `@version` conditions decided
- * and removed, the way n8n's VersionedNodeType serves several versions
- * (n8n looks for `nodeVersions` / `getNodeType(version)` on the loaded
- * class). The class keeps its full description and methods, so a workflow
- * saved with version 1 resolves exactly the parameters it did.
+ * and removed. The node class extends n8n's VersionedNodeType, whose
+ * nodeVersions are these descriptions (NodeVersion); it keeps its full
+ * description too, so a workflow saved with version 1 resolves exactly the
+ * parameters it did.
  */
 import type {
 	IDisplayOptions,
@@ -120,6 +120,29 @@ export function propertiesForVersion(
 		if (kept) out.push(kept);
 	}
 	return out;
+}
+
+/**
+ * Version `version` of a node, as n8n loads it: the node's description (every
+ * version, `@version` rules included: the one place a parameter is written)
+ * cut to that version's properties, once when the node is loaded.
+ */
+export function describeVersion(full: INodeTypeDescription, version: number): INodeTypeDescription {
+	return { ...full, version, properties: propertiesForVersion(full.properties, version) };
+}
+
+/**
+ * One version of a node as n8n runs it (a member of a VersionedNodeType's
+ * nodeVersions): its own description, with the node's one execute and methods.
+ * Every version shares them: a workflow saved with any version runs the
+ * router, which picks that version's operations.
+ */
+export class NodeVersion implements INodeType {
+	constructor(
+		readonly description: INodeTypeDescription,
+		readonly execute: NonNullable<INodeType['execute']>,
+		readonly methods: INodeType['methods'],
+	) {}
 }
 
 /** What n8n reads from a node type that serves several versions (duck-typed, as n8n checks it). */

@@ -1,73 +1,62 @@
 /** The Save operation: a batch of checkpoints in one call, with their claims and completions. */
 import {
 	NodeOperationError,
-	type IDataObject,
 	type IExecuteFunctions,
 	type INode,
 	type INodeExecutionData,
 } from 'n8n-workflow';
 
-import { nodeOf } from '../../shared/run-node';
-import { findAheadGuard, instanceClaim, keepAheadAnswer } from '../../shared/claim-ahead';
-import { batched, type NodeError } from '../../shared/batch';
-import {} from '../../shared/credential-test';
-import {} from '../../shared/versions';
-import { longestWait, uncoverableWait, waitsAhead, type WaitAhead } from '../../shared/waits';
+import { findAheadGuard, instanceClaim, type AheadGuard } from '../../../shared/claim-ahead';
+import { batched, type NodeError } from '../../../shared/batch';
+import { longestWait, uncoverableWait, waitsAhead, type WaitAhead } from '../../../shared/waits';
 import {
 	asNodeError,
-	DURABLE_FIELD,
 	errorItem,
 	fieldList,
-	fromJsonBytes,
-	isObject,
 	jsonParameter,
 	pickFields,
 	toJsonBytes,
 	userJson,
-	withDurable,
-} from '../../shared/node-helpers';
+} from '../../../shared/node-helpers';
 import {
-	InstanceStatus,
 	StateMode,
 	type ClaimItem,
-	type Instance,
 	type SaveCheckpointItem,
 	type SidecarClient,
-} from '../../shared/transport';
-import {
-	parameterReader,
-	shareUnchanged,
-	Upstream,
-	type ClaimRef,
-	type Target,
-	nodeParameter,
-} from '../../shared/upstream';
-import type {} from './DurableCheckpointDescription';
+} from '../../../shared/transport';
+import { parameterReader, type ClaimRef, nodeParameter } from '../../../shared/upstream';
+import type { CheckpointRun } from './run';
 
 /** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */
 export const DEFAULT_LEASE_SECONDS = 300;
 
-export function instanceSummary(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
-		lastSequence: inst.lastSequence,
-		lastStep: inst.lastStep,
-		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
-		finishedAt: inst.finishedAt ? inst.finishedAt.toISOString() : null,
-	};
+/** What a version's Save does differently. */
+export interface SaveRules {
+	/** What to Save when the parameter is not given. */
+	defaultSaveWhat: string;
+	/**
+	 * Whether the save follows its instance (version 2): it completes the key claimed upstream,
+	 * saves a step result into the stored state, keeps the instance's lease (a Wait node ahead
+	 * included), claims ahead for the Guard after it and can complete the instance.
+	 */
+	followsInstance: boolean;
+	/** The output item of a saved item. */
+	outputItem: (saved: SavedItem) => INodeExecutionData;
 }
 
-export interface SaveContext {
-	client: SidecarClient;
-	/** This n8n execution (claims made ahead wait under it in this process). */
-	executionId: string;
-	upstream: Upstream;
-	/** The item's instance, and who acts on it (see targetOf). */
-	targetAt: (itemIndex: number) => Target;
+/** One saved item, as the version's output item is built from it. */
+export interface SavedItem {
+	run: CheckpointRun;
+	index: number;
+	sent: PreparedSave;
+	result: SaveCheckpointResult;
+	/** The Idempotency Guard after this Save whose key it claimed ahead, if any. */
+	ahead: AheadGuard | undefined;
 }
+
+export type SaveCheckpointResult = Awaited<
+	ReturnType<SidecarClient['saveCheckpoints']>
+>['results'][number];
 
 /** What one item sends, and what its output item is built from. */
 export interface PreparedSave {
@@ -81,26 +70,26 @@ export interface PreparedSave {
 /** Save: every item in one SaveCheckpoints call (chunked), one output item per input item. */
 export async function saveCheckpoints(
 	ctx: IExecuteFunctions,
-	{ client, executionId, upstream, targetAt }: SaveContext,
+	run: CheckpointRun,
+	rules: SaveRules,
 ): Promise<INodeExecutionData[]> {
-	const items = ctx.getInputData();
-	const node = nodeOf(ctx);
-	const v2 = node.typeVersion >= 2;
+	const { node, items, client, upstream, targetAt } = run;
+	const follows = rules.followsInstance;
 	const out: INodeExecutionData[] = [];
 	// Plain parameters are read once per run; expressions per item.
 	const stepNameOf = parameterReader(ctx, 'stepName', '');
-	const saveWhatOf = parameterReader(ctx, 'saveWhat', v2 ? 'stepResult' : 'item');
+	const saveWhatOf = parameterReader(ctx, 'saveWhat', rules.defaultSaveWhat);
 	const fieldsOf = parameterReader(ctx, 'fields', '');
 	const leaseOf = parameterReader<number>(ctx, 'options.leaseSeconds', 0);
 	// n8n treats an undefined fallback as "required": '' marks "option not added".
 	const expectedOf = parameterReader<number | string>(ctx, 'options.expectedSequence', '');
 	const completeClaimed =
-		v2 && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean);
+		follows && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean);
 	const completeInstanceOf = parameterReader<boolean>(ctx, 'options.completeInstance', false);
-	// v2: the Idempotency Guard right after this Save, whose key this call claims ahead.
-	const ahead = v2 ? findAheadGuard(ctx, { onlyChild: false }) : undefined;
-	// v2: an n8n Wait node after this Save; the renewal then covers the wait too (shared/waits).
-	const wait = v2 ? longestWait(waitsAhead(ctx)) : undefined;
+	// The Idempotency Guard right after this Save, whose key this call claims ahead.
+	const ahead = follows ? findAheadGuard(ctx, { onlyChild: false }) : undefined;
+	// An n8n Wait node after this Save; the renewal then covers the wait too (shared/waits).
+	const wait = follows ? longestWait(waitsAhead(ctx)) : undefined;
 	const claimedAhead = new Set<string>();
 
 	const prepared = new Map<number, PreparedSave>();
@@ -117,7 +106,9 @@ export async function saveCheckpoints(
 			}
 			const saveWhat = saveWhatOf(i) as string;
 			const claim: ClaimRef | undefined =
-				v2 && (completeClaimed || saveWhat === 'stepResult') ? upstream.claim(i, item) : undefined;
+				follows && (completeClaimed || saveWhat === 'stepResult')
+					? upstream.claim(i, item)
+					: undefined;
 			let state: unknown;
 			if (saveWhat === 'stepResult') {
 				// Done Before: the side effect ran earlier; its replayed result is the step's result.
@@ -154,8 +145,8 @@ export async function saveCheckpoints(
 					: undefined;
 			const target = targetAt(i);
 			const { workflowId, instanceKey } = target;
-			const completeInstance = v2 && completeInstanceOf(i) === true;
-			const leaseSeconds = v2
+			const completeInstance = follows && completeInstanceOf(i) === true;
+			const leaseSeconds = follows
 				? ((upstream.instance(i, item) ?? upstream.callerInstance())?.leaseSeconds ?? 0)
 				: 0;
 			let claimNext: ClaimItem | undefined;
@@ -183,7 +174,7 @@ export async function saveCheckpoints(
 					leaseSeconds: completeInstance
 						? leaseOf(i)
 						: renewalFor(node, leaseOf(i), leaseSeconds, wait, i),
-					stateMode: !v2
+					stateMode: !follows
 						? StateMode.STATE_MODE_UNSPECIFIED
 						: saveWhat === 'stepResult'
 							? StateMode.STATE_MODE_ADD_STEP_RESULT
@@ -222,63 +213,9 @@ export async function saveCheckpoints(
 			continue;
 		}
 		if (!result || !result.ok) continue;
-		const cp = result.value.checkpoint;
-		const sent = prepared.get(i)!;
-		const stepName = cp?.stepName ?? sent.request.stepName;
-		if (!v2) {
-			out.push(
-				withDurable(
-					items[i],
-					{
-						workflowId: sent.request.workflowId,
-						instanceKey: sent.request.instanceKey,
-						lastSequence: cp?.sequence ?? 0,
-						lastStep: stepName,
-						checkpoint: {
-							sequence: cp?.sequence ?? 0,
-							stepName,
-							sha256: cp?.sha256 ?? '',
-							sizeBytes: cp?.sizeBytes ?? 0,
-							deduplicated: result.value.deduplicated,
-							createdAt: cp?.createdAt ? cp.createdAt.toISOString() : null,
-						},
-					},
-					i,
-				),
-			);
-			continue;
-		}
-		// v2: the item becomes the instance's state as stored, so the next node
-		// sees the start fields and every step's result; the metadata stays small.
-		const stored =
-			sent.request.stateMode === StateMode.STATE_MODE_ADD_STEP_RESULT
-				? fromJsonBytes(result.value.stateJson)
-				: sent.state;
-		const json: IDataObject = isObject(stored)
-			? { ...stored }
-			: { state: (stored ?? null) as IDataObject[string] };
-		// Unchanged fields keep the objects the item came with (a small execution record).
-		shareUnchanged(json, (upstream.claimItem(i, items[i]) ?? items[i]).json, DURABLE_FIELD);
-		const meta: IDataObject = {
-			workflowId: sent.request.workflowId,
-			instanceKey: sent.request.instanceKey,
-			leaseSeconds: sent.leaseSeconds,
-			lastStep: stepName,
-			lastSequence: cp?.sequence ?? 0,
-			deduplicated: result.value.deduplicated,
-		};
-		const completed = result.value.completedKey;
-		if (completed) meta.completedKey = { scope: completed.scope, key: completed.key };
-		const finished = result.value.completedInstance;
-		if (finished) {
-			// As the Complete Instance operation says it.
-			const summary = instanceSummary(finished);
-			meta.status = summary.status;
-			meta.finishedAt = summary.finishedAt;
-		}
-		if (ahead) keepAheadAnswer(ahead, executionId, result.value.nextClaim);
-		json[DURABLE_FIELD] = meta;
-		out.push({ json, binary: items[i].binary, pairedItem: { item: i } });
+		out.push(
+			rules.outputItem({ run, index: i, sent: prepared.get(i)!, result: result.value, ahead }),
+		);
 	}
 	return out;
 }
