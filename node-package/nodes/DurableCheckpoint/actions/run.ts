@@ -7,17 +7,18 @@ import {
 	type INodeExecutionData,
 } from 'n8n-workflow';
 
-import { perItem, type NodeError } from '../../../shared/batch';
+import { perItem, settledItems, type NodeError } from '../../../shared/batch';
 import {
 	asNodeError,
-	errorItem,
 	executionIdOf,
+	instanceStatusName,
+	isoTime,
 	sidecarFor,
 	UNIT_SECONDS,
 	workflowIdOf,
 } from '../../../shared/node-helpers';
 import { nodeOf } from '../../../shared/run-node';
-import { InstanceStatus, type Instance, type SidecarClient } from '../../../shared/transport';
+import type { Instance, SidecarClient } from '../../../shared/transport';
 import { nodeParameter, Upstream, type Target } from '../../../shared/upstream';
 
 export interface CheckpointRun {
@@ -92,17 +93,7 @@ export async function perInstance(
 		if (target instanceof Error) throw target;
 		return await call(i, target);
 	});
-	const out: INodeExecutionData[] = [];
-	for (let i = 0; i < items.length; i++) {
-		const result = settled[i];
-		if (!result.ok) {
-			if (!ctx.continueOnFail()) throw result.error;
-			out.push(errorItem(items[i], result.error, i));
-			continue;
-		}
-		if (result.value) out.push(result.value);
-	}
-	return out;
+	return settledItems(ctx, items, settled, (value) => value);
 }
 
 /** The Date and Time parameter as a time. */
@@ -136,10 +127,10 @@ export function instanceSummary(inst: Instance | undefined): IDataObject {
 	return {
 		workflowId: inst.workflowId,
 		instanceKey: inst.instanceKey,
-		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		status: instanceStatusName(inst),
 		lastSequence: inst.lastSequence,
 		lastStep: inst.lastStep,
-		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
-		finishedAt: inst.finishedAt ? inst.finishedAt.toISOString() : null,
+		wakeAt: isoTime(inst.wakeAt),
+		finishedAt: isoTime(inst.finishedAt),
 	};
 }

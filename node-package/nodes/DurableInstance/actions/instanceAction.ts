@@ -2,9 +2,9 @@
 import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
 import { GrpcStatus } from '../../../shared/errors';
-import { runStateName } from '../../../shared/node-helpers';
+import { instanceStatusName, runStateName } from '../../../shared/node-helpers';
 import type { Instance } from '../../../shared/transport';
-import { callPerItem, statusName, type InstanceRun } from './run';
+import { callPerItem, type InstanceRun } from './run';
 
 const ACTION_HINTS: Partial<Record<number, string>> = {
 	[GrpcStatus.NOT_FOUND]:
@@ -51,7 +51,7 @@ function instanceJson(inst: Instance | undefined): IDataObject {
 	return {
 		workflowId: inst.workflowId,
 		instanceKey: inst.instanceKey,
-		status: statusName(inst),
+		status: instanceStatusName(inst),
 		runState: runStateName(inst),
 		lastStep: inst.lastStep,
 		attempt: inst.attempt,

@@ -7,16 +7,10 @@ import {
 	type INodeExecutionData,
 } from 'n8n-workflow';
 
-import { perItem, type NodeError } from '../../../shared/batch';
+import { perItem, settledItems, type NodeError } from '../../../shared/batch';
 import { businessKey } from '../../../shared/door';
-import {
-	asNodeError,
-	errorItem,
-	executionIdOf,
-	sidecarFor,
-	workflowIdOf,
-} from '../../../shared/node-helpers';
-import { InstanceStatus, type Instance, type SidecarClient } from '../../../shared/transport';
+import { asNodeError, executionIdOf, sidecarFor, workflowIdOf } from '../../../shared/node-helpers';
+import type { SidecarClient } from '../../../shared/transport';
 
 export type Operation = 'signal' | 'retry' | 'resume' | 'cancel';
 
@@ -112,24 +106,11 @@ export async function callPerItem(
 		8,
 		hints,
 	);
-	const out: INodeExecutionData[] = [];
-	for (let i = 0; i < items.length; i++) {
-		const result = settled[i];
-		if (!result.ok) {
-			if (!ctx.continueOnFail()) throw result.error;
-			out.push(errorItem(items[i], result.error, i));
-			continue;
-		}
-		out.push({
-			json: { ...items[i].json, ...result.value },
+	return [
+		settledItems(ctx, items, settled, (answer, i) => ({
+			json: { ...items[i].json, ...answer },
 			binary: items[i].binary,
 			pairedItem: { item: i },
-		});
-	}
-	return [out];
-}
-
-export function statusName(inst: Instance | undefined): string {
-	if (!inst) return 'unknown';
-	return InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown';
+		})),
+	];
 }

@@ -6,12 +6,13 @@ import { GrpcStatus } from '../../../shared/errors';
 import {
 	eventJson,
 	jsonParameter,
+	instanceStatusName,
 	runStateName,
 	toJsonBytes,
 	userJson,
 } from '../../../shared/node-helpers';
 import { SignalOutcome } from '../../../shared/transport';
-import { callPerItem, statusName, type InstanceRun } from './run';
+import { callPerItem, type InstanceRun } from './run';
 
 /** Identifiers the sidecar takes are 1 to 255 characters. */
 const MAX_ID = 255;
@@ -67,7 +68,7 @@ export async function execute(
 					instanceKey,
 					eventName,
 					dedupeId,
-					instanceStatus: statusName(inst),
+					instanceStatus: instanceStatusName(inst),
 					runState: runStateName(inst),
 					event: eventJson(response.event),
 				},

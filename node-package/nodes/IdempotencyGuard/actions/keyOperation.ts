@@ -1,8 +1,8 @@
 /** Record Result and Release: one call per item on the key its Claim took. */
 import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } from 'n8n-workflow';
 
-import { perItem } from '../../../shared/batch';
-import { errorItem, IDEMPOTENCY_FIELD, isObject } from '../../../shared/node-helpers';
+import { perItem, settledItems } from '../../../shared/batch';
+import { IDEMPOTENCY_FIELD, isObject } from '../../../shared/node-helpers';
 import type { IdempotencyKey } from '../../../shared/transport';
 import { nodeParameter, noteGuardRun } from '../../../shared/upstream';
 import { withIdempotency, type GuardRun } from './run';
@@ -26,16 +26,9 @@ export async function onClaimedKeys(
 	const settled = await perItem(ctx, client, action, items.length, async (i) => {
 		return await call(i, claimedKey(ctx, run, i));
 	});
-	const out: INodeExecutionData[] = [];
-	for (let i = 0; i < items.length; i++) {
-		const result = settled[i];
-		if (!result.ok) {
-			if (!ctx.continueOnFail()) throw result.error;
-			out.push(errorItem(items[i], result.error, i));
-			continue;
-		}
-		out.push(withIdempotency(items[i], { ...version.keyMeta(result.value), outcome }, i));
-	}
+	const out = settledItems(ctx, items, settled, (key, i) =>
+		withIdempotency(items[i], { ...version.keyMeta(key), outcome }, i),
+	);
 	noteGuardRun(executionId, node.name, [out]);
 	return [out];
 }

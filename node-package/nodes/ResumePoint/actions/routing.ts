@@ -16,12 +16,12 @@ import {
 	durableOf,
 	eventJson,
 	fromJsonBytes,
+	instanceStatusName,
 	isObject,
 	runStateName,
 } from '../../../shared/node-helpers';
 import { nodeOf } from '../../../shared/run-node';
 import {
-	InstanceStatus,
 	ResumeReason,
 	StartOutcome,
 	type Instance,
@@ -44,7 +44,7 @@ export function smallInstanceMeta(inst: Instance | undefined): IDataObject {
 	return {
 		workflowId: inst.workflowId,
 		instanceKey: inst.instanceKey,
-		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		status: instanceStatusName(inst),
 		leaseSeconds: inst.leaseSeconds,
 		lastStep: inst.lastStep,
 		lastSequence: inst.lastSequence,

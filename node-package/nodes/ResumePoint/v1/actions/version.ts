@@ -1,8 +1,8 @@
 /** Version 1: the whole instance in the metadata, the saved state alone restored, no delivery check. */
 import type { IDataObject } from 'n8n-workflow';
 
-import { fromJsonBytes } from '../../../../shared/node-helpers';
-import { InstanceStatus, type Instance } from '../../../../shared/transport';
+import { fromJsonBytes, instanceStatusName, isoTime } from '../../../../shared/node-helpers';
+import type { Instance } from '../../../../shared/transport';
 import type { ResumeVersion } from '../../actions/version';
 import { outcomeName } from '../../actions/routing';
 
@@ -24,7 +24,7 @@ export const version1: ResumeVersion = {
 						stepName: latest.stepName,
 						sha256: latest.sha256,
 						executionId: latest.executionId,
-						createdAt: latest.createdAt ? latest.createdAt.toISOString() : null,
+						createdAt: isoTime(latest.createdAt),
 					},
 				}
 			: {},
@@ -35,15 +35,15 @@ function instanceMeta(inst: Instance | undefined): IDataObject {
 	return {
 		workflowId: inst.workflowId,
 		instanceKey: inst.instanceKey,
-		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
+		status: instanceStatusName(inst),
 		boundVersion: inst.boundVersion,
 		versionLabel: inst.versionLabel,
 		lastSequence: inst.lastSequence,
 		lastStep: inst.lastStep,
 		resumeCount: inst.resumeCount,
 		leaseOwner: inst.leaseOwner,
-		leaseExpiresAt: inst.leaseExpiresAt ? inst.leaseExpiresAt.toISOString() : null,
-		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
-		createdAt: inst.createdAt ? inst.createdAt.toISOString() : null,
+		leaseExpiresAt: isoTime(inst.leaseExpiresAt),
+		wakeAt: isoTime(inst.wakeAt),
+		createdAt: isoTime(inst.createdAt),
 	};
 }
