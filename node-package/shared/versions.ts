@@ -13,12 +13,18 @@
  * description too, so a workflow saved with version 1 resolves exactly the
  * parameters it did.
  */
-import type {
-	IDisplayOptions,
-	INodeProperties,
-	INodeType,
-	INodeTypeDescription,
+import {
+	VersionedNodeType,
+	type IDisplayOptions,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+	type INodeProperties,
+	type INodeType,
+	type INodeTypeDescription,
+	type IVersionedNodeType,
 } from 'n8n-workflow';
+
+import { sidecarNodeMethods } from './credential-test';
 
 type Condition = NonNullable<IDisplayOptions['show']>[string];
 
@@ -143,4 +149,32 @@ export class NodeVersion implements INodeType {
 		readonly execute: NonNullable<INodeType['execute']>,
 		readonly methods: INodeType['methods'],
 	) {}
+}
+
+/** A node's one execute, as the tests and n8n call it. */
+type NodeExecute = (this: IExecuteFunctions) => Promise<INodeExecutionData[][]>;
+
+/**
+ * A node of several versions (n8n's VersionedNodeType) whose versions share
+ * one execute and the sidecar credential test. It keeps the full description
+ * (every version's parameters, `@version` rules included), which each
+ * version's own is cut from; the execute and methods stay on it for callers
+ * that hold the node itself rather than one of its versions.
+ */
+export class VersionedSidecarNode extends VersionedNodeType {
+	description: INodeTypeDescription;
+
+	readonly execute: NodeExecute;
+
+	readonly methods = sidecarNodeMethods;
+
+	constructor(
+		description: INodeTypeDescription,
+		execute: NodeExecute,
+		nodeVersions: IVersionedNodeType['nodeVersions'],
+	) {
+		super(nodeVersions, description);
+		this.description = description;
+		this.execute = execute;
+	}
 }

@@ -392,10 +392,7 @@ export const durableCheckpointProperties: INodeProperties[] = [
 	},
 ];
 
-/**
- * The node's description, every version's parameters with their `@version`
- * rules: each version's own description is cut from it (v1/, v2/).
- */
+/** What n8n is given for the Durable Checkpoint: the parameters of versions 1 and 2 together; v1/ and v2/ cut their own from it. */
 export const durableCheckpointDescription: INodeTypeDescription = {
 	displayName: 'Durable Checkpoint',
 	name: 'durableCheckpoint',

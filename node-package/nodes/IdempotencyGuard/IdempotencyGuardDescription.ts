@@ -288,10 +288,7 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 	},
 ];
 
-/**
- * The node's description, every version's parameters with their `@version`
- * rules: each version's own description is cut from it (v1/, v2/).
- */
+/** The Idempotency Guard as a whole, versions 1, 2 and 2.1 in one list of parameters (each version's own description is cut from it in v1/ and v2/). */
 export const idempotencyGuardDescription: INodeTypeDescription = {
 	displayName: 'Idempotency Guard',
 	name: 'idempotencyGuard',

@@ -1,7 +1,5 @@
 /** The Resume Point: one class per version (v1/, v2/ for 2 and 2.1), its operation in actions/. */
-import { VersionedNodeType, type INodeTypeDescription } from 'n8n-workflow';
-
-import { sidecarNodeMethods } from '../../shared/credential-test';
+import { VersionedSidecarNode } from '../../shared/versions';
 import { router } from './actions/router';
 import { resumePointDescription } from './ResumePointDescription';
 import { ResumePointV1 } from './v1/ResumePointV1.node';
@@ -15,19 +13,12 @@ export {
 	OUTPUT_START,
 } from './actions/routing';
 
-export class ResumePoint extends VersionedNodeType {
-	/** Every version's parameters, `@version` rules included: what each version's own is cut from. */
-	description: INodeTypeDescription = resumePointDescription;
-
-	/** Each version runs the router; the node keeps it for callers that hold the node itself. */
-	readonly execute = router;
-
-	readonly methods = sidecarNodeMethods;
-
+export class ResumePoint extends VersionedSidecarNode {
 	constructor() {
-		super(
-			{ 1: new ResumePointV1(), 2: new ResumePointV2(2), 2.1: new ResumePointV2(2.1) },
-			resumePointDescription,
-		);
+		super(resumePointDescription, router, {
+			1: new ResumePointV1(),
+			2: new ResumePointV2(2),
+			2.1: new ResumePointV2(2.1),
+		});
 	}
 }

@@ -255,10 +255,7 @@ export const resumePointProperties: INodeProperties[] = [
 	},
 ];
 
-/**
- * The node's description, every version's parameters with their `@version`
- * rules: each version's own description is cut from it (v1/, v2/).
- */
+/** All of the Resume Point: every parameter of 1, 2 and 2.1 under its `@version` rule, the source of the descriptions in v1/ and v2/. */
 export const resumePointDescription: INodeTypeDescription = {
 	displayName: 'Resume Point',
 	name: 'resumePoint',

@@ -1,26 +1,19 @@
 /** Wait for Event: the instance parks until its event arrives (or its timeout passes). */
-import {
-	NodeOperationError,
-	type IDataObject,
-	type IExecuteFunctions,
-	type INodeExecutionData,
-} from 'n8n-workflow';
+import { NodeOperationError, type IDataObject, type IExecuteFunctions } from 'n8n-workflow';
 
 import { DURABLE_FIELD, eventJson, isObject, typeName } from '../../../shared/node-helpers';
 import { nodeOf } from '../../../shared/run-node';
 import { AwaitOutcome } from '../../../shared/transport';
 import { nodeParameter } from '../../../shared/upstream';
 import { instanceSummary, perInstance, secondsOf, timeOf, type CheckpointRun } from './run';
+import type { OperationFn } from './operations';
 
 type Timeout =
 	| { $case: 'deadline'; value: Date }
 	| { $case: 'timeoutSeconds'; value: number }
 	| undefined;
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: CheckpointRun,
-): Promise<INodeExecutionData[]> {
+export const execute: OperationFn = async (ctx, run) => {
 	const { node, items, client } = run;
 	// An instance that waits comes back through the Resume Point before this node when its
 	// event arrives or its wait times out: refuse now, while nothing is parked, if that
@@ -61,10 +54,14 @@ export async function execute(
 		};
 		return { json, binary: items[i].binary, pairedItem: { item: i } };
 	});
-}
+};
 
 /** The wait's timeout: none, a time, or a duration of at least a second. */
-function timeoutOf(ctx: IExecuteFunctions, { node }: CheckpointRun, i: number): Timeout {
+function timeoutOf(
+	ctx: IExecuteFunctions,
+	{ node }: Pick<CheckpointRun, 'node'>,
+	i: number,
+): Timeout {
 	const when = nodeParameter(ctx, 'resumeWhen', i, 'never') as string;
 	if (when === 'at') {
 		return {

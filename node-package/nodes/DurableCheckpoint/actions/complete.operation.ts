@@ -1,14 +1,10 @@
 /** Complete Instance: the instance is finished, with a result when one is given. */
-import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
-
 import { jsonParameter, toJsonBytes, userJson, withDurable } from '../../../shared/node-helpers';
 import { nodeParameter } from '../../../shared/upstream';
-import { instanceSummary, perInstance, type CheckpointRun } from './run';
+import { instanceSummary, perInstance } from './run';
+import type { OperationFn } from './operations';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: CheckpointRun,
-): Promise<INodeExecutionData[]> {
+export const execute: OperationFn = async (ctx, run) => {
 	const { node, items, client } = run;
 	return await perInstance(ctx, run, 'Completing the instance', async (i, target) => {
 		const what = nodeParameter(ctx, 'resultWhat', i, 'none') as string;
@@ -24,4 +20,4 @@ export async function execute(
 		});
 		return withDurable(items[i], instanceSummary(response.instance), i);
 	});
-}
+};

@@ -1,14 +1,12 @@
 /** Fail Instance: the instance ends failed with a reason, or is retried per its policy. */
-import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } from 'n8n-workflow';
+import { NodeOperationError } from 'n8n-workflow';
 
 import { withDurable } from '../../../shared/node-helpers';
 import { nodeParameter } from '../../../shared/upstream';
-import { instanceSummary, perInstance, type CheckpointRun } from './run';
+import { instanceSummary, perInstance } from './run';
+import type { OperationFn } from './operations';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: CheckpointRun,
-): Promise<INodeExecutionData[]> {
+export const execute: OperationFn = async (ctx, run) => {
 	const { node, items, client } = run;
 	return await perInstance(ctx, run, 'Failing the instance', async (i, target) => {
 		const message = (nodeParameter(ctx, 'errorMessage', i, '') as string).trim();
@@ -25,4 +23,4 @@ export async function execute(
 		});
 		return withDurable(items[i], instanceSummary(response.instance), i);
 	});
-}
+};

@@ -1,11 +1,6 @@
 /** What every Durable Checkpoint operation works with: the client, the items and how to find each item's instance. */
-import {
-	NodeOperationError,
-	type IDataObject,
-	type IExecuteFunctions,
-	type INode,
-	type INodeExecutionData,
-} from 'n8n-workflow';
+import { NodeOperationError } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
 import { perItem, settledItems, type NodeError } from '../../../shared/batch';
 import {

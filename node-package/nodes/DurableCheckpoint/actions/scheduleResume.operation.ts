@@ -1,14 +1,10 @@
 /** Schedule Resume: a durable wake-up of the instance, at a time or after a delay. */
-import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
-
 import { withDurable } from '../../../shared/node-helpers';
 import { nodeParameter } from '../../../shared/upstream';
-import { instanceSummary, perInstance, secondsOf, timeOf, type CheckpointRun } from './run';
+import { instanceSummary, perInstance, secondsOf, timeOf } from './run';
+import type { OperationFn } from './operations';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: CheckpointRun,
-): Promise<INodeExecutionData[]> {
+export const execute: OperationFn = async (ctx, run) => {
 	const { node, items, client } = run;
 	return await perInstance(ctx, run, 'Scheduling the resume', async (i, target) => {
 		const when = nodeParameter(ctx, 'resumeWhen', i, 'after') as string;
@@ -24,4 +20,4 @@ export async function execute(
 		});
 		return withDurable(items[i], instanceSummary(response.instance), i);
 	});
-}
+};

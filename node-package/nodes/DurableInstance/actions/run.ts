@@ -1,11 +1,6 @@
 /** What every Durable Instance operation works with: the items, the client and how to read an item's target. */
-import {
-	NodeOperationError,
-	type IDataObject,
-	type IExecuteFunctions,
-	type INode,
-	type INodeExecutionData,
-} from 'n8n-workflow';
+import { NodeOperationError } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
 import { perItem, settledItems, type NodeError } from '../../../shared/batch';
 import { businessKey } from '../../../shared/door';

@@ -1,11 +1,6 @@
 /** What every Idempotency Guard operation works with, and what a version does its own way. */
-import {
-	NodeOperationError,
-	type IDataObject,
-	type IExecuteFunctions,
-	type INode,
-	type INodeExecutionData,
-} from 'n8n-workflow';
+import { NodeOperationError } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
 import type { AheadAnswer } from '../../../shared/claim-ahead';
 import {

@@ -1,20 +1,17 @@
 /** Save, version 1: the item goes on as it came, with the checkpoint's metadata under durable. */
-import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+import type { INodeExecutionData } from 'n8n-workflow';
 
 import { withDurable } from '../../../../shared/node-helpers';
-import type { CheckpointRun } from '../../actions/run';
 import { saveCheckpoints, type SavedItem } from '../../actions/save';
+import type { OperationFn } from '../../actions/operations';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: CheckpointRun,
-): Promise<INodeExecutionData[]> {
+export const execute: OperationFn = async (ctx, run) => {
 	return await saveCheckpoints(ctx, run, {
 		defaultSaveWhat: 'item',
 		followsInstance: false,
 		outputItem,
 	});
-}
+};
 
 function outputItem({ run, index, sent, result }: SavedItem): INodeExecutionData {
 	const cp = result.checkpoint;

@@ -2,25 +2,23 @@
  * Save, version 2: the item becomes the instance's state as stored, so the next node
  * sees the start fields and every step's result; the metadata stays small.
  */
-import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+import type { IDataObject, INodeExecutionData } from 'n8n-workflow';
 
 import { keepAheadAnswer } from '../../../../shared/claim-ahead';
 import { DURABLE_FIELD, fromJsonBytes, isObject } from '../../../../shared/node-helpers';
 import { StateMode } from '../../../../shared/transport';
 import { shareUnchanged } from '../../../../shared/upstream';
-import { instanceSummary, type CheckpointRun } from '../../actions/run';
+import { instanceSummary } from '../../actions/run';
 import { saveCheckpoints, type SavedItem } from '../../actions/save';
+import type { OperationFn } from '../../actions/operations';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: CheckpointRun,
-): Promise<INodeExecutionData[]> {
+export const execute: OperationFn = async (ctx, run) => {
 	return await saveCheckpoints(ctx, run, {
 		defaultSaveWhat: 'stepResult',
 		followsInstance: true,
 		outputItem,
 	});
-}
+};
 
 function outputItem({ run, index: i, sent, result, ahead }: SavedItem): INodeExecutionData {
 	const { items, upstream, executionId } = run;
