@@ -259,6 +259,23 @@ export function instanceStatusName(inst: Instance | undefined): string {
 	return InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown';
 }
 
+/**
+ * An instance as an item carries it: which one and its status, then `more` of its
+ * fields; nothing without an instance.
+ */
+export function instanceFields(
+	inst: Instance | undefined,
+	more: (inst: Instance) => IDataObject,
+): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: instanceStatusName(inst),
+		...more(inst),
+	};
+}
+
 /** A time as items carry it: ISO text, or null when there is none. */
 export function isoTime(at: Date | undefined): string | null {
 	return at ? at.toISOString() : null;

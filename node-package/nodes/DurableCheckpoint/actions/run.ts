@@ -6,7 +6,7 @@ import { perItem, settledItems, type NodeError } from '../../../shared/batch';
 import {
 	asNodeError,
 	executionIdOf,
-	instanceStatusName,
+	instanceFields,
 	isoTime,
 	sidecarFor,
 	UNIT_SECONDS,
@@ -117,15 +117,10 @@ export function secondsOf(ctx: IExecuteFunctions, node: INode, i: number): numbe
 }
 
 /** The instance as the item's durable field says it. */
-export function instanceSummary(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: instanceStatusName(inst),
-		lastSequence: inst.lastSequence,
-		lastStep: inst.lastStep,
-		wakeAt: isoTime(inst.wakeAt),
-		finishedAt: isoTime(inst.finishedAt),
-	};
-}
+export const instanceSummary = (inst: Instance | undefined): IDataObject =>
+	instanceFields(inst, (i) => ({
+		lastSequence: i.lastSequence,
+		lastStep: i.lastStep,
+		wakeAt: isoTime(i.wakeAt),
+		finishedAt: isoTime(i.finishedAt),
+	}));

@@ -1,14 +1,8 @@
 /** Cancel: an unfinished instance ends, cancelled. */
-import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
-
 import { instanceAction } from './instanceAction';
-import type { InstanceRun } from './run';
+import type { InstanceOperation } from './run';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: InstanceRun,
-): Promise<INodeExecutionData[][]> {
-	return await instanceAction(ctx, run, 'cancel', 'Cancelling the instance', (request) =>
-		run.client.cancelInstance(request),
+export const execute: InstanceOperation = async (ctx, run) =>
+	await instanceAction(ctx, run, 'cancel', 'Cancelling the instance', (r) =>
+		run.client.cancelInstance(r),
 	);
-}

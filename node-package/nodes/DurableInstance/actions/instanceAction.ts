@@ -2,7 +2,7 @@
 import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
 import { GrpcStatus } from '../../../shared/errors';
-import { instanceStatusName, runStateName } from '../../../shared/node-helpers';
+import { instanceFields, runStateName } from '../../../shared/node-helpers';
 import type { Instance } from '../../../shared/transport';
 import { callPerItem, type InstanceRun } from './run';
 
@@ -46,16 +46,11 @@ export async function instanceAction(
 }
 
 /** The instance as the action left it. */
-function instanceJson(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: instanceStatusName(inst),
-		runState: runStateName(inst),
-		lastStep: inst.lastStep,
-		attempt: inst.attempt,
-		errorMessage: inst.errorMessage,
-		lastError: inst.lastError,
-	};
-}
+const instanceJson = (inst: Instance | undefined): IDataObject =>
+	instanceFields(inst, (i) => ({
+		runState: runStateName(i),
+		lastStep: i.lastStep,
+		attempt: i.attempt,
+		errorMessage: i.errorMessage,
+		lastError: i.lastError,
+	}));

@@ -1,14 +1,8 @@
 /** Resume: a suspended or waiting instance goes on now. */
-import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
-
 import { instanceAction } from './instanceAction';
-import type { InstanceRun } from './run';
+import type { InstanceOperation } from './run';
 
-export async function execute(
-	ctx: IExecuteFunctions,
-	run: InstanceRun,
-): Promise<INodeExecutionData[][]> {
-	return await instanceAction(ctx, run, 'resume', 'Resuming the instance', (request) =>
-		run.client.resumeInstance(request),
+export const execute: InstanceOperation = async (ctx, run) =>
+	await instanceAction(ctx, run, 'resume', 'Resuming the instance', (r) =>
+		run.client.resumeInstance(r),
 	);
-}

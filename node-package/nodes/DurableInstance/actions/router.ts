@@ -4,13 +4,10 @@ import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 import { execute as cancel } from './cancel.operation';
 import { execute as resume } from './resume.operation';
 import { execute as retry } from './retry.operation';
-import { runOf, type InstanceRun, type Operation } from './run';
+import { runOf, type InstanceOperation, type Operation } from './run';
 import { execute as signal } from './signal.operation';
 
-const operations: Record<
-	Operation,
-	(ctx: IExecuteFunctions, run: InstanceRun) => Promise<INodeExecutionData[][]>
-> = { signal, retry, resume, cancel };
+const operations: Record<Operation, InstanceOperation> = { signal, retry, resume, cancel };
 
 export async function router(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 	if (this.getInputData().length === 0) return [[]];

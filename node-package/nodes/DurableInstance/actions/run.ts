@@ -24,6 +24,12 @@ export interface InstanceRun {
 	target: (i: number) => { workflowId: string; instanceKey: string };
 }
 
+/** One of the node's operations, on all items. */
+export type InstanceOperation = (
+	ctx: IExecuteFunctions,
+	run: InstanceRun,
+) => Promise<INodeExecutionData[][]>;
+
 /** An item's call, prepared: what it puts on its output item. */
 export type PreparedCall = () => Promise<IDataObject>;
 

@@ -16,7 +16,7 @@ import {
 	durableOf,
 	eventJson,
 	fromJsonBytes,
-	instanceStatusName,
+	instanceFields,
 	isObject,
 	runStateName,
 } from '../../../shared/node-helpers';
@@ -39,19 +39,14 @@ export const FIXED_OUTPUTS = 4;
 type StateMerge = 'merge' | 'replace' | 'field';
 
 /** Version 2 keeps the item's metadata small: what later nodes and authors use. */
-export function smallInstanceMeta(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: instanceStatusName(inst),
-		leaseSeconds: inst.leaseSeconds,
-		lastStep: inst.lastStep,
-		lastSequence: inst.lastSequence,
-		resumeCount: inst.resumeCount,
-		boundVersion: inst.boundVersion,
-	};
-}
+export const smallInstanceMeta = (inst: Instance | undefined): IDataObject =>
+	instanceFields(inst, (i) => ({
+		leaseSeconds: i.leaseSeconds,
+		lastStep: i.lastStep,
+		lastSequence: i.lastSequence,
+		resumeCount: i.resumeCount,
+		boundVersion: i.boundVersion,
+	}));
 
 export function outcomeName(outcome: StartOutcome): string {
 	return (StartOutcome[outcome] ?? 'UNSPECIFIED').replace('START_OUTCOME_', '').toLowerCase();

@@ -1,7 +1,7 @@
 /** Version 1: the whole instance in the metadata, the saved state alone restored, no delivery check. */
 import type { IDataObject } from 'n8n-workflow';
 
-import { fromJsonBytes, instanceStatusName, isoTime } from '../../../../shared/node-helpers';
+import { fromJsonBytes, instanceFields, isoTime } from '../../../../shared/node-helpers';
 import type { Instance } from '../../../../shared/transport';
 import type { ResumeVersion } from '../../actions/version';
 import { outcomeName } from '../../actions/routing';
@@ -30,20 +30,15 @@ export const version1: ResumeVersion = {
 			: {},
 };
 
-function instanceMeta(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: instanceStatusName(inst),
-		boundVersion: inst.boundVersion,
-		versionLabel: inst.versionLabel,
-		lastSequence: inst.lastSequence,
-		lastStep: inst.lastStep,
-		resumeCount: inst.resumeCount,
-		leaseOwner: inst.leaseOwner,
-		leaseExpiresAt: isoTime(inst.leaseExpiresAt),
-		wakeAt: isoTime(inst.wakeAt),
-		createdAt: isoTime(inst.createdAt),
-	};
-}
+const instanceMeta = (inst: Instance | undefined): IDataObject =>
+	instanceFields(inst, (i) => ({
+		boundVersion: i.boundVersion,
+		versionLabel: i.versionLabel,
+		lastSequence: i.lastSequence,
+		lastStep: i.lastStep,
+		resumeCount: i.resumeCount,
+		leaseOwner: i.leaseOwner,
+		leaseExpiresAt: isoTime(i.leaseExpiresAt),
+		wakeAt: isoTime(i.wakeAt),
+		createdAt: isoTime(i.createdAt),
+	}));
