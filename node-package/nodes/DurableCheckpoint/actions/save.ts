@@ -67,126 +67,54 @@ export interface PreparedSave {
 	leaseSeconds: number;
 }
 
+/** The parameters of one Save run: plain ones read once, expressions per item. */
+interface SaveReaders {
+	stepNameOf: (i: number) => unknown;
+	saveWhatOf: (i: number) => unknown;
+	fieldsOf: (i: number) => unknown;
+	leaseOf: (i: number) => number;
+	expectedOf: (i: number) => number | string;
+	completeClaimed: boolean;
+	completeInstanceOf: (i: number) => boolean;
+	/** The Idempotency Guard right after this Save, whose key this call claims ahead. */
+	ahead: AheadGuard | undefined;
+	/** An n8n Wait node after this Save; the renewal then covers the wait too (shared/waits). */
+	wait: WaitAhead | undefined;
+	/** The Guard keys claimed ahead so far in this run: each once. */
+	claimedAhead: Set<string>;
+}
+
+function readersOf(ctx: IExecuteFunctions, rules: SaveRules): SaveReaders {
+	const follows = rules.followsInstance;
+	return {
+		stepNameOf: parameterReader(ctx, 'stepName', ''),
+		saveWhatOf: parameterReader(ctx, 'saveWhat', rules.defaultSaveWhat),
+		fieldsOf: parameterReader(ctx, 'fields', ''),
+		leaseOf: parameterReader<number>(ctx, 'options.leaseSeconds', 0),
+		// n8n treats an undefined fallback as "required": '' marks "option not added".
+		expectedOf: parameterReader<number | string>(ctx, 'options.expectedSequence', ''),
+		completeClaimed:
+			follows && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean),
+		completeInstanceOf: parameterReader<boolean>(ctx, 'options.completeInstance', false),
+		ahead: follows ? findAheadGuard(ctx, { onlyChild: false }) : undefined,
+		wait: follows ? longestWait(waitsAhead(ctx)) : undefined,
+		claimedAhead: new Set<string>(),
+	};
+}
+
 /** Save: every item in one SaveCheckpoints call (chunked), one output item per input item. */
 export async function saveCheckpoints(
 	ctx: IExecuteFunctions,
 	run: CheckpointRun,
 	rules: SaveRules,
 ): Promise<INodeExecutionData[]> {
-	const { node, items, client, upstream, targetAt } = run;
-	const follows = rules.followsInstance;
-	const out: INodeExecutionData[] = [];
-	// Plain parameters are read once per run; expressions per item.
-	const stepNameOf = parameterReader(ctx, 'stepName', '');
-	const saveWhatOf = parameterReader(ctx, 'saveWhat', rules.defaultSaveWhat);
-	const fieldsOf = parameterReader(ctx, 'fields', '');
-	const leaseOf = parameterReader<number>(ctx, 'options.leaseSeconds', 0);
-	// n8n treats an undefined fallback as "required": '' marks "option not added".
-	const expectedOf = parameterReader<number | string>(ctx, 'options.expectedSequence', '');
-	const completeClaimed =
-		follows && (nodeParameter(ctx, 'options.completeClaimedKey', 0, true) as boolean);
-	const completeInstanceOf = parameterReader<boolean>(ctx, 'options.completeInstance', false);
-	// The Idempotency Guard right after this Save, whose key this call claims ahead.
-	const ahead = follows ? findAheadGuard(ctx, { onlyChild: false }) : undefined;
-	// An n8n Wait node after this Save; the renewal then covers the wait too (shared/waits).
-	const wait = follows ? longestWait(waitsAhead(ctx)) : undefined;
-	const claimedAhead = new Set<string>();
-
+	const { node, items, client } = run;
+	const readers = readersOf(ctx, rules);
 	const prepared = new Map<number, PreparedSave>();
 	const problems = new Map<number, NodeError>();
 	for (let i = 0; i < items.length; i++) {
-		const item = items[i];
 		try {
-			const stepName = String(stepNameOf(i) ?? '').trim();
-			if (!stepName) {
-				throw new NodeOperationError(node, 'Step Name is empty', {
-					itemIndex: i,
-					description: 'Name the step that has just finished, e.g. payment-captured.',
-				});
-			}
-			const saveWhat = saveWhatOf(i) as string;
-			const claim: ClaimRef | undefined =
-				follows && (completeClaimed || saveWhat === 'stepResult')
-					? upstream.claim(i, item)
-					: undefined;
-			let state: unknown;
-			if (saveWhat === 'stepResult') {
-				// Done Before: the side effect ran earlier; its replayed result is the step's result.
-				state =
-					claim?.outcome === 'duplicate' ? (claim.result ?? null) : (userJson(item) as unknown);
-			} else if (saveWhat === 'fields') {
-				state = pickFields(userJson(item), fieldList(fieldsOf(i) as string));
-			} else if (saveWhat === 'json') {
-				state = jsonParameter(node, ctx.getNodeParameter('stateJson', i, '{}'), 'State (JSON)', i);
-			} else {
-				state = userJson(item);
-			}
-			const expected = expectedOf(i);
-			const expectedSequence =
-				expected === '' || expected === null || expected === undefined
-					? undefined
-					: Number(expected);
-			if (expectedSequence !== undefined && !Number.isInteger(expectedSequence)) {
-				throw new NodeOperationError(
-					node,
-					`Expected Sequence must be a whole number, got ${String(expected)}`,
-					{ itemIndex: i },
-				);
-			}
-			const completeKey =
-				completeClaimed && claim?.outcome === 'acquired' && claim.attempt >= 1
-					? {
-							scope: claim.scope,
-							key: claim.key,
-							attempt: claim.attempt,
-							// Empty: the key's result is the saved step result.
-							resultJson: Buffer.alloc(0),
-						}
-					: undefined;
-			const target = targetAt(i);
-			const { workflowId, instanceKey } = target;
-			const completeInstance = follows && completeInstanceOf(i) === true;
-			const leaseSeconds = follows
-				? ((upstream.instance(i, item) ?? upstream.callerInstance())?.leaseSeconds ?? 0)
-				: 0;
-			let claimNext: ClaimItem | undefined;
-			if (ahead && !completeInstance) {
-				// The instance as the Guard will find it on this Save's output item.
-				claimNext = instanceClaim(
-					ahead,
-					{ workflowId, instanceKey, leaseSeconds },
-					{ workflowId, executionId: target.executionId },
-				);
-				const id = JSON.stringify([claimNext.scope, claimNext.key]);
-				if (claimedAhead.has(id)) claimNext = undefined;
-				else claimedAhead.add(id);
-			}
-			prepared.set(i, {
-				request: {
-					workflowId,
-					instanceKey,
-					stepName,
-					stateJson: toJsonBytes(state),
-					executionId: target.executionId,
-					nodeName: node.name,
-					expectedSequence,
-					// A completed instance holds no lease: nothing after it waits on one.
-					leaseSeconds: completeInstance
-						? leaseOf(i)
-						: renewalFor(node, leaseOf(i), leaseSeconds, wait, i),
-					stateMode: !follows
-						? StateMode.STATE_MODE_UNSPECIFIED
-						: saveWhat === 'stepResult'
-							? StateMode.STATE_MODE_ADD_STEP_RESULT
-							: StateMode.STATE_MODE_REPLACE,
-					completeKey,
-					// The last Save: the instance is completed in the same call (no Complete Instance node).
-					completeInstance,
-					claimNext,
-				},
-				state,
-				leaseSeconds,
-			});
+			prepared.set(i, prepareSave(ctx, run, rules, readers, i));
 		} catch (error) {
 			problems.set(i, asNodeError(node, error, i));
 		}
@@ -203,21 +131,145 @@ export async function saveCheckpoints(
 				return response.results;
 			})
 		: new Map<number, never>();
+	const out: INodeExecutionData[] = [];
 	for (let i = 0; i < items.length; i++) {
-		const problem = problems.get(i);
 		const result = results.get(i);
-		const failure = problem ?? (result && !result.ok ? result.error : undefined);
+		const failure = problems.get(i) ?? (result && !result.ok ? result.error : undefined);
 		if (failure) {
 			if (!ctx.continueOnFail()) throw failure;
 			out.push(errorItem(items[i], failure, i));
 			continue;
 		}
 		if (!result || !result.ok) continue;
-		out.push(
-			rules.outputItem({ run, index: i, sent: prepared.get(i)!, result: result.value, ahead }),
-		);
+		const sent = prepared.get(i)!;
+		out.push(rules.outputItem({ run, index: i, sent, result: result.value, ahead: readers.ahead }));
 	}
 	return out;
+}
+
+/** One item's save, or the error in its parameters. */
+function prepareSave(
+	ctx: IExecuteFunctions,
+	run: CheckpointRun,
+	rules: SaveRules,
+	r: SaveReaders,
+	i: number,
+): PreparedSave {
+	const { node, items, upstream } = run;
+	const follows = rules.followsInstance;
+	const item = items[i];
+	const stepName = String(r.stepNameOf(i) ?? '').trim();
+	if (!stepName) {
+		throw new NodeOperationError(node, 'Step Name is empty', {
+			itemIndex: i,
+			description: 'Name the step that has just finished, e.g. payment-captured.',
+		});
+	}
+	const saveWhat = r.saveWhatOf(i) as string;
+	const claim: ClaimRef | undefined =
+		follows && (r.completeClaimed || saveWhat === 'stepResult')
+			? upstream.claim(i, item)
+			: undefined;
+	const state = stateOf(ctx, run, r, saveWhat, claim, i);
+	const expectedSequence = expectedSequenceOf(run, r.expectedOf(i), i);
+	const completeKey =
+		r.completeClaimed && claim?.outcome === 'acquired' && claim.attempt >= 1
+			? {
+					scope: claim.scope,
+					key: claim.key,
+					attempt: claim.attempt,
+					// Empty: the key's result is the saved step result.
+					resultJson: Buffer.alloc(0),
+				}
+			: undefined;
+	const target = run.targetAt(i);
+	const completeInstance = follows && r.completeInstanceOf(i) === true;
+	const leaseSeconds = follows
+		? ((upstream.instance(i, item) ?? upstream.callerInstance())?.leaseSeconds ?? 0)
+		: 0;
+	const claimNext = completeInstance ? undefined : claimAhead(r, target, leaseSeconds);
+	const request: SaveCheckpointItem = {
+		workflowId: target.workflowId,
+		instanceKey: target.instanceKey,
+		stepName,
+		stateJson: toJsonBytes(state),
+		executionId: target.executionId,
+		nodeName: node.name,
+		expectedSequence,
+		// A completed instance holds no lease: nothing after it waits on one.
+		leaseSeconds: completeInstance
+			? r.leaseOf(i)
+			: renewalFor(node, r.leaseOf(i), leaseSeconds, r.wait, i),
+		stateMode: !follows
+			? StateMode.STATE_MODE_UNSPECIFIED
+			: saveWhat === 'stepResult'
+				? StateMode.STATE_MODE_ADD_STEP_RESULT
+				: StateMode.STATE_MODE_REPLACE,
+		completeKey,
+		// The last Save: the instance is completed in the same call (no Complete Instance node).
+		completeInstance,
+		claimNext,
+	};
+	return { request, state, leaseSeconds };
+}
+
+/** The state an item saves, per What to Save. */
+function stateOf(
+	ctx: IExecuteFunctions,
+	{ node, items }: CheckpointRun,
+	r: SaveReaders,
+	saveWhat: string,
+	claim: ClaimRef | undefined,
+	i: number,
+): unknown {
+	const item = items[i];
+	if (saveWhat === 'stepResult') {
+		// Done Before: the side effect ran earlier; its replayed result is the step's result.
+		return claim?.outcome === 'duplicate' ? (claim.result ?? null) : (userJson(item) as unknown);
+	}
+	if (saveWhat === 'fields') return pickFields(userJson(item), fieldList(r.fieldsOf(i) as string));
+	if (saveWhat === 'json') {
+		return jsonParameter(node, ctx.getNodeParameter('stateJson', i, '{}'), 'State (JSON)', i);
+	}
+	return userJson(item);
+}
+
+/** The Expected Sequence option: undefined when not added, else a whole number. */
+function expectedSequenceOf(
+	{ node }: CheckpointRun,
+	expected: number | string,
+	i: number,
+): number | undefined {
+	const expectedSequence =
+		expected === '' || expected === null || expected === undefined ? undefined : Number(expected);
+	if (expectedSequence !== undefined && !Number.isInteger(expectedSequence)) {
+		throw new NodeOperationError(
+			node,
+			`Expected Sequence must be a whole number, got ${String(expected)}`,
+			{ itemIndex: i },
+		);
+	}
+	return expectedSequence;
+}
+
+/** The claim this save makes ahead for the Guard after it: once per key in a run. */
+function claimAhead(
+	r: SaveReaders,
+	target: { workflowId: string; instanceKey: string; executionId: string },
+	leaseSeconds: number,
+): ClaimItem | undefined {
+	if (!r.ahead) return undefined;
+	const { workflowId, instanceKey } = target;
+	// The instance as the Guard will find it on this Save's output item.
+	const claimNext = instanceClaim(
+		r.ahead,
+		{ workflowId, instanceKey, leaseSeconds },
+		{ workflowId, executionId: target.executionId },
+	);
+	const id = JSON.stringify([claimNext.scope, claimNext.key]);
+	if (r.claimedAhead.has(id)) return undefined;
+	r.claimedAhead.add(id);
+	return claimNext;
 }
 
 /**
