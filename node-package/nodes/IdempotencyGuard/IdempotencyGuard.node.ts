@@ -5,7 +5,11 @@ import { idempotencyGuardDescription } from './IdempotencyGuardDescription';
 import { IdempotencyGuardV1 } from './v1/IdempotencyGuardV1.node';
 import { IdempotencyGuardV2 } from './v2/IdempotencyGuardV2.node';
 
-export { OUTPUT_ALREADY_DONE, OUTPUT_FIRST_RUN, OUTPUT_IN_PROGRESS } from './actions/run';
+export {
+	OUTPUT_ALREADY_DONE,
+	OUTPUT_FIRST_RUN,
+	OUTPUT_IN_PROGRESS,
+} from './actions/claim.operation';
 
 export class IdempotencyGuard extends VersionedSidecarNode {
 	constructor() {

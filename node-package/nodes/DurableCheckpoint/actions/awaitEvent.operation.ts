@@ -5,8 +5,18 @@ import { DURABLE_FIELD, eventJson, isObject, typeName } from '../../../shared/no
 import { nodeOf } from '../../../shared/run-node';
 import { AwaitOutcome } from '../../../shared/transport';
 import { nodeParameter } from '../../../shared/upstream';
-import { instanceSummary, perInstance, secondsOf, timeOf, type CheckpointRun } from './run';
+import {
+	instanceSummary,
+	perInstance,
+	requiredText,
+	secondsOf,
+	timeOf,
+	type CheckpointRun,
+} from './run';
 import type { OperationFn } from './operations';
+
+/** What an empty Event Name says. */
+const EVENT_HINT = 'Name the event this instance waits for, e.g. delivered.';
 
 type Timeout =
 	| { $case: 'deadline'; value: Date }
@@ -31,12 +41,7 @@ export const execute: OperationFn = async (ctx, run) => {
 	}
 	return await perInstance(ctx, run, 'Waiting for the event', async (i, target) => {
 		const eventName = String(nodeParameter(ctx, 'eventName', i, '') ?? '').trim();
-		if (!eventName) {
-			throw new NodeOperationError(node, 'Event Name is empty', {
-				itemIndex: i,
-				description: 'Name the event this instance waits for, e.g. delivered.',
-			});
-		}
+		requiredText(run, eventName, i, 'Event Name is empty', EVENT_HINT);
 		const answer = await client.awaitEvent({
 			...target,
 			eventName,

@@ -91,6 +91,18 @@ export async function perInstance(
 	return settledItems(ctx, items, settled, (value) => value);
 }
 
+/** A text parameter's value for an item; empty, it fails the item with `message` and `hint`. */
+export function requiredText(
+	{ node }: Pick<CheckpointRun, 'node'>,
+	value: string,
+	i: number,
+	message: string,
+	hint: string,
+): string {
+	if (!value) throw new NodeOperationError(node, message, { itemIndex: i, description: hint });
+	return value;
+}
+
 /** The Date and Time parameter as a time. */
 export function timeOf(node: INode, raw: string, i: number): Date {
 	const at = new Date(raw);

@@ -24,13 +24,12 @@ import {
 	targetOf,
 	type InstanceRef,
 } from '../../../shared/upstream';
-import {
-	OUTPUT_ALREADY_DONE,
-	OUTPUT_FIRST_RUN,
-	OUTPUT_IN_PROGRESS,
-	withIdempotency,
-	type GuardRun,
-} from './run';
+import { withIdempotency, type GuardRun } from './run';
+
+/** Claim's outputs, in this order. */
+export const OUTPUT_FIRST_RUN = 0;
+export const OUTPUT_ALREADY_DONE = 1;
+export const OUTPUT_IN_PROGRESS = 2;
 
 /** The items of one Claim run, as they were prepared. */
 interface Claims {

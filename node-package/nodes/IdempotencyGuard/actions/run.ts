@@ -19,10 +19,6 @@ import {
 } from '../../../shared/upstream';
 import type { Operation } from '../IdempotencyGuardDescription';
 
-export const OUTPUT_FIRST_RUN = 0;
-export const OUTPUT_ALREADY_DONE = 1;
-export const OUTPUT_IN_PROGRESS = 2;
-
 export interface GuardRun {
 	node: INode;
 	items: INodeExecutionData[];
