@@ -3,7 +3,12 @@
  * one call per item to attribute an item's error (under Continue On Fail), and
  * per-item calls for RPCs the contract does not batch.
  */
-import type { IExecuteFunctions, NodeApiError, NodeOperationError } from 'n8n-workflow';
+import type {
+	IExecuteFunctions,
+	INodeExecutionData,
+	NodeApiError,
+	NodeOperationError,
+} from 'n8n-workflow';
 
 import { nodeOf } from './run-node';
 import {
@@ -16,6 +21,7 @@ import {
 import {
 	callContext,
 	chunks,
+	errorItem,
 	mapLimited,
 	MAX_BATCH_ITEMS,
 	type ErrorContext,
@@ -107,4 +113,28 @@ export async function perItem<T>(
 			};
 		}
 	});
+}
+
+/**
+ * The output items of settled per-item calls: `toItem` of each answer (undefined: the item
+ * goes no further); a failed item fails the run, or under Continue On Fail becomes an error item.
+ */
+export function settledItems<T>(
+	ctx: IExecuteFunctions,
+	items: INodeExecutionData[],
+	settled: Settled<T>,
+	toItem: (value: T, itemIndex: number) => INodeExecutionData | undefined,
+): INodeExecutionData[] {
+	const out: INodeExecutionData[] = [];
+	for (let i = 0; i < items.length; i++) {
+		const result = settled[i];
+		if (!result.ok) {
+			if (!ctx.continueOnFail()) throw result.error;
+			out.push(errorItem(items[i], result.error, i));
+			continue;
+		}
+		const item = toItem(result.value, i);
+		if (item) out.push(item);
+	}
+	return out;
 }

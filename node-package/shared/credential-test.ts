@@ -128,3 +128,10 @@ export async function testSidecarCredential(
 		client.close();
 	}
 }
+
+/** The methods of every node that calls the sidecar: the test its credential runs. */
+export const sidecarNodeMethods = {
+	credentialTest: {
+		durableSidecarApiTest: testSidecarCredential,
+	},
+};

@@ -16,6 +16,7 @@ import { cachedCredentials } from './credential-cache';
 import { sidecarError, type ErrorContext } from './errors';
 import {
 	sidecarClientFor,
+	InstanceStatus,
 	RunState,
 	targetOf,
 	type Event,
@@ -256,6 +257,34 @@ export function chunks(count: number, size: number): number[][] {
 
 export { sidecarError };
 export type { ErrorContext };
+
+/** "running", "completed", ... as items say an instance's status; "unknown" without one. */
+export function instanceStatusName(inst: Instance | undefined): string {
+	if (!inst) return 'unknown';
+	return InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown';
+}
+
+/**
+ * An instance as an item carries it: which one and its status, then `more` of its
+ * fields; nothing without an instance.
+ */
+export function instanceFields(
+	inst: Instance | undefined,
+	more: (inst: Instance) => IDataObject,
+): IDataObject {
+	if (!inst) return {};
+	return {
+		workflowId: inst.workflowId,
+		instanceKey: inst.instanceKey,
+		status: instanceStatusName(inst),
+		...more(inst),
+	};
+}
+
+/** A time as items carry it: ISO text, or null when there is none. */
+export function isoTime(at: Date | undefined): string | null {
+	return at ? at.toISOString() : null;
+}
 
 /** "waiting", "active", ... for a RUNNING instance; "" otherwise. */
 export function runStateName(inst: Instance | undefined): string {

@@ -8,17 +8,23 @@
  * description serves versions 1 and 2 makes n8n walk both versions'
  * properties, the ones `@version` hides included. Here each version gets a
  * description with only its own properties, the `@version` conditions decided
- * and removed, the way n8n's VersionedNodeType serves several versions
- * (n8n looks for `nodeVersions` / `getNodeType(version)` on the loaded
- * class). The class keeps its full description and methods, so a workflow
- * saved with version 1 resolves exactly the parameters it did.
+ * and removed. The node class extends n8n's VersionedNodeType, whose
+ * nodeVersions are these descriptions (NodeVersion); it keeps its full
+ * description too, so a workflow saved with version 1 resolves exactly the
+ * parameters it did.
  */
-import type {
-	IDisplayOptions,
-	INodeProperties,
-	INodeType,
-	INodeTypeDescription,
+import {
+	VersionedNodeType,
+	type IDisplayOptions,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+	type INodeProperties,
+	type INodeType,
+	type INodeTypeDescription,
+	type IVersionedNodeType,
 } from 'n8n-workflow';
+
+import { sidecarNodeMethods } from './credential-test';
 
 type Condition = NonNullable<IDisplayOptions['show']>[string];
 
@@ -122,47 +128,53 @@ export function propertiesForVersion(
 	return out;
 }
 
-/** What n8n reads from a node type that serves several versions (duck-typed, as n8n checks it). */
-export interface VersionViews {
-	currentVersion: number;
-	nodeVersions: Record<number, INodeType>;
-	getNodeType(version?: number): INodeType;
+/**
+ * Version `version` of a node, as n8n loads it: the node's description (every
+ * version, `@version` rules included: the one place a parameter is written)
+ * cut to that version's properties, once when the node is loaded.
+ */
+export function describeVersion(full: INodeTypeDescription, version: number): INodeTypeDescription {
+	return { ...full, version, properties: propertiesForVersion(full.properties, version) };
 }
 
 /**
- * Per-version node types for `node`: each shares the node's methods (execute,
- * credential test, ...) and has a description of its own version only.
+ * One version of a node as n8n runs it (a member of a VersionedNodeType's
+ * nodeVersions): its own description, with the node's one execute and methods.
+ * Every version shares them: a workflow saved with any version runs the
+ * router, which picks that version's operations.
  */
-export function versionViews(node: INodeType): VersionViews {
-	const description: INodeTypeDescription = node.description;
-	const versions = Array.isArray(description.version) ? description.version : [description.version];
-	const nodeVersions: Record<number, INodeType> = {};
-	for (const version of versions) {
-		const view = Object.create(Object.getPrototypeOf(node) as object) as INodeType;
-		for (const key of Object.keys(node) as Array<keyof INodeType>) {
-			if (key === 'description' || key in VIEW_KEYS) continue;
-			(view as unknown as Record<string, unknown>)[key] = node[key];
-		}
-		view.description = {
-			...description,
-			version,
-			properties: propertiesForVersion(description.properties, version),
-		};
-		nodeVersions[version] = view;
-	}
-	const currentVersion = description.defaultVersion ?? Math.max(...versions);
-	return {
-		currentVersion,
-		nodeVersions,
-		getNodeType(version?: number): INodeType {
-			const found = nodeVersions[version || currentVersion];
-			if (!found) {
-				throw new Error(`${description.displayName} has no version ${String(version)}`);
-			}
-			return found;
-		},
-	};
+export class NodeVersion implements INodeType {
+	constructor(
+		readonly description: INodeTypeDescription,
+		readonly execute: NonNullable<INodeType['execute']>,
+		readonly methods: INodeType['methods'],
+	) {}
 }
 
-/** The members versionViews adds to the node (not copied onto the views). */
-const VIEW_KEYS = { currentVersion: true, nodeVersions: true, getNodeType: true };
+/** A node's one execute, as the tests and n8n call it. */
+type NodeExecute = (this: IExecuteFunctions) => Promise<INodeExecutionData[][]>;
+
+/**
+ * A node of several versions (n8n's VersionedNodeType) whose versions share
+ * one execute and the sidecar credential test. It keeps the full description
+ * (every version's parameters, `@version` rules included), which each
+ * version's own is cut from; the execute and methods stay on it for callers
+ * that hold the node itself rather than one of its versions.
+ */
+export class VersionedSidecarNode extends VersionedNodeType {
+	description: INodeTypeDescription;
+
+	readonly execute: NodeExecute;
+
+	readonly methods = sidecarNodeMethods;
+
+	constructor(
+		description: INodeTypeDescription,
+		execute: NodeExecute,
+		nodeVersions: IVersionedNodeType['nodeVersions'],
+	) {
+		super(nodeVersions, description);
+		this.description = description;
+		this.execute = execute;
+	}
+}

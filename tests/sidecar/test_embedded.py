@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from durable_sidecar import app
 from durable_sidecar.errors import FailedPrecondition
+from durable_sidecar.memory.cache import MemoryCache
 from durable_sidecar.settings import Settings, SettingsError
-from durable_sidecar.stores.memory_cache import MemoryCache
 
 from tests.conftest import make_settings
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel
@@ -126,7 +126,7 @@ def test_settings_choose_the_embedded_database_without_a_postgresql_url(tmp_path
 async def test_in_process_cache_evicts_least_recently_used_beyond_its_bytes_and_expires_entries(
         monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr("durable_sidecar.stores.memory_cache.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("durable_sidecar.memory.cache.time.monotonic", lambda: now[0])
     cache = MemoryCache(max_bytes=3000, ttl_seconds=60, max_item_bytes=2000)
     blob = b"x" * 700
     for seq in (1, 2, 3):

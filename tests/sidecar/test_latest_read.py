@@ -17,8 +17,8 @@ import sqlite3
 from typing import Any
 
 import psycopg
-from durable_sidecar.stores.postgres import checkpoints as pg_checkpoints
-from durable_sidecar.stores.sqlite import checkpoints as lite_checkpoints
+from durable_sidecar.stores.postgres import db as pg_checkpoints
+from durable_sidecar.stores.sqlite import db as lite_checkpoints
 from psycopg.rows import dict_row
 
 from tests.conftest import Harness

@@ -1,7 +1,7 @@
 """The nodes' step-result save in one statement (PostgreSQL, migration 0010) and every case it hands back.
 
 The sidecar merges a step result into the state it remembers for the instance
-(stores/state_memory.py) and writes with durable_save_step(), which checks that
+(memory/states.py) and writes with durable_save_step(), which checks that
 the instance still stands where that state says. These tests change the
 instance behind the remembered state (another sidecar process on the same
 database, an expired key taken over, a retried save, a restart) and check that

@@ -1,5 +1,11 @@
-/** The Durable Checkpoint's parameters, per version, and its output. */
-import type { INodeParameters, INodeProperties } from 'n8n-workflow';
+/* eslint-disable n8n-nodes-base/node-filename-against-convention -- n8n's versioned layout: the node's description lives beside its class, which only assembles the versions (v1/, v2/) */
+/** The Durable Checkpoint's description: every version's parameters, and its output. */
+import {
+	NodeConnectionTypes,
+	type INodeParameters,
+	type INodeProperties,
+	type INodeTypeDescription,
+} from 'n8n-workflow';
 
 export type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume' | 'awaitEvent';
 
@@ -385,3 +391,23 @@ export const durableCheckpointProperties: INodeProperties[] = [
 		],
 	},
 ];
+
+/** What n8n is given for the Durable Checkpoint: the parameters of versions 1 and 2 together; v1/ and v2/ cut their own from it. */
+export const durableCheckpointDescription: INodeTypeDescription = {
+	displayName: 'Durable Checkpoint',
+	name: 'durableCheckpoint',
+	icon: { light: 'file:durableCheckpoint.svg', dark: 'file:durableCheckpoint.dark.svg' },
+	group: ['transform'],
+	version: [1, 2],
+	defaultVersion: 2,
+	subtitle:
+		'={{ $parameter["operation"] === "save" ? "save: " + ($parameter["stepName"] || "(no step name)") : $parameter["operation"] === "awaitEvent" ? "wait for: " + ($parameter["eventName"] || "(no event name)") : ({ complete: "complete instance", fail: "fail instance", scheduleResume: "schedule resume" })[$parameter["operation"]] || "" }}',
+	description:
+		"Save the state after a step so the instance resumes here after a crash (each save renews the instance's lease, as long as chosen on the Resume Point); complete, fail, schedule a durable wake-up of an instance or park it until an event arrives",
+	defaults: { name: 'Durable Checkpoint' },
+	usableAsTool: true,
+	inputs: [NodeConnectionTypes.Main],
+	outputs: `={{(${configuredOutputs})($parameter)}}`,
+	credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+	properties: durableCheckpointProperties,
+};

@@ -1,5 +1,11 @@
-/** The Idempotency Guard's parameters, per version, and its outputs. */
-import type { INodeParameters, INodeProperties } from 'n8n-workflow';
+/* eslint-disable n8n-nodes-base/node-filename-against-convention -- n8n's versioned layout: the node's description lives beside its class, which only assembles the versions (v1/, v2/) */
+/** The Idempotency Guard's description: every version's parameters, and its outputs. */
+import {
+	NodeConnectionTypes,
+	type INodeParameters,
+	type INodeProperties,
+	type INodeTypeDescription,
+} from 'n8n-workflow';
 
 export type Operation = 'claim' | 'recordResult' | 'release';
 
@@ -281,3 +287,23 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 		],
 	},
 ];
+
+/** The Idempotency Guard as a whole, versions 1, 2 and 2.1 in one list of parameters (each version's own description is cut from it in v1/ and v2/). */
+export const idempotencyGuardDescription: INodeTypeDescription = {
+	displayName: 'Idempotency Guard',
+	name: 'idempotencyGuard',
+	icon: { light: 'file:idempotencyGuard.svg', dark: 'file:idempotencyGuard.dark.svg' },
+	group: ['transform'],
+	version: [1, 2, 2.1],
+	defaultVersion: 2.1,
+	subtitle:
+		'={{ (({ claim: "claim", recordResult: "record result", release: "release" })[$parameter["operation"]] || "claim") + (($parameter["scope"] || $parameter["key"]) ? ": " + [$parameter["scope"], $parameter["key"]].filter(Boolean).join(" / ") : "") }}',
+	description:
+		"Run a side effect (a charge, an email, a write to another system) at most once per key, however often the workflow is retried or re-delivered; a claim's lease is the instance's lease unless set here",
+	defaults: { name: 'Idempotency Guard' },
+	usableAsTool: true,
+	inputs: [NodeConnectionTypes.Main],
+	outputs: `={{(${configuredOutputs})($parameter, $nodeVersion)}}`,
+	credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+	properties: idempotencyGuardProperties,
+};

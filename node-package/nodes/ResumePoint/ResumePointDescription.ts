@@ -1,5 +1,12 @@
-/** The Resume Point's parameters, per version, and its outputs. */
-import { type IDisplayOptions, type INodeParameters, type INodeProperties } from 'n8n-workflow';
+/* eslint-disable n8n-nodes-base/node-filename-against-convention -- n8n's versioned layout: the node's description lives beside its class, which only assembles the versions (v1/, v2/) */
+/** The Resume Point's description: every version's parameters, and its outputs. */
+import {
+	NodeConnectionTypes,
+	type IDisplayOptions,
+	type INodeParameters,
+	type INodeProperties,
+	type INodeTypeDescription,
+} from 'n8n-workflow';
 
 /**
  * The node's outputs from its parameters. Evaluated by n8n as an expression,
@@ -247,3 +254,22 @@ export const resumePointProperties: INodeProperties[] = [
 		],
 	},
 ];
+
+/** All of the Resume Point: every parameter of 1, 2 and 2.1 under its `@version` rule, the source of the descriptions in v1/ and v2/. */
+export const resumePointDescription: INodeTypeDescription = {
+	displayName: 'Resume Point',
+	name: 'resumePoint',
+	icon: { light: 'file:resumePoint.svg', dark: 'file:resumePoint.dark.svg' },
+	group: ['transform'],
+	version: [1, 2, 2.1],
+	defaultVersion: 2.1,
+	subtitle: '={{ $parameter["instanceKey"] ? "key: " + $parameter["instanceKey"] : "" }}',
+	description:
+		"Start a long-running instance for a business key, or continue it from its last checkpoint after a crash or wake-up; holds the instance's lease, which later saves and claims keep",
+	defaults: { name: 'Resume Point' },
+	usableAsTool: true,
+	inputs: [NodeConnectionTypes.Main],
+	outputs: `={{(${configuredOutputs})($parameter, $nodeVersion)}}`,
+	credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+	properties: resumePointProperties,
+};

@@ -28,11 +28,11 @@ from .domain import (
     RunState,
 )
 from .errors import DomainError
+from .memory.cache import MemoryCache
 from .services.idempotency import IdempotencyService
 from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
 from .stores.backend import migrate
-from .stores.memory_cache import MemoryCache
 from .stores.sessions import SessionRow
 from .wiring import Services, build_services, make_cache, open_backend
 

@@ -356,7 +356,7 @@ class NewClaim:
     # Migration) is computed only when a stored fingerprint differs, so a key
     # claimed before the upgrade still matches it.
     payload_json: bytes = b""
-    # SHA-256 of those raw bytes: an in-process replay knows the payload by it (stores/completed_keys.py).
+    # SHA-256 of those raw bytes: an in-process replay knows the payload by it (memory/completed_keys.py).
     raw_sha256: str = ""
 
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .domain import RetryPolicy
+from .memory.cache import MemoryCache
+from .memory.states import StateMemory
 from .n8n_api import N8nClient
 from .services.audit import AuditService
 from .services.checkpoints import CheckpointService
-from .services.events import EventService, RecoveryService
+from .services.events import EventService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
+from .services.recovery import RecoveryService
 from .services.sessions import SessionService
 from .services.versions import VersionService
 from .settings import Settings
 from .stores.backend import Backend, open_postgres, open_sqlite
 from .stores.cache import Cache, RedisCache
-from .stores.memory_cache import MemoryCache
-from .stores.state_memory import StateMemory
 
 
 async def open_backend(settings: Settings, *, owner: bool, migrate: bool) -> Backend:

@@ -6,7 +6,8 @@ from .. import validation
 from ..domain import InstanceEvent, InstanceFilter, InstanceRef, Page, StatusCounts
 from ..errors import InvalidArgument, NotFound
 from ..logs import instance_key_var
-from ..stores.base import Conn, Database, InstanceStore
+from ..stores.base import Conn, Database
+from ..stores.instances import InstanceStore
 
 
 def check_filter(flt: InstanceFilter) -> None:

@@ -1,15 +1,18 @@
-"""CheckpointService: validate, fence, deduplicate and append checkpoints in one transaction per batch."""
+"""CheckpointService: validate, fence, deduplicate and append checkpoints in one transaction per batch.
+
+The rules are services/save_rules.py; which statement path a save takes is
+services/save_paths.py; this module runs the general path (the transaction) and
+the reads.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .. import failpoints, metrics, validation
 from ..domain import (
@@ -17,8 +20,6 @@ from ..domain import (
     Instance,
     InstanceRef,
     KeyCompleted,
-    KeyCompletion,
-    KeyRef,
     NewCheckpoint,
     NewClaim,
     Page,
@@ -26,25 +27,42 @@ from ..domain import (
     PruneResult,
     SavedCheckpoint,
 )
-from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
+from ..errors import DomainError, InvalidArgument, NotFound, TooLarge
+from ..memory.states import StateMemory
 from ..stores.base import (
-    BatchSave,
     CheckpointAdvance,
-    CheckpointStore,
     Conn,
     Database,
-    InstanceStore,
     NewCheckpointRow,
-    SingleSave,
-    StepSave,
 )
 from ..stores.cache import Cache
-from ..stores.state_memory import StateMemory
+from ..stores.checkpoints import CheckpointStore
+from ..stores.instances import InstanceStore
 from ..stores.states import EncodedState
-from .grouping import StatementGroups
+from .save_paths import OneStatementSaves
+from .save_rules import (
+    UNENCODED,
+    CompleteKey,
+    InstanceCompleter,
+    Locked,
+    Planned,
+    Premerged,
+    SaveItem,
+    add_step_result,
+    check_completions,
+    check_ref,
+    check_state,
+    finished,
+    not_found,
+    stale,
+    validate_item,
+)
 
 if TYPE_CHECKING:
-    from .idempotency import ClaimItem, IdempotencyService
+    from .idempotency import IdempotencyService
+
+# Where callers have imported them from (transport, tests): the save's records and its merge rule.
+__all__ = ["CheckpointService", "CompleteKey", "InstanceCompleter", "SaveItem", "add_step_result"]
 
 log = logging.getLogger(__name__)
 
@@ -57,133 +75,7 @@ _PARALLEL_BYTES = 1024 * 1024
 # pool's default 10 connections, so large reads never take them all.
 _LARGE_READ_BYTES = 1024 * 1024
 _LARGE_READ_SLOTS = 4
-# A batch of plain items up to this many encoded bytes is one statement (its states go as one bytea).
-_ONE_STATEMENT_BATCH_BYTES = 8 * 1024 * 1024
 _HELPERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="durable-compress")
-# Lone plain saves up to this many encoded bytes that arrive while others of their namespace are being
-# written go together as one statement (services/grouping.py); larger ones are written on their own.
-_GROUPED_BYTES = 64 * 1024
-_GROUP_FLUSHERS = 2
-_GROUP_MAX_ITEMS = 64
-
-
-@dataclass(frozen=True)
-class SaveItem:
-    """One item of a SaveCheckpoints request, as the transport decoded it."""
-
-    workflow_id: str
-    instance_key: str
-    step_name: str
-    state: bytes
-    execution_id: str
-    node_name: str
-    expected_sequence: int | None
-    lease_seconds: int
-    add_step_result: bool = False
-    complete_key: CompleteKey | None = None
-    complete_instance: bool = False
-    # The next Guard's key, claimed after the batch saved (see CheckpointService.save).
-    claim_next: ClaimItem | None = None
-    # The caller has checked that state is JSON and every identifier's length and characters (the gRPC
-    # boundary does for every request): not checked twice.
-    json_checked: bool = False
-
-
-class InstanceCompleter(Protocol):
-    """Completes an instance inside the caller's transaction (InstanceService.complete_txn)."""
-
-    def __call__(self, conn: Conn, ref: InstanceRef, *, actor: str) -> Awaitable[Instance]: ...
-
-
-@dataclass(frozen=True)
-class CompleteKey:
-    """SaveCheckpointItem.complete_key as the transport decoded it."""
-
-    scope: str
-    key: str
-    attempt: int
-    result_json: bytes
-
-
-@dataclass
-class _Locked:
-    """What the transaction knows of one instance while it walks a batch."""
-
-    status_final: bool
-    last_sequence: int
-    last_step: str
-    latest: Checkpoint | None  # the stored newest checkpoint's metadata, once read
-    lease_length: int  # the instance's lease length: renewals that name none last this long
-    pending: int | None = None  # index (in the batch's rows) of its newest checkpoint not yet inserted
-    pending_sha256: str = ""
-    added: int = 0
-    owner: str = ""
-    lease_seconds: int = 0
-    # The instance's current state (newest checkpoint of the batch or stored, else
-    # its start item, else None for {}), once a step result needed it.
-    current: bytes | None = None
-    current_known: bool = False
-
-
-@dataclass(frozen=True)
-class _Planned:
-    """An item's outcome before the inserts: a stored checkpoint, or a row of the batch (new or repeated)."""
-
-    stored: Checkpoint | None
-    row: int
-    deduplicated: bool
-    new: NewCheckpoint  # as saved: a step result merged into the state it was added to
-
-
-@dataclass(frozen=True)
-class _Premerged:
-    """A step result _save_step merged into the remembered state `base` but could not write: the transaction
-    that decides instead reuses the merge (the same bytes, or the same refusal) where it finds that state."""
-
-    base: bytes | None
-    merged: tuple[NewCheckpoint, EncodedState] | None
-    refusal: InvalidArgument | TooLarge | None = None  # the merge refused the item (merged is None)
-
-
-_UNENCODED = EncodedState(b"", 0)
-
-
-def _dumps(value: Any) -> bytes:
-    """Deterministic JSON: no whitespace, keys in their order, so a retried step result hashes the same."""
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        raise InvalidArgument("the state holds a number beyond the double range (such as 1e400), which a "
-                              "merged state cannot keep: save the state with STATE_MODE_REPLACE") from None
-    except RecursionError:
-        raise InvalidArgument("the state is nested too deeply to merge a step result into it") from None
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate escape parsed from an older state: keep it escaped
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
-
-
-def _loads(field: str, raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise InvalidArgument(f"{field} is nested too deeply to merge a step result into it") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise InvalidArgument(f"{field} cannot be merged: {exc}") from None
-
-
-def add_step_result(current: bytes | None, step_name: str, result: bytes) -> bytes:
-    """The instance's state with the step's result set under its name (STATE_MODE_ADD_STEP_RESULT).
-
-    A current state that is not a JSON object is kept under "state". Setting a
-    key that exists keeps its place, so adding the same result again gives the
-    same bytes (a retry deduplicates).
-    """
-    state = _loads("the current state", current) if current else {}
-    if not isinstance(state, dict):
-        state = {"state": state}
-    state[step_name] = _loads("state_json", result)
-    return _dumps(state)
 
 
 class CheckpointService:
@@ -213,10 +105,8 @@ class CheckpointService:
         # Completes the instances saves name (complete_instance): wiring.py gives it the InstanceService's
         # completion; without one such saves are refused.
         self.completer: InstanceCompleter | None = None
-        # Concurrent lone plain saves of a namespace as one statement (group commit).
-        self._groups: StatementGroups[tuple[NewCheckpoint, EncodedState], list[SavedCheckpoint] | None] = (
-            StatementGroups(lambda ns, pair: self._save_single(ns, *pair), self._save_group,
-                            flushers=_GROUP_FLUSHERS, max_items=min(_GROUP_MAX_ITEMS, max_batch_items)))
+        # Which statement path a save takes (one statement where the store has it, else the transaction below).
+        self.paths = OneStatementSaves(self, max_batch_items=max_batch_items)
 
     def remember_start(self, ref: InstanceRef, start_item_json: bytes, encoded: EncodedState | None) -> None:
         """A new instance's state is its start item (none: no state) until its first checkpoint."""
@@ -231,72 +121,12 @@ class CheckpointService:
 
     def check_state(self, field: str, raw: bytes, *, object_only: bool = False, json_checked: bool = False) -> None:
         """A state-like payload: at most DURABLE_MAX_STATE_BYTES (TooLarge above) of JSON (InvalidArgument)."""
-        if len(raw) > self.max_state_bytes:
-            raise TooLarge(
-                f"{field} is {len(raw)} bytes; the limit is {self.max_state_bytes} bytes "
-                "(DURABLE_MAX_STATE_BYTES): save fewer fields"
-            )
-        if json_checked:
-            if not raw:
-                raise InvalidArgument(f"{field} is required (JSON)")
-        else:
-            validation.json_bytes(field, raw)
-        # Valid JSON that starts with "{" is an object: no second parse needed.
-        if object_only and not raw.lstrip(b" \t\r\n").startswith(b"{"):
-            raise InvalidArgument(f"{field} must be a JSON object")
+        check_state(field, raw, max_state_bytes=self.max_state_bytes, object_only=object_only,
+                    json_checked=json_checked)
 
     def _validate(self, namespace: str, index: int, item: SaveItem) -> NewCheckpoint:
-        state = item.state
-        try:
-            if not item.json_checked:
-                validation.identifier("workflow_id", item.workflow_id)
-                validation.identifier("instance_key", item.instance_key)
-                validation.identifier("step_name", item.step_name)
-                validation.identifier("execution_id", item.execution_id)
-                validation.identifier("node_name", item.node_name, required=False)
-            elif not (item.workflow_id and item.instance_key and item.step_name and item.execution_id):
-                # The boundary checked every identifier's length and characters: only requiredness is left.
-                for field, value in (("workflow_id", item.workflow_id), ("instance_key", item.instance_key),
-                                     ("step_name", item.step_name), ("execution_id", item.execution_id)):
-                    if not value:
-                        raise InvalidArgument(f"{field} is required")
-            # 0 stays 0: the instance's own lease length.
-            lease = validation.in_range("lease_seconds", item.lease_seconds, 1, 86_400, default=0)
-            if item.expected_sequence is not None and item.expected_sequence < 0:
-                raise InvalidArgument("expected_sequence must not be negative")
-            self.check_state("state_json", state, json_checked=item.json_checked)
-            completion = self._completion(namespace, item) if item.complete_key is not None else None
-            if item.complete_instance and self.completer is None:
-                raise InvalidArgument("complete_instance is not served here (no instance service)")
-        except (InvalidArgument, TooLarge) as exc:
-            raise type(exc)(f"items[{index}]: {exc}") from None
-        return NewCheckpoint(
-            ref=InstanceRef(namespace, item.workflow_id, item.instance_key),
-            step_name=item.step_name,
-            state=state,
-            sha256=hashlib.sha256(state).hexdigest(),
-            execution_id=item.execution_id,
-            node_name=item.node_name,
-            expected_sequence=item.expected_sequence,
-            lease_seconds=lease,
-            add_step_result=item.add_step_result,
-            complete_key=completion,
-            complete_instance=item.complete_instance,
-        )
-
-    def _completion(self, namespace: str, item: SaveItem) -> KeyCompletion:
-        assert item.complete_key is not None
-        if self.keys is None:
-            raise InvalidArgument("complete_key is not served here (no idempotency service)")
-        ck = item.complete_key
-        ref = KeyRef(namespace, ck.scope, ck.key)
-        # The step result is the key's result unless the caller sent its own.
-        result = ck.result_json or item.state
-        try:
-            self.keys.check_completion(ref, attempt=ck.attempt, result_json=result)
-        except (InvalidArgument, TooLarge) as exc:
-            raise type(exc)(f"complete_key: {exc}") from None
-        return KeyCompletion(ref, ck.attempt, result)
+        return validate_item(namespace, index, item, max_state_bytes=self.max_state_bytes, keys=self.keys,
+                             completes_instances=self.completer is not None)
 
     def _prepare(self, namespace: str, items: list[SaveItem]) -> list[tuple[NewCheckpoint, EncodedState]]:
         out = []
@@ -304,7 +134,7 @@ class CheckpointService:
         for i, item in enumerate(items):
             if item.add_step_result:
                 # A step result is encoded once merged into the instance's state (in the transaction).
-                out.append((self._validate(namespace, i, item), _UNENCODED))
+                out.append((self._validate(namespace, i, item), UNENCODED))
             elif len(item.state) >= _PARALLEL_BYTES:
                 # zlib releases the GIL: it compresses on a helper thread while this one checks and hashes.
                 packing = _HELPERS.submit(self.checkpoints.encode, item.state)
@@ -360,24 +190,10 @@ class CheckpointService:
         else:
             prepared = self._prepare(namespace, items)
         del items  # the prepared items hold what is still needed of the request
-        _check_completions([new for new, _ in prepared])
-        premerged: _Premerged | None = None
-        if (len(prepared) == 1 and prepared[0][0].add_step_result and self.checkpoints.one_statement_step_save
-                and self.memory.enabled and not failpoints.enabled("checkpoint.after_insert")):
-            step = await self._save_step(namespace, prepared[0][0], claim_with_write)
-            if isinstance(step, list):
-                return step
-            premerged = step
-            metrics.STEP_SAVES.labels("transaction").inc()
-        if len(prepared) == 1 and self.checkpoints.one_statement_save and _single_statement(prepared[0][0]):
-            single = await self._save_lone(namespace, *prepared[0])
-            if single is not None:
-                return single
-        elif (len(prepared) > 1 and all(_single_statement(new) for new, _ in prepared)
-              and sum(len(encoded.data) for _, encoded in prepared) <= _ONE_STATEMENT_BATCH_BYTES):
-            batch = await self._save_batch(namespace, prepared)
-            if batch is not None:
-                return batch
+        check_completions([new for new, _ in prepared])
+        saved, premerged = await self.paths.save(namespace, prepared, claim_with_write)
+        if saved is not None:
+            return saved
 
         async def txn(conn: Conn) -> tuple[list[SavedCheckpoint], list[NewCheckpoint], list[KeyCompleted]]:
             # Three statements per batch, whatever its size: lock the instances (in a
@@ -385,7 +201,7 @@ class CheckpointService:
             # checkpoints, advance the instances (the last two in one where the store
             # can). Keys to complete add theirs.
             instances = await self.instances.lock_many_txn(conn, [new.ref for new, _ in prepared])
-            locked = {ref: _Locked(i.status.final, i.last_sequence, i.last_step, None,
+            locked = {ref: Locked(i.status.final, i.last_sequence, i.last_step, None,
                                    i.lease_seconds or self.default_lease_seconds)
                       for ref, i in instances.items()}
             failpoints.hit("checkpoint.before_insert")
@@ -421,144 +237,10 @@ class CheckpointService:
         if completions:
             assert self.keys is not None
             await self.keys.completed(completions)
-        self._saved(namespace, saved_items, results)
+        self.after_commit(namespace, saved_items, results)
         return results
 
-    async def _save_step(self, namespace: str, new: NewCheckpoint,
-                         claim: NewClaim | None = None) -> list[SavedCheckpoint] | _Premerged | None:
-        """A step result merged into the remembered state and saved, its key completed, in one statement.
-
-        None or _Premerged (nothing written): no state remembered, or the
-        database found the instance elsewhere than the remembered state says
-        (StateMemory); the transaction then decides, reading the state, and
-        reuses the merge handed back where that state is the remembered one.
-        """
-        remembered = self.memory.get(new.ref)
-        if remembered is None or (new.expected_sequence is not None and new.expected_sequence != remembered.sequence):
-            return None
-        try:
-            merged, encoded = await self._merge(0, new, remembered.state)
-        except (InvalidArgument, TooLarge) as exc:
-            return _Premerged(remembered.state, None, exc)  # the transaction refuses it, in its order of checks
-        row = NewCheckpointRow(new.ref, 0, new.step_name, encoded, merged.sha256, len(merged.state), new.execution_id,
-                               new.node_name)
-        del encoded
-        kc = new.complete_key
-
-        async def one(conn: Conn) -> StepSave | None:
-            return await self.checkpoints.save_step_txn(
-                conn, row, expected_sequence=new.expected_sequence, lease_seconds=new.lease_seconds,
-                default_lease_seconds=self.default_lease_seconds, base_sequence=remembered.sequence,
-                base_digest=remembered.digest, complete=(kc.ref, kc.attempt, kc.result_json) if kc else None,
-                claim=claim, complete_instance=new.complete_instance)
-
-        failpoints.hit("checkpoint.before_insert")
-        # The save, its key's completion and the next key's claim or the instance's completion: one statement.
-        done = await self.db.single(one)
-        if done is None:
-            self.memory.forget(new.ref)
-            return _Premerged(remembered.state, (merged, row.encoded))
-        failpoints.hit("checkpoint.after_commit")
-        metrics.STEP_SAVES.labels("one_statement").inc()
-        if done.key is not None:
-            assert self.keys is not None
-            await self.keys.completed([KeyCompleted(done.key, done.now, changed=True)])
-        next_claim = None
-        if done.claimed is not None:
-            assert self.keys is not None
-            next_claim = self.keys.acquired_with_write(done.claimed)
-        results = [SavedCheckpoint(done.checkpoint, deduplicated=False, state=merged.state, completed_key=done.key,
-                                   completed_instance=done.finished, next_claim=next_claim)]
-        self._saved(namespace, [merged], results)
-        return results
-
-    async def _save_lone(self, namespace: str, new: NewCheckpoint,
-                         encoded: EncodedState) -> list[SavedCheckpoint] | None:
-        """One plain item: a small one joins the concurrent saves of its namespace in one statement (group
-        commit, services/grouping.py), a large one is written alone; None: take the batch path."""
-        if len(encoded.data) <= _GROUPED_BYTES:
-            return await self._groups.write(namespace, (new, encoded))
-        return await self._save_single(namespace, new, encoded)
-
-    async def _save_single(self, namespace: str, new: NewCheckpoint,
-                           encoded: EncodedState) -> list[SavedCheckpoint] | None:
-        """One item as one statement (one round trip), where the backend has one; None: take the batch path."""
-        row = NewCheckpointRow(new.ref, 0, new.step_name, encoded, new.sha256, len(new.state), new.execution_id,
-                               new.node_name)
-        del encoded  # the row holds the encoded state; nothing else keeps a copy through the write
-
-        async def one(conn: Conn) -> SingleSave | None:
-            return await self.checkpoints.save_single_txn(conn, row, expected_sequence=new.expected_sequence,
-                                                          lease_seconds=new.lease_seconds,
-                                                          default_lease_seconds=self.default_lease_seconds)
-
-        failpoints.hit("checkpoint.before_insert")
-        done = await self.db.single(one)
-        if done is None:
-            return None
-        if done.outcome == "not_found":
-            raise _not_found(0, new.ref)
-        if done.outcome == "finished":
-            raise _finished(0, new.ref)
-        if done.outcome == "stale":
-            assert new.expected_sequence is not None
-            raise _stale(0, new.expected_sequence, done.last_sequence)
-        assert done.checkpoint is not None, f"unexpected outcome {done.outcome}"
-        failpoints.hit("checkpoint.after_commit")
-        results = [SavedCheckpoint(done.checkpoint, deduplicated=done.outcome == "deduplicated")]
-        self._saved(namespace, [new], results)
-        return results
-
-    async def _save_batch(self, namespace: str,
-                          prepared: list[tuple[NewCheckpoint, EncodedState]]) -> list[SavedCheckpoint] | None:
-        """Plain items (no step result, no key) as one statement, where the backend has one; None: the batch path."""
-
-        async def one(conn: Conn) -> BatchSave | None:
-            return await self.checkpoints.save_many_txn(conn, prepared,
-                                                        default_lease_seconds=self.default_lease_seconds)
-
-        failpoints.hit("checkpoint.before_insert")
-        done = await self.db.single(one)
-        if done is None:
-            return None
-        if done.refusal:
-            new = prepared[done.index][0]
-            if done.refusal == "not_found":
-                raise _not_found(done.index, new.ref)
-            if done.refusal == "finished":
-                raise _finished(done.index, new.ref)
-            assert done.refusal == "stale" and new.expected_sequence is not None, f"unexpected {done.refusal}"
-            raise _stale(done.index, new.expected_sequence, done.last_sequence)
-        failpoints.hit("checkpoint.after_commit")
-        results = [SavedCheckpoint(cp, deduplicated=dup) for cp, dup in done.saved]
-        self._saved(namespace, [new for new, _ in prepared], results)
-        return results
-
-    async def _save_group(self, namespace: str, group: list[tuple[NewCheckpoint, EncodedState]]
-                          ) -> list[list[SavedCheckpoint] | BaseException | None]:
-        """Lone plain saves of several callers as one statement, each caller's answer its own.
-
-        A refusal of one item (the statement then wrote nothing) sends every item its own way, one
-        statement each in arrival order, so each caller gets what saving alone would have given it.
-        """
-        try:
-            saved = await self._save_batch(namespace, group)
-        except (NotFound, FailedPrecondition, StaleFencingToken):
-            pass  # one item refused: nothing was written
-        else:
-            if saved is None:
-                return [None] * len(group)  # the store has no one-statement batch: each takes the transaction
-            metrics.GROUPED_SAVES.inc(len(group))
-            return [[one] for one in saved]
-        outcomes: list[list[SavedCheckpoint] | BaseException | None] = []
-        for new, encoded in group:
-            try:
-                outcomes.append(await self._save_single(namespace, new, encoded))
-            except DomainError as exc:
-                outcomes.append(exc)
-        return outcomes
-
-    def _saved(self, namespace: str, saved_items: list[NewCheckpoint], results: list[SavedCheckpoint]) -> None:
+    def after_commit(self, namespace: str, saved_items: list[NewCheckpoint], results: list[SavedCheckpoint]) -> None:
         """After the commit: counts the saves and hands the new large states to the cache (after the reply)."""
         fresh = []
         repeated = 0
@@ -597,29 +279,29 @@ class CheckpointService:
             await asyncio.gather(*self._cache_writes, return_exceptions=True)
 
     async def _plan_one(self, conn: Conn, index: int, new: NewCheckpoint, encoded: EncodedState,
-                        locked: dict[InstanceRef, _Locked], rows: list[NewCheckpointRow], *,
-                        premerged: _Premerged | None = None) -> _Planned:
+                        locked: dict[InstanceRef, Locked], rows: list[NewCheckpointRow], *,
+                        premerged: Premerged | None = None) -> Planned:
         """Checks one item against where its instance stands (earlier items of the batch included)."""
         ref = new.ref
         state = locked.get(ref)
         if state is None:
-            raise _not_found(index, ref)
+            raise not_found(index, ref)
         if new.add_step_result:
             new, encoded = await self._merged(conn, index, new, state, premerged)
         if state.last_sequence > 0 and state.last_step == new.step_name:
             # The same step saved again with the same state (a retry) is the checkpoint already there.
             if state.pending is not None:
                 if state.pending_sha256 == new.sha256:
-                    return _Planned(None, state.pending, deduplicated=True, new=new)
+                    return Planned(None, state.pending, deduplicated=True, new=new)
             else:
                 if state.latest is None:
                     state.latest = await self.checkpoints.get_txn(conn, ref, state.last_sequence, with_state=False)
                 if state.latest is not None and state.latest.sha256 == new.sha256:
-                    return _Planned(state.latest, -1, deduplicated=True, new=new)
+                    return Planned(state.latest, -1, deduplicated=True, new=new)
         if state.status_final:
-            raise _finished(index, ref)
+            raise finished(index, ref)
         if new.expected_sequence is not None and new.expected_sequence != state.last_sequence:
-            raise _stale(index, new.expected_sequence, state.last_sequence)
+            raise stale(index, new.expected_sequence, state.last_sequence)
         sequence = state.last_sequence + 1
         rows.append(NewCheckpointRow(ref, sequence, new.step_name, encoded, new.sha256, len(new.state),
                                      new.execution_id, new.node_name))
@@ -628,10 +310,10 @@ class CheckpointService:
         state.current, state.current_known = new.state, True
         state.added += 1
         state.owner, state.lease_seconds = new.execution_id, new.lease_seconds or state.lease_length
-        return _Planned(None, len(rows) - 1, deduplicated=False, new=new)
+        return Planned(None, len(rows) - 1, deduplicated=False, new=new)
 
-    async def _merged(self, conn: Conn, index: int, new: NewCheckpoint, state: _Locked,
-                      premerged: _Premerged | None) -> tuple[NewCheckpoint, EncodedState]:
+    async def _merged(self, conn: Conn, index: int, new: NewCheckpoint, state: Locked,
+                      premerged: Premerged | None) -> tuple[NewCheckpoint, EncodedState]:
         """The item with its step result added to the instance's current state, hashed and encoded."""
         if not state.current_known:
             if state.last_sequence > 0:
@@ -647,9 +329,9 @@ class CheckpointService:
                 raise premerged.refusal
             assert premerged.merged is not None
             return premerged.merged
-        return await self._merge(index, new, state.current)
+        return await self.merge_step_result(index, new, state.current)
 
-    async def _merge(self, index: int, new: NewCheckpoint, current: bytes | None) -> tuple[NewCheckpoint, EncodedState]:
+    async def merge_step_result(self, index: int, new: NewCheckpoint, current: bytes | None) -> tuple[NewCheckpoint, EncodedState]:
         """The item with its step result added to the state `current`, hashed and encoded."""
 
         def merge() -> tuple[bytes, EncodedState]:
@@ -725,7 +407,7 @@ class CheckpointService:
         return full
 
     async def latest(self, ref: InstanceRef, *, include_state: bool) -> Checkpoint:
-        _check_ref(ref)
+        check_ref(ref)
 
         # One statement; a state the cache would serve no faster comes along with it. A large one is read
         # apart (with_state), through the gate for large reads.
@@ -745,7 +427,7 @@ class CheckpointService:
         return cp
 
     async def get(self, ref: InstanceRef, sequence: int, *, include_state: bool) -> Checkpoint:
-        _check_ref(ref)
+        check_ref(ref)
         if sequence < 1:
             raise InvalidArgument("sequence must be 1 or more")
 
@@ -758,7 +440,7 @@ class CheckpointService:
         return await self.with_state(ref.namespace, cp) if include_state else cp
 
     async def list_checkpoints(self, ref: InstanceRef, page: Page, *, include_state: bool) -> tuple[list[Checkpoint], str]:
-        _check_ref(ref)
+        check_ref(ref)
 
         async def txn(conn: Conn) -> tuple[list[Checkpoint], str]:
             if await self.instances.get_txn(conn, ref) is None:
@@ -786,40 +468,3 @@ class CheckpointService:
         return result
 
 
-def _single_statement(new: NewCheckpoint) -> bool:
-    """Whether a lone item can be saved by one statement: a step result is merged and a key completed in the
-    batch path's transaction; a test's failpoint between insert and commit needs that transaction too."""
-    return (not new.add_step_result and new.complete_key is None and not new.complete_instance
-            and not failpoints.enabled("checkpoint.after_insert"))
-
-
-def _check_completions(saved: list[NewCheckpoint]) -> None:
-    """complete_instance only on an instance's last item of the batch: a later one would save to it completed."""
-    if len(saved) < 2 or not any(new.complete_instance for new in saved):
-        return
-    last = {new.ref: i for i, new in enumerate(saved)}
-    for i, new in enumerate(saved):
-        if new.complete_instance and last[new.ref] != i:
-            raise InvalidArgument(
-                f"items[{i}]: complete_instance is set, but items[{last[new.ref]}] saves to the same instance "
-                f"after it; set complete_instance on the instance's last item of the batch only")
-
-
-def _not_found(index: int, ref: InstanceRef) -> NotFound:
-    return NotFound(f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} does not exist: "
-                    "start it with StartOrResume (the Resume Point node) before saving checkpoints")
-
-
-def _finished(index: int, ref: InstanceRef) -> FailedPrecondition:
-    return FailedPrecondition(f"items[{index}]: instance {ref.workflow_id}/{ref.instance_key} is finished; "
-                              "a finished instance takes no more checkpoints")
-
-
-def _stale(index: int, expected: int, last: int) -> StaleFencingToken:
-    return StaleFencingToken(f"items[{index}]: expected newest sequence {expected} but it is {last}: another "
-                             "execution saved in between; re-read the instance")
-
-
-def _check_ref(ref: InstanceRef) -> None:
-    validation.identifier("workflow_id", ref.workflow_id)
-    validation.identifier("instance_key", ref.instance_key)

@@ -3,18 +3,18 @@
 Every decision is made inside one database transaction on a locked row and
 judged by database time. The cache only answers the replay of a completed key
 whose fingerprint matches; any other answer, and every miss or doubt, comes
-from the database, so a cache problem can cost speed but never change an outcome.
+from the database, so a cache problem can cost speed but never change an outcome
+(services/key_replay.py holds those replays).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from .. import canonical, failpoints, metrics, validation
 from ..domain import (
@@ -32,9 +32,12 @@ from ..domain import (
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
-from ..stores.base import Conn, Database, IdempotencyStore, InstanceStore, SingleClaim
+from ..memory.completed_keys import CompletedKeys
+from ..stores.base import Conn, Database, SingleClaim
 from ..stores.cache import Cache
-from ..stores.completed_keys import CompletedKeys
+from ..stores.idempotency import IdempotencyStore
+from ..stores.instances import InstanceStore
+from .key_replay import CACHE_MARGIN, CompletedKeyReplay
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +46,6 @@ MIN_TTL_SECONDS, MAX_TTL_SECONDS = 60, 31_622_400
 
 # Above this many payload bytes, canonicalising and hashing move off the event loop.
 _OFFLOAD_BYTES = 256 * 1024
-# A cached entry is dropped this long before the key expires, so neither the
-# time a cache write takes nor a modest clock difference between this host and
-# the database can make the cache answer for a key the database already holds expired.
-_CACHE_MARGIN = timedelta(seconds=2)
 # How often a claim retries when the row it conflicted with vanished before it
 # could lock it (deleted by the reaper in between).
 _LOCK_TRIES = 5
@@ -93,33 +92,6 @@ def _check_ref(ref: KeyRef) -> None:
     instance_key_var.set(_name(ref))
 
 
-def _to_cache(key: IdempotencyKey) -> bytes:
-    return json.dumps({
-        "v": 1, "ns": key.namespace, "scope": key.scope, "key": key.key, "fingerprint": key.fingerprint,
-        "attempt": key.attempt, "holder": key.holder,
-        "result": key.result_json.decode("utf-8") if key.result_json is not None else None,
-        "expires_at": key.expires_at.isoformat(), "created_at": key.created_at.isoformat(),
-        "updated_at": key.updated_at.isoformat(),
-    }, ensure_ascii=False).encode()
-
-
-def _from_cache(raw: bytes) -> IdempotencyKey | None:
-    """A cached completed key, or None for anything unreadable (a miss, never an error)."""
-    try:
-        d = json.loads(raw)
-        if d["v"] != 1:
-            return None
-        return IdempotencyKey(
-            namespace=d["ns"], scope=d["scope"], key=d["key"], status=KeyStatus.COMPLETED,
-            fingerprint=d["fingerprint"], attempt=int(d["attempt"]), holder=d["holder"], lease_expires_at=None,
-            result_json=d["result"].encode() if d["result"] is not None else None, error_message="",
-            expires_at=datetime.fromisoformat(d["expires_at"]), created_at=datetime.fromisoformat(d["created_at"]),
-            updated_at=datetime.fromisoformat(d["updated_at"]),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
 class IdempotencyService:
     def __init__(self, db: Database, store: IdempotencyStore, cache: Cache, *, default_lease_seconds: int,
                  default_ttl_seconds: int, max_batch_items: int, max_payload_bytes: int,
@@ -133,7 +105,9 @@ class IdempotencyService:
         # goes straight to its one statement (a new key needs it anyway; a replay gets the result from it).
         self.cache_min_bytes = cache_min_bytes
         # Completed keys replayed from this process's memory, before the shared cache is asked.
-        self.local = CompletedKeys(local_keys, margin=_CACHE_MARGIN)
+        self.local = CompletedKeys(local_keys, margin=CACHE_MARGIN)
+        # Completed keys answered from that memory or the shared cache, before the database is asked.
+        self.replay = CompletedKeyReplay(cache, self.local, cache_min_bytes=cache_min_bytes)
         # Reads the instance an instance-aware claim names (ClaimItem.workflow_id/instance_key).
         self.instances = instances
         self.default_lease_seconds = default_lease_seconds
@@ -241,7 +215,7 @@ class IdempotencyService:
             raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
         if len(items) == 1:
             instance_key_var.set(f"{items[0].scope}/{items[0].key}")
-        local = self._replay_from_memory(namespace, items)
+        local = self.replay.from_memory(namespace, items, self._prepare)
         if local is not None:
             for _ in local:
                 metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.DUPLICATE.value).inc()
@@ -251,7 +225,7 @@ class IdempotencyService:
         else:
             claims = self._prepare(namespace, items)
 
-        cached = await self._replay_from_cache(claims) if len(claims) > 1 or not self.cache_min_bytes else None
+        cached = await self.replay.from_cache(claims) if len(claims) > 1 or not self.cache_min_bytes else None
         if cached is not None:
             for claim, claimed in zip(claims, cached, strict=True):
                 metrics.IDEMPOTENCY_CLAIMS.labels(ClaimOutcome.DUPLICATE.value).inc()
@@ -299,35 +273,8 @@ class IdempotencyService:
             await self.cache.forget_completed_keys([(r.namespace, r.scope, r.key) for r in renewed])
         for claim, claimed in zip(claims, results, strict=True):
             if claimed.outcome is ClaimOutcome.DUPLICATE:
-                await self._remember(claimed.key, now, claim.raw_sha256)
+                await self.replay.remember(claimed.key, now, claim.raw_sha256)
         return results
-
-    def _replay_from_memory(self, namespace: str, items: list[ClaimItem]) -> list[Claimed] | None:
-        """Answers only when every item is a completed key this process remembers, with the same payload.
-
-        The payload is recognised by the fingerprint sent or the SHA-256 of the
-        raw bytes, so no JSON is parsed; the items are validated as always.
-        """
-        if not self.local.enabled:
-            return None
-        found = []
-        for item in items:
-            entry = self.local.get(self.cache.scope, KeyRef(namespace, item.scope, item.key))
-            if entry is None:
-                return None
-            if item.fingerprint:
-                same = item.fingerprint.lower() == entry.key.fingerprint
-            elif item.payload_json:
-                same = hashlib.sha256(item.payload_json).hexdigest() in entry.raw_sha256
-            else:
-                same = entry.key.fingerprint == ""
-            if not same:
-                return None
-            found.append(entry.key)
-        claims = self._prepare(namespace, items, known=[k.fingerprint for k in found])
-        if any(c.fingerprint != k.fingerprint for c, k in zip(claims, found, strict=True)):
-            return None
-        return [Claimed(ClaimOutcome.DUPLICATE, k) for k in found]
 
     async def _claim_single(self, claim: NewClaim) -> Claimed | None:
         """One key in one statement: a new key acquired, or a completed one replayed; None: the locked path decides."""
@@ -342,7 +289,7 @@ class IdempotencyService:
         key = got.key
         if (key.status is KeyStatus.COMPLETED and not key.expired(got.now)
                 and (key.fingerprint == claim.fingerprint or self._legacy_match(key.fingerprint, claim))):
-            await self._remember(key, got.now, claim.raw_sha256)
+            await self.replay.remember(key, got.now, claim.raw_sha256)
             return Claimed(ClaimOutcome.DUPLICATE, key)
         return None
 
@@ -410,37 +357,6 @@ class IdempotencyService:
         legacy = canonical.legacy_fingerprint_of(claim.payload_json)
         return bool(legacy) and stored == legacy
 
-    async def _replay_from_cache(self, claims: list[NewClaim]) -> list[Claimed] | None:
-        """Answers only when every item is a cached completed key with the same fingerprint."""
-        if not self.cache.enabled:
-            return None
-        raws = await self.cache.get_completed_keys([(c.ref.namespace, c.ref.scope, c.ref.key) for c in claims])
-        horizon = datetime.now(UTC) + _CACHE_MARGIN
-        out = []
-        for claim, raw in zip(claims, raws, strict=True):
-            key = _from_cache(raw) if raw is not None else None
-            if (key is None or key.ref != claim.ref or key.fingerprint != claim.fingerprint
-                    or key.expires_at <= horizon):
-                return None  # the database decides, including every mismatch
-            out.append(Claimed(ClaimOutcome.DUPLICATE, key))
-        return out
-
-    async def _remember(self, key: IdempotencyKey, now: datetime, raw_sha256: str = "") -> None:
-        """Caches a committed completed key for no longer than it has left to live (here and in the shared cache)."""
-        left = int((key.expires_at - now - _CACHE_MARGIN).total_seconds())
-        ttl = min(self.cache.ttl_seconds, left)
-        if key.status is KeyStatus.COMPLETED and left > 0:
-            self.local.put(self.cache.scope, key, raw_sha256)
-        if key.status is KeyStatus.COMPLETED and ttl > 0 and len(key.result_json or b"") >= self.cache_min_bytes:
-            try:
-                entry = _to_cache(key)
-            except (UnicodeDecodeError, ValueError):
-                # Runs after the commit, so it must not fail the call: a result stored
-                # before the boundary checked UTF-8 is served from the database alone.
-                log.warning("completed key not cached: its stored result is not UTF-8 JSON")
-                return
-            await self.cache.put_completed_key(key.namespace, key.scope, key.key, entry, ttl)
-
     # Outcomes.
 
     def _check_attempt(self, ref: KeyRef, row: IdempotencyKey, attempt: int) -> None:
@@ -488,7 +404,7 @@ class IdempotencyService:
         """After the commit: caches the keys that became completed, and logs them."""
         for d in done:
             if d.changed:
-                await self._remember(d.key, d.now)
+                await self.replay.remember(d.key, d.now)
                 log.debug("idempotency key completed", extra={"key": _name(d.key.ref), "attempt": d.key.attempt})
 
     async def complete(self, ref: KeyRef, *, attempt: int, result_json: bytes) -> IdempotencyKey:

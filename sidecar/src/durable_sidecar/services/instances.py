@@ -29,10 +29,13 @@ from ..domain import (
 )
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..logs import instance_key_var
-from ..stores.base import CheckpointStore, Conn, Database, InstanceStore, StartedNew
+from ..stores.base import Conn, Database, StartedNew
+from ..stores.checkpoints import CheckpointStore
+from ..stores.instances import InstanceStore
 from ..stores.waits import WaitStore, policy_columns
 from .checkpoints import CheckpointService
-from .events import RetryRules, check_policy, hand_out_reason
+from .events import hand_out_reason
+from .retries import RetryRules, check_policy
 from .versions import VersionService
 
 if TYPE_CHECKING:

@@ -21,7 +21,9 @@ from ..domain import (
 )
 from ..errors import DomainError, InvalidArgument, NotFound
 from ..n8n_api import N8nClient
-from ..stores.base import Conn, Database, InstanceStore, VersionStore
+from ..stores.base import Conn, Database
+from ..stores.instances import InstanceStore
+from ..stores.versions import VersionStore
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from ..urls import SQLITE_SCHEME, sqlite_path_of
 from . import base
+from .checkpoints import CheckpointStore
+from .idempotency import IdempotencyStore
+from .instances import InstanceStore
 from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
 from .postgres import instances as pg_instances
@@ -19,9 +22,6 @@ from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .schema import Dialect, Migration
 from .sessions import SessionStore
-from .sqlite import checkpoints as sqlite_checkpoints
-from .sqlite import idempotency as sqlite_idempotency
-from .sqlite import instances as sqlite_instances
 from .sqlite.db import RUNNER as SQLITE_RUNNER
 from .sqlite.db import SqliteDatabase
 from .versions import VersionStore
@@ -39,11 +39,11 @@ class Backend:
 
     dialect: Dialect
     db: base.Database
-    instances: base.InstanceStore
-    checkpoints: base.CheckpointStore
-    idempotency: base.IdempotencyStore
+    instances: InstanceStore
+    checkpoints: CheckpointStore
+    idempotency: IdempotencyStore
     # Versions and the mailbox, waits, retries and suspension: one implementation each over the backend's runner.
-    versions: base.VersionStore
+    versions: VersionStore
     waits: WaitStore
     sessions: SessionStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
@@ -61,10 +61,11 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
     except BaseException:
         await lite.close()
         raise
-    return Backend("sqlite", lite, sqlite_instances.InstanceStore(),
-                   sqlite_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
-                   sqlite_idempotency.IdempotencyStore(), VersionStore(SQLITE_RUNNER), WaitStore(SQLITE_RUNNER),
-                   SessionStore(SQLITE_RUNNER), tuple(applied))
+    instances, keys = InstanceStore(SQLITE_RUNNER), IdempotencyStore(SQLITE_RUNNER)
+    return Backend("sqlite", lite, instances,
+                   CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
+                   keys, VersionStore(SQLITE_RUNNER),
+                   WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -74,10 +75,11 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
     pool = PostgresDatabase(url, min_size=min_size, max_size=max_size, connect_timeout=connect_timeout,
                             retry_attempts=retry_attempts, pool_timeout=pool_timeout)
     await pool.open()
-    return Backend("postgres", pool, pg_instances.InstanceStore(),
+    instances, keys = pg_instances.InstanceStore(), pg_idempotency.IdempotencyStore()
+    return Backend("postgres", pool, instances,
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
-                   pg_idempotency.IdempotencyStore(), VersionStore(PG_RUNNER), WaitStore(PG_RUNNER),
-                   SessionStore(PG_RUNNER), tuple(applied))
+                   keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
+                   SessionStore(PG_RUNNER, instances, keys), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

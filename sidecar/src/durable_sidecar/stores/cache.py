@@ -7,7 +7,7 @@ cache changes no answer, only speed. Keys carry the database's installation id
 (Cache.bind), so one Redis never answers for another database. Mutable rows (instances, in-progress keys)
 are always read from the database. Every failure is logged, counted and
 swallowed. Redis is the cache replicas share; without it each process keeps
-its own (stores/memory_cache.py).
+its own (memory/cache.py).
 """
 
 from __future__ import annotations

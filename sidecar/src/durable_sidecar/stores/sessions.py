@@ -1,4 +1,4 @@
-"""SessionStore: the sessions of n8n processes, the lease owners each runs, and the leases freed when one ends.
+"""SessionStore: the sessions of n8n processes and the lease owners each runs; ends their leases when one ends.
 
 Written once over a backend's `Runner`, as waits.py and versions.py are. Every
 time is database time; ending a session is one conditional UPDATE
@@ -13,6 +13,8 @@ from datetime import datetime
 
 from .base import Conn
 from .core import Row, Runner
+from .idempotency import IdempotencyStore
+from .instances import InstanceStore
 
 SESSION_COLUMNS = ("session_id, namespace, host, pid, mode, client, started_at, last_heartbeat_at, alive_until, "
                    "ended_at, end_reason, leases_freed")
@@ -47,8 +49,11 @@ class Ended:
 class SessionStore:
     """durable_sessions and durable_session_owners; frees the leases of durable_instances and keys it owned."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, instances: InstanceStore, keys: IdempotencyStore) -> None:
         self.r = runner
+        # The writers of the leases a session's end frees (each table has one writer).
+        self.instances = instances
+        self.keys = keys
         d = runner.dialect
         now = d.now_sql
         later = d.later_sql.format(param="grace")
@@ -72,24 +77,6 @@ class SessionStore:
                                  WHERE ended_at IS NULL AND alive_until < {now} ORDER BY alive_until LIMIT %(limit)s)
               AND ended_at IS NULL AND alive_until < {now}
             RETURNING session_id, namespace""")
-        owned = ("(namespace, {column}) IN (SELECT namespace, owner FROM durable_session_owners "
-                 "WHERE session_id = %(id)s)")
-        # The lease lapses now: the instance is stalled at once and the Resume Trigger claims it.
-        self._free_instances = d.sql(f"""UPDATE durable_instances SET lease_expires_at = {now}, updated_at = {now}
-            WHERE status = 'running' AND lease_expires_at > {now} AND {owned.format(column='lease_owner')}
-            RETURNING namespace""")
-        self._free_keys = d.sql(f"""UPDATE durable_idempotency_keys SET lease_expires_at = {now}, updated_at = {now}
-            WHERE status = 'in_progress' AND lease_expires_at > {now} AND {owned.format(column='holder')}
-            RETURNING namespace""")
-        released = d.in_list.format(column="{column}", param="owners")
-        self._release_instances = d.sql(f"""UPDATE durable_instances SET lease_expires_at = {now}, updated_at = {now}
-            WHERE status = 'running' AND lease_expires_at > {now} AND namespace = %(ns)s
-              AND {released.format(column='lease_owner')}
-            RETURNING namespace""")
-        self._release_keys = d.sql(f"""UPDATE durable_idempotency_keys SET lease_expires_at = {now}, updated_at = {now}
-            WHERE status = 'in_progress' AND lease_expires_at > {now} AND namespace = %(ns)s
-              AND {released.format(column='holder')}
-            RETURNING namespace""")
         self._count = d.sql("UPDATE durable_sessions SET leases_freed = %(n)s WHERE session_id = %(id)s")
         self._learn = d.sql(f"""INSERT INTO durable_session_owners (namespace, owner, session_id, seen_at)
             VALUES (%(ns)s, %(owner)s, %(id)s, {now})
@@ -135,11 +122,8 @@ class SessionStore:
 
     async def release_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
         """The instance and key leases these owners hold lapse now; how many."""
-        if not owners:
-            return 0
-        params = await self.r.with_now(conn, ns=namespace, owners=self.r.dialect.list_param(owners))
-        return (len(await self.r.all(conn, self._release_instances, params))
-                + len(await self.r.all(conn, self._release_keys, params)))
+        return (await self.instances.end_leases_of_owners_txn(conn, namespace, owners)
+                + await self.keys.end_leases_of_owners_txn(conn, namespace, owners))
 
     async def get_txn(self, conn: Conn, session_id: str) -> SessionRow | None:
         row = await self.r.one(conn, self._get, {"id": session_id})
@@ -157,9 +141,8 @@ class SessionStore:
         return [await self._free(conn, row["session_id"], row["namespace"]) for row in rows]
 
     async def _free(self, conn: Conn, session_id: str, namespace: str) -> Ended:
-        params = await self.r.with_now(conn, id=session_id)
-        instances = len(await self.r.all(conn, self._free_instances, params))
-        keys = len(await self.r.all(conn, self._free_keys, params))
+        instances = await self.instances.end_leases_of_session_txn(conn, session_id)
+        keys = await self.keys.end_leases_of_session_txn(conn, session_id)
         if instances or keys:
             await self.r.all(conn, self._count, {"id": session_id, "n": instances + keys})
         return Ended(session_id, namespace, instances, keys)

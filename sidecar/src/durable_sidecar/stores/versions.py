@@ -10,13 +10,67 @@ from __future__ import annotations
 from typing import Any
 
 from ..domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
-from . import base
 from .base import Conn
-from .core import CHANGE_COLUMNS, VERSION_META, WORKFLOW_WHERE, Runner, before_page, change_of, version_of
+from .core import Dialect, Row, Runner, blob
 from .paging import cut_page, decode_cursor
 
+VERSION_META = """namespace, workflow_id, version, content_hash, n8n_version_id, label, note, node_names, created_by,
+    created_at"""
 
-class VersionStore(base.VersionStore):
+
+WORKFLOW_WHERE = "namespace = %(ns)s AND workflow_id = %(wf)s"
+
+
+CHANGE_COLUMNS = "id, kind, workflow_id, instance_key, from_version, to_version, actor, reason, created_at"
+
+
+def optional(row: Row, column: str) -> Any:
+    """A column the query may not have selected (None then)."""
+    return row[column] if column in row.keys() else None
+
+
+def version_of(d: Dialect, row: Row) -> Version:
+    return Version(
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        version=row["version"],
+        content_hash=row["content_hash"],
+        n8n_version_id=row["n8n_version_id"],
+        label=row["label"],
+        note=row["note"],
+        node_names=d.to_names(row["node_names"]),
+        created_by=row["created_by"],
+        created_at=d.time(row["created_at"]),
+        definition_json=blob(optional(row, "definition_json")),
+    )
+
+
+def change_of(d: Dialect, row: Row) -> ChangeLogEntry:
+    return ChangeLogEntry(
+        id=row["id"],
+        kind=ChangeKind(row["kind"]),
+        workflow_id=row["workflow_id"],
+        instance_key=row["instance_key"],
+        from_version=row["from_version"],
+        to_version=row["to_version"],
+        actor=row["actor"],
+        reason=row["reason"],
+        created_at=d.time(row["created_at"]),
+    )
+
+
+def before_page(page: Page, column: str) -> tuple[str, dict[str, Any]]:
+    """A newest-first page by an integer column: its condition (' AND column < …', '' on the first page) and
+    parameters (the limit asks one row more, for cut_page)."""
+    params: dict[str, Any] = {"limit": page.size + 1}
+    if not page.token:
+        return "", params
+    (before,) = decode_cursor(page.token, 1)
+    params["before"] = before if isinstance(before, int) else 0
+    return f" AND {column} < %(before)s", params
+
+
+class VersionStore:
     """Reads and writes versions over one backend's Runner."""
 
     def __init__(self, runner: Runner) -> None:
@@ -65,6 +119,7 @@ class VersionStore(base.VersionStore):
                 VALUES (%(ns)s, %(wf)s, %(kind)s, %(key)s, %(from)s, %(to)s, %(actor)s, %(reason)s, {now})""")
 
     async def head_txn(self, conn: Conn, namespace: str, workflow_id: str) -> WorkflowHead | None:
+        """The workflow's head row, when it has one."""
         row = await self.r.one(conn, self._head, {"ns": namespace, "wf": workflow_id})
         return WorkflowHead(row["latest_version"], row["current_version"]) if row else None
 
@@ -75,6 +130,7 @@ class VersionStore(base.VersionStore):
         return WorkflowHead(row["latest_version"], row["current_version"])
 
     async def set_head_txn(self, conn: Conn, namespace: str, workflow_id: str, *, latest: int, current: int) -> None:
+        """Sets the (locked) head's latest and current version numbers."""
         await self.r.all(conn, self._set_head, await self.r.with_now(conn, ns=namespace, wf=workflow_id, latest=latest,
                                                                   current=current))
 
@@ -95,6 +151,7 @@ class VersionStore(base.VersionStore):
         return await self.r.one(conn, self._claim_check, params) is not None
 
     async def mark_n8n_checked_txn(self, conn: Conn, namespace: str, workflow_id: str) -> None:
+        """Records that n8n was asked now (creating the head row if needed)."""
         await self.r.all(conn, self._mark_checked, await self.r.with_now(conn, ns=namespace, wf=workflow_id))
 
     async def find_by_hash_txn(self, conn: Conn, namespace: str, workflow_id: str,
@@ -104,6 +161,7 @@ class VersionStore(base.VersionStore):
         return (version_of(self.r.dialect, row), row["current_version"]) if row else None
 
     async def insert_txn(self, conn: Conn, new: NewVersion, version: int) -> Version:
+        """Stores the snapshot as the given version number."""
         row = await self.r.one(conn, self._insert, await self.r.with_now(
             conn, ns=new.namespace, wf=new.workflow_id, version=version, hash=new.content_hash,
             n8n=new.n8n_version_id, label=new.label, note=new.note, definition=new.definition_json,
@@ -113,18 +171,21 @@ class VersionStore(base.VersionStore):
 
     async def get_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int, *,
                       with_definition: bool) -> Version | None:
+        """One version, with its definition JSON when asked for."""
         row = await self.r.one(conn, self._get[with_definition], {"ns": namespace, "wf": workflow_id,
                                                                   "version": version})
         return version_of(self.r.dialect, row) if row else None
 
     async def node_names_txn(self, conn: Conn, namespace: str, workflow_id: str,
                              versions: list[int]) -> dict[int, frozenset[str]]:
+        """The step names of each of the versions that exist."""
         d = self.r.dialect
         rows = await self.r.all(conn, self._node_names, {"ns": namespace, "wf": workflow_id,
                                                          "versions": d.list_param(versions)})
         return {row["version"]: frozenset(d.to_names(row["node_names"])) for row in rows}
 
     async def list_txn(self, conn: Conn, namespace: str, workflow_id: str, page: Page) -> tuple[list[Version], str]:
+        """Newest first, without definitions, keyset-paged."""
         d = self.r.dialect
         after, params = before_page(page, "version")
         found = await self.r.all(conn, d.sql(
@@ -134,6 +195,7 @@ class VersionStore(base.VersionStore):
 
     async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
                                    reason: str) -> None:
+        """Appends a version_registered entry to the change log."""
         await self.r.all(conn, self._change, await self.r.with_now(
             conn, ns=new.namespace, wf=new.workflow_id, kind=ChangeKind.VERSION_REGISTERED.value, key="",
             **{"from": from_version, "to": to_version}, actor=new.actor, reason=reason))
@@ -148,6 +210,7 @@ class VersionStore(base.VersionStore):
 
     async def changes_txn(self, conn: Conn, namespace: str, workflow_id: str, instance_key: str,
                           page: Page) -> tuple[list[ChangeLogEntry], str]:
+        """The change log, newest first, optionally of one workflow or one instance."""
         where = ["namespace = %(ns)s"]
         params: dict[str, Any] = {"ns": namespace, "limit": page.size + 1}
         if workflow_id:

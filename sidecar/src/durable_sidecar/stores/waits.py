@@ -1,4 +1,5 @@
-"""WaitStore: the mailbox of signals and the wait, retry and suspension columns of instances, written once.
+"""WaitStore: the mailbox of signals, written once; the wait, retry and suspension columns of instances it sets
+through the InstanceStore (stores/instances.py), the one writer of durable_instances.
 
 Both backends run the same SQL text (through their Dialect's placeholders);
 each gives only a `Runner`: how a statement executes on its connection, the
@@ -15,19 +16,13 @@ from typing import Any
 
 from ..domain import Instance, InstanceRef, MailboxEvent, NewEvent, Page, RetryPolicy
 from .base import Conn
-from .core import INSTANCE_COLUMNS, INSTANCE_KEY, Row, Runner, blob, instance_of, instance_params
+from .core import INSTANCE_KEY, Row, Runner, blob, instance_params
+from .instances import InstanceStore
 from .paging import cut_page, decode_cursor
 
 EVENT_COLUMNS = ("id, workflow_id, instance_key, event_name, dedupe_id, payload_json, sender, received_at, "
                  "consumed_at")
 
-# Instance columns a wait, retry or redrive may set, and which of them hold times.
-_SETTABLE = frozenset({
-    "status", "error_message", "finished_at", "lease_owner", "lease_expires_at", "wake_at", "wake_reason",
-    "awaited_event", "wait_outcome", "wait_sequence", "wait_event_id", "retry_max_resumes", "retry_initial_ms",
-    "retry_max_ms", "retry_multiplier", "retry_jitter", "attempt", "attempt_sequence", "last_error", "suspended_at",
-})
-_TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
 # Payloads listed by ListEvents up to this size; larger ones are left out of a list.
 LIST_PAYLOAD_MAX_BYTES = 64 * 1024
 
@@ -39,10 +34,11 @@ def policy_columns(policy: RetryPolicy) -> dict[str, Any]:
 
 
 class WaitStore:
-    """Mailbox rows (durable_instance_mailbox) and the issue-15 columns of durable_instances."""
+    """Mailbox rows (durable_instance_mailbox); the issue-15 columns of durable_instances through the instance store."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, instances: InstanceStore) -> None:
         self.r = runner
+        self.instances = instances
         d = runner.dialect
         self._key = d.sql(INSTANCE_KEY)
         self._by_dedupe = d.sql(f"SELECT {EVENT_COLUMNS} FROM durable_instance_mailbox "
@@ -115,17 +111,8 @@ class WaitStore:
         return cut_page([self._event(r) for r in rows], page.size, lambda e: [e.id])
 
     async def update_txn(self, conn: Conn, ref: InstanceRef, *, now: datetime, **columns: Any) -> Instance:
-        """Sets the given columns of the (locked) instance (and updated_at); returns it."""
-        unknown = set(columns) - _SETTABLE
-        if unknown:
-            raise ValueError(f"not a settable instance column: {sorted(unknown)}")
-        params: dict[str, Any] = {**instance_params(ref), "now": self.r.at(now)}
-        sets = []
-        for name, value in columns.items():
-            sets.append(f"{name} = %(v_{name})s")
-            params[f"v_{name}"] = self.r.at(value) if name in _TIMES else value
-        row = await self.r.one(conn, self.r.dialect.sql(
-            f"""UPDATE durable_instances SET {", ".join(sets)}, updated_at = %(now)s
-                WHERE {INSTANCE_KEY} RETURNING {INSTANCE_COLUMNS}"""), params)
-        assert row is not None, "caller locked the row"
-        return instance_of(self.r.dialect, row)
+        """Sets the given columns of the (locked) instance (and updated_at); returns it.
+
+        The instance store writes durable_instances: this is its update_txn, kept here for the wait rules.
+        """
+        return await self.instances.update_txn(conn, ref, now=now, **columns)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from durable.v1 import events_pb2, events_pb2_grpc
 
 from ..domain import AwaitOutcome, InstanceRef, Page, SignalOutcome
-from ..services.events import EventService, RecoveryService
+from ..services.events import EventService
+from ..services.recovery import RecoveryService
 from ..validation import page_size
 from . import convert
 from .auth import Authenticator

@@ -1,4 +1,10 @@
-"""CheckpointStore: append-only rows of durable_checkpoints, compressed above a threshold."""
+"""CheckpointStore on PostgreSQL: the shared store (stores/checkpoints.py) with the one-statement paths.
+
+The saves call the PL/pgSQL functions of the migrations (durable_save_checkpoint,
+durable_save_checkpoints, durable_save_step, durable_save_step_then); a batch is
+inserted through unnest, with its instances' advance when asked, and a prune is
+one statement.
+"""
 
 from __future__ import annotations
 
@@ -11,36 +17,21 @@ from psycopg.rows import tuple_row
 from ...domain import (
     Checkpoint,
     IdempotencyKey,
-    InstanceRef,
     KeyRef,
     KeyStatus,
     NewCheckpoint,
     NewClaim,
-    Page,
     PrunePolicy,
     PruneResult,
 )
-from .. import base, core
+from .. import base, checkpoints, core
 from ..base import Conn
-from ..core import CHECKPOINT_META as _META
-from ..core import checkpoint_columns
+from ..checkpoints import CHECKPOINT_META as _META
 from ..core import instance_params as _key
-from ..paging import after_sequence, cut_page
+from ..instances import instance_of
 from ..states import EncodedState
-from .db import DIALECT, pg
-
-_KEY = core.INSTANCE_KEY
-# LATERAL with LIMIT (which keeps PostgreSQL from flattening the subquery back into a plain join): the
-# checkpoint is looked up by all four key columns, the instance's last_sequence included. From a plain
-# join the planner may read every checkpoint of the instance and filter on the sequence (it did so on
-# tables without statistics: 4.3 ms at 6,000 checkpoints against 0.02 ms; the soak's p99 climbed with it).
-LATEST = core.latest_checkpoint_query(
-    """LEFT JOIN LATERAL (
-        SELECT * FROM durable_checkpoints c
-        WHERE c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
-          AND c.sequence = i.last_sequence
-        LIMIT 1) c ON true""")
-
+from .db import DIALECT, RUNNER, pg
+from .instances import ADVANCE, advance_params, ahead_claim_params, claimed_key_of, prefixed
 
 _SAVE_STEP = sql.SQL(
     """SELECT * FROM {function}(
@@ -55,13 +46,18 @@ _SAVE_STEP_THEN = _SAVE_STEP.format(function=sql.Identifier("durable_save_step_t
 
 
 def _checkpoint(row: Any, *, with_state: bool) -> Checkpoint:
-    return core.checkpoint_of(DIALECT, row, with_state=with_state)
+    return checkpoints.checkpoint_of(DIALECT, row, with_state=with_state)
 
 
 
-class CheckpointStore(base.CheckpointStore):
+class CheckpointStore(checkpoints.CheckpointStore):
+    """The shared checkpoint store, with PostgreSQL's one-statement saves, batch insert and prune."""
+
     one_statement_save = True
     one_statement_step_save = True
+
+    def __init__(self, *, compress_threshold_bytes: int) -> None:
+        super().__init__(RUNNER, compress_threshold_bytes=compress_threshold_bytes)
 
     async def save_single_txn(self, conn: Conn, row: base.NewCheckpointRow, *, expected_sequence: int | None,
                               lease_seconds: int, default_lease_seconds: int) -> base.SingleSave:
@@ -96,7 +92,7 @@ class CheckpointStore(base.CheckpointStore):
         if claim is None and not complete_instance:
             cur = await pg(conn).execute(_SAVE_STEP_ONLY, params)
         else:
-            cur = await pg(conn).execute(_SAVE_STEP_THEN, {**params, **core.ahead_claim_params(claim),
+            cur = await pg(conn).execute(_SAVE_STEP_THEN, {**params, **ahead_claim_params(claim),
                                                            "complete_instance": complete_instance})
         found = await cur.fetchone()
         assert found is not None, "the function always returns one row"
@@ -105,11 +101,11 @@ class CheckpointStore(base.CheckpointStore):
         checkpoint = Checkpoint(row.ref.workflow_id, row.ref.instance_key, found["sequence"], row.step_name,
                                 row.sha256, row.size_bytes, len(row.encoded.data), row.execution_id, row.node_name,
                                 found["created_at"])
-        claimed = core.claimed_key_of(DIALECT, claim, found)
+        claimed = claimed_key_of(DIALECT, claim, found)
         finished = None
         if complete_instance:
             assert found["i_status"] is not None, "a written save's instance is running: it completes"
-            finished = core.instance_of(DIALECT, core.prefixed(found, "i_"))
+            finished = instance_of(DIALECT, prefixed(found, "i_"))
         if key_ref is None:
             return base.StepSave(checkpoint, None, found["created_at"], claimed, finished)
         key = IdempotencyKey(
@@ -175,81 +171,23 @@ class CheckpointStore(base.CheckpointStore):
         # instances are locked by the caller, and the checkpoints' foreign key is checked at the statement's end.
         cur = await pg(conn).execute(
             f"""WITH inserted AS ({_INSERT_MANY} RETURNING {_META}),
-                advanced AS (
-                    UPDATE durable_instances AS i
-                    SET last_sequence = a.seq, last_step = a.step, checkpoint_count = i.checkpoint_count + a.added,
-                        lease_owner = a.owner, lease_expires_at = now() + make_interval(secs => a.lease),
-                        updated_at = now()
-                    FROM unnest(%(a_wfs)b::text[], %(a_keys)b::text[], %(a_seqs)b::bigint[], %(a_steps)b::text[],
-                                %(a_added)b::int[], %(a_owners)b::text[], %(a_leases)b::int[])
-                         AS a(wf, key, seq, step, added, owner, lease)
-                    WHERE i.namespace = %(ns)s AND i.workflow_id = a.wf AND i.instance_key = a.key)
+                advanced AS ({ADVANCE})
                 SELECT * FROM inserted""",
-            {**_insert_params(rows),
-             "a_wfs": [a.ref.workflow_id for a in advances], "a_keys": [a.ref.instance_key for a in advances],
-             "a_seqs": [a.sequence for a in advances], "a_steps": [a.step_name for a in advances],
-             "a_added": [a.added for a in advances], "a_owners": [a.owner for a in advances],
-             "a_leases": [a.lease_seconds for a in advances]},
+            {**_insert_params(rows), **advance_params(advances)},
         )
         return await _inserted(cur, rows)
 
-    async def latest_txn(self, conn: Conn, ref: InstanceRef, *,
-                         state_below: int) -> tuple[bool, Checkpoint | None]:
-        cur = await pg(conn).execute(LATEST, {**_key(ref), "state_below": state_below})
-        return core.latest_of(DIALECT, await cur.fetchone())
-
-    async def get_txn(self, conn: Conn, ref: InstanceRef, sequence: int, *, with_state: bool) -> Checkpoint | None:
-        cols = checkpoint_columns(with_state)
-        # A state comes in binary: in text, PostgreSQL would send twice its size in hex for psycopg to parse.
-        cur = await pg(conn).execute(
-            f"SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence = %(seq)s",
-            {**_key(ref), "seq": sequence}, binary=with_state,
-        )
-        row = await cur.fetchone()
-        return _checkpoint(row, with_state=with_state) if row else None
-
-    async def list_txn(
-        self, conn: Conn, ref: InstanceRef, page: Page, *, with_state: bool
-    ) -> tuple[list[Checkpoint], str]:
-        after = after_sequence(page.token)
-        cols = checkpoint_columns(with_state)
-        cur = await pg(conn).execute(
-            f"""SELECT {cols} FROM durable_checkpoints WHERE {_KEY} AND sequence > %(after)s
-                ORDER BY sequence LIMIT %(limit)s""",
-            {**_key(ref), "after": after, "limit": page.size + 1},
-        )
-        rows = [_checkpoint(r, with_state=with_state) for r in await cur.fetchall()]
-        return cut_page(rows, page.size, lambda c: [c.sequence])
-
     async def prune_txn(self, conn: Conn, namespace: str, policy: PrunePolicy) -> PruneResult:
-        """Deletes by policy, always keeping each instance's newest checkpoint; updates counters."""
-        where = [sql.SQL("c.namespace = %(ns)s"), sql.SQL("c.sequence < i.last_sequence")]
-        params: dict[str, Any] = {"ns": namespace}
-        if policy.workflow_id:
-            where.append(sql.SQL("c.workflow_id = %(wf)s"))
-            params["wf"] = policy.workflow_id
-        if policy.instance_key:
-            where.append(sql.SQL("c.instance_key = %(key)s"))
-            params["key"] = policy.instance_key
-        if policy.keep_last:
-            where.append(sql.SQL("c.sequence <= i.last_sequence - %(keep)s"))
-            params["keep"] = policy.keep_last
-        if policy.older_than_seconds:
-            where.append(sql.SQL("c.created_at < now() - make_interval(secs => %(age)s)"))
-            params["age"] = policy.older_than_seconds
-        victims = sql.SQL(
-            """SELECT c.namespace, c.workflow_id, c.instance_key, c.sequence
+        """Deletes by policy in one statement, always keeping each instance's newest checkpoint; updates counters."""
+        where, params = checkpoints.prune_conditions(DIALECT, namespace, policy)
+        victims = f"""SELECT c.namespace, c.workflow_id, c.instance_key, c.sequence
                FROM durable_checkpoints c
                JOIN durable_instances i USING (namespace, workflow_id, instance_key)
-               WHERE {where}"""
-        ).format(where=sql.SQL(" AND ").join(where))
+               WHERE {" AND ".join(where)}"""
         if policy.dry_run:
-            query = sql.SQL(
-                "SELECT count(*) AS n, count(DISTINCT (workflow_id, instance_key)) AS m FROM ({victims}) v"
-            ).format(victims=victims)
+            query = f"SELECT count(*) AS n, count(DISTINCT (workflow_id, instance_key)) AS m FROM ({victims}) v"
         else:
-            query = sql.SQL(
-                """WITH gone AS (
+            query = f"""WITH gone AS (
                        DELETE FROM durable_checkpoints d
                        USING ({victims}) v
                        WHERE d.namespace = v.namespace AND d.workflow_id = v.workflow_id
@@ -265,9 +203,7 @@ class CheckpointStore(base.CheckpointStore):
                          AND i.instance_key = per.instance_key
                        RETURNING 1)
                    SELECT coalesce(sum(n), 0)::bigint AS n, count(*) AS m FROM per"""
-            ).format(victims=victims)
-        cur = await pg(conn).execute(query, params)
-        row = await cur.fetchone()
+        row = await RUNNER.one(conn, query, params)  # fixed fragments only
         assert row is not None
         return PruneResult(deleted_count=int(row["n"]), instance_count=int(row["m"]))
 

@@ -8,10 +8,10 @@ from datetime import datetime
 from ...domain import IdempotencyKey, KeyRef, NewClaim
 from .. import base, idempotency
 from ..base import Conn
-from ..core import KEY_COLUMNS as _COLUMNS
-from ..core import KEY_WHERE as _KEY
-from ..core import claim_params as _claim
-from ..core import key_params as _key
+from ..idempotency import KEY_COLUMNS as _COLUMNS
+from ..idempotency import KEY_WHERE as _KEY
+from ..idempotency import claim_params as _claim
+from ..idempotency import key_params as _key
 from .db import RUNNER, pg
 
 

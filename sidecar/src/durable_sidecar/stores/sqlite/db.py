@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from ...errors import FailedPrecondition, InvalidArgument, Unavailable
 from .. import core
 from ..base import Conn, Database
+from ..checkpoints import latest_checkpoint_query
 from ..core import NO_INSTALLATION_ROW, SCHEMA_TOO_OLD, Dialect, Runner
 from ..schema import APPLIED_SQL, Migration, load_migrations, require_current
 from .migrate import apply
@@ -82,7 +83,13 @@ DIALECT = Dialect("sqlite", colon_placeholders=True, to_time=from_micros, to_nam
                   prefix_condition="substr({column}, 1, length(%(prefix)s)) = %(prefix)s", now_sql="%(now)s",
                   ago_sql="(%(now)s - %(seconds)s * 1000000)", later_sql="(%(now)s + %({param})s * 1000000)",
                   greatest="max", list_param=json.dumps,
-                  in_list="{column} IN (SELECT value FROM json_each(%({param})s))")
+                  in_list="{column} IN (SELECT value FROM json_each(%({param})s))",
+                  # SQLite's planner looks the checkpoint up by all four key columns from a plain join.
+                  newest_checkpoint_join="""LEFT JOIN durable_checkpoints c
+      ON c.namespace = i.namespace AND c.workflow_id = i.workflow_id AND c.instance_key = i.instance_key
+     AND c.sequence = i.last_sequence""")
+# The newest-checkpoint read as SQLite runs it (tests/sidecar/test_latest_read.py checks its plan).
+LATEST = latest_checkpoint_query(DIALECT)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -178,12 +185,15 @@ def _take_file_lock(path: str) -> int:
 
 
 class SqliteRunner(Runner):
-    """The shared SQL of the stores written once (waits.py, versions.py), run on the embedded connection."""
+    """The shared SQL of the stores written once (stores/*.py), run on the embedded connection."""
 
     dialect = DIALECT
 
-    async def all(self, conn: Conn, query: str, params: dict[str, Any]) -> list[core.Row]:
+    async def all(self, conn: Conn, query: str, params: dict[str, Any], *, binary: bool = False) -> list[core.Row]:
         return list(await lite(conn).all(query, params))
+
+    async def execute(self, conn: Conn, query: str, params: dict[str, Any]) -> int:
+        return await lite(conn).run(query, params)
 
     async def many(self, conn: Conn, query: str, params: list[dict[str, Any]]) -> None:
         await lite(conn).run_many(query, params)

@@ -8,25 +8,26 @@ import {
 	type NodeApiError,
 } from 'n8n-workflow';
 
-import { keepAheadAnswer, type AheadGuard } from '../../shared/claim-ahead';
-import { refusal, senderStatus } from '../../shared/door';
+import { keepAheadAnswer, type AheadGuard } from '../../../shared/claim-ahead';
+import type { ResumeVersion } from './version';
+import { refusal, senderStatus } from '../../../shared/door';
 import {
 	DURABLE_FIELD,
 	durableOf,
 	eventJson,
 	fromJsonBytes,
+	instanceFields,
 	isObject,
 	runStateName,
-} from '../../shared/node-helpers';
-import { nodeOf } from '../../shared/run-node';
+} from '../../../shared/node-helpers';
+import { nodeOf } from '../../../shared/run-node';
 import {
-	InstanceStatus,
 	ResumeReason,
 	StartOutcome,
 	type Instance,
 	type StartOrResumeResponse,
-} from '../../shared/transport';
-import { nodeParameter } from '../../shared/upstream';
+} from '../../../shared/transport';
+import { nodeParameter } from '../../../shared/upstream';
 
 /** Fixed outputs, in this order; step outputs and Version Mismatch follow. */
 export const OUTPUT_START = 0;
@@ -37,40 +38,17 @@ export const FIXED_OUTPUTS = 4;
 
 type StateMerge = 'merge' | 'replace' | 'field';
 
-function instanceMeta(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
-		boundVersion: inst.boundVersion,
-		versionLabel: inst.versionLabel,
-		lastSequence: inst.lastSequence,
-		lastStep: inst.lastStep,
-		resumeCount: inst.resumeCount,
-		leaseOwner: inst.leaseOwner,
-		leaseExpiresAt: inst.leaseExpiresAt ? inst.leaseExpiresAt.toISOString() : null,
-		wakeAt: inst.wakeAt ? inst.wakeAt.toISOString() : null,
-		createdAt: inst.createdAt ? inst.createdAt.toISOString() : null,
-	};
-}
-
 /** Version 2 keeps the item's metadata small: what later nodes and authors use. */
-export function smallInstanceMeta(inst: Instance | undefined): IDataObject {
-	if (!inst) return {};
-	return {
-		workflowId: inst.workflowId,
-		instanceKey: inst.instanceKey,
-		status: InstanceStatus[inst.status]?.replace('INSTANCE_STATUS_', '').toLowerCase() ?? 'unknown',
-		leaseSeconds: inst.leaseSeconds,
-		lastStep: inst.lastStep,
-		lastSequence: inst.lastSequence,
-		resumeCount: inst.resumeCount,
-		boundVersion: inst.boundVersion,
-	};
-}
+export const smallInstanceMeta = (inst: Instance | undefined): IDataObject =>
+	instanceFields(inst, (i) => ({
+		leaseSeconds: i.leaseSeconds,
+		lastStep: i.lastStep,
+		lastSequence: i.lastSequence,
+		resumeCount: i.resumeCount,
+		boundVersion: i.boundVersion,
+	}));
 
-function outcomeName(outcome: StartOutcome): string {
+export function outcomeName(outcome: StartOutcome): string {
 	return (StartOutcome[outcome] ?? 'UNSPECIFIED').replace('START_OUTCOME_', '').toLowerCase();
 }
 
@@ -118,7 +96,7 @@ export interface RouteSettings {
 	/** Index of the Event output (Timed Out follows it); -1 without Wait Outputs. */
 	eventIndex: number;
 	executionId: string;
-	v2: boolean;
+	version: ResumeVersion;
 	/** The Idempotency Guard whose key a start claims ahead (shared/claim-ahead), if any. */
 	ahead?: AheadGuard;
 }
@@ -162,25 +140,14 @@ export function routeResponse(
 	i: number,
 	response: StartOrResumeResponse,
 	outputs: INodeExecutionData[][],
-	{ stepNames, mismatchIndex, eventIndex, executionId, v2, ahead }: RouteSettings,
+	settings: RouteSettings,
 ): void {
-	const handedOver = durableOf(item).runsBoundVersion;
-	const runsBound =
-		typeof handedOver === 'number' &&
-		handedOver > 0 &&
-		handedOver === (response.instance?.boundVersion ?? 0);
-	const meta: IDataObject = v2
-		? { ...smallInstanceMeta(response.instance), outcome: outcomeName(response.outcome) }
-		: {
-				...instanceMeta(response.instance),
-				outcome: outcomeName(response.outcome),
-				currentVersion: response.currentVersion,
-				versionMismatch: response.versionMismatch,
-			};
-	if (v2 && response.versionMismatch) meta.versionMismatch = true;
+	const meta = settings.version.answerMeta(response);
 	switch (response.outcome) {
 		case StartOutcome.START_OUTCOME_STARTED: {
-			if (ahead) keepAheadAnswer(ahead, executionId, response.startClaim);
+			if (settings.ahead) {
+				keepAheadAnswer(settings.ahead, settings.executionId, response.startClaim);
+			}
 			outputs[OUTPUT_START].push(route(item, i, meta));
 			return;
 		}
@@ -198,7 +165,8 @@ export function routeResponse(
 			return;
 		}
 		case StartOutcome.START_OUTCOME_RESUMED:
-			break;
+			routeResumed(ctx, item, i, response, outputs, settings, meta);
+			return;
 		default:
 			throw new NodeOperationError(
 				nodeOf(ctx),
@@ -209,70 +177,38 @@ export function routeResponse(
 				},
 			);
 	}
+}
 
-	const latest = response.latestCheckpoint;
-	let state = fromJsonBytes(latest?.stateJson);
-	if (v2) {
-		// The start item, then the saved state on top: a resumed execution sees
-		// the delivery that started the instance and every step saved since.
-		const start = fromJsonBytes(response.startItemJson);
-		if (isObject(start)) {
-			state =
-				state === undefined
-					? start
-					: isObject(state)
-						? { ...start, ...state }
-						: { ...start, state: state as IDataObject[string] };
-		}
-	}
-	const mode = nodeParameter(ctx, 'options.stateMerge', i, 'merge') as StateMerge;
-	let json: IDataObject | undefined;
-	if (state !== undefined) {
-		if (mode === 'replace') {
-			json = isObject(state) ? state : { state: state as IDataObject[string] };
-		} else if (mode === 'merge') {
-			json = isObject(state)
-				? { ...item.json, ...state }
-				: { ...item.json, state: state as IDataObject[string] };
-		} else {
-			meta.state = state as IDataObject[string];
-		}
-	}
-	if (latest && !v2) {
-		meta.lastCheckpoint = {
-			sequence: latest.sequence,
-			stepName: latest.stepName,
-			sha256: latest.sha256,
-			executionId: latest.executionId,
-			createdAt: latest.createdAt ? latest.createdAt.toISOString() : null,
-		};
-	}
+/** A resumed instance: by its wait's end, to Version Mismatch, to its step's output, or Resume. */
+function routeResumed(
+	ctx: IExecuteFunctions,
+	item: INodeExecutionData,
+	i: number,
+	response: StartOrResumeResponse,
+	outputs: INodeExecutionData[][],
+	{ stepNames, mismatchIndex, eventIndex, executionId, version }: RouteSettings,
+	meta: IDataObject,
+): void {
+	const handedOver = durableOf(item).runsBoundVersion;
+	const runsBound =
+		typeof handedOver === 'number' &&
+		handedOver > 0 &&
+		handedOver === (response.instance?.boundVersion ?? 0);
+	const json = restored(ctx, item, i, version.resumedState(response), meta);
+	Object.assign(meta, version.checkpointMeta(response.latestCheckpoint));
 	if (runsBound) meta.runsBoundVersion = handedOver;
+	const toMismatch = response.versionMismatch && mismatchIndex >= 0 && !runsBound;
 	const waitOutcome = response.waitOutcome;
-	const waited =
-		waitOutcome === ResumeReason.RESUME_REASON_EVENT ||
-		waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
-	if (waited && !(response.versionMismatch && mismatchIndex >= 0 && !runsBound)) {
+	if (
+		(waitOutcome === ResumeReason.RESUME_REASON_EVENT ||
+			waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT) &&
+		!toMismatch
+	) {
 		// The instance's last wait ended (and nothing was saved since): its event, or its timeout.
-		if (eventIndex < 0) {
-			throw new NodeOperationError(
-				nodeOf(ctx),
-				`Instance ${response.instance?.instanceKey ?? ''} was resumed after its wait ${waitOutcome === ResumeReason.RESUME_REASON_EVENT ? 'received its event' : 'timed out'}, but this Resume Point has no Wait Outputs`,
-				{
-					itemIndex: i,
-					description:
-						'Turn on Wait Outputs on this Resume Point and connect Event (the awaited event arrived) and Timed Out. The instance is handed out again with its event once its lease lapses.',
-				},
-			);
-		}
-		const timedOut = waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
-		meta.waitOutcome = timedOut ? 'timedOut' : 'event';
-		const base = json ?? { ...item.json };
-		if (!timedOut) base.event = eventJson(response.event);
-		outputs[timedOut ? eventIndex + 1 : eventIndex].push(route(item, i, meta, base));
+		routeWaited(ctx, item, i, response, outputs, eventIndex, meta, json);
 		return;
 	}
-	if (response.versionMismatch && mismatchIndex >= 0 && !runsBound) {
+	if (toMismatch) {
 		const bound = response.boundVersion;
 		if (bound) {
 			// This execution holds the lease; the sub-workflow running `bound` takes it over.
@@ -294,4 +230,56 @@ export function routeResponse(
 	const stepIndex = stepNames.indexOf(response.instance?.lastStep ?? '');
 	const target = stepIndex >= 0 ? FIXED_OUTPUTS + stepIndex : OUTPUT_RESUME;
 	outputs[target].push(route(item, i, meta, json));
+}
+
+/** The item's JSON with the restored state, per Restore State (under durable.state: in `meta`). */
+function restored(
+	ctx: IExecuteFunctions,
+	item: INodeExecutionData,
+	i: number,
+	state: unknown,
+	meta: IDataObject,
+): IDataObject | undefined {
+	const mode = nodeParameter(ctx, 'options.stateMerge', i, 'merge') as StateMerge;
+	if (state === undefined) return undefined;
+	if (mode === 'replace') {
+		return isObject(state) ? state : { state: state as IDataObject[string] };
+	}
+	if (mode === 'merge') {
+		return isObject(state)
+			? { ...item.json, ...state }
+			: { ...item.json, state: state as IDataObject[string] };
+	}
+	meta.state = state as IDataObject[string];
+	return undefined;
+}
+
+/** A resumed instance whose wait ended: Event (with the event) or Timed Out. */
+function routeWaited(
+	ctx: IExecuteFunctions,
+	item: INodeExecutionData,
+	i: number,
+	response: StartOrResumeResponse,
+	outputs: INodeExecutionData[][],
+	eventIndex: number,
+	meta: IDataObject,
+	json: IDataObject | undefined,
+): void {
+	const waitOutcome = response.waitOutcome;
+	if (eventIndex < 0) {
+		throw new NodeOperationError(
+			nodeOf(ctx),
+			`Instance ${response.instance?.instanceKey ?? ''} was resumed after its wait ${waitOutcome === ResumeReason.RESUME_REASON_EVENT ? 'received its event' : 'timed out'}, but this Resume Point has no Wait Outputs`,
+			{
+				itemIndex: i,
+				description:
+					'Turn on Wait Outputs on this Resume Point and connect Event (the awaited event arrived) and Timed Out. The instance is handed out again with its event once its lease lapses.',
+			},
+		);
+	}
+	const timedOut = waitOutcome === ResumeReason.RESUME_REASON_TIMEOUT;
+	meta.waitOutcome = timedOut ? 'timedOut' : 'event';
+	const base = json ?? { ...item.json };
+	if (!timedOut) base.event = eventJson(response.event);
+	outputs[timedOut ? eventIndex + 1 : eventIndex].push(route(item, i, meta, base));
 }

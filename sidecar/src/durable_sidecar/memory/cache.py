@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 
 from .. import metrics
-from .cache import Cache
+from ..stores.cache import Cache
 
 # Bookkeeping per entry beyond its key and value (the dict slot, the tuple, the bytes header), roughly.
 _ENTRY_OVERHEAD_BYTES = 160

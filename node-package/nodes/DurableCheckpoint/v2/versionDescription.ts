@@ -1,0 +1,5 @@
+/** Version 2 of the Durable Checkpoint as n8n sees it. */
+import { describeVersion } from '../../../shared/versions';
+import { durableCheckpointDescription } from '../DurableCheckpointDescription';
+
+export const versionDescription = describeVersion(durableCheckpointDescription, 2);

@@ -1,0 +1,93 @@
+/** Signal: an event for an instance's mailbox, delivered once per deduplication id. */
+import { createHash } from 'crypto';
+import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } from 'n8n-workflow';
+
+import { GrpcStatus } from '../../../shared/errors';
+import {
+	eventJson,
+	jsonParameter,
+	instanceStatusName,
+	runStateName,
+	toJsonBytes,
+	userJson,
+} from '../../../shared/node-helpers';
+import { SignalOutcome } from '../../../shared/transport';
+import { callPerItem, type InstanceRun } from './run';
+
+/** Identifiers the sidecar takes are 1 to 255 characters. */
+const MAX_ID = 255;
+
+const SIGNAL_HINTS: Partial<Record<number, string>> = {
+	[GrpcStatus.NOT_FOUND]:
+		"No instance has this key in that workflow, and a signal never starts one. Check Workflow ID (the target workflow's ID, from its URL; empty means this workflow) and Instance Key (the key that workflow's Resume Point uses). A signal that may arrive before its instance exists can be routed with Continue On Fail and sent again later.",
+	[GrpcStatus.FAILED_PRECONDITION]:
+		'The instance has finished (completed, failed or cancelled) and takes no more events. Expect late events? Route them with Continue On Fail.',
+};
+
+export async function execute(
+	ctx: IExecuteFunctions,
+	run: InstanceRun,
+): Promise<INodeExecutionData[][]> {
+	const { node, items, client, executionId, text, required, target } = run;
+	return await callPerItem(ctx, run, 'Signalling the instance', SIGNAL_HINTS, (i) => {
+		const { workflowId, instanceKey } = target(i);
+		const eventName = required(
+			'eventName',
+			'Event Name',
+			i,
+			'Name the event, as the waiting Durable Checkpoint (Wait for Event) names it.',
+		);
+		const from = ctx.getNodeParameter('payloadFrom', i, 'json') as string;
+		const payload =
+			from === 'none'
+				? undefined
+				: from === 'item'
+					? userJson(items[i])
+					: jsonParameter(node, ctx.getNodeParameter('payloadJson', i, '{}'), 'Payload (JSON)', i);
+		const dedupeId = text('dedupeId', i) || defaultDedupeId(executionId, node.name, i);
+		if (dedupeId.length > MAX_ID) {
+			throw new NodeOperationError(node, 'Deduplication ID is longer than 255 characters', {
+				itemIndex: i,
+			});
+		}
+		const sender = text('options.sender', i) || run.who;
+		return async () => {
+			const response = await client.signalInstance({
+				workflowId,
+				instanceKey,
+				eventName,
+				payloadJson: payload === undefined ? Buffer.alloc(0) : toJsonBytes(payload),
+				dedupeId,
+				sender,
+			});
+			const inst = response.instance;
+			return {
+				signal: {
+					outcome: outcomeName(response.outcome),
+					workflowId,
+					instanceKey,
+					eventName,
+					dedupeId,
+					instanceStatus: instanceStatusName(inst),
+					runState: runStateName(inst),
+					event: eventJson(response.event),
+				},
+			};
+		};
+	});
+}
+
+function outcomeName(outcome: SignalOutcome): string {
+	return (SignalOutcome[outcome] ?? 'UNSPECIFIED').replace('SIGNAL_OUTCOME_', '').toLowerCase();
+}
+
+/**
+ * The default deduplication id: this execution, node and item. Repeating the
+ * same execution (a node retry) signals once; a new execution (a re-delivered
+ * webhook) is a new signal unless the author gives the sender's own id.
+ */
+export function defaultDedupeId(executionId: string, nodeName: string, itemIndex: number): string {
+	const id = `n8n:${executionId}:${nodeName}:${itemIndex}`;
+	if (id.length <= MAX_ID) return id;
+	return `n8n:${executionId}:${createHash('sha256').update(`${nodeName}:${itemIndex}`).digest('hex')}`;
+}

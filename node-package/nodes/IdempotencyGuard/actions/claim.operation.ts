@@ -1,0 +1,204 @@
+/** Claim: one Claim call for all items (or answers claimed ahead), each item routed by its answer. */
+import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+
+import { batched, type NodeError } from '../../../shared/batch';
+import { instanceClaim, takeAheadAnswer, type AheadAnswer } from '../../../shared/claim-ahead';
+import {
+	asNodeError,
+	DURABLE_FIELD,
+	errorItem,
+	fieldList,
+	fromJsonBytes,
+	IDEMPOTENCY_FIELD,
+	jsonParameter,
+	pickFields,
+	toJsonBytes,
+	userJson,
+	workflowIdOf,
+} from '../../../shared/node-helpers';
+import { ClaimOutcome, type ClaimItem } from '../../../shared/transport';
+import {
+	instanceRefOf,
+	noteGuardRun,
+	parameterReader,
+	targetOf,
+	type InstanceRef,
+} from '../../../shared/upstream';
+import { withIdempotency, type GuardRun } from './run';
+
+/** Claim's outputs, in this order. */
+export const OUTPUT_FIRST_RUN = 0;
+export const OUTPUT_ALREADY_DONE = 1;
+export const OUTPUT_IN_PROGRESS = 2;
+
+/** The items of one Claim run, as they were prepared. */
+interface Claims {
+	prepared: Map<number, ClaimItem>;
+	/** The instance found upstream, put on items that do not carry it. */
+	instances: Map<number, InstanceRef>;
+	problems: Map<number, NodeError>;
+	duplicates: Map<number, { scope: string; key: string }>;
+	/** Answers claimed ahead by the node before (a Save, the Resume Point): no Claim call. */
+	ahead: Map<number, AheadAnswer>;
+}
+
+export async function execute(
+	ctx: IExecuteFunctions,
+	run: GuardRun,
+): Promise<INodeExecutionData[][]> {
+	const { client, executionId, node } = run;
+	const claims = prepareClaims(ctx, run);
+	if (claims.problems.size > 0 && !ctx.continueOnFail())
+		throw claims.problems.values().next().value as NodeError;
+	const indexes = [...claims.prepared.keys()];
+	const results = indexes.length
+		? await batched(ctx, client, 'Claiming the idempotency key', indexes, async (batch) => {
+				const response = await client.claim({ items: batch.map((i) => claims.prepared.get(i)!) });
+				return response.results;
+			})
+		: new Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>();
+	// Answers claimed ahead take the same routes as this node's own answers.
+	for (const [i, answer] of claims.ahead) results.set(i, { ok: true, value: answer });
+	const outputs = routeClaims(ctx, run, claims, results);
+	noteGuardRun(executionId, node.name, outputs);
+	return outputs;
+}
+
+function prepareClaims(ctx: IExecuteFunctions, run: GuardRun): Claims {
+	const { items, node, version } = run;
+	const claims: Claims = {
+		prepared: new Map(),
+		instances: new Map(),
+		problems: new Map(),
+		duplicates: new Map(),
+		ahead: new Map(),
+	};
+	const seen = new Set<string>();
+	const fingerprintFromOf = parameterReader(ctx, 'fingerprintFrom', version.defaultFingerprintFrom);
+	const fieldsOf = parameterReader(ctx, 'fingerprintFields', '');
+	const leaseOf = parameterReader<number>(ctx, 'options.leaseSeconds', 0);
+	const ttlOf = parameterReader<number>(ctx, 'options.ttlSeconds', 0);
+	const claimKey = version.claimKeys(ctx, run);
+	for (let i = 0; i < items.length; i++) {
+		try {
+			const scope = run.text('scope', i);
+			const from = fingerprintFromOf(i) as string;
+			const { key, instance } = claimKey(i, from);
+			if (instance && !instanceRefOf(items[i].json)) claims.instances.set(i, instance);
+			const id = JSON.stringify([scope, key]);
+			if (seen.has(id)) {
+				claims.duplicates.set(i, { scope, key });
+				continue;
+			}
+			seen.add(id);
+			const instanceForm = version.followsInstance && (from === 'instance' || from === 'none');
+			if (instanceForm) {
+				const answer = takeAheadAnswer(node.name, run.executionId, scope, key);
+				if (answer) {
+					claims.ahead.set(i, answer);
+					continue;
+				}
+			}
+			// Who claims: the execution holding the instance (the caller's, in a sub-workflow).
+			const own = () => ({ workflowId: workflowIdOf(ctx), executionId: run.executionId });
+			const target = instance ? targetOf(ctx, instance, i, own()) : undefined;
+			if (instanceForm && instance && target) {
+				// The default form: the same claim a node before would make ahead (shared/claim-ahead).
+				claims.prepared.set(
+					i,
+					instanceClaim(
+						{ scope, fingerprintFrom: from, leaseSeconds: leaseOf(i), ttlSeconds: ttlOf(i) },
+						instance,
+						{ workflowId: target.workflowId, executionId: target.executionId, key },
+					),
+				);
+				continue;
+			}
+			let payload: unknown;
+			if (from === 'fields') {
+				payload = pickFields(userJson(items[i]), fieldList(fieldsOf(i) as string));
+			} else if (from === 'json') {
+				const raw = ctx.getNodeParameter('fingerprintJson', i, '{}');
+				payload = jsonParameter(node, raw, 'Fingerprint (JSON)', i);
+			} else if (from === 'item') {
+				payload = userJson(items[i]);
+			}
+			// v1 (any fingerprint), or v2 with a chosen fingerprint.
+			claims.prepared.set(i, {
+				scope,
+				key,
+				payloadJson: payload === undefined ? Buffer.alloc(0) : toJsonBytes(payload),
+				fingerprint: '',
+				// v2: 0 means the instance's lease, so the claim lapses with the instance.
+				leaseSeconds: leaseOf(i) || (instance?.leaseSeconds ?? 0),
+				ttlSeconds: ttlOf(i),
+				holder: target?.executionId ?? run.executionId,
+				// Instance-aware: a resumed instance's execution takes over its dead one's claim.
+				workflowId: target?.workflowId ?? '',
+				instanceKey: target?.instanceKey ?? '',
+			});
+		} catch (error) {
+			claims.problems.set(i, asNodeError(node, error, i));
+		}
+	}
+	return claims;
+}
+
+function routeClaims(
+	ctx: IExecuteFunctions,
+	{ items, version }: GuardRun,
+	{ problems, duplicates, ahead, instances }: Claims,
+	results: Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>,
+): INodeExecutionData[][] {
+	const outputs: INodeExecutionData[][] = [[], [], []];
+	const routed = (i: number, meta: IDataObject): INodeExecutionData => {
+		const out = withIdempotency(items[i], meta, i);
+		// v2: this claim's answer only, nothing left over from an earlier one.
+		if (version.followsInstance) out.json[IDEMPOTENCY_FIELD] = meta;
+		const instance = instances.get(i);
+		if (instance) out.json[DURABLE_FIELD] = { ...instance };
+		return out;
+	};
+	for (let i = 0; i < items.length; i++) {
+		const result = results.get(i);
+		const failure = problems.get(i) ?? (result && !result.ok ? result.error : undefined);
+		if (failure) {
+			if (!ctx.continueOnFail()) throw failure;
+			// In Progress runs nothing: a failed claim must never take the First Run path.
+			outputs[OUTPUT_IN_PROGRESS].push(errorItem(items[i], failure, i));
+			continue;
+		}
+		const duplicate = duplicates.get(i);
+		if (duplicate) {
+			outputs[OUTPUT_IN_PROGRESS].push(
+				routed(i, {
+					...duplicate,
+					outcome: 'in_progress',
+					reason: 'An earlier item of this execution claimed the same key',
+				}),
+			);
+			continue;
+		}
+		if (!result || !result.ok) continue;
+		const meta: IDataObject = {
+			...version.keyMeta(result.value.key),
+			outcome: (ClaimOutcome[result.value.outcome] ?? 'UNSPECIFIED')
+				.replace('CLAIM_OUTCOME_', '')
+				.toLowerCase(),
+		};
+		// Claimed by the node before, in its own call: this node made none.
+		if (ahead.has(i)) meta.claimedAhead = true;
+		switch (result.value.outcome) {
+			case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
+				outputs[OUTPUT_FIRST_RUN].push(routed(i, meta));
+				break;
+			case ClaimOutcome.CLAIM_OUTCOME_DUPLICATE:
+				meta.result = (fromJsonBytes(result.value.key?.resultJson) ?? null) as IDataObject;
+				outputs[OUTPUT_ALREADY_DONE].push(routed(i, meta));
+				break;
+			default:
+				outputs[OUTPUT_IN_PROGRESS].push(routed(i, meta));
+		}
+	}
+	return outputs;
+}

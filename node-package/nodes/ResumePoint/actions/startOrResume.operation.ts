@@ -1,0 +1,152 @@
+/** Start or Resume: each item's instance is started, resumed or found busy or finished, and routed. */
+import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+
+import type { NodeError } from '../../../shared/batch';
+import type { AheadGuard } from '../../../shared/claim-ahead';
+import {
+	callContext,
+	executionIdOf,
+	fieldList,
+	fromJsonBytes,
+	sidecarError,
+	sidecarFor,
+	workflowIdOf,
+} from '../../../shared/node-helpers';
+import { nodeOf } from '../../../shared/run-node';
+import { StartOutcome, type StartOrResumeResponse } from '../../../shared/transport';
+import { nodeParameter, noteHeldInstances, type InstanceRef } from '../../../shared/upstream';
+import { warnOfAnEarlyAnswer } from './earlyAnswer';
+import { prepareItems } from './prepare';
+import {
+	differentDeliveryRefused,
+	FIXED_OUTPUTS,
+	OUTPUT_IN_PROGRESS,
+	refusedItem,
+	route,
+	routeResponse,
+	smallInstanceMeta,
+	type RouteSettings,
+} from './routing';
+import { startOrResumeAll, type StartRun } from './start';
+import type { ResumeVersion } from './version';
+
+export async function execute(
+	ctx: IExecuteFunctions,
+	version: ResumeVersion,
+): Promise<INodeExecutionData[][]> {
+	const items = ctx.getInputData();
+	const node = nodeOf(ctx);
+	const stepNames = fieldList(nodeParameter(ctx, 'stepOutputs', 0, '') as string).filter(
+		(s, i, all) => all.indexOf(s) === i,
+	);
+	const mismatchOutput = nodeParameter(ctx, 'versionMismatchOutput', 0, false) as boolean;
+	const waitOutputs = nodeParameter(ctx, 'waitOutputs', 0, false) as boolean;
+	const onDifferent = version.differentDelivery(ctx);
+	const afterSteps = FIXED_OUTPUTS + stepNames.length;
+	const mismatchIndex = mismatchOutput ? afterSteps : -1;
+	const eventIndex = waitOutputs ? afterSteps + (mismatchOutput ? 1 : 0) : -1;
+	const differentIndex =
+		onDifferent === 'output' ? afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) : -1;
+	const count =
+		afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) + (differentIndex >= 0 ? 1 : 0);
+	const outputs: INodeExecutionData[][] = Array.from({ length: count }, () => []);
+	if (items.length === 0) return outputs;
+	warnOfAnEarlyAnswer(ctx);
+
+	const client = await sidecarFor(ctx);
+	const workflowId = workflowIdOf(ctx);
+	const executionId = executionIdOf(ctx);
+	if (nodeParameter(ctx, 'options.registerVersion', 0, false) as boolean) {
+		try {
+			await client.syncVersionFromN8n({ workflowId, actor: `execution ${executionId}` });
+		} catch (error) {
+			throw sidecarError(node, error, callContext(client, 'Registering the workflow version', 0));
+		}
+	}
+	const prepared = prepareItems(ctx, node, items, workflowId);
+	if (!ctx.continueOnFail()) {
+		// A refused item fails the run before any call: nothing of this delivery is stored.
+		const refused = prepared.find((p) => p.kind === 'error');
+		if (refused?.kind === 'error') throw refused.error;
+	}
+	const run: StartRun = {
+		node,
+		items,
+		client,
+		workflowId,
+		executionId,
+		version,
+		onDifferent,
+		prepared,
+	};
+	const { results, ahead } = await startOrResumeAll(ctx, run);
+	const settings = { stepNames, mismatchIndex, eventIndex, executionId, version, ahead };
+	const held = routeAll(ctx, run, results, outputs, settings, differentIndex);
+	noteHeldInstances(executionId, held);
+	return outputs;
+}
+
+/** Puts every item on its output; the instances this execution now holds (noteHeldInstances). */
+function routeAll(
+	ctx: IExecuteFunctions,
+	{ node, items, workflowId, prepared }: StartRun,
+	results: Array<StartOrResumeResponse | NodeError | undefined>,
+	outputs: INodeExecutionData[][],
+	settings: RouteSettings & { ahead?: AheadGuard },
+	differentIndex: number,
+): InstanceRef[] {
+	const held: InstanceRef[] = [];
+	for (let i = 0; i < items.length; i++) {
+		const item = items[i];
+		const prep = prepared[i];
+		const result = results[i];
+		let failure = prep.kind === 'error' ? prep.error : result instanceof Error ? result : undefined;
+		const response = result as StartOrResumeResponse;
+		if (
+			!failure &&
+			prep.kind === 'call' &&
+			response.outcome === StartOutcome.START_OUTCOME_DIFFERENT
+		) {
+			if (differentIndex >= 0) {
+				outputs[differentIndex].push(
+					route(item, i, {
+						...smallInstanceMeta(response.instance),
+						outcome: 'different',
+						startItem: (fromJsonBytes(response.startItemJson) ?? null) as IDataObject,
+					}),
+				);
+				continue;
+			}
+			failure = differentDeliveryRefused(node, response, i);
+		}
+		if (failure) {
+			// In Progress runs nothing: a failed item must never take the Start path.
+			if (!ctx.continueOnFail()) throw failure;
+			outputs[OUTPUT_IN_PROGRESS].push(refusedItem(failure, i));
+			continue;
+		}
+		if (prep.kind === 'duplicate') {
+			outputs[OUTPUT_IN_PROGRESS].push(
+				route(item, i, {
+					instanceKey: prep.key,
+					workflowId,
+					outcome: 'busy',
+					reason: 'An earlier item of this execution has the same instance key',
+				}),
+			);
+			continue;
+		}
+		routeResponse(ctx, item, i, response, outputs, settings);
+		const taken =
+			response.outcome === StartOutcome.START_OUTCOME_STARTED ||
+			response.outcome === StartOutcome.START_OUTCOME_RESUMED;
+		if (taken && response.instance) {
+			held.push({
+				workflowId: response.instance.workflowId || workflowId,
+				instanceKey: response.instance.instanceKey,
+				leaseSeconds: response.instance.leaseSeconds,
+			});
+		}
+	}
+	return held;
+}

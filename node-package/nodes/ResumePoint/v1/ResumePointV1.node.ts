@@ -1,0 +1,10 @@
+import { sidecarNodeMethods } from '../../../shared/credential-test';
+import { NodeVersion } from '../../../shared/versions';
+import { router } from '../actions/router';
+import { versionDescription } from './versionDescription';
+
+export class ResumePointV1 extends NodeVersion {
+	constructor() {
+		super(versionDescription, router, sidecarNodeMethods);
+	}
+}

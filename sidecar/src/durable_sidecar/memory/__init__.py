@@ -1,0 +1,1 @@
+"""In-process memories: bounded copies of immutable facts that spare a database or cache round trip."""
