@@ -912,9 +912,9 @@ def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_res
     n8n = N8n(work, database, REPO / "node-package", extra_env=queue_env)
     services = stack.services
 
-    def worker() -> Any:
+    def worker(concurrency: int = 25) -> Any:
         w = n8n.process("worker", env={"N8N_LOG_LEVEL": "info"})  # it says when it is ready
-        w.argv += ["--concurrency=25"]
+        w.argv += [f"--concurrency={concurrency}"]
         w.start()
         wait_until(f"{w.name} to be ready", lambda: "worker is now ready" in w.log.read_text(errors="replace"),
                    timeout=180)
@@ -931,11 +931,13 @@ def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_res
         path.write_text(json.dumps(customise(source, services.url)))
         import_workflow(n8n, path, {})
         n8n.start_main()
-        frozen = worker()
+        # Exactly as many slots as held orders: a worker with every slot busy takes no job from the queue,
+        # so the resumed orders go to the other worker (a frozen one would hold a job it took meanwhile).
+        held = orders("frozen", 3)
+        frozen = worker(concurrency=len(held))
         n8n.wait_webhook("orders")
 
         # Frozen for longer than the grace, then woken: fenced.
-        held = orders("frozen", 3)
         services.stall("payment")
         try:
             post_all(stack, held, base_url=n8n.url)
@@ -974,8 +976,10 @@ def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_res
                    stop_to_resumed_s=resumed_s)
 
         # Killed with 20 orders inside a call: the others resume them in seconds.
-        other.stop()  # one worker takes all 20 (its session ends when it exits)
+        frozen.stop()
+        other.stop()  # one worker takes all 20 (the sessions of these two end when they exit)
         t1 = time.monotonic()
+        busy = worker()
         keys = orders("queue", 20)
         services.stall("inventory")
         try:
@@ -983,7 +987,7 @@ def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_res
             wait_until("all 20 orders to be inside the inventory call",
                        lambda: services.in_flight("inventory") >= len(keys), timeout=180)
             spare = worker()
-            frozen.kill9()
+            busy.kill9()
             killed = time.monotonic()
         finally:
             services.unstall()
