@@ -342,7 +342,7 @@ export const durableCheckpointProperties: INodeProperties[] = [
 				default: 0,
 				typeOptions: { minValue: 0, maxValue: 86400 },
 				description:
-					"How long the saved instance stays leased to this execution. 0 keeps the instance's lease length (set on the Resume Point; else the sidecar default).",
+					"The ceiling of the saved instance's lease for this execution (its n8n process dying or the execution failing frees it within seconds anyway). 0 keeps the instance's lease length (set on the Resume Point; else the sidecar default).",
 			},
 		],
 	},
