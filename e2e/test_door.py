@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from conftest import ORDER_WF, Stack
 from harness import CREDENTIAL_ID, db_url, http, wait_until
-from test_scenarios import DocsFlow, served, wait_completed
+from scenarios import DocsFlow, served, wait_completed
 
 # Bodies real senders post; the example's Check Order answers each 400 before the Resume Point.
 NEVER_AN_ORDER: list[tuple[str, Any]] = [
