@@ -45,7 +45,7 @@ def test_defaults_need_only_a_token() -> None:
         Settings.from_env({})
     settings = Settings.from_env({"DURABLE_AUTH_TOKENS": "abcdefgh1=orders, ijklmnop2=billing"})
     assert settings.tokens == {"abcdefgh1": "orders", "ijklmnop2": "billing"}
-    assert settings.lease_seconds == 300 and settings.max_state_bytes == 16 * 1024 * 1024
+    assert settings.lease_seconds == 1800 and settings.max_state_bytes == 16 * 1024 * 1024
 
 
 def test_serve_with_bad_settings_exits_2_listing_problems() -> None:

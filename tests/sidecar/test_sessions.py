@@ -238,6 +238,7 @@ async def test_two_replicas_share_sessions(harness: Harness, database_url: str) 
         assert key not in [r.instance.instance_key for r in await claim(b)]
         ended = await until_ended(b, sid)
         assert ended.leases_freed == 1
+        await asyncio.sleep(3 * 0.2)  # each replica learns of it at its next sweep (every heartbeat interval)
         # Both replicas refuse the ended session.
         for stubs in (s, b):
             with pytest.raises(grpc.aio.AioRpcError) as refused:

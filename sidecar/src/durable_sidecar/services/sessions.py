@@ -70,7 +70,7 @@ class SessionService:
         if "\n" in host or "\t" in host:
             raise InvalidArgument("host must be one line")
         if not 1 <= pid <= 2_147_483_647:
-            raise InvalidArgument(f"pid must be 1 to 2147483647, got {pid}")
+            raise InvalidArgument(f"pid must be a process id (at least 1), got {pid}")
         if mode not in MODES:
             raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         client = validation.text("client", client, limit=255)
@@ -312,13 +312,14 @@ class SessionService:
         """The sweep every heartbeat interval until `stopping` is set; a failed sweep is retried at the next."""
         while not stopping.is_set():
             try:
+                await asyncio.wait_for(stopping.wait(), timeout=self.heartbeat_seconds)
+                return
+            except TimeoutError:
+                pass
+            try:
                 await self.sweep()
             except Exception as exc:  # noqa: BLE001 - a database blip: the next sweep tries again
                 log.warning("session sweep failed; retrying", extra={"error": str(exc)})
-            try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.heartbeat_seconds)
-            except TimeoutError:
-                pass
 
     def _ended(self, ended: list[Ended], reason: str) -> None:
         metrics.SESSIONS_ENDED.labels(reason).inc(len(ended))

@@ -53,7 +53,7 @@ export interface Session {
 export interface OpenSessionRequest {
   /** Required: 1 to 255 characters. */
   host: string;
-  /** Required: 1 to 2147483647. */
+  /** Required: the process id, at least 1. */
   pid: number;
   /** Required: one of "regular", "main", "worker", "webhook". */
   mode: string;
