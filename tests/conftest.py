@@ -20,6 +20,8 @@ from durable_sidecar import app
 from durable_sidecar.settings import Settings
 from durable_sidecar.stores.backend import migrate
 
+# The compose stack's fixtures, shared by tests/test_compose*.py and tests/test_patroni_example.py.
+from tests.compose_stack import compose, filled_env  # noqa: F401
 from tests.sidecar.helpers import REDIS_URL, Stubs, channel, create_database, drop_database
 from tests.sidecar.storage import is_sqlite
 

@@ -1,7 +1,7 @@
 """Static checks of deploy/patroni (the Patroni example): CI runs no Docker engine.
 
 The compose file is read and interpolated with deploy/durable.env as
-tests/test_compose.py does; patroni.yml goes through `patroni --validate-config`
+tests/compose_stack.py does; patroni.yml goes through `patroni --validate-config`
 when Patroni is installed (`make ha-setup`); the sidecars' multi-host URL goes
 through the sidecar's own settings and libpq's conninfo parser.
 """
@@ -21,8 +21,8 @@ import pytest
 import yaml
 from durable_sidecar.settings import Settings
 
+from tests.compose_stack import environment, image_tag, interpolate, read_env_file
 from tests.sidecar.helpers import free_port
-from tests.test_compose import environment, filled_env, image_tag, interpolate, read_env_file  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "deploy" / "patroni"
@@ -32,7 +32,7 @@ NODES = ("pg1", "pg2", "pg3")
 
 
 @pytest.fixture(scope="module")
-def compose(filled_env: Path) -> dict[str, Any]:  # noqa: F811
+def compose(filled_env: Path) -> dict[str, Any]:
     env, _ = read_env_file(filled_env)
     data = yaml.safe_load(COMPOSE_FILE.read_text())
     return dict(interpolate(data, env))
