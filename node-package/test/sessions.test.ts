@@ -153,6 +153,15 @@ describe('sessions', () => {
 		expect(executionEnded(undefined)).toBe(true); // not kept, or pruned
 		expect(executionEnded(undefined, false)).toBe(false); // not written by n8n yet
 		expect(executionEnded({ resultData: { error: { message: 'x' }, runData: {} } })).toBe(true);
+		// Another process's crash recovery marked it, while this process may still run it.
+		expect(
+			executionEnded({
+				resultData: {
+					error: { message: 'Workflow did not finish, possible out-of-memory issue' },
+					runData: {},
+				},
+			}),
+		).toBe(false);
 		expect(
 			executionEnded({
 				resultData: { runData: { Webhook: [{}], Done: [{}] } },

@@ -54,7 +54,8 @@ const CHECKS_PER_BEAT = 20;
 
 /**
  * Whether n8n's stored data of an execution says it ended: gone (not kept,
- * or pruned, once it was seen stored), failed (resultData.error), or ran to its end (nothing left on
+ * or pruned, once it was seen stored), failed (resultData.error, other than
+ * n8n's crash marker), or ran to its end (nothing left on
  * its stack). A running execution's stored data is its start (n8n saves the
  * run at its end) and one waiting in a Wait node has waitTill: neither ended.
  */
@@ -67,7 +68,11 @@ export function executionEnded(data: unknown, storedBefore = true): boolean {
 		resultData?: { error?: unknown; runData?: Record<string, unknown> };
 		executionData?: { nodeExecutionStack?: unknown[] };
 	};
-	if (run.resultData?.error) return true;
+	const error = run.resultData?.error as { message?: unknown } | undefined;
+	// n8n's crash recovery (any process starting up) marks executions it finds unfinished with
+	// "Workflow did not finish, possible out-of-memory issue", also ones a live worker still runs:
+	// a crash of the process that runs an execution is what its session tells, not this marker.
+	if (error) return !String(error.message ?? '').startsWith('Workflow did not finish');
 	if (run.waitTill) return false;
 	const ran = Object.keys(run.resultData?.runData ?? {}).length > 0;
 	const stack = run.executionData?.nodeExecutionStack;
