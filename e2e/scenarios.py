@@ -15,13 +15,17 @@ from harness import REPO, publish_workflow, wait_until
 
 SIDE_EFFECTS = ("payment", "inventory", "shipping", "coupon")
 
+
 FULL_TRAIL = ["paid", "reserved", "shipped", "couponed"]
 
+
 COMPLETED = common_pb2.INSTANCE_STATUS_COMPLETED
+
 
 def orders(prefix: str, n: int) -> list[str]:
     run = uuid.uuid4().hex[:6]
     return [f"{prefix}-{run}-{i:02d}" for i in range(n)]
+
 
 def all_completed(stack: Stack, keys: list[str], workflow_id: str = ORDER_WF) -> bool:
     for k in keys:
@@ -30,20 +34,24 @@ def all_completed(stack: Stack, keys: list[str], workflow_id: str = ORDER_WF) ->
             return False
     return True
 
+
 def wait_completed(stack: Stack, keys: list[str], timeout: float, workflow_id: str = ORDER_WF) -> None:
     try:
         wait_until(f"{len(keys)} instances to complete", lambda: all_completed(stack, keys, workflow_id), timeout)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{stack.diagnose(keys, workflow_id)}") from None
 
+
 def check_exactly_once(stack: Stack, keys: list[str], services: tuple[str, ...] = SIDE_EFFECTS) -> int:
     dups = stack.services.duplicate_effects(keys, services)
     assert dups == [], f"side effects not exactly once: {dups}\n{stack.diagnose(keys)}"
     return len(dups)
 
+
 def post_all(stack: Stack, keys: list[str], base_url: str | None = None) -> None:
     for k in keys:
         assert stack.post_order(k, base_url=base_url) == 200
+
 
 def served(stack: Stack, path: str, *workflows: dict[str, Any]) -> str:
     """Publishes the workflows (a sub-workflow before its caller), waits until n8n serves the webhook `path`,
@@ -53,6 +61,7 @@ def served(stack: Stack, path: str, *workflows: dict[str, Any]) -> str:
     stack.n8n.wait_webhook(path, timeout=120)
     return f"{stack.n8n.url}/webhook/{path}"
 
+
 def wait_for(what: str, predicate: Any, since: float, timeout: float, diagnose: Any = None) -> float:
     """Waits until `predicate()`; returns the seconds from `since` (a time.monotonic())."""
     try:
@@ -61,15 +70,20 @@ def wait_for(what: str, predicate: Any, since: float, timeout: float, diagnose: 
         raise AssertionError(f"{exc}\n{diagnose() if diagnose else ''}") from None
     return time.monotonic() - since
 
+
 def all_resumed(stack: Stack, keys: list[str], workflow_id: str = ORDER_WF) -> bool:
     return all((i := stack.sidecar.instance(workflow_id, k)) is not None and i.resume_count >= 1 for k in keys)
+
 
 def all_past(stack: Stack, keys: list[str], step: str, workflow_id: str = ORDER_WF) -> bool:
     return all(step in stack.sidecar.trail(workflow_id, k) for k in keys)
 
+
 RENEWAL_DOCS_WF = "durableRenewalDocs"
 
+
 SHORT_DEADLINE_S = 5
+
 
 class DocsFlow:
     """A workflow written from node-package/README.md: the examples' own little builder (Flow) plus the
@@ -107,6 +121,7 @@ class DocsFlow:
         f = self.flow
         return {"id": f.wf_id, "name": f.name, "nodes": f.nodes, "connections": f.connections,
                 "settings": {"executionOrder": "v1"}, "pinData": {}}
+
 
 def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_last_save: bool = False,
                           workflow_id: str = RENEWAL_DOCS_WF, path: str = "renewals",
@@ -201,6 +216,7 @@ def renewal_from_the_docs(services_url: str, credential_id: str, *, complete_on_
     f.link(claim_notify, save_notified, 1)
     return f.workflow()
 
+
 class RetryingSender:
     """A webhook sender that delivers until n8n answers 2xx (every 1 s, up to `give_up_s`)."""
 
@@ -238,16 +254,21 @@ class RetryingSender:
         for t in self.threads:
             t.join()
 
+
 LAST_SAVE_WF = "durableRenewalLastSave"
+
 
 LAST_NODE_WF = "durableRenewalLastNode"
 
+
 SPLIT_WF = "durableRenewalBatch"
+
 
 def http_ok(base: str, path: str) -> bool:
     from harness import http
 
     return http("POST", f"{base}{path}")[0] == 200
+
 
 @dataclass
 class KilledRun:
@@ -258,6 +279,7 @@ class KilledRun:
     in_flight_at_kill: int
     done_s: float
     again: tuple[int, bytes]
+
 
 def orders_through_a_kill(stack: Stack, url: str, body: Any, quiet: list[str], keys: list[str], wf: str,
                           diagnose: Any) -> KilledRun:
@@ -274,6 +296,7 @@ def orders_through_a_kill(stack: Stack, url: str, body: Any, quiet: list[str], k
     stack.restart_n8n()
     done_s = wait_for("every order to complete", lambda: all_completed(stack, keys, wf), killed, 240, diagnose)
     return KilledRun(answers, in_flight_at_kill, done_s, http("POST", url, body(keys[0]), timeout=60))
+
 
 def side_effect_sub_workflow(f: DocsFlow, claim: tuple[str, dict[str, Any]], call: tuple[str, str],
                              save: tuple[str, str]) -> dict[str, Any]:
@@ -292,6 +315,7 @@ def side_effect_sub_workflow(f: DocsFlow, claim: tuple[str, dict[str, Any]], cal
     f.link(c, saved, 1)
     f.link(charge, saved)
     return f.workflow()
+
 
 def orders_calling_a_sub_workflow(f: DocsFlow, path: str, sub_workflow_id: str, step: str,
                                   lines: str | None = None) -> dict[str, Any]:

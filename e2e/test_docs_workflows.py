@@ -121,6 +121,7 @@ def test_10_docs_default_workflow_loses_nothing_when_the_sidecar_is_killed_or_st
                resumed_claims_accepted=int(reclaimed[0]) if reclaimed else 0, sidecar_down_s=down_s,
                down_to_completed_s=completed_s)
 
+
 def test_11_examples_complete_against_services_answering_in_another_shape(stack: Stack) -> None:
     """The rebuilt order example against services that answer only { id, status } (no order echoed)."""
     t0 = time.monotonic()
@@ -143,6 +144,7 @@ def test_11_examples_complete_against_services_answering_in_another_shape(stack:
     dups = check_exactly_once(stack, keys)
     REPORT.add("11. order example, services answer { id, status } only", len(keys), len(keys), dups,
                time.monotonic() - t0, note="final state keeps amount, email and every step's response")
+
 
 @pytest.mark.parametrize("fields_before_notify", [False, True], ids=["guard-call-save", "guard-set-call-save"])
 def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, fields_before_notify: bool) -> None:
@@ -201,6 +203,7 @@ def test_14_last_save_completes_the_instance_through_an_n8n_kill(stack: Stack, f
                note=f"kill -9 with every notify call in flight → all resumed and completed {done_s:.1f} s; "
                     "every subscription delivered again: Finished, nothing ran twice; every key completed",
                kill_to_completed_s=done_s)
+
 
 def test_15_respond_when_last_node_finishes_answers_redeliveries_2xx_only_with_finished_and_busy_connected(
         stack: Stack) -> None:
@@ -268,6 +271,7 @@ def test_15_respond_when_last_node_finishes_answers_redeliveries_2xx_only_with_f
                len(dups), time.monotonic() - t0,
                note=f"{3 * len(subs)} deliveries, all 200 with Finished and Busy → No Operation; "
                     "unconnected, a re-delivery of a finished one is answered 500 by n8n")
+
 
 def test_16_one_delivery_of_several_subscriptions_each_its_own_instance_through_an_n8n_kill(stack: Stack) -> None:
     """Several orders in one delivery: a Split Out node makes an item of each, and every durable node

@@ -13,7 +13,9 @@ from scenarios import DocsFlow, orders, orders_calling_a_sub_workflow, orders_th
 
 LINES_WF = "durableOrderLines"
 
+
 LINE_SKUS = ("sku-a", "sku-b", "sku-c")
+
 
 def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bool = False,
                               aggregate: bool = False, workflow_id: str = LINES_WF,
@@ -86,6 +88,7 @@ def order_lines_from_the_docs(services_url: str, credential_id: str, *, loop: bo
     f.link(claim_notify, save_notified, 1)
     return f.workflow()
 
+
 @pytest.mark.parametrize("shape", ["split-out", "loop-over-items", "aggregate"])
 def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n_kill(stack: Stack,
                                                                                       shape: str) -> None:
@@ -146,9 +149,12 @@ def test_17_orders_of_line_items_each_line_charged_once_per_order_through_an_n8n
                     "per order; a re-delivery charges nothing",
                kill_to_completed_s=done_s)
 
+
 LINES_SUB_WF = "durableLineChargeSub"
 
+
 LINES_CALLER_WF = "durableOrderLinesSub"
+
 
 def line_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
     """A line's charge as a sub-workflow: Claim Line (Key: the line's SKU) → charge → Save "line charged"."""
@@ -158,12 +164,14 @@ def line_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str,
         "Charge Line", "={{ JSON.stringify({ orderId: $json.body.orderId + ':' + $json.line.sku, "
                        "amount: $json.line.price }) }}"), ("Save Line", "line charged"))
 
+
 def orders_charging_lines_in_a_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
     """The lines split out with the order's `body` (Include: Selected Other Fields, so the sub-workflow knows
     the order): the items lose the `durable` field, as with the default No Other Fields."""
     f = DocsFlow(LINES_CALLER_WF, "Order lines charged in a sub-workflow (from the node docs)", services_url,
                  credential_id)
     return orders_calling_a_sub_workflow(f, "order-lines-sub", LINES_SUB_WF, "line charged", lines="body")
+
 
 def test_26_line_items_charged_in_a_sub_workflow_without_the_durable_field_through_an_n8n_kill(
         stack: Stack) -> None:

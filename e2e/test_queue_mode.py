@@ -13,7 +13,17 @@ from typing import Any
 import pytest
 from conftest import ORDER_WF, REPORT, Stack
 from harness import REPO, wait_until
-from scenarios import FULL_TRAIL, all_resumed, check_exactly_once, http_ok, orders, post_all, wait_completed, wait_for
+from scenarios import (
+    FULL_TRAIL,
+    all_resumed,
+    check_exactly_once,
+    http_ok,
+    orders,
+    post_all,
+    served,
+    wait_completed,
+    wait_for,
+)
 
 
 @pytest.mark.timeout(900)
@@ -141,22 +151,43 @@ def test_7_queue_mode_a_frozen_worker_is_fenced_and_a_killed_worker_s_orders_res
         drop_db(database)
         stack.restart_n8n()
 
-def test_7c_a_call_longer_than_any_lease_in_a_live_n8n_is_never_resumed(stack: Stack) -> None:
-    """A 60 s payment call in a live n8n, every option at its default: 12 times the session grace, five
-    times the lease this suite set before sessions. Its session lives and its execution is running, so
-    the order is never resumed: it completes once with one payment call."""
+
+CEILING_WF = "durableLongCall"
+CEILING_S = 15
+
+
+def test_7c_a_call_four_times_the_lease_ceiling_in_a_live_n8n_is_never_resumed(stack: Stack) -> None:
+    """The test about the ceiling itself: the order example with its Resume Point's Lease (the ceiling) set to
+    15 s, and a payment call of 60 s, four times that, in a live n8n. Its session lives and n8n reports its
+    execution running, so the lease is renewed and the order is never resumed: it completes once, with one
+    payment call. (Before sessions the lease lapsed at 15 s and the order ran twice.)"""
+    from conftest import customise
+    from harness import REPO
+
     t0 = time.monotonic()
+    wf = customise(json.loads((REPO / "examples" / "order-tracking.json").read_text()), stack.services.url)
+    wf["id"], wf["name"] = CEILING_WF, f"{wf['name']} (a {CEILING_S} s lease ceiling)"
+    for node in wf["nodes"]:
+        if node["type"].endswith(".resumePoint"):
+            node["parameters"].setdefault("options", {})["leaseSeconds"] = CEILING_S
+        elif node["type"] == "n8n-nodes-base.webhook":
+            node["parameters"]["path"], node["webhookId"] = "long-orders", str(uuid.uuid4())
+    url = served(stack, "long-orders", wf)
     key = orders("longcall", 1)
-    call_s = 60
+    call_s = 4 * CEILING_S
     assert http_ok(stack.services.url, f"/slow?payment={call_s}")
     try:
-        post_all(stack, key)
-        wait_completed(stack, key, timeout=call_s + 120)
+        status, _ = stack.deliver(key[0], path="long-orders")
+        assert url.endswith("/webhook/long-orders")
+        assert status == 200
+        wait_completed(stack, key, timeout=call_s + 120, workflow_id=CEILING_WF)
     finally:
         assert http_ok(stack.services.url, "/slow?payment=0")
-    inst = stack.sidecar.instance(ORDER_WF, key[0])
+    inst = stack.sidecar.instance(CEILING_WF, key[0])
     assert inst is not None and inst.resume_count == 0, f"resumed during a live call: {inst}"
     assert stack.services.calls("payment", key[0]) == 1
     dups = check_exactly_once(stack, key)
-    REPORT.add("7c. a 60 s payment call in a live n8n", 1, 1, dups, time.monotonic() - t0,
-               note="every option at its default: never resumed, one payment call")
+    REPORT.add(f"7c. a {call_s} s payment call, 4 × the lease ceiling ({CEILING_S} s), in a live n8n", 1, 1, dups,
+               time.monotonic() - t0, note="never resumed (its lease renewed while n8n ran it), one payment call")
+
+

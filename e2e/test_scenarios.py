@@ -37,6 +37,7 @@ def test_0_package_loads_in_n8n_with_every_node_icon_and_parameters(stack: Stack
     REPORT.add("0. package loads: 5 nodes + credential", 0, 0, 0, 0,
                note=", ".join(sorted(n.split(".", 1)[1] for n in ours)))
 
+
 def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> None:
     t0 = time.monotonic()
     keys = orders("plain", 20)
@@ -68,6 +69,7 @@ def test_1_twenty_orders_complete_with_full_checkpoint_trails(stack: Stack) -> N
     assert not run["Resume Point"][0].get("hints"), run["Resume Point"][0].get("hints")
     REPORT.add("1. 20 orders, full checkpoint trail", len(keys), len(keys), dups, time.monotonic() - t0)
 
+
 def test_2_kill9_n8n_mid_flight_resumes_without_duplicates(stack: Stack) -> None:
     t0 = time.monotonic()
     keys = orders("n8nkill", 8)
@@ -89,6 +91,7 @@ def test_2_kill9_n8n_mid_flight_resumes_without_duplicates(stack: Stack) -> None
                     f"after n8n was ready) → all completed {done:.1f} s (every option at its default)",
                n8n_restart_s=restarted, kill_to_resumed_s=resumed, ready_to_resumed_s=resumed - restarted,
                kill_to_completed_s=done)
+
 
 def test_3_kill9_sidecar_mid_flight_resumes_without_duplicates(stack: Stack) -> None:
     t0 = time.monotonic()
@@ -119,6 +122,7 @@ def test_3_kill9_sidecar_mid_flight_resumes_without_duplicates(stack: Stack) -> 
                     f"completed {done:.1f} s; {ridden} rode it out in their execution",
                sidecar_restart_s=restarted, kill_to_resumed_s=resumed, kill_to_completed_s=done)
 
+
 def test_4_redelivered_order_runs_once_and_later_deliveries_take_completed(stack: Stack) -> None:
     t0 = time.monotonic()
     (key,) = orders("dup", 1)
@@ -141,6 +145,7 @@ def test_4_redelivered_order_runs_once_and_later_deliveries_take_completed(stack
     REPORT.add("4. same order 5x concurrently + 3x after completion", 1, 1, dups, time.monotonic() - t0,
                note="later deliveries: Finished, no call")
 
+
 def order_tracking_v2(v1: dict[str, Any]) -> dict[str, Any]:
     """Version 2 of the order workflow: the coupon call carries `logic: "v2"` (the services record it)."""
     wf = copy.deepcopy(v1)
@@ -148,6 +153,7 @@ def order_tracking_v2(v1: dict[str, Any]) -> dict[str, Any]:
     coupon["parameters"]["jsonBody"] = (
         "={{ JSON.stringify({ orderId: $json.body.orderId, amount: $json.body.amount, logic: 'v2' }) }}")
     return wf
+
 
 def test_5_version_binding_in_flight_orders_keep_v1_moved_one_and_new_orders_run_v2(stack: Stack) -> None:
     """Orders start on v1; v2 is published; one in-flight order is moved on purpose.
@@ -224,6 +230,7 @@ def test_5_version_binding_in_flight_orders_keep_v1_moved_one_and_new_orders_run
                note=f"{len(in_flight) - 1} finished on v{v1} via Execute Workflow, 1 moved + {len(new)} new on v{v2}; "
                     "1 move in the change log")
 
+
 def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
     t0 = time.monotonic()
     keys = orders("renew", 3)
@@ -240,6 +247,7 @@ def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:
     dups = check_exactly_once(stack, keys, ("notify",))
     REPORT.add("6. scheduled resume across an n8n restart", len(keys), len(keys), dups, time.monotonic() - t0,
                note="Schedule Resume 20 s; n8n killed during the wait")
+
 
 def test_12_kill9_n8n_again_while_it_applies_its_startup_publication(stack: Stack) -> None:
     """n8n killed mid-flight, then killed again while its restart applies the order workflow's publication.

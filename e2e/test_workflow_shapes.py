@@ -22,7 +22,9 @@ from scenarios import (
 
 SUB_ORDERS_WF = "durableSubOrders"
 
+
 CHARGE_SUB_WF = "durableChargeSub"
+
 
 def charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
     """The order's charge as a sub-workflow: Claim Charge → charge → Save "charged"."""
@@ -31,10 +33,12 @@ def charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]
         "Charge", "={{ JSON.stringify({ orderId: $json.body.orderId, amount: $json.body.amount }) }}"),
         ("Save Charged", "charged"))
 
+
 def orders_calling_the_charge_sub_workflow(services_url: str, credential_id: str) -> dict[str, Any]:
     f = DocsFlow(SUB_ORDERS_WF, "Orders with a charge sub-workflow (from the node docs)", services_url,
                  credential_id)
     return orders_calling_a_sub_workflow(f, "sub-orders", CHARGE_SUB_WF, "charged")
+
 
 def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_n8n_kill(stack: Stack) -> None:
     """The side effect moved into a sub-workflow (Execute Workflow), as users factor out a charge.
@@ -92,7 +96,9 @@ def test_18_a_charge_in_a_sub_workflow_acts_for_the_callers_instance_through_an_
                     "a re-delivery charges nothing",
                kill_to_completed_s=done_s)
 
+
 BRANCH_WF = "durableBranchOrders"
+
 
 def orders_by_payment_method(services_url: str, credential_id: str, *, one_claim: bool = False) -> dict[str, Any]:
     """An order paid by card or on account: an IF node sends it down one of two branches, each with its own
@@ -166,6 +172,7 @@ def orders_by_payment_method(services_url: str, credential_id: str, *, one_claim
     f.link(claim_account, merge, 1, input=1)
     return f.workflow()
 
+
 @pytest.mark.parametrize("shape", ["claim-per-branch", "claim-before-the-if"])
 def test_25_an_if_node_and_a_merge_before_the_save_through_an_n8n_kill(stack: Stack, shape: str) -> None:
     """Orders paid by card or on account: an IF node picks the branch, each branch charges, and a Merge node
@@ -219,7 +226,9 @@ def test_25_an_if_node_and_a_merge_before_the_save_through_an_n8n_kill(stack: St
                     "re-delivery charges nothing",
                kill_to_completed_s=run.done_s)
 
+
 EARLY_ANSWER_WF = "durableEarlyAnswer"
+
 
 def test_27_a_webhook_left_at_respond_immediately_gets_a_warning_on_the_resume_point(stack: Stack) -> None:
     """A Webhook left at its default Respond (Immediately) before the Resume Point: the sender is told 200 before
@@ -252,9 +261,12 @@ def test_27_a_webhook_left_at_respond_immediately_gets_a_warning_on_the_resume_p
     assert "The Webhook 'Webhook' answers Immediately" in hints[0]["message"], hints
     assert run["Started"][0]["data"]["main"][0], run["Started"]
 
+
 WAIT_NODE_WF = "durableWaitNode"
 
+
 WAIT_NODE_S = 30
+
 
 def orders_with_a_wait_node(services_url: str, credential_id: str) -> dict[str, Any]:
     """An order that waits with n8n's own Wait node between two side effects, options at their defaults.
@@ -295,6 +307,7 @@ def orders_with_a_wait_node(services_url: str, credential_id: str) -> dict[str, 
     f.link(claim_notify, notify, 0)
     f.link(claim_notify, save_notified, 1)
     return f.workflow()
+
 
 def test_19_a_wait_node_longer_than_the_lease_is_waited_out_not_taken_for_a_crash(stack: Stack) -> None:
     """n8n's own Wait node (30 s) after a Save, every option at its default.

@@ -118,10 +118,16 @@ describe('sessions', () => {
 		expect(reason).toBe('expired');
 	});
 
-	test('an execution that ended in n8n releases its lease; one still running keeps it', async () => {
+	test('an execution that ended in n8n releases its lease; one still running keeps it past its ceiling', async () => {
 		const client = getSidecarClient(sidecar.connection({ deadlineSeconds: 9 }));
 		await start(client, 'order-failed', 'e-failed');
-		await start(client, 'order-running', 'e-running');
+		// A ceiling of 12 s, shorter than this test: the running execution's lease is renewed past it.
+		await client.startOrResume({
+			workflowId: 'wf-sessions',
+			instanceKey: 'order-running',
+			executionId: 'e-running',
+			leaseSeconds: 12,
+		});
 		// What n8n stored: the failed execution has its error, the running one only its start.
 		const stored: Record<string, unknown> = {
 			'e-failed': {
@@ -146,6 +152,11 @@ describe('sessions', () => {
 			got = [...got, ...(await claimable())];
 		}
 		expect(got).toContain('order-failed');
+		// Past its 12 s ceiling: the execution runs (n8n says so), so its lease was renewed, not taken.
+		for (let i = 0; i < 40; i++) {
+			await sleep(500);
+			got = [...got, ...(await claimable())];
+		}
 		expect(got).not.toContain('order-running');
 	});
 

@@ -367,3 +367,25 @@ async def test_an_instance_names_the_n8n_process_that_holds_it(harness: Harness)
     plain = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=alone),
                                           metadata=s.metadata)
     assert not plain.HasField("lease_holder")
+
+
+async def test_a_process_renews_the_leases_of_executions_n8n_says_still_run(harness: Harness) -> None:
+    s = harness.alpha
+    sid = await open_session(s)
+    running, hung = new_key(), new_key()
+    await start_in(s, sid, running, "exec-long-call", lease_seconds=2)
+    await start_in(s, sid, hung, "exec-hung", lease_seconds=2)
+    for _ in range(4):  # 3 s: past both leases' own length
+        await asyncio.sleep(0.75)
+        await s.sessions.Heartbeat(session_pb2.HeartbeatRequest(session_id=sid, running_owners=["exec-long-call"]),
+                                   metadata=s.metadata)
+    claimed = [r.instance.instance_key for r in await claim(s)]
+    assert running not in claimed, "a lease renewed as running was taken"
+    assert hung in claimed, "a lease nobody renewed outlived its ceiling"
+    # A lapsed lease is never renewed back.
+    await asyncio.sleep(2.5)
+    await s.sessions.Heartbeat(session_pb2.HeartbeatRequest(session_id=sid, running_owners=["exec-hung"]),
+                               metadata=s.metadata)
+    got = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=hung),
+                                        metadata=s.metadata)
+    assert got.instance.lease_owner != "exec-hung"

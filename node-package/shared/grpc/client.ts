@@ -114,12 +114,12 @@ export class SidecarClient {
 		this.session = new SessionKeeper(
 			{
 				open: (request) => this.call(sessions, sessions.openSession, OpenSessionRequest, request),
-				beat: (sessionId, releasedOwners) =>
+				beat: (sessionId, releasedOwners, runningOwners) =>
 					this.call(
 						sessions,
 						sessions.heartbeat,
 						HeartbeatRequest,
-						{ sessionId, releasedOwners },
+						{ sessionId, releasedOwners, runningOwners },
 						5,
 					),
 				watch: (sessionId, onEnded, onClosed) => {

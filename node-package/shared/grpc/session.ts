@@ -35,7 +35,11 @@ const MAX_RELEASED = 500;
 /** What the keeper needs of the sidecar (the client's own unary calls, without a session). */
 export interface SessionRpc {
 	open(request: OpenSessionRequest): Promise<OpenSessionResponse>;
-	beat(sessionId: string, releasedOwners: string[]): Promise<HeartbeatResponse>;
+	beat(
+		sessionId: string,
+		releasedOwners: string[],
+		runningOwners: string[],
+	): Promise<HeartbeatResponse>;
 	/**
 	 * Holds the WatchSession stream open: `onEnded` when the sidecar says the
 	 * session ended, `onClosed` when the stream ends for any reason.
@@ -79,6 +83,12 @@ export function executionEnded(data: unknown, storedBefore = true): boolean {
 	return ran && Array.isArray(stack) && stack.length === 0;
 }
 
+/** n8n stored the execution and it shows neither an end nor an error: it runs (or waits in a Wait node). */
+function isRunning(data: unknown): boolean {
+	if (data === undefined || data === null || executionEnded(data)) return false;
+	return !(data as { resultData?: { error?: unknown } }).resultData?.error;
+}
+
 /** A session id for one call; `fresh`: bound by this very call, so a refusal may be retried in a new session. */
 export interface SessionChoice {
 	id: string;
@@ -106,6 +116,8 @@ export class SessionKeeper {
 	private readonly bound = new Map<string, string>();
 	/** Owners whose executions failed here: their leases are released with the next heartbeat. */
 	private readonly released = new Set<string>();
+	/** Owners whose executions n8n says still run (a long call): their leases are renewed with the next heartbeat. */
+	private readonly running = new Set<string>();
 	/** When each bound owner last made a call, and when its execution was last looked at. */
 	private readonly seen = new Map<string, { call: number; checked: number; stored: boolean }>();
 	private lookup: ExecutionLookup | undefined;
@@ -161,8 +173,8 @@ export class SessionKeeper {
 	 * getExecutionDataById). With it the keeper looks at each execution that
 	 * made no call for a while: one that ended in n8n (it failed in any node,
 	 * or finished without completing its instance) has its leases released,
-	 * so its instance resumes in seconds; one still running (a long call)
-	 * keeps them, however long it takes.
+	 * so its instance resumes in seconds; one still running (a long call) has
+	 * its instance's lease renewed for its length, however long it takes.
 	 */
 	observe(lookup: ExecutionLookup): void {
 		this.lookup = lookup;
@@ -184,7 +196,9 @@ export class SessionKeeper {
 				if (data === false) continue; // n8n could not tell (its database): look again later
 				const ended = executionEnded(data, s.stored);
 				if (data !== undefined && data !== null) s.stored = true;
-				if (ended && this.seen.get(owner) === s) this.release(owner);
+				if (this.seen.get(owner) !== s) continue;
+				if (ended) this.release(owner);
+				else if (isRunning(data) && this.running.size < MAX_RELEASED) this.running.add(owner);
 			}
 		} finally {
 			this.checking = false;
@@ -270,9 +284,11 @@ export class SessionKeeper {
 			const id = this.current;
 			if (this.stopped || !id) continue;
 			const released = [...this.released];
+			const running = [...this.running];
 			try {
-				const answer = await this.rpc.beat(id, released);
+				const answer = await this.rpc.beat(id, released, running);
 				for (const owner of released) this.released.delete(owner);
+				for (const owner of running) this.running.delete(owner);
 				if (answer.ended && this.current === id) this.current = '';
 			} catch (error) {
 				// NOT_FOUND: the sidecar's database does not know it (restored, or another database).

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64urable/v1/session.proto\x12\ndurable.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x02\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x0e\n\x06\x63lient\x18\x05 \x01(\t\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_heartbeat_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nend_reason\x18\t \x01(\t\x12\x14\n\x0cleases_freed\x18\n \x01(\x05\"M\n\x12OpenSessionRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x0e\n\x06\x63lient\x18\x04 \x01(\t\"l\n\x13OpenSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.durable.v1.Session\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x05\x12\x10\n\x08grace_ms\x18\x03 \x01(\x05\"?\n\x10HeartbeatRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0freleased_owners\x18\x02 \x03(\t\"6\n\x11HeartbeatResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\x12\x12\n\nend_reason\x18\x02 \x01(\t\")\n\x13WatchSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x14WatchSessionResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\x12\x12\n\nend_reason\x18\x02 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"<\n\x14\x43loseSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.durable.v1.Session\"(\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\"=\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.durable.v1.Session2\xa5\x03\n\x0eSessionService\x12N\n\x0bOpenSession\x12\x1e.durable.v1.OpenSessionRequest\x1a\x1f.durable.v1.OpenSessionResponse\x12H\n\tHeartbeat\x12\x1c.durable.v1.HeartbeatRequest\x1a\x1d.durable.v1.HeartbeatResponse\x12S\n\x0cWatchSession\x12\x1f.durable.v1.WatchSessionRequest\x1a .durable.v1.WatchSessionResponse0\x01\x12Q\n\x0c\x43loseSession\x12\x1f.durable.v1.CloseSessionRequest\x1a .durable.v1.CloseSessionResponse\x12Q\n\x0cListSessions\x12\x1f.durable.v1.ListSessionsRequest\x1a .durable.v1.ListSessionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64urable/v1/session.proto\x12\ndurable.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x02\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x0e\n\x06\x63lient\x18\x05 \x01(\t\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_heartbeat_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nend_reason\x18\t \x01(\t\x12\x14\n\x0cleases_freed\x18\n \x01(\x05\"M\n\x12OpenSessionRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x0e\n\x06\x63lient\x18\x04 \x01(\t\"l\n\x13OpenSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.durable.v1.Session\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x05\x12\x10\n\x08grace_ms\x18\x03 \x01(\x05\"W\n\x10HeartbeatRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0freleased_owners\x18\x02 \x03(\t\x12\x16\n\x0erunning_owners\x18\x03 \x03(\t\"6\n\x11HeartbeatResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\x12\x12\n\nend_reason\x18\x02 \x01(\t\")\n\x13WatchSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x14WatchSessionResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\x12\x12\n\nend_reason\x18\x02 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"<\n\x14\x43loseSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.durable.v1.Session\"(\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\"=\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.durable.v1.Session2\xa5\x03\n\x0eSessionService\x12N\n\x0bOpenSession\x12\x1e.durable.v1.OpenSessionRequest\x1a\x1f.durable.v1.OpenSessionResponse\x12H\n\tHeartbeat\x12\x1c.durable.v1.HeartbeatRequest\x1a\x1d.durable.v1.HeartbeatResponse\x12S\n\x0cWatchSession\x12\x1f.durable.v1.WatchSessionRequest\x1a .durable.v1.WatchSessionResponse0\x01\x12Q\n\x0c\x43loseSession\x12\x1f.durable.v1.CloseSessionRequest\x1a .durable.v1.CloseSessionResponse\x12Q\n\x0cListSessions\x12\x1f.durable.v1.ListSessionsRequest\x1a .durable.v1.ListSessionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,21 +39,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENSESSIONRESPONSE']._serialized_start=432
   _globals['_OPENSESSIONRESPONSE']._serialized_end=540
   _globals['_HEARTBEATREQUEST']._serialized_start=542
-  _globals['_HEARTBEATREQUEST']._serialized_end=605
-  _globals['_HEARTBEATRESPONSE']._serialized_start=607
-  _globals['_HEARTBEATRESPONSE']._serialized_end=661
-  _globals['_WATCHSESSIONREQUEST']._serialized_start=663
-  _globals['_WATCHSESSIONREQUEST']._serialized_end=704
-  _globals['_WATCHSESSIONRESPONSE']._serialized_start=706
-  _globals['_WATCHSESSIONRESPONSE']._serialized_end=763
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=765
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=806
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=808
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=868
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=870
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=910
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=912
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=973
-  _globals['_SESSIONSERVICE']._serialized_start=976
-  _globals['_SESSIONSERVICE']._serialized_end=1397
+  _globals['_HEARTBEATREQUEST']._serialized_end=629
+  _globals['_HEARTBEATRESPONSE']._serialized_start=631
+  _globals['_HEARTBEATRESPONSE']._serialized_end=685
+  _globals['_WATCHSESSIONREQUEST']._serialized_start=687
+  _globals['_WATCHSESSIONREQUEST']._serialized_end=728
+  _globals['_WATCHSESSIONRESPONSE']._serialized_start=730
+  _globals['_WATCHSESSIONRESPONSE']._serialized_end=787
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=789
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=830
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=832
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=892
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=894
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=934
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=936
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=997
+  _globals['_SESSIONSERVICE']._serialized_start=1000
+  _globals['_SESSIONSERVICE']._serialized_end=1421
 # @@protoc_insertion_point(module_scope)

@@ -56,12 +56,14 @@ class OpenSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., heartbeat_interval_ms: _Optional[int] = ..., grace_ms: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("session_id", "released_owners")
+    __slots__ = ("session_id", "released_owners", "running_owners")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASED_OWNERS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_OWNERS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     released_owners: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., released_owners: _Optional[_Iterable[str]] = ...) -> None: ...
+    running_owners: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., released_owners: _Optional[_Iterable[str]] = ..., running_owners: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("ended", "end_reason")

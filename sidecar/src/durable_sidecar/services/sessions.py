@@ -86,20 +86,23 @@ class SessionService:
         log.info("session opened", extra={"session": session_id, "host": host, "pid": pid, "mode": mode})
         return row
 
-    async def heartbeat(self, namespace: str, session_id: str,
-                        released: Sequence[str] = ()) -> tuple[bool, str]:
+    async def heartbeat(self, namespace: str, session_id: str, released: Sequence[str] = (),
+                        running: Sequence[str] = ()) -> tuple[bool, str]:
         """(ended, reason): a live session lives another grace period; an ended or unknown one says so.
 
-        `released`: owners of this process whose executions failed; their leases lapse now (a live session only).
+        `released`: owners of this process whose executions failed; their leases lapse now. `running`: owners whose
+        executions n8n says still run (a long call); their live instance leases are renewed. A live session only.
         """
         session_id = _session_id(session_id)
         owners = sorted({validation.text("released_owners", o, required=True, limit=255) for o in released})
+        runs = sorted({validation.text("running_owners", o, required=True, limit=255) for o in running})
         freed = 0
 
         async def txn(conn: Conn) -> tuple[bool, str]:
             nonlocal freed
             if await self.store.heartbeat_txn(conn, namespace, session_id, self.grace_seconds):
                 freed = await self.store.release_txn(conn, namespace, owners)
+                await self.store.renew_txn(conn, namespace, runs)
                 return False, ""
             row = await self.store.get_txn(conn, session_id)
             if row is None or row.namespace != namespace:

@@ -210,6 +210,13 @@ class InstanceStore:
         self.r = runner
         # Leases ended early: their session ended, or their process released them (stores/sessions.py).
         self._lease_ends = lease_end_sql(runner.dialect, "durable_instances", "running", "lease_owner")
+        # A live lease renewed for its own length (its process says the execution runs: a long call).
+        renewed_until = runner.dialect.later_sql.format(param="_").replace("%(_)s", "lease_seconds")
+        self._renew_running = runner.dialect.sql(
+            f"""UPDATE durable_instances SET lease_expires_at = {renewed_until}, updated_at = {runner.dialect.now_sql}
+                WHERE status = 'running' AND lease_expires_at > {runner.dialect.now_sql} AND namespace = %(ns)s
+                  AND {runner.dialect.in_list.format(column="lease_owner", param="owners")}
+                RETURNING namespace""")
         d = runner.dialect
         now, key, cols = d.now_sql, INSTANCE_KEY, INSTANCE_COLUMNS
         self._create = d.sql(
@@ -513,6 +520,13 @@ class InstanceStore:
     async def end_leases_of_session_txn(self, conn: Conn, session_id: str) -> int:
         """The live leases owned by executions of this session lapse now (it ended); how many."""
         return len(await self.r.all(conn, self._lease_ends[0], await self.r.with_now(conn, id=session_id)))
+
+    async def renew_leases_of_owners_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
+        """The live leases these owners hold are renewed for the instance's lease length (never a lapsed one)."""
+        if not owners:
+            return 0
+        params = await self.r.with_now(conn, ns=namespace, owners=self.r.dialect.list_param(owners))
+        return len(await self.r.all(conn, self._renew_running, params))
 
     async def end_leases_of_owners_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
         """The live leases these owners hold lapse now (their process says their execution ended); how many."""

@@ -120,6 +120,10 @@ class SessionStore:
         """A live session lives at most `seconds` more unless a heartbeat comes (its process's connection closed)."""
         await self.r.all(conn, self._shorten, await self.r.with_now(conn, id=session_id, ns=namespace, cut=seconds))
 
+    async def renew_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
+        """The live instance leases of these owners (executions n8n says still run) are renewed; how many."""
+        return await self.instances.renew_leases_of_owners_txn(conn, namespace, owners)
+
     async def release_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
         """The instance and key leases these owners hold lapse now; how many."""
         return (await self.instances.end_leases_of_owners_txn(conn, namespace, owners)

@@ -37,7 +37,8 @@ class SessionServicer(session_pb2_grpc.SessionServiceServicer):
 
     @unary("Heartbeat")
     async def Heartbeat(self, request: session_pb2.HeartbeatRequest, ns: str) -> session_pb2.HeartbeatResponse:  # noqa: N802
-        ended, reason = await self.service.heartbeat(ns, request.session_id, list(request.released_owners))
+        ended, reason = await self.service.heartbeat(ns, request.session_id, list(request.released_owners),
+                                                     list(request.running_owners))
         return session_pb2.HeartbeatResponse(ended=ended, end_reason=reason)
 
     @server_stream("WatchSession")

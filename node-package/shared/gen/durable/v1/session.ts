@@ -81,6 +81,13 @@ export interface HeartbeatRequest {
    * instead of at the lease's ceiling. At most DURABLE_MAX_BATCH_ITEMS.
    */
   releasedOwners: string[];
+  /**
+   * Lease owners of this process whose executions n8n reports still running
+   * (a long call): their live instance and key leases are renewed for their
+   * own length, so a call longer than the lease's ceiling is not taken for a
+   * hung one. A lapsed lease is never renewed. At most DURABLE_MAX_BATCH_ITEMS.
+   */
+  runningOwners: string[];
 }
 
 export interface HeartbeatResponse {
@@ -467,7 +474,7 @@ export const OpenSessionResponse: MessageFns<OpenSessionResponse> = {
 };
 
 function createBaseHeartbeatRequest(): HeartbeatRequest {
-  return { sessionId: "", releasedOwners: [] };
+  return { sessionId: "", releasedOwners: [], runningOwners: [] };
 }
 
 export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
@@ -477,6 +484,9 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     }
     for (const v of message.releasedOwners) {
       writer.uint32(18).string(v!);
+    }
+    for (const v of message.runningOwners) {
+      writer.uint32(26).string(v!);
     }
     return writer;
   },
@@ -510,6 +520,14 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
             message.releasedOwners.push(reader.string());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.runningOwners.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -529,6 +547,7 @@ export const HeartbeatRequest: MessageFns<HeartbeatRequest> = {
     const message = createBaseHeartbeatRequest();
     message.sessionId = object.sessionId ?? "";
     message.releasedOwners = object.releasedOwners?.map((e) => e) || [];
+    message.runningOwners = object.runningOwners?.map((e) => e) || [];
     return message;
   },
 };
