@@ -165,7 +165,7 @@ export const resumePointProperties: INodeProperties[] = [
 				default: 0,
 				typeOptions: { minValue: 0, maxValue: 86400 },
 				description:
-					"The ceiling of the instance's lease: how long an execution whose n8n process lives may go without a checkpoint before the instance is taken for hung and resumed. A process that dies or an execution that fails frees the instance within seconds, whatever this says. Saves and claims after this node keep this length unless they set their own. 0 keeps the instance's length (a new instance: the sidecar default, DURABLE_LEASE_SECONDS, 1800).",
+					"The ceiling of the instance's lease: how long it lives after its last renewal when nobody vouches for it. While n8n runs the execution its process renews it (a long call is never resumed); a process that dies or an execution that ends frees it within seconds, whatever this says. Saves and claims after this node keep this length unless they set their own. 0 keeps the instance's length (a new instance: the sidecar default, DURABLE_LEASE_SECONDS, 1800).",
 			},
 			{
 				displayName: 'Max Automatic Resumes',

@@ -152,9 +152,9 @@ class Settings:
     )
     lease_seconds: int = field(
         default=1800,
-        metadata=_meta("DURABLE_LEASE_SECONDS", "The ceiling of an instance's lease: held by a live session, it "
-                       "lapses only when its execution makes no progress (no checkpoint) for this long; a lease "
-                       "without a session lapses after it too (seconds)."),
+        metadata=_meta("DURABLE_LEASE_SECONDS", "The ceiling of an instance's lease: how long it lives after its "
+                       "last renewal when nobody vouches for it (an n8n session renews the leases of executions "
+                       "n8n still runs and frees those of ended ones) (seconds)."),
     )
     session_grace_seconds: float = field(
         default=5.0,
