@@ -101,19 +101,24 @@ async def test_a_failed_group_write_fails_each_of_its_callers_and_a_caller_gone_
 async def test_concurrent_lone_saves_are_written_together_and_each_gets_its_own_answer(
         harness: Harness, database_url: str) -> None:
     s = harness.alpha
-    keys = [new_key() for _ in range(40)]
-    for key in keys:
-        await start(s, key, "exec-1")
     before = grouped()
-    replies = await asyncio.gather(*(save(s, item(key, "paid", {"order": key})) for key in keys))
-    assert [r.results[0].checkpoint.sequence for r in replies] == [1] * len(keys)
-    assert all(r.results[0].checkpoint.instance_key == key for r, key in zip(replies, keys, strict=True))
-    for key in keys[:3]:
-        assert (await latest(s, key)).step_name == "paid"
+    # A burst of 40 concurrent saves; on a busy machine the server may happen to take one burst's saves one
+    # after the other with none waiting, so up to five bursts are sent: grouping must show in one of them.
+    for _burst in range(5):
+        keys = [new_key() for _ in range(40)]
+        for key in keys:
+            await start(s, key, "exec-1")
+        replies = await asyncio.gather(*(save(s, item(key, "paid", {"order": key})) for key in keys))
+        assert [r.results[0].checkpoint.sequence for r in replies] == [1] * len(keys)
+        assert all(r.results[0].checkpoint.instance_key == key for r, key in zip(replies, keys, strict=True))
+        for key in keys[:3]:
+            assert (await latest(s, key)).step_name == "paid"
+        if is_sqlite(database_url) or grouped() > before:
+            break
     if is_sqlite(database_url):
         assert grouped() == before  # one transaction at a time: nothing to group
     else:
-        assert grouped() > before, "40 concurrent saves were each written alone"
+        assert grouped() > before, "40 concurrent saves were each written alone, in five bursts"
 
 
 async def test_a_refused_save_in_a_group_is_refused_alone_and_the_others_are_saved(harness: Harness) -> None:
