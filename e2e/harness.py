@@ -162,8 +162,7 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
 class Sidecar:
     """`durable-sidecar serve` on a fixed port (so a restart is found again), on its own database."""
 
-    def __init__(self, work: Path, database: str, *, lease_seconds: int | None = None,
-                 console_n8n_url: str = "") -> None:
+    def __init__(self, work: Path, database: str, *, console_n8n_url: str = "") -> None:
         self.port = free_port()
         # The HTTP/JSON face and the web console on it (e2e/test_console_browser.py, test_http_request_node.py).
         self.http_port = free_port()
@@ -179,8 +178,6 @@ class Sidecar:
                "DURABLE_CONSOLE_ENABLED": "true",
                "DURABLE_CONSOLE_N8N_URL": console_n8n_url,
                "DURABLE_LOG_FORMAT": "text"}
-        if lease_seconds is not None:  # a test of the lease's ceiling itself; every other test keeps the default
-            env["DURABLE_LEASE_SECONDS"] = str(lease_seconds)
         self.base_env = env
         self.command = os.environ.get("DURABLE_E2E_SIDECAR", str(REPO / ".venv/bin/durable-sidecar"))
         self.process = Process("sidecar", [self.command, "serve"], env,

@@ -58,7 +58,7 @@ def http_face_workflow(sidecar_url: str) -> dict[str, Any]:
          "position": [0, 0], "webhookId": _id("webhook-id"),
          "parameters": {"httpMethod": "POST", "path": HTTP_PATH, "responseMode": "lastNode", "options": {}}},
         _call("Start Or Resume", "InstanceService/StartOrResume",
-              f"={{{{ JSON.stringify({{ {ref}, executionId: $execution.id, leaseSeconds: 3600 }}) }}}}", 220,
+              f"={{{{ JSON.stringify({{ {ref}, executionId: $execution.id }}) }}}}", 220,
               sidecar_url),
         _call("Save Checkpoints", "CheckpointService/SaveCheckpoints",
               "={{ JSON.stringify({ items: [" + save_item.format(step="received", state=received) + ", "
