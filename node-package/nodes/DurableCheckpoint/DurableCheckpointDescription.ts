@@ -1,11 +1,14 @@
 /* eslint-disable n8n-nodes-base/node-filename-against-convention -- n8n's versioned layout: the node's description lives beside its class, which only assembles the versions (v1/, v2/) */
 /** The Durable Checkpoint's description: every version's parameters, and its output. */
+import type { INodeParameters, INodeProperties, INodeTypeDescription } from 'n8n-workflow';
+
 import {
-	NodeConnectionTypes,
-	type INodeParameters,
-	type INodeProperties,
-	type INodeTypeDescription,
-} from 'n8n-workflow';
+	eventNameProperty,
+	leaseSecondsOption,
+	optionsCollection,
+	versionedNodeDescription,
+	withCustomJson,
+} from '../../shared/descriptions';
 
 export type Operation = 'save' | 'complete' | 'fail' | 'scheduleResume' | 'awaitEvent';
 
@@ -19,6 +22,17 @@ export const configuredOutputs = (parameters: INodeParameters) =>
 
 const V1 = { '@version': [1] };
 const V2 = { '@version': [{ _cnd: { gte: 2 } }] };
+
+/** Versions 1 and 2 of Save fence on the same sequence. */
+const expectedSequenceOption: INodeProperties = {
+	displayName: 'Expected Sequence',
+	name: 'expectedSequence',
+	type: 'number',
+	default: 0,
+	description:
+		"Refuse the save (ABORTED) unless this is the newest checkpoint's sequence, so an execution that lost the instance to another cannot overwrite its progress. 0 means no checkpoint yet.",
+	hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
+};
 
 /** Every parameter of every version; `@version` display rules choose (shared/versions.ts). */
 export const durableCheckpointProperties: INodeProperties[] = [
@@ -181,26 +195,22 @@ export const durableCheckpointProperties: INodeProperties[] = [
 		required: true,
 		displayOptions: { show: { operation: ['save'], saveWhat: ['json'] } },
 	},
-	{
-		displayName: 'Result',
-		name: 'resultWhat',
-		type: 'options',
-		default: 'none',
-		options: [
-			{ name: 'None', value: 'none' },
-			{ name: 'Whole Item', value: 'item' },
-			{ name: 'Custom JSON', value: 'json' },
-		],
-		description: "What to store as the instance's result",
-		displayOptions: { show: { operation: ['complete'] } },
-	},
-	{
-		displayName: 'Result (JSON)',
-		name: 'resultJson',
-		type: 'json',
-		default: '{}',
-		displayOptions: { show: { operation: ['complete'], resultWhat: ['json'] } },
-	},
+	...withCustomJson(
+		{
+			displayName: 'Result',
+			name: 'resultWhat',
+			type: 'options',
+			default: 'none',
+			options: [
+				{ name: 'None', value: 'none' },
+				{ name: 'Whole Item', value: 'item' },
+				{ name: 'Custom JSON', value: 'json' },
+			],
+			description: "What to store as the instance's result",
+			displayOptions: { show: { operation: ['complete'] } },
+		},
+		{ displayName: 'Result (JSON)', name: 'resultJson' },
+	),
 	{
 		displayName: 'Reason',
 		name: 'errorMessage',
@@ -211,17 +221,10 @@ export const durableCheckpointProperties: INodeProperties[] = [
 		description: 'Why the instance failed (kept on the instance, up to 4096 characters)',
 		displayOptions: { show: { operation: ['fail'] } },
 	},
-	{
-		displayName: 'Event Name',
-		name: 'eventName',
-		type: 'string',
-		default: '',
-		required: true,
-		placeholder: 'e.g. delivered',
-		description:
-			'The event to wait for. A signal with this name sent before the instance got here is kept and consumed now (the item leaves by Received); otherwise the instance waits and the execution ends here.',
-		displayOptions: { show: { operation: ['awaitEvent'] } },
-	},
+	eventNameProperty(
+		'The event to wait for. A signal with this name sent before the instance got here is kept and consumed now (the item leaves by Received); otherwise the instance waits and the execution ends here.',
+		{ show: { operation: ['awaitEvent'] } },
+	),
 	{
 		displayName: 'Timeout',
 		name: 'resumeWhen',
@@ -300,14 +303,8 @@ export const durableCheckpointProperties: INodeProperties[] = [
 		default: '',
 		displayOptions: { show: { operation: ['awaitEvent'] } },
 	},
-	{
-		displayName: 'Options',
-		name: 'options',
-		type: 'collection',
-		placeholder: 'Add Option',
-		default: {},
-		displayOptions: { show: { operation: ['fail'] } },
-		options: [
+	optionsCollection(
+		[
 			{
 				displayName: 'Retry Per Policy',
 				name: 'retry',
@@ -317,43 +314,19 @@ export const durableCheckpointProperties: INodeProperties[] = [
 					"Whether the failure is retried under the instance's retry policy (Resume Point options) instead of being final: the instance is resumed after the backoff and suspended once the policy's automatic resumes are used up",
 			},
 		],
-	},
-	{
-		displayName: 'Options',
-		name: 'options',
-		type: 'collection',
-		placeholder: 'Add Option',
-		default: {},
-		displayOptions: { show: { operation: ['save'], ...V1 } },
-		options: [
-			{
-				displayName: 'Expected Sequence',
-				name: 'expectedSequence',
-				type: 'number',
-				default: 0,
-				description:
-					"Refuse the save (ABORTED) unless this is the newest checkpoint's sequence, so an execution that lost the instance to another cannot overwrite its progress. 0 means no checkpoint yet.",
-				hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
-			},
-			{
-				displayName: 'Lease (Seconds)',
-				name: 'leaseSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 86400 },
-				description:
-					"The ceiling of the saved instance's lease for this execution (its n8n process dying or the execution failing frees it within seconds anyway). 0 keeps the instance's lease length (set on the Resume Point; else the sidecar default).",
-			},
+		{ show: { operation: ['fail'] } },
+	),
+	optionsCollection(
+		[
+			expectedSequenceOption,
+			leaseSecondsOption(
+				"The ceiling of the saved instance's lease for this execution (its n8n process dying or the execution failing frees it within seconds anyway). 0 keeps the instance's lease length (set on the Resume Point; else the sidecar default).",
+			),
 		],
-	},
-	{
-		displayName: 'Options',
-		name: 'options',
-		type: 'collection',
-		placeholder: 'Add Option',
-		default: {},
-		displayOptions: { show: { operation: ['save'], ...V2 } },
-		options: [
+		{ show: { operation: ['save'], ...V1 } },
+	),
+	optionsCollection(
+		[
 			{
 				displayName: 'Complete Claimed Key',
 				name: 'completeClaimedKey',
@@ -370,33 +343,19 @@ export const durableCheckpointProperties: INodeProperties[] = [
 				description:
 					'Whether this save also completes the instance, in the same call and transaction: use it on the last Save instead of a separate Complete Instance node. The instance is then finished (no result stored), and a re-delivered trigger leaves the Resume Point by Finished.',
 			},
-			{
-				displayName: 'Expected Sequence',
-				name: 'expectedSequence',
-				type: 'number',
-				default: 0,
-				description:
-					"Refuse the save (ABORTED) unless this is the newest checkpoint's sequence, so an execution that lost the instance to another cannot overwrite its progress. 0 means no checkpoint yet.",
-				hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
-			},
-			{
-				displayName: 'Lease (Seconds)',
-				name: 'leaseSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 86400 },
-				description:
-					"The save renews the instance's lease: the time this execution holds the instance before the Resume Trigger may take it as crashed. 0 renews it with the instance's lease length, chosen on the Resume Point. A value here changes the length for this renewal only.",
-			},
+			expectedSequenceOption,
+			leaseSecondsOption(
+				"The save renews the instance's lease: the time this execution holds the instance before the Resume Trigger may take it as crashed. 0 renews it with the instance's lease length, chosen on the Resume Point. A value here changes the length for this renewal only.",
+			),
 		],
-	},
+		{ show: { operation: ['save'], ...V2 } },
+	),
 ];
 
 /** What n8n is given for the Durable Checkpoint: the parameters of versions 1 and 2 together; v1/ and v2/ cut their own from it. */
-export const durableCheckpointDescription: INodeTypeDescription = {
+export const durableCheckpointDescription: INodeTypeDescription = versionedNodeDescription({
 	displayName: 'Durable Checkpoint',
 	name: 'durableCheckpoint',
-	icon: { light: 'file:durableCheckpoint.svg', dark: 'file:durableCheckpoint.dark.svg' },
 	group: ['transform'],
 	version: [1, 2],
 	defaultVersion: 2,
@@ -404,10 +363,6 @@ export const durableCheckpointDescription: INodeTypeDescription = {
 		'={{ $parameter["operation"] === "save" ? "save: " + ($parameter["stepName"] || "(no step name)") : $parameter["operation"] === "awaitEvent" ? "wait for: " + ($parameter["eventName"] || "(no event name)") : ({ complete: "complete instance", fail: "fail instance", scheduleResume: "schedule resume" })[$parameter["operation"]] || "" }}',
 	description:
 		"Save the state after a step so the instance resumes here after a crash (each save renews the instance's lease, as long as chosen on the Resume Point); complete, fail, schedule a durable wake-up of an instance or park it until an event arrives",
-	defaults: { name: 'Durable Checkpoint' },
-	usableAsTool: true,
-	inputs: [NodeConnectionTypes.Main],
 	outputs: `={{(${configuredOutputs})($parameter)}}`,
-	credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
 	properties: durableCheckpointProperties,
-};
+});

@@ -2,6 +2,12 @@
 import { NodeConnectionTypes, type INodeType, type INodeTypeDescription } from 'n8n-workflow';
 
 import { sidecarNodeMethods } from '../../shared/credential-test';
+import {
+	eventNameProperty,
+	instanceKeyProperty,
+	optionsCollection,
+	withCustomJson,
+} from '../../shared/descriptions';
 import { router } from './actions/router';
 
 export { defaultDedupeId } from './actions/signal.operation';
@@ -68,54 +74,40 @@ export class DurableInstance implements INodeType {
 				description:
 					'The ID of the workflow the instance belongs to (in its URL: /workflow/&lt;ID&gt;). Empty: this workflow.',
 			},
-			{
-				displayName: 'Instance Key',
-				name: 'instanceKey',
-				type: 'string',
-				default: '',
-				required: true,
-				placeholder: 'e.g. {{ $json.body.orderId }}',
-				description: "The business key of the instance, as that workflow's Resume Point gives it",
-			},
-			{
-				displayName: 'Event Name',
-				name: 'eventName',
-				type: 'string',
-				default: '',
-				required: true,
-				placeholder: 'e.g. delivered',
-				description: 'The name the instance waits for (Durable Checkpoint: Wait for Event)',
-				displayOptions: { show: { operation: ['signal'] } },
-			},
-			{
-				displayName: 'Payload',
-				name: 'payloadFrom',
-				type: 'options',
-				default: 'json',
-				options: [
-					{
-						name: 'Custom JSON',
-						value: 'json',
-						description: 'A JSON value built with an expression',
-					},
-					{
-						name: 'Whole Item',
-						value: 'item',
-						description: 'The item as it is (a webhook item holds headers, query and body)',
-					},
-					{ name: 'None', value: 'none' },
-				],
-				description: 'What the waiting instance gets as event.payload',
-				displayOptions: { show: { operation: ['signal'] } },
-			},
-			{
-				displayName: 'Payload (JSON)',
-				name: 'payloadJson',
-				type: 'json',
-				default: '{}',
-				placeholder: 'e.g. {{ JSON.stringify($json.body) }}',
-				displayOptions: { show: { operation: ['signal'], payloadFrom: ['json'] } },
-			},
+			instanceKeyProperty(
+				"The business key of the instance, as that workflow's Resume Point gives it",
+			),
+			eventNameProperty('The name the instance waits for (Durable Checkpoint: Wait for Event)', {
+				show: { operation: ['signal'] },
+			}),
+			...withCustomJson(
+				{
+					displayName: 'Payload',
+					name: 'payloadFrom',
+					type: 'options',
+					default: 'json',
+					options: [
+						{
+							name: 'Custom JSON',
+							value: 'json',
+							description: 'A JSON value built with an expression',
+						},
+						{
+							name: 'Whole Item',
+							value: 'item',
+							description: 'The item as it is (a webhook item holds headers, query and body)',
+						},
+						{ name: 'None', value: 'none' },
+					],
+					description: 'What the waiting instance gets as event.payload',
+					displayOptions: { show: { operation: ['signal'] } },
+				},
+				{
+					displayName: 'Payload (JSON)',
+					name: 'payloadJson',
+					placeholder: 'e.g. {{ JSON.stringify($json.body) }}',
+				},
+			),
 			{
 				displayName: 'Deduplication ID',
 				name: 'dedupeId',
@@ -136,14 +128,8 @@ export class DurableInstance implements INodeType {
 				description: "Why (kept in the instance's audit trail, up to 4096 characters)",
 				displayOptions: { show: { operation: ['retry', 'resume', 'cancel'] } },
 			},
-			{
-				displayName: 'Options',
-				name: 'options',
-				type: 'collection',
-				placeholder: 'Add Option',
-				default: {},
-				displayOptions: { show: { operation: ['signal'] } },
-				options: [
+			optionsCollection(
+				[
 					{
 						displayName: 'Sender',
 						name: 'sender',
@@ -154,15 +140,10 @@ export class DurableInstance implements INodeType {
 							'Who sends, recorded on the event and in the audit trail. Empty: this workflow and execution.',
 					},
 				],
-			},
-			{
-				displayName: 'Options',
-				name: 'options',
-				type: 'collection',
-				placeholder: 'Add Option',
-				default: {},
-				displayOptions: { show: { operation: ['retry', 'resume', 'cancel'] } },
-				options: [
+				{ show: { operation: ['signal'] } },
+			),
+			optionsCollection(
+				[
 					{
 						displayName: 'Actor',
 						name: 'actor',
@@ -173,7 +154,8 @@ export class DurableInstance implements INodeType {
 							'Who acts, recorded in the audit trail. Empty: this workflow and execution.',
 					},
 				],
-			},
+				{ show: { operation: ['retry', 'resume', 'cancel'] } },
+			),
 		],
 	};
 

@@ -1,11 +1,13 @@
 /* eslint-disable n8n-nodes-base/node-filename-against-convention -- n8n's versioned layout: the node's description lives beside its class, which only assembles the versions (v1/, v2/) */
 /** The Idempotency Guard's description: every version's parameters, and its outputs. */
+import type { INodeParameters, INodeProperties, INodeTypeDescription } from 'n8n-workflow';
+
 import {
-	NodeConnectionTypes,
-	type INodeParameters,
-	type INodeProperties,
-	type INodeTypeDescription,
-} from 'n8n-workflow';
+	leaseSecondsOption,
+	optionsCollection,
+	versionedNodeDescription,
+	withCustomJson,
+} from '../../shared/descriptions';
 
 export type Operation = 'claim' | 'recordResult' | 'release';
 
@@ -26,6 +28,17 @@ export const configuredOutputs = (parameters: INodeParameters, version: number) 
 		{ type: 'main', displayName: v2 ? 'Done Before' : 'Already Done' },
 		{ type: 'main', displayName: v2 ? 'Busy' : 'In Progress' },
 	];
+};
+
+/** Versions 1 and 2 of Claim keep a key equally long. */
+const keepKeyForOption: INodeProperties = {
+	displayName: 'Keep Key For (Seconds)',
+	name: 'ttlSeconds',
+	type: 'number',
+	default: 0,
+	typeOptions: { minValue: 0, maxValue: 31622400 },
+	description:
+		'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
 };
 
 /** Every parameter of every version; `@version` display rules choose (shared/versions.ts). */
@@ -190,29 +203,25 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 			'The attempt number the Claim returned. 0 reads it from the item (idempotency.attempt). A holder whose lease was taken over is refused, so it cannot overwrite a newer result.',
 		displayOptions: { show: { operation: ['recordResult', 'release'] } },
 	},
-	{
-		displayName: 'Result',
-		name: 'resultWhat',
-		type: 'options',
-		default: 'item',
-		options: [
-			{
-				name: 'Whole Item',
-				value: 'item',
-				description: "The item's JSON (the side effect's response)",
-			},
-			{ name: 'Custom JSON', value: 'json' },
-		],
-		description: 'What later duplicates get replayed',
-		displayOptions: { show: { operation: ['recordResult'] } },
-	},
-	{
-		displayName: 'Result (JSON)',
-		name: 'resultJson',
-		type: 'json',
-		default: '{}',
-		displayOptions: { show: { operation: ['recordResult'], resultWhat: ['json'] } },
-	},
+	...withCustomJson(
+		{
+			displayName: 'Result',
+			name: 'resultWhat',
+			type: 'options',
+			default: 'item',
+			options: [
+				{
+					name: 'Whole Item',
+					value: 'item',
+					description: "The item's JSON (the side effect's response)",
+				},
+				{ name: 'Custom JSON', value: 'json' },
+			],
+			description: 'What later duplicates get replayed',
+			displayOptions: { show: { operation: ['recordResult'] } },
+		},
+		{ displayName: 'Result (JSON)', name: 'resultJson' },
+	),
 	{
 		displayName: 'Reason',
 		name: 'errorMessage',
@@ -222,60 +231,21 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 		description: 'Why the side effect failed (kept on the key)',
 		displayOptions: { show: { operation: ['release'] } },
 	},
-	{
-		displayName: 'Options',
-		name: 'options',
-		type: 'collection',
-		placeholder: 'Add Option',
-		default: {},
-		displayOptions: { show: { operation: ['claim'], ...V1 } },
-		options: [
-			{
-				displayName: 'Lease (Seconds)',
-				name: 'leaseSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 86400 },
-				description:
-					'How long the claim blocks others while the side effect runs. If this execution dies, the key can be claimed again after it. 0 uses the sidecar default (60).',
-			},
-			{
-				displayName: 'Keep Key For (Seconds)',
-				name: 'ttlSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 31622400 },
-				description:
-					'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
-			},
+	optionsCollection(
+		[
+			leaseSecondsOption(
+				'How long the claim blocks others while the side effect runs. If this execution dies, the key can be claimed again after it. 0 uses the sidecar default (60).',
+			),
+			keepKeyForOption,
 		],
-	},
-	{
-		displayName: 'Options',
-		name: 'options',
-		type: 'collection',
-		placeholder: 'Add Option',
-		default: {},
-		displayOptions: { show: { operation: ['claim'], ...V2 } },
-		options: [
-			{
-				displayName: 'Lease (Seconds)',
-				name: 'leaseSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 86400 },
-				description:
-					"How long the claim blocks other executions while the side effect runs. 0 (usual): the instance's lease, chosen on the Resume Point, so the claim and the instance lapse together (else the sidecar default, 60). When the instance is resumed after a crash, its new execution takes the claim over at once.",
-			},
-			{
-				displayName: 'Keep Key For (Seconds)',
-				name: 'ttlSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 31622400 },
-				description:
-					'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
-			},
+		{ show: { operation: ['claim'], ...V1 } },
+	),
+	optionsCollection(
+		[
+			leaseSecondsOption(
+				"How long the claim blocks other executions while the side effect runs. 0 (usual): the instance's lease, chosen on the Resume Point, so the claim and the instance lapse together (else the sidecar default, 60). When the instance is resumed after a crash, its new execution takes the claim over at once.",
+			),
+			keepKeyForOption,
 			{
 				displayName: 'Share Key Across Instances',
 				name: 'shareKeyAcrossInstances',
@@ -285,14 +255,14 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 					'Whether a Key you set means the same side effect in every instance (e.g. a customer ID, for a welcome email sent once per customer whatever the order). Off (version 2.1 and later): the Key counts within this instance only, so two orders may both charge line sku-1. Version 2 nodes share it unless this is added and off.',
 			},
 		],
-	},
+		{ show: { operation: ['claim'], ...V2 } },
+	),
 ];
 
 /** The Idempotency Guard as a whole, versions 1, 2 and 2.1 in one list of parameters (each version's own description is cut from it in v1/ and v2/). */
-export const idempotencyGuardDescription: INodeTypeDescription = {
+export const idempotencyGuardDescription: INodeTypeDescription = versionedNodeDescription({
 	displayName: 'Idempotency Guard',
 	name: 'idempotencyGuard',
-	icon: { light: 'file:idempotencyGuard.svg', dark: 'file:idempotencyGuard.dark.svg' },
 	group: ['transform'],
 	version: [1, 2, 2.1],
 	defaultVersion: 2.1,
@@ -300,10 +270,6 @@ export const idempotencyGuardDescription: INodeTypeDescription = {
 		'={{ (({ claim: "claim", recordResult: "record result", release: "release" })[$parameter["operation"]] || "claim") + (($parameter["scope"] || $parameter["key"]) ? ": " + [$parameter["scope"], $parameter["key"]].filter(Boolean).join(" / ") : "") }}',
 	description:
 		"Run a side effect (a charge, an email, a write to another system) at most once per key, however often the workflow is retried or re-delivered; a claim's lease is the instance's lease unless set here",
-	defaults: { name: 'Idempotency Guard' },
-	usableAsTool: true,
-	inputs: [NodeConnectionTypes.Main],
 	outputs: `={{(${configuredOutputs})($parameter, $nodeVersion)}}`,
-	credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
 	properties: idempotencyGuardProperties,
-};
+});

@@ -1,12 +1,18 @@
 /* eslint-disable n8n-nodes-base/node-filename-against-convention -- n8n's versioned layout: the node's description lives beside its class, which only assembles the versions (v1/, v2/) */
 /** The Resume Point's description: every version's parameters, and its outputs. */
-import {
-	NodeConnectionTypes,
-	type IDisplayOptions,
-	type INodeParameters,
-	type INodeProperties,
-	type INodeTypeDescription,
+import type {
+	IDisplayOptions,
+	INodeParameters,
+	INodeProperties,
+	INodeTypeDescription,
 } from 'n8n-workflow';
+
+import {
+	instanceKeyProperty,
+	leaseSecondsOption,
+	optionsCollection,
+	versionedNodeDescription,
+} from '../../shared/descriptions';
 
 /**
  * The node's outputs from its parameters. Evaluated by n8n as an expression,
@@ -102,16 +108,9 @@ export const resumePointProperties: INodeProperties[] = [
 		default: '',
 		displayOptions: { show: { '@version': [{ _cnd: { gte: 2 } }] } },
 	},
-	{
-		displayName: 'Instance Key',
-		name: 'instanceKey',
-		type: 'string',
-		default: '',
-		required: true,
-		placeholder: 'e.g. {{ $json.body.orderId }}',
-		description:
-			'The business key of the instance, such as an order ID. The same key always means the same instance. Items from a Resume Trigger carry their own key and ignore this.',
-	},
+	instanceKeyProperty(
+		'The business key of the instance, such as an order ID. The same key always means the same instance. Items from a Resume Trigger carry their own key and ignore this.',
+	),
 	{
 		displayName: 'Version Label',
 		name: 'versionLabel',
@@ -151,125 +150,107 @@ export const resumePointProperties: INodeProperties[] = [
 	},
 	differentDelivery('refuse', { '@version': [{ _cnd: { gte: 2.1 } }] }),
 	differentDelivery('ignore', { '@version': [2] }),
-	{
-		displayName: 'Options',
-		name: 'options',
-		type: 'collection',
-		placeholder: 'Add Option',
-		default: {},
-		options: [
-			{
-				displayName: 'Lease (Seconds)',
-				name: 'leaseSeconds',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0, maxValue: 86400 },
-				description:
-					"The ceiling of the instance's lease: how long it lives after its last renewal when nobody vouches for it. While n8n runs the execution its process renews it (a long call is never resumed); a process that dies or an execution that ends frees it within seconds, whatever this says. Saves and claims after this node keep this length unless they set their own. 0 keeps the instance's length (a new instance: the sidecar default, DURABLE_LEASE_SECONDS, 1800).",
-			},
-			{
-				displayName: 'Max Automatic Resumes',
-				name: 'maxAutomaticResumes',
-				type: 'number',
-				default: 5,
-				typeOptions: { minValue: 0, maxValue: 1000 },
-				description:
-					"Retry policy: how often the sidecar resumes an instance by itself (its execution died, or Fail Instance with Retry Per Policy) without progress; the next failure suspends it (dead-lettered) for an operator. A saved checkpoint resets the count. 0: no limit. Any retry option replaces the instance's policy; the ones not added take their defaults.",
-			},
-			{
-				displayName: 'Pinned Version',
-				name: 'pinnedVersion',
-				type: 'number',
-				default: 0,
-				typeOptions: { minValue: 0 },
-				description:
-					'Bind new instances to this registered version number instead of the current one (gray release). 0 binds the current version.',
-			},
-			{
-				displayName: 'Register Current Version',
-				name: 'registerVersion',
-				type: 'boolean',
-				default: false,
-				description:
-					"Whether the sidecar fetches this workflow from n8n's API and registers it as a version first (needs DURABLE_N8N_BASE_URL and DURABLE_N8N_API_KEY on the sidecar)",
-			},
-			{
-				displayName: 'Restore State',
-				name: 'stateMerge',
-				type: 'options',
-				default: 'merge',
-				options: [
-					{
-						name: 'Merge Into Item',
-						value: 'merge',
-						description: 'Saved fields are added to the item; saved values win',
-					},
-					{
-						name: 'Replace Item',
-						value: 'replace',
-						description: 'The item becomes the saved state',
-					},
-					{
-						name: 'Under Durable.state',
-						value: 'field',
-						description: 'The item stays as it is; the saved state is put under durable.state',
-					},
-				],
-				description: "How the last checkpoint's state is put into a resumed item",
-			},
-			{
-				displayName: 'Retry Backoff (Seconds)',
-				name: 'initialBackoffSeconds',
-				type: 'number',
-				default: 10,
-				typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
-				description:
-					'Retry policy: the wait before the first automatic resume; it grows by Retry Backoff Multiplier with every further attempt',
-			},
-			{
-				displayName: 'Retry Backoff Cap (Seconds)',
-				name: 'maxBackoffSeconds',
-				type: 'number',
-				default: 600,
-				typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
-				description: 'Retry policy: the longest wait between automatic resumes. 0: one day.',
-			},
-			{
-				displayName: 'Retry Backoff Multiplier',
-				name: 'backoffMultiplier',
-				type: 'number',
-				default: 2,
-				typeOptions: { minValue: 1, maxValue: 10, numberPrecision: 2 },
-				description: 'Retry policy: the growth factor of the wait per attempt',
-			},
-			{
-				displayName: 'Retry Jitter',
-				name: 'jitter',
-				type: 'number',
-				default: 0.2,
-				typeOptions: { minValue: 0, maxValue: 1, numberPrecision: 2 },
-				description:
-					'Retry policy: the fraction (0 to 1) of each wait taken off at random, so many failed instances do not retry in step',
-			},
-		],
-	},
+	optionsCollection([
+		leaseSecondsOption(
+			"The ceiling of the instance's lease: how long it lives after its last renewal when nobody vouches for it. While n8n runs the execution its process renews it (a long call is never resumed); a process that dies or an execution that ends frees it within seconds, whatever this says. Saves and claims after this node keep this length unless they set their own. 0 keeps the instance's length (a new instance: the sidecar default, DURABLE_LEASE_SECONDS, 1800).",
+		),
+		{
+			displayName: 'Max Automatic Resumes',
+			name: 'maxAutomaticResumes',
+			type: 'number',
+			default: 5,
+			typeOptions: { minValue: 0, maxValue: 1000 },
+			description:
+				"Retry policy: how often the sidecar resumes an instance by itself (its execution died, or Fail Instance with Retry Per Policy) without progress; the next failure suspends it (dead-lettered) for an operator. A saved checkpoint resets the count. 0: no limit. Any retry option replaces the instance's policy; the ones not added take their defaults.",
+		},
+		{
+			displayName: 'Pinned Version',
+			name: 'pinnedVersion',
+			type: 'number',
+			default: 0,
+			typeOptions: { minValue: 0 },
+			description:
+				'Bind new instances to this registered version number instead of the current one (gray release). 0 binds the current version.',
+		},
+		{
+			displayName: 'Register Current Version',
+			name: 'registerVersion',
+			type: 'boolean',
+			default: false,
+			description:
+				"Whether the sidecar fetches this workflow from n8n's API and registers it as a version first (needs DURABLE_N8N_BASE_URL and DURABLE_N8N_API_KEY on the sidecar)",
+		},
+		{
+			displayName: 'Restore State',
+			name: 'stateMerge',
+			type: 'options',
+			default: 'merge',
+			options: [
+				{
+					name: 'Merge Into Item',
+					value: 'merge',
+					description: 'Saved fields are added to the item; saved values win',
+				},
+				{
+					name: 'Replace Item',
+					value: 'replace',
+					description: 'The item becomes the saved state',
+				},
+				{
+					name: 'Under Durable.state',
+					value: 'field',
+					description: 'The item stays as it is; the saved state is put under durable.state',
+				},
+			],
+			description: "How the last checkpoint's state is put into a resumed item",
+		},
+		{
+			displayName: 'Retry Backoff (Seconds)',
+			name: 'initialBackoffSeconds',
+			type: 'number',
+			default: 10,
+			typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
+			description:
+				'Retry policy: the wait before the first automatic resume; it grows by Retry Backoff Multiplier with every further attempt',
+		},
+		{
+			displayName: 'Retry Backoff Cap (Seconds)',
+			name: 'maxBackoffSeconds',
+			type: 'number',
+			default: 600,
+			typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
+			description: 'Retry policy: the longest wait between automatic resumes. 0: one day.',
+		},
+		{
+			displayName: 'Retry Backoff Multiplier',
+			name: 'backoffMultiplier',
+			type: 'number',
+			default: 2,
+			typeOptions: { minValue: 1, maxValue: 10, numberPrecision: 2 },
+			description: 'Retry policy: the growth factor of the wait per attempt',
+		},
+		{
+			displayName: 'Retry Jitter',
+			name: 'jitter',
+			type: 'number',
+			default: 0.2,
+			typeOptions: { minValue: 0, maxValue: 1, numberPrecision: 2 },
+			description:
+				'Retry policy: the fraction (0 to 1) of each wait taken off at random, so many failed instances do not retry in step',
+		},
+	]),
 ];
 
 /** All of the Resume Point: every parameter of 1, 2 and 2.1 under its `@version` rule, the source of the descriptions in v1/ and v2/. */
-export const resumePointDescription: INodeTypeDescription = {
+export const resumePointDescription: INodeTypeDescription = versionedNodeDescription({
 	displayName: 'Resume Point',
 	name: 'resumePoint',
-	icon: { light: 'file:resumePoint.svg', dark: 'file:resumePoint.dark.svg' },
 	group: ['transform'],
 	version: [1, 2, 2.1],
 	defaultVersion: 2.1,
 	subtitle: '={{ $parameter["instanceKey"] ? "key: " + $parameter["instanceKey"] : "" }}',
 	description:
 		"Start a long-running instance for a business key, or continue it from its last checkpoint after a crash or wake-up; holds the instance's lease, which later saves and claims keep",
-	defaults: { name: 'Resume Point' },
-	usableAsTool: true,
-	inputs: [NodeConnectionTypes.Main],
 	outputs: `={{(${configuredOutputs})($parameter, $nodeVersion)}}`,
-	credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
 	properties: resumePointProperties,
-};
+});

@@ -10,6 +10,7 @@ import {
 } from 'n8n-workflow';
 
 import { sidecarNodeMethods } from '../../shared/credential-test';
+import { optionsCollection } from '../../shared/descriptions';
 import type { ResumableInstance } from '../../shared/transport';
 import { ResumableWatcher, resumableItem, triggerClient, watchSettingsOf } from './watcher';
 
@@ -46,32 +47,25 @@ export class ResumeTrigger implements INodeType {
 				description:
 					"How often the sidecar looks for stalled instances and due wake-ups. A crashed execution's instance resumes at most its lease (Resume Point option, default 300 s) plus this long after its last checkpoint.",
 			},
-			{
-				displayName: 'Options',
-				name: 'options',
-				type: 'collection',
-				placeholder: 'Add Option',
-				default: {},
-				options: [
-					{
-						displayName: 'Claim Lease (Seconds)',
-						name: 'claimLeaseSeconds',
-						type: 'number',
-						default: 60,
-						typeOptions: { minValue: 1, maxValue: 86400 },
-						description:
-							'How long a claimed instance waits for its execution to reach the Resume Point; after that another n8n process may claim it again',
-					},
-					{
-						displayName: 'Max Instances per Poll',
-						name: 'maxInstances',
-						type: 'number',
-						default: 10,
-						typeOptions: { minValue: 1, maxValue: 1000 },
-						description: 'Most instances claimed at once (more are claimed right after)',
-					},
-				],
-			},
+			optionsCollection([
+				{
+					displayName: 'Claim Lease (Seconds)',
+					name: 'claimLeaseSeconds',
+					type: 'number',
+					default: 60,
+					typeOptions: { minValue: 1, maxValue: 86400 },
+					description:
+						'How long a claimed instance waits for its execution to reach the Resume Point; after that another n8n process may claim it again',
+				},
+				{
+					displayName: 'Max Instances per Poll',
+					name: 'maxInstances',
+					type: 'number',
+					default: 10,
+					typeOptions: { minValue: 1, maxValue: 1000 },
+					description: 'Most instances claimed at once (more are claimed right after)',
+				},
+			]),
 		],
 	};
 
