@@ -34,7 +34,7 @@ from . import allocator, failpoints, metrics, telemetry
 from .failpoints import parse as parse_failpoints
 from .settings import Settings
 from .stores.backend import Backend
-from .stores.base import Database
+from .stores.base import MAINTENANCE_INTERVAL_SECONDS, Database
 from .stores.cache import Cache
 from .stores.gauges import instance_gauges
 from .transport import http as http_json
@@ -194,6 +194,26 @@ async def refresh_instance_gauges(db: Database, dialect: str, stopping: asyncio.
             pass
 
 
+async def stand_in_for_autovacuum(db: Database, stopping: asyncio.Event, *, interval_seconds: float) -> None:
+    """While PostgreSQL's autovacuum is off, the sidecar's own tables get what its rules would give them."""
+    while not stopping.is_set():
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=interval_seconds)
+            return
+        except TimeoutError:
+            pass
+        try:
+            done = await db.stand_in_for_autovacuum()
+        except Exception:  # maintenance only; the next round tries again
+            log.warning("table maintenance failed", exc_info=True)
+            continue
+        for what in done:
+            statement, _, table = what.rpartition(" ")
+            metrics.TABLE_MAINTENANCE.labels(statement, table).inc()
+        if done:
+            log.info("tables maintained (autovacuum is off)", extra={"statements": done})
+
+
 def _credentials(settings: Settings) -> grpc.ServerCredentials:
     with open(settings.tls_key_file, "rb") as fh:
         key = fh.read()
@@ -309,6 +329,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
     sidecar.background.append(asyncio.create_task(services.sessions.run(stopping), name="session-sweep"))
+    sidecar.background.append(asyncio.create_task(
+        stand_in_for_autovacuum(db, stopping, interval_seconds=MAINTENANCE_INTERVAL_SECONDS), name="table-maintenance"))
     if metrics_server is not None:
         metrics_server.start()
     log.info("sidecar serving", extra={"address": settings.listen_address, "port": port,

@@ -47,6 +47,9 @@ LEASES_FREED = Counter("durable_leases_freed_by_session_end_total", "Leases free
                        "kind: instance or key.", ["kind"])
 LEASES_FREED_BY_RELEASE = Counter("durable_leases_released_total", "Leases freed because their n8n process said "
                                   "their execution failed (Heartbeat.released_owners).")
+TABLE_MAINTENANCE = Counter("durable_table_maintenance_total", "VACUUM and ANALYZE runs the sidecar made on its "
+                            "own tables while PostgreSQL's autovacuum is off, by statement and table.",
+                            ["statement", "table"])
 SESSION_REFUSALS = Counter("durable_session_refusals_total", "Calls refused because they carried an ended session.")
 INSTANCE_GAUGES_UPDATED = Gauge("durable_instance_gauges_updated_timestamp_seconds",
                                 "When the instance gauges were last refreshed (Unix time).")

@@ -33,6 +33,10 @@ class Conn:
     __slots__ = ()
 
 
+# How often the sidecar looks whether its tables are due for VACUUM or ANALYZE while autovacuum is off.
+MAINTENANCE_INTERVAL_SECONDS = 10
+
+
 class Database(ABC):
     """The connection (pool, or the one embedded connection) and its transactions."""
 
@@ -63,6 +67,11 @@ class Database(ABC):
         A domain error raised by fn rolls everything back. Unavailable when the
         database cannot serve within the configured time or attempts.
         """
+
+    async def stand_in_for_autovacuum(self) -> list[str]:
+        """Where the database's own maintenance is off, VACUUMs and ANALYZEs the sidecar's tables that its
+        rules say are due; returns what it did ("VACUUM (ANALYZE) durable_instances", ...). Nothing by default."""
+        return []
 
     async def single(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """Runs fn, which issues one statement, with no transaction around it: the statement commits alone.
