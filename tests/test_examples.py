@@ -42,7 +42,7 @@ def test_the_committed_examples_are_what_generate_py_writes(tmp_path: Path) -> N
 
 
 def resume_point_outputs(params: dict[str, Any], on_error: str = "") -> list[str]:
-    """The v2 Resume Point's outputs, in order (node-package/README.md, "Resume Point"), then n8n's error output."""
+    """The v2 Resume Point's outputs, in order (docs/nodes.md, "Resume Point"), then n8n's error output."""
     steps = [s.strip() for s in str(params.get("stepOutputs", "")).split(",") if s.strip()]
     outs = ["Start", "Resume", "Finished", "Busy", *steps]
     if params.get("versionMismatchOutput"):
