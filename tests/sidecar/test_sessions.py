@@ -389,3 +389,27 @@ async def test_a_process_renews_the_leases_of_executions_n8n_says_still_run(harn
     got = await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=WF, instance_key=hung),
                                         metadata=s.metadata)
     assert got.instance.lease_owner != "exec-hung"
+
+
+async def test_a_process_renews_the_key_leases_of_executions_n8n_says_still_run(harness: Harness) -> None:
+    """A Claim of a Guard used without a Resume Point has no instance lease behind it: while n8n says the
+    execution still runs (a call longer than the key's lease), its key is not taken over."""
+    s = harness.alpha
+    sid = await open_session(s)
+    running, hung = f"{new_key()}-long", f"{new_key()}-hung"
+    for key, holder in ((running, "exec-long-key"), (hung, "exec-hung-key")):
+        first = await s.idempotency.Claim(idempotency_pb2.ClaimRequest(items=[idempotency_pb2.ClaimItem(
+            scope="notify", key=key, holder=holder, lease_seconds=2)]), metadata=s.in_session(sid))
+        assert first.results[0].outcome == idempotency_pb2.CLAIM_OUTCOME_ACQUIRED
+    for _ in range(4):  # 3 s: past both leases' own length
+        await asyncio.sleep(0.75)
+        await s.sessions.Heartbeat(session_pb2.HeartbeatRequest(session_id=sid, running_owners=["exec-long-key"]),
+                                   metadata=s.metadata)
+
+    async def claim_by_another(key: str) -> int:
+        again = await s.idempotency.Claim(idempotency_pb2.ClaimRequest(items=[idempotency_pb2.ClaimItem(
+            scope="notify", key=key, holder="exec-redelivery", lease_seconds=2)]), metadata=s.metadata)
+        return int(again.results[0].outcome)
+
+    assert await claim_by_another(running) == idempotency_pb2.CLAIM_OUTCOME_IN_PROGRESS, "a running key was taken"
+    assert await claim_by_another(hung) == idempotency_pb2.CLAIM_OUTCOME_ACQUIRED, "an unvouched key outlived its lease"

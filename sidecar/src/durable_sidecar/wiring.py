@@ -103,7 +103,8 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
                           default_lease_seconds=settings.lease_seconds)
     recovery = RecoveryService(db, backend.instances, backend.waits)
-    sessions = SessionService(db, backend.sessions, grace_seconds=settings.session_grace_seconds)
+    sessions = SessionService(db, backend.sessions, grace_seconds=settings.session_grace_seconds,
+                              key_lease_seconds=settings.idempotency_lease_seconds)
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances),

@@ -44,10 +44,13 @@ _PRUNE_EVERY_SECONDS = 600.0
 
 
 class SessionService:
-    def __init__(self, db: Database, store: SessionStore, *, grace_seconds: float) -> None:
+    def __init__(self, db: Database, store: SessionStore, *, grace_seconds: float, key_lease_seconds: int) -> None:
         self.db = db
         self.store = store
         self.grace_seconds = grace_seconds
+        # A running execution's claimed keys are renewed to at least the default key lease (a Claim of a Guard
+        # used without a Resume Point has no instance lease to lean on).
+        self.key_lease_seconds = key_lease_seconds
         # Five heartbeats per grace period: a process is declared dead only after five in a row went missing.
         self.heartbeat_seconds = max(0.2, grace_seconds / 5)
         self._started = time.monotonic()
@@ -91,7 +94,7 @@ class SessionService:
         """(ended, reason): a live session lives another grace period; an ended or unknown one says so.
 
         `released`: owners of this process whose executions failed; their leases lapse now. `running`: owners whose
-        executions n8n says still run (a long call); their live instance leases are renewed. A live session only.
+        executions n8n says still run (a long call); their live instance and key leases are renewed. A live session only.
         """
         session_id = _session_id(session_id)
         owners = sorted({validation.text("released_owners", o, required=True, limit=255) for o in released})
@@ -102,7 +105,7 @@ class SessionService:
             nonlocal freed
             if await self.store.heartbeat_txn(conn, namespace, session_id, self.grace_seconds):
                 freed = await self.store.release_txn(conn, namespace, owners)
-                await self.store.renew_txn(conn, namespace, runs)
+                await self.store.renew_txn(conn, namespace, runs, key_seconds=self.key_lease_seconds)
                 return False, ""
             row = await self.store.get_txn(conn, session_id)
             if row is None or row.namespace != namespace:

@@ -63,6 +63,13 @@ class IdempotencyStore:
         # Leases ended early: their session ended, or their process released them (stores/sessions.py).
         self._lease_ends = lease_end_sql(runner.dialect, "durable_idempotency_keys", "in_progress", "holder")
         d = runner.dialect
+        renewed_until = d.later_sql.format(param="seconds")
+        self._renew_running = d.sql(
+            f"""UPDATE durable_idempotency_keys SET lease_expires_at = {renewed_until}
+                WHERE status = 'in_progress' AND lease_expires_at > {d.now_sql}
+                  AND lease_expires_at < {renewed_until} AND namespace = %(ns)s
+                  AND {d.in_list.format(column="holder", param="owners")}
+                RETURNING namespace""")
         now = d.now_sql
         lease_until = d.later_sql.format(param="lease")
         # A key lives `ttl` after its latest acquisition, and never ends before the
@@ -216,6 +223,14 @@ class IdempotencyStore:
     async def end_leases_of_session_txn(self, conn: Conn, session_id: str) -> int:
         """The live leases owned by executions of this session lapse now (it ended); how many."""
         return len(await self.r.all(conn, self._lease_ends[0], await self.r.with_now(conn, id=session_id)))
+
+    async def renew_leases_of_owners_txn(self, conn: Conn, namespace: str, owners: list[str], seconds: int) -> int:
+        """The live key leases these owners hold last at least `seconds` more (their process says the execution
+        runs: a long call after a Claim); never a lapsed lease, never shortened; how many."""
+        if not owners:
+            return 0
+        params = await self.r.with_now(conn, ns=namespace, owners=self.r.dialect.list_param(owners), seconds=seconds)
+        return len(await self.r.all(conn, self._renew_running, params))
 
     async def end_leases_of_owners_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
         """The live leases these owners hold lapse now (their process says their execution ended); how many."""

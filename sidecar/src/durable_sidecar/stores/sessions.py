@@ -120,9 +120,11 @@ class SessionStore:
         """A live session lives at most `seconds` more unless a heartbeat comes (its process's connection closed)."""
         await self.r.all(conn, self._shorten, await self.r.with_now(conn, id=session_id, ns=namespace, cut=seconds))
 
-    async def renew_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
-        """The live instance leases of these owners (executions n8n says still run) are renewed; how many."""
-        return await self.instances.renew_leases_of_owners_txn(conn, namespace, owners)
+    async def renew_txn(self, conn: Conn, namespace: str, owners: list[str], *, key_seconds: int) -> int:
+        """The live leases of these owners (executions n8n says still run) are renewed: an instance's for its own
+        length, a key's for at least `key_seconds`; how many."""
+        return (await self.instances.renew_leases_of_owners_txn(conn, namespace, owners)
+                + await self.keys.renew_leases_of_owners_txn(conn, namespace, owners, key_seconds))
 
     async def release_txn(self, conn: Conn, namespace: str, owners: list[str]) -> int:
         """The instance and key leases these owners hold lapse now; how many."""
