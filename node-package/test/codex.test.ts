@@ -2,7 +2,7 @@
 /**
  * The codex files (nodes/<Node>/<Node>.node.json) that n8n's node panel searches and links from:
  * every node is found by each of the four words a user tries, and every documentation link
- * points into this repository's node README at a heading that exists. No sidecar needed.
+ * points at a heading that exists: the node's in docs/nodes.md, the credential's in the node README. No sidecar needed.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -33,19 +33,26 @@ function anchorOf(heading: string): string {
 		.replace(/ /g, '-');
 }
 
-const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-const anchors = new Set(
-	readme
-		.split('\n')
-		.filter((line) => /^#{1,6} /.test(line))
-		.map((line) => anchorOf(line.replace(/^#+ /, ''))),
-);
+/** The headings' anchors of a Markdown page of this repository. */
+function anchorsOf(path: string): Set<string> {
+	return new Set(
+		readFileSync(path, 'utf8')
+			.split('\n')
+			.filter((line) => /^#{1,6} /.test(line))
+			.map((line) => anchorOf(line.replace(/^#+ /, ''))),
+	);
+}
+
+const anchors = anchorsOf(join(ROOT, 'README.md'));
+/** The node reference moved out of the README (docs/nodes.md); the wiring and the credential stay in it. */
+const nodeAnchors = anchorsOf(join(ROOT, '..', 'docs', 'nodes.md'));
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
 	repository: { url: string; directory: string };
 	homepage: string;
 };
 const repoUrl = pkg.repository.url.replace(/^git\+/, '').replace(/\.git$/, '');
 const readmeUrl = `${repoUrl}/blob/main/${pkg.repository.directory}/README.md`;
+const nodesUrl = `${repoUrl}/blob/main/docs/nodes.md`;
 
 describe('codex files', () => {
 	it('cover the five nodes', () => {
@@ -64,13 +71,17 @@ describe('codex files', () => {
 	});
 
 	it.each(codexes)(
-		'%s links to a heading of the node README in the repository',
+		"%s links to its heading of the node reference and the credential's of the node README",
 		(_folder, codex) => {
-			const urls = Object.values(codex.resources)
-				.flat()
-				.map((r) => r.url);
-			expect(urls.length).toBeGreaterThanOrEqual(2);
-			for (const url of urls) {
+			const primary = codex.resources.primaryDocumentation.map((r) => r.url);
+			const credential = codex.resources.credentialDocumentation.map((r) => r.url);
+			expect(primary.length).toBe(1);
+			for (const url of primary) {
+				const [page, anchor] = url.split('#');
+				expect(page).toBe(nodesUrl);
+				expect(nodeAnchors).toContain(anchor);
+			}
+			for (const url of credential) {
 				const [page, anchor] = url.split('#');
 				expect(page).toBe(readmeUrl);
 				expect(anchors).toContain(anchor);
