@@ -226,8 +226,8 @@ def block_webhook(b: Builder, path: str, respond: str) -> str:
 
 def block_respond_accepted(b: Builder) -> str:
     """Respond to Webhook "Accepted" on the Resume Point's Start, before the first side effect."""
-    return b.f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
-                    b.at())
+    return str(b.f.node("Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                        b.at()))
 
 
 def block_answer_redeliveries(b: Builder, rp: str) -> None:
@@ -258,8 +258,8 @@ def block_retry_policy(params: dict[str, Any]) -> None:
 
 def block_code_pass_through(b: Builder, seg: Segment) -> str:
     """A Code node that returns its items and keeps pairing (each item paired to its input)."""
-    return b.f.node(f"Code {seg.step}", "n8n-nodes-base.code", 2, {
-        "jsCode": "return $input.all().map((item, i) => ({ json: item.json, pairedItem: { item: i } }));"}, b.at(-1))
+    return str(b.f.node(f"Code {seg.step}", "n8n-nodes-base.code", 2, {
+        "jsCode": "return $input.all().map((item, i) => ({ json: item.json, pairedItem: { item: i } }));"}, b.at(-1)))
 
 
 def block_http_retry(b: Builder, call: str) -> None:
@@ -301,7 +301,7 @@ def block_if_merge(b: Builder, seg: Segment, source: str) -> str:
         "combinator": "and"}, "options": {}}, b.at())
     card = block_call(b, seg, "card", f"Call {seg.step} card", -1)
     account = block_call(b, seg, "account", f"Call {seg.step} account", 1)
-    merge = b.f.node(f"Merge {seg.step}", "n8n-nodes-base.merge", 3.2, {}, b.at())
+    merge = str(b.f.node(f"Merge {seg.step}", "n8n-nodes-base.merge", 3.2, {}, b.at()))
     b.f.link(source, by_card, 0)
     b.f.link(by_card, card, 0)
     b.f.link(by_card, account, 1)
@@ -318,11 +318,11 @@ def block_sub_workflow(b: Builder, seg: Segment) -> str:
     b.subs.append(side_effect_sub_workflow(sub, (f"Claim {seg.step}", {"scope": seg.step}),
                                            (f"Call {seg.step}", call_body("plain")), (f"Save {seg.step}", seg.step),
                                            provider=seg.provider))
-    return b.f.node(f"Run {seg.step}", "n8n-nodes-base.executeWorkflow", 1.2, {
+    return str(b.f.node(f"Run {seg.step}", "n8n-nodes-base.executeWorkflow", 1.2, {
         "workflowId": {"__rl": True, "value": sub_id, "mode": "id"},
         "workflowInputs": {"mappingMode": "defineBelow", "value": {}, "matchingColumns": [], "schema": [],
                            "attemptToConvertTypes": False, "convertFieldsToString": True},
-        "options": {}}, b.at())
+        "options": {}}, b.at()))
 
 
 def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:

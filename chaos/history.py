@@ -111,6 +111,7 @@ class History:
     checkpoints: list[CheckpointFact] = field(default_factory=list)
     keys: list[KeyFact] = field(default_factory=list)
     faults: list[FaultFact] = field(default_factory=list)
+    collected_at: float = 0.0       # when the sidecars' rows were read
 
     def instance(self, workflow_id: str, key: str) -> InstanceFact | None:
         return next((i for i in self.instances if i.workflow_id == workflow_id and i.key == key), None)

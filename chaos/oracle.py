@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from chaos.history import CallFact, Expectation, FaultFact, History, InstanceFact
 
@@ -107,7 +108,7 @@ def rule_2_one_effective_call(h: History) -> list[Violation]:
                 out.append(Violation(2, e.key, f"{provider}: its calls carried the Idempotency-Keys {sorted(keys)}, "
                                                "must be one and the same"))
             answered = [c for c in calls if c.status == 200]
-            for prev, again in zip(answered, answered[1:], strict=False):
+            for prev, again in pairwise(answered):
                 if not _holder_died_between(h, e, prev.at, again.at):
                     out.append(Violation(2, e.key, f"{provider}: called again {again.at - prev.at:.1f} s after an "
                                                    "answered call, and no holder died in between"))
@@ -125,7 +126,7 @@ def bound_s(h: History, e: Expectation, inst: InstanceFact | None) -> float:
     return e.base_bound_s + extra
 
 
-def rule_3_nothing_stuck(h: History, collected_at: float) -> list[Violation]:
+def rule_3_nothing_stuck(h: History) -> list[Violation]:
     out = []
     for e in h.expectations:
         start = _first_sent(h, e.key)
@@ -134,7 +135,7 @@ def rule_3_nothing_stuck(h: History, collected_at: float) -> list[Violation]:
         inst = h.instance(e.workflow_id, e.key)
         bound = bound_s(h, e, inst)
         if inst is None or inst.finished_at is None:
-            out.append(Violation(3, e.key, f"unfinished {collected_at - start:.0f} s after its first delivery "
+            out.append(Violation(3, e.key, f"unfinished {h.collected_at - start:.0f} s after its first delivery "
                                            f"(bound {bound:.0f} s)"))
         elif inst.finished_at - start > bound:
             out.append(Violation(3, e.key, f"completed {inst.finished_at - start:.0f} s after its first delivery, "
@@ -198,12 +199,14 @@ def rule_5_nothing_after_completion(h: History) -> list[Violation]:
     return out
 
 
-def check(h: History, collected_at: float) -> list[Violation]:
+RULE_CHECKS: tuple[Callable[[History], list[Violation]], ...] = (
+    rule_1_acknowledged_completes, rule_2_one_effective_call, rule_3_nothing_stuck, rule_4_expected_state,
+    rule_5_nothing_after_completion)
+
+
+def check(h: History) -> list[Violation]:
     """Every rule's violations, rule by rule."""
-    rules: list[Callable[[History], list[Violation]]] = [
-        rule_1_acknowledged_completes, rule_2_one_effective_call,
-        lambda hist: rule_3_nothing_stuck(hist, collected_at), rule_4_expected_state, rule_5_nothing_after_completion]
-    return [v for rule in rules for v in rule(h)]
+    return [v for rule in RULE_CHECKS for v in rule(h)]
 
 
 # --- the figures of the run's table (pure as well) -------------------------------------------------------
