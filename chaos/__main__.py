@@ -61,27 +61,30 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
     print(f"make chaos: seed {seed} (reproduce with: make chaos SEED={seed} N={args.n})", flush=True)
     started = time.monotonic()
-    indexes = args.case or list(range(args.n))
+    indexes = sorted(set(args.case)) or list(range(args.n))
     kinds = tuple(k for k in faults.KINDS if k in args.kinds.split(","))
-    waves = [indexes[i:i + args.wave] for i in range(0, len(indexes), args.wave)]
-    kind_deck = faults.kinds_for_waves(seed, len(waves), args.faults_per_wave, kinds)
+    # Case i belongs to wave i // --wave whatever else runs, so `--case i` meets the faults it met in the run.
+    waves: dict[int, list[int]] = {}
+    for i in indexes:
+        waves.setdefault(i // args.wave, []).append(i)
+    kind_deck = faults.kinds_for_waves(seed, max(waves) + 1, args.faults_per_wave, kinds)
     providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
     work = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
     stack = ChaosStack(work, providers)
     history = History()
     cases: list[Case] = []
-    plans: list[list[faults.PlannedFault]] = []
+    plans: dict[int, list[faults.PlannedFault]] = {}
     wave_of: dict[int, int] = {}
     try:
         print(f"starting the stack in {work} (PostgreSQL and Redis of its own, two sidecars, n8n) ...", flush=True)
         stack.start()
         print(f"stack ready in {time.monotonic() - started:.0f} s", flush=True)
-        for w, wave_indexes in enumerate(waves):
+        for w, wave_indexes in waves.items():
             wave_cases = [generate(seed, i, providers.url) for i in wave_indexes]
             plan = faults.schedule(seed, w, kind_deck[w])
-            if args.plant and w == 0:
+            if args.plant and w == min(waves):
                 plan = plant_in_first_wave(wave_cases, plan)
-            plans.append(plan)
+            plans[w] = plan
             cases += wave_cases
             wave_of.update({c.index: w for c in wave_cases})
             print(f"wave {w}: cases {wave_indexes}, {sum(len(c.keys) for c in wave_cases)} keys, "
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             record, made = run_wave(stack, wave_cases, w, plan, lambda line: print(line, flush=True))
             collect(stack, wave_cases, w, record, made, history)
+            stack.retire(wave_cases)
             print(f"wave {w} done in {time.monotonic() - t:.0f} s", flush=True)
         violations = oracle.check(history)
         print(f"\nmake chaos: seed {seed}, {len(cases)} workflows\n{report.table(history, cases, time.monotonic() - started)}")

@@ -51,7 +51,7 @@ class CallFact:
     key: str                    # the business key (the body's orderId)
     idempotency_key: str
     at: float
-    status: int                 # 200, 500 (scheduled failure), 0 (the caller went away before the answer)
+    status: int                 # 200; 500 (scheduled failure); 409 (its key still being performed); 0 (still performing)
     effective: bool             # it performed the side effect (not a replay of the key's stored answer)
     reply_id: str
     logic: str                  # the branch the workflow took ("plain", "card", "account")

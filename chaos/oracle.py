@@ -3,7 +3,7 @@
 1. Every acknowledged delivery's instance completes; a suspension only where the schedule could exhaust the
    retry policy, and then `durable-sidecar instances retry` finishes it.
 2. Each side effect has exactly one effective call per key; a repeated call only with the same
-   Idempotency-Key, and only after its holder died (n8n killed, or its execution failed on a 500).
+   Idempotency-Key, and only after its holder died (n8n killed, or its execution failed on an error answer).
 3. No instance stays unfinished past a bound derived from its schedule and the faults of its wave.
 4. Each completed instance's trail and final state equal the generator's expectation.
 5. No checkpoint after its instance completed; no instance or key completed twice.
@@ -86,10 +86,11 @@ def rule_1_acknowledged_completes(h: History) -> list[Violation]:
 
 
 def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bool:
-    """An n8n kill, or a 500 answer to one of the key's calls (its execution failed), between t0 and t1."""
+    """An n8n kill, or an error answer to one of the key's calls (a 500, or a 409 for a key still being
+    performed: its execution failed there), between t0 and t1."""
     if any(f.kind == "n8n-kill" and t0 <= f.at <= t1 for f in _wave_faults(h, e.wave)):
         return True
-    return any(c.key == e.key and c.status == 500 and t0 <= c.at <= t1 for c in h.calls)
+    return any(c.key == e.key and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
 
 
 def rule_2_one_effective_call(h: History) -> list[Violation]:

@@ -1,7 +1,8 @@
 """The fake providers of a chaos run: e2e/fake_services.py with each case's seeded schedule, read back as facts.
 
-A provider performs a call once per Idempotency-Key (a repeated key replays the stored answer), so the
-effective call of a side effect is the first call per (provider, Idempotency-Key). The planted defect
+A provider performs a call once per Idempotency-Key (a repeated key replays the stored answer, and a key
+still being performed is answered 409, as Stripe does), so the effective call of a side effect is the
+first call per (provider, Idempotency-Key). The planted defect
 `provider-ignores-keys` makes every call effective, which the oracle's rule 2 must catch.
 """
 
@@ -18,6 +19,7 @@ from chaos.history import CallFact
 class Providers:
     def __init__(self, *, ignore_keys: bool = False) -> None:
         self.services = FakeServices().start()
+        self.services.refuse_keys_in_progress()
         if ignore_keys:
             self.services.ignore_keys()
 

@@ -45,12 +45,12 @@ def table(h: History, cases: list[Case], seconds: float) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
-def coverage(cases: list[Case], h: History, plans: list[list[PlannedFault]]) -> str:
+def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]]) -> str:
     blocks = Counter(b for c in cases for b in c.blocks)
     faults = Counter(f.kind for f in h.faults)
     schedules = Counter(("fails " if s.fail_first else "") + s.kind for c in cases for s in c.schedules)
     deliveries = Counter(d.when for d in h.deliveries)
-    kills_in_call = sum(1 for p in plans for f in p if f.kind == "n8n-kill" and f.target == "in-call")
+    kills_in_call = sum(1 for p in plans.values() for f in p if f.kind == "n8n-kill" and f.target == "in-call")
     lines = ["  building blocks (cases using each):"]
     lines += [f"    {blocks[b.name]:>4}  {b.name}" for b in BLOCKS]
     unused = [b.name for b in BLOCKS if not blocks[b.name]]
@@ -64,7 +64,7 @@ def coverage(cases: list[Case], h: History, plans: list[list[PlannedFault]]) -> 
     return "\n".join(lines)
 
 
-def write_failure(out: Path, seed: int, cases: list[Case], waves: dict[int, int], plans: list[list[PlannedFault]],
+def write_failure(out: Path, seed: int, cases: list[Case], waves: dict[int, int], plans: dict[int, list[PlannedFault]],
                   h: History, violations: list[oracle.Violation], logs: dict[str, str]) -> None:
     """The failing cases' workflows, delivery plans and their waves' fault schedules (planned and as made),
     the violations, and every log's tail."""

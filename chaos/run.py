@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import psycopg
 from harness import NAMESPACE, http
 
 from chaos import oracle
@@ -46,23 +47,24 @@ def expectations(case: Case, wave: int) -> list[Expectation]:
 
 
 def _send(url: str, body: dict[str, object]) -> tuple[int, int]:
-    """Posts until 2xx or 4xx (or the give-up); the last status and the number of attempts."""
+    """Posts until a 2xx, or a 4xx other than 404 (it can never succeed); the last status and the number of
+    attempts. No answer, a 404 (n8n starting: the webhook is not registered yet) and a 5xx are retried."""
     deadline, attempts, status = time.monotonic() + GIVE_UP_S, 0, 0
     while time.monotonic() < deadline:
         status, _ = http("POST", url, body, timeout=ANSWER_TIMEOUT_S)
         attempts += 1
-        if 200 <= status < 500 and status != 0:
+        if 200 <= status < 300 or (400 <= status < 500 and status != 404):
             break
         time.sleep(1)
     return status, attempts
 
 
-def _status(stack: ChaosStack, workflow_id: str, key: str) -> tuple[str, bool]:
+def _statuses(stack: ChaosStack, keys: list[str]) -> dict[str, tuple[str, bool]]:
+    """Each key's instance status and whether it is suspended (keys without an instance are left out)."""
     with stack.db() as conn:
-        row = conn.execute("SELECT status, suspended_at IS NOT NULL FROM durable_instances "
-                           "WHERE namespace = %s AND workflow_id = %s AND instance_key = %s",
-                           (NAMESPACE, workflow_id, key)).fetchone()
-    return (str(row[0]), bool(row[1])) if row else ("missing", False)
+        rows = conn.execute("SELECT instance_key, status, suspended_at IS NOT NULL FROM durable_instances "
+                            "WHERE namespace = %s AND instance_key = ANY(%s)", (NAMESPACE, keys)).fetchall()
+    return {str(k): (str(status), bool(suspended)) for k, status, suspended in rows}
 
 
 def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[PlannedFault],
@@ -72,12 +74,14 @@ def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[Planned
         stack.providers.apply(case.schedules)
     record = WaveRecord()
     completed: dict[str, threading.Event] = {k: threading.Event() for c in cases for k in c.keys}
+    given_up = threading.Event()
     t0 = time.time()
 
     def deliver(case: Case, key: str, copy: int, when: str, offset_s: float) -> None:
         if when == "after-completion":
-            if not completed[key].wait(timeout=GIVE_UP_S + 120):
-                return  # never completed: rule 1 or 3 says so; no late delivery to make
+            while not completed[key].wait(timeout=0.5):
+                if given_up.is_set():
+                    return  # never completed: rules 1 and 3 say so; no late delivery to make
         else:
             time.sleep(max(0.0, t0 + offset_s - time.time()))
         sent = time.time()
@@ -95,27 +99,29 @@ def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[Planned
     expected = [e for c in cases for e in expectations(c, wave)]
     planned = [FaultFact(f.kind, wave, f.target, 0, 0) for f in plan]
     deadline = t0 + max(oracle.bound_s(_with_faults(planned), e, None) for e in expected) + oracle.OPERATOR_RETRY_S
-    pending = {(e.workflow_id, e.key) for e in expected}
+    workflow_of = {e.key: e.workflow_id for e in expected}
+    pending = set(workflow_of)
     while pending and time.time() < deadline:
         time.sleep(1)
-        for wf, key in sorted(pending):
-            try:
-                status, suspended = _status(stack, wf, key)
-            except Exception:  # noqa: BLE001 - PostgreSQL restarting under a fault: ask again next second
-                break
+        try:
+            statuses = _statuses(stack, sorted(pending))
+        except psycopg.Error:
+            continue  # PostgreSQL restarting under a fault: ask again next second
+        for key, (status, suspended) in statuses.items():
             if status == "completed":
-                pending.discard((wf, key))
+                pending.discard(key)
                 completed[key].set()
             elif suspended and record.operator_retries.get(key, 0) < MAX_OPERATOR_RETRIES:
                 record.suspended_seen.add(key)
                 log(f"  {key} suspended: `durable-sidecar instances retry`")
-                stack.operator_retry(wf, key)
+                stack.operator_retry(workflow_of[key], key)
                 record.operator_retries[key] = record.operator_retries.get(key, 0) + 1
+    given_up.set()
     injector.join(timeout=max(60.0, deadline - time.time() + 60))
     for t in threads:
         t.join(timeout=max(1.0, deadline - time.time()) + GIVE_UP_S)
     if pending:
-        log(f"  wave {wave}: {len(pending)} instances unfinished at the deadline: {sorted(k for _, k in pending)}")
+        log(f"  wave {wave}: {len(pending)} instances unfinished at the deadline: {sorted(pending)}")
     return record, injector.facts
 
 

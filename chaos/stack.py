@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import socket
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,9 +115,20 @@ class ChaosStack:
             status, reply = http("POST", f"{self.n8n.url}/api/v1/workflows/{wf['id']}/activate", {},
                                  headers={"X-N8N-API-KEY": self.api_key}, timeout=60)
             if status != 200:
-                raise RuntimeError(f"publishing {wf['id']}: HTTP {status}: {reply[:2000]!r}")
+                # (A workflow n8n's public API will not activate, e.g. a sub-workflow: its CLI publishes it.)
+                try:
+                    self.n8n.cli("publish:workflow", f"--id={wf['id']}")
+                except RuntimeError as exc:
+                    raise RuntimeError(f"publishing {wf['id']}: HTTP {status}: {reply[:2000]!r}; CLI: {exc}") from exc
         for c in cases:
             self.n8n.wait_webhook(c.path, timeout=120)
+
+    def retire(self, cases: list[Case]) -> None:
+        """Unpublishes a checked wave's workflows, so a long run's n8n holds only the running wave's triggers."""
+        assert self.n8n is not None
+        for wf in (wf for c in cases for wf in reversed(c.workflows)):
+            http("POST", f"{self.n8n.url}/api/v1/workflows/{wf['id']}/deactivate", {},
+                 headers={"X-N8N-API-KEY": self.api_key}, timeout=60)
 
     def webhook_url(self, case: Case) -> str:
         assert self.n8n is not None
@@ -164,15 +174,3 @@ def decode(blob: bytes | None, encoding: int = 0) -> dict[str, Any]:
     raw = zlib.decompress(bytes(blob)) if encoding == 1 else bytes(blob)
     value = json.loads(raw or b"{}")
     return value if isinstance(value, dict) else {"value": value}
-
-
-def wait_ready(stack: ChaosStack, timeout: float = 60) -> None:
-    """Every part serves (after a fault): n8n ready, both sidecars healthy, PostgreSQL and Redis answering."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(psycopg.Error), stack.db() as conn:
-            conn.execute("SELECT 1")
-            if stack.redis.pings():
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"the stack did not recover in {timeout} s")

@@ -10,8 +10,9 @@ and the service, "bare" is only `{ "id": ..., "status": ... }`, as many real
 APIs answer, so a workflow that reads the order from the response breaks.
 
 For `make chaos` each call's record also says how it was answered and whether it performed; a seeded
-schedule per service and order fails its first calls or slows them, and a planted defect makes the
-services ignore Idempotency-Key.
+schedule per service and order fails its first calls or slows them; a call whose key is still being
+performed can be answered 409 as Stripe does; and a planted defect makes the services ignore
+Idempotency-Key.
 
 For `make run` it is the demo order services, with two more abilities:
 
@@ -67,6 +68,10 @@ class Ledger:
     order_delays: dict[tuple[str, str], float] = field(default_factory=dict)
     # A planted defect for make chaos: the service ignores Idempotency-Key, so every call performs.
     ignore_keys: bool = False
+    # Stripe's rule for a key whose first request is still being performed: answer 409 and perform nothing
+    # (make chaos turns it on; the keys being performed are in `performing`).
+    conflict_in_progress: bool = False
+    performing: set[tuple[str, str]] = field(default_factory=set)
 
     def save(self) -> None:
         """Writes the effects and the stored answers to the journal (the caller holds the lock)."""
@@ -183,14 +188,21 @@ class _Handler(BaseHTTPRequestHandler):
             if not failing and self.ledger.failures_left.get((path, order), 0) > 0:
                 self.ledger.failures_left[(path, order)] -= 1
                 failing = True
-            if failing:
-                call["status"] = 500
+            conflict = (not failing and self.ledger.conflict_in_progress and not self.ledger.ignore_keys
+                        and bool(key) and (path, key) in self.ledger.performing)
+            if failing or conflict:
+                call["status"] = 500 if failing else 409
             else:
                 self.ledger.in_flight[path] += 1
+                if key:
+                    self.ledger.performing.add((path, key))
             stall = path in self.ledger.stalled
             delay = self.ledger.delays.get(path, 0.0) + self.ledger.order_delays.get((path, order), 0.0)
         if failing:
             self._reply(500, {"error": f"{path} is down for order {order}"})
+            return
+        if conflict:
+            self._reply(409, {"error": f"a request with Idempotency-Key {key} is being performed"})
             return
         try:
             if stall:
@@ -214,6 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with self.ledger.lock:
                 self.ledger.in_flight[path] -= 1
+                self.ledger.performing.discard((path, key))
         self._reply(200, reply)
 
 
@@ -267,6 +280,11 @@ class FakeServices:
         """A planted defect: every call performs, whatever its Idempotency-Key (an oracle must see it)."""
         with self.ledger.lock:
             self.ledger.ignore_keys = ignore
+
+    def refuse_keys_in_progress(self) -> None:
+        """Stripe's rule: a call whose Idempotency-Key is still being performed gets 409 and performs nothing."""
+        with self.ledger.lock:
+            self.ledger.conflict_in_progress = True
 
     def call_records(self) -> list[dict[str, Any]]:
         """A copy of every call's record (service, order, key, at, body, status, effective, reply_id), in order."""
