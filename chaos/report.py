@@ -48,7 +48,8 @@ def table(h: History, cases: list[Case], seconds: float) -> str:
 def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]]) -> str:
     blocks = Counter(b for c in cases for b in c.blocks)
     faults = Counter(f.kind for f in h.faults)
-    schedules = Counter(("fails " if s.fail_first else "") + s.kind for c in cases for s in c.schedules)
+    schedules = Counter((f"fails {s.fail_first}× then " if s.fail_first else "") + s.kind
+                        for c in cases for s in c.schedules)
     deliveries = Counter(d.when for d in h.deliveries)
     kills_in_call = sum(1 for p in plans.values() for f in p if f.kind == "n8n-kill" and f.target == "in-call")
     lines = ["  building blocks (cases using each):"]
