@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness import CREDENTIAL_ID
@@ -420,3 +420,24 @@ def generate(seed: int, index: int, services_url: str) -> Case:
 def delivery_body(case: Case, key: str) -> dict[str, Any]:
     """What a sender posts for `key` (every copy the same body: a re-delivery, never another order)."""
     return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key]}
+
+
+def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: bool, tag: str) -> Case:
+    """A smaller case for the shrinker: its first `keys` keys, its first `segments` side effects (a sub-workflow
+    never last), only each key's first delivery unless `copies`. Ids, paths and keys end in `tag`, so it runs
+    beside the cases already in the stack."""
+    segs = list(case.shape.segments[:max(1, segments)])
+    while len(segs) > 1 and segs[-1].shape == "sub":
+        segs.pop()
+    shape = replace(case.shape, segments=tuple(segs))
+    providers = {s.provider for s in segs}
+    renamed = {k: f"{k}{tag}" for k in case.keys[:max(1, keys)]}
+    workflow_id, path = f"{case.workflow_id}{tag}", f"{case.path}{tag}"
+    small = Case(case.seed, case.index, workflow_id, path, shape, blocks_used(shape),
+                 build_workflows(workflow_id, path, shape, services_url), list(renamed.values()),
+                 {renamed[k]: m for k, m in case.methods.items() if k in renamed},
+                 [replace(d, key=renamed[d.key]) for d in case.deliveries
+                  if d.key in renamed and (copies or d.when == "first")],
+                 [replace(s, key=renamed[s.key]) for s in case.schedules if s.key in renamed and s.provider in providers])
+    small.expected = expectations(small)
+    return small

@@ -72,3 +72,17 @@ def test_over_enough_cases_every_building_block_and_fault_kind_is_drawn() -> Non
     assert used == {b.name for b in BLOCKS}
     dealt = {k for wave in faults.kinds_for_waves(3, 2, 2) for k in wave}
     assert dealt == set(faults.KINDS)
+
+
+def test_a_reduced_case_keeps_its_first_keys_and_side_effects_under_new_ids() -> None:
+    from chaos.generator import reduce
+
+    big = next(c for c in (generate(5, i, URL) for i in range(60)) if len(c.keys) > 1 and len(c.shape.segments) > 2)
+    small = reduce(big, URL, keys=1, segments=2, copies=False, tag="r1")
+    assert small.keys == [f"{big.keys[0]}r1"] and small.workflow_id == f"{big.workflow_id}r1"
+    assert 1 <= len(small.shape.segments) <= 2 and small.shape.segments[-1].shape != "sub"
+    assert small.shape.segments == big.shape.segments[:len(small.shape.segments)]
+    assert [d.when for d in small.deliveries] == ["first"]
+    [e] = small.expected.values()
+    assert e.trail == tuple(s.step for s in small.shape.segments)
+    assert {s.provider for s in small.schedules} == {s.provider for s in small.shape.segments}
