@@ -29,10 +29,10 @@ PLANTS = ("provider-ignores-keys",)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=int, default=6, help="generated workflows (cases); default 6, the short form")
+    p.add_argument("--n", type=int, default=12, help="generated workflows (cases); default 12, the short form")
     p.add_argument("--seed", type=int, default=None, help="the run's seed (default: a new one, printed)")
     p.add_argument("--wave", type=int, default=3, help="cases run at once under one fault schedule (default 3)")
-    p.add_argument("--faults-per-wave", type=int, default=2, help="faults injected in each wave (default 2)")
+    p.add_argument("--faults-per-wave", type=int, default=3, help="faults injected in each wave (default 3)")
     p.add_argument("--kinds", default=",".join(faults.KINDS), help="fault kinds to draw from (comma-separated)")
     p.add_argument("--case", type=int, action="append", default=[], help="run only this case index (repeatable)")
     p.add_argument("--plant", choices=PLANTS, help="a planted defect the oracle must catch (the run must fail)")
@@ -110,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {v}")
         bad = sorted({c.index for c in cases for v in violations if v.key in c.keys})
         print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
-        print(f"replay one: make chaos SEED={seed} CHAOS_ARGS='--case {bad[0] if bad else 0}'")
+        plant = f" --plant {args.plant}" if args.plant else ""
+        first = bad[0] if bad else 0
+        print(f"replay one: make chaos SEED={seed} CHAOS_ARGS='--wave {args.wave} --case {first}{plant}'")
+        print(f"shrink it: {sys.executable} -m chaos.shrink --seed {seed} --case {first} --wave {args.wave}{plant}")
         return 1
     finally:
         stack.close()
