@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
     stack = ChaosStack(work, providers)
     history = History()
+    passed = False
     cases: list[Case] = []
     plans: dict[int, list[faults.PlannedFault]] = {}
     wave_of: dict[int, int] = {}
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nplanted defect: {args.plant} (the oracle must fail)")
         if not violations:
             print(f"\nmake chaos: every rule held (seed {seed})")
+            passed = True
             return 0
         out = args.out / f"seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
         report.write_failure(out, seed, cases, wave_of, plans, history, violations, stack.logs())
@@ -118,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.close()
         providers.stop()
+        # The work folder (n8n's user folder, every full log) is kept when the run failed.
+        if passed:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"full logs: {work}")
 
 
 if __name__ == "__main__":
