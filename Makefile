@@ -22,7 +22,7 @@ NODE_ENV_VARS := PATH="$(abspath $(NODE_HOME))/bin:$$PATH" npm_config_nodedir="$
 	npm_config_yes=true npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
 NPM := cd $(NODE_PKG) && $(NODE_ENV_VARS) npm
 
-.PHONY: setup proto proto-check lint test e2e faults run run-sidecar clean help \
+.PHONY: setup proto proto-check lint test e2e chaos faults run run-sidecar clean help \
 	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick n8n-install browser-setup ha-setup
 
 help:
@@ -31,6 +31,7 @@ help:
 	@echo "make lint         ruff and mypy --strict"
 	@echo "make e2e          the real-n8n end-to-end scenarios (installs n8n 2.41 on Node 24 once)"
 	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
+	@echo "make chaos        generated durable workflows under seeded faults, checked by an oracle (short form ~6 min; N=… SEED=…)"
 	@echo "make faults       the long fault tests (Patroni failover under load, 10-minute soak)"
 	@echo "make ha-setup     Debian's patroni and etcd-server for the failover tests (apt-get, once)"
 	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS, what sessions cost, then durability inside a real n8n (~45 min; writes docs/bench/)"
@@ -89,7 +90,7 @@ proto-check: setup node-setup
 	  echo "proto-check: generated TypeScript matches proto/"
 
 lint: setup node-lint
-	$(BIN)/ruff check sidecar/src tests bench e2e examples
+	$(BIN)/ruff check sidecar/src tests bench e2e examples chaos
 	$(BIN)/mypy
 
 # bench-setup: tests/bench runs the benchmark once as a smoke check (no timing assertions).
@@ -114,6 +115,13 @@ $(VENV)/.e2e-installed: e2e/requirements.txt $(VENV)/.installed
 	@echo "browser-setup: pip install -r e2e/requirements.txt"
 	$(BIN)/pip install --quiet --disable-pip-version-check -r e2e/requirements.txt
 	touch $@
+
+# Issue 41: N generated workflows (our nodes at their defaults and n8n core nodes) against real n8n, two
+# sidecars, a throwaway PostgreSQL and Redis, under seeded faults, checked by chaos/oracle.py. The defaults
+# are the short form CI runs; `make chaos N=200 SEED=7` a long one. A failure prints its seed and writes its
+# cases to chaos/results/. CHAOS_ARGS passes more flags (python -m chaos --help).
+chaos: setup node-pack bench-setup n8n-install
+	$(BIN)/python -m chaos $(if $(N),--n $(N)) $(if $(SEED),--seed $(SEED)) $(CHAOS_ARGS)
 
 # The long fault tests: a soak of DURABLE_SOAK_SECONDS (default 600) at ~70 % of the measured peak.
 faults: setup ha-setup

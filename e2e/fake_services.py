@@ -9,6 +9,11 @@ answers come in one of two shapes (`set_shape`): "echo" repeats the order id
 and the service, "bare" is only `{ "id": ..., "status": ... }`, as many real
 APIs answer, so a workflow that reads the order from the response breaks.
 
+For `make chaos` each call's record also says how it was answered and whether it performed; a seeded
+schedule per service and order fails its first calls or slows them; a call whose key is still being
+performed can be answered 409 as Stripe does; and a planted defect makes the services ignore
+Idempotency-Key.
+
 For `make run` it is the demo order services, with two more abilities:
 
 - **slow mode**: `POST /slow?payment=10` makes every payment call take 10 s
@@ -57,6 +62,16 @@ class Ledger:
     delays: dict[str, float] = field(default_factory=dict)
     # Where effects and stored answers are kept across restarts (None: in memory only).
     journal: Path | None = None
+    # A schedule per (service, order): how many calls answer 500 (performing nothing) before the
+    # service works again, and seconds each of the order's calls takes (make chaos's providers).
+    failures_left: dict[tuple[str, str], int] = field(default_factory=dict)
+    order_delays: dict[tuple[str, str], float] = field(default_factory=dict)
+    # A planted defect for make chaos: the service ignores Idempotency-Key, so every call performs.
+    ignore_keys: bool = False
+    # Stripe's rule for a key whose first request is still being performed: answer 409 and perform nothing
+    # (make chaos turns it on; the keys being performed are in `performing`).
+    conflict_in_progress: bool = False
+    performing: set[tuple[str, str]] = field(default_factory=set)
 
     def save(self) -> None:
         """Writes the effects and the stored answers to the journal (the caller holds the lock)."""
@@ -163,17 +178,31 @@ class _Handler(BaseHTTPRequestHandler):
             return
         order = str(body.get("orderId") or body.get("subscriptionId") or "")
         key = self.headers.get("Idempotency-Key", "")
+        # Each call's record: when it came, how it was answered (status), whether it performed (effective)
+        # and the id of the answer it got (a replay gets the stored answer's id).
+        call: dict[str, Any] = {"service": path, "order": order, "key": key, "at": time.time(), "body": body,
+                                "status": 0, "effective": False, "reply_id": ""}
         with self.ledger.lock:
-            self.ledger.calls.append({"service": path, "order": order, "key": key, "at": time.time(), "body": body})
-            if (path, order) in self.ledger.failing:
+            self.ledger.calls.append(call)
+            failing = (path, order) in self.ledger.failing
+            if not failing and self.ledger.failures_left.get((path, order), 0) > 0:
+                self.ledger.failures_left[(path, order)] -= 1
                 failing = True
+            conflict = (not failing and self.ledger.conflict_in_progress and not self.ledger.ignore_keys
+                        and bool(key) and (path, key) in self.ledger.performing)
+            if failing or conflict:
+                call["status"] = 500 if failing else 409
             else:
-                failing = False
                 self.ledger.in_flight[path] += 1
+                if key:
+                    self.ledger.performing.add((path, key))
             stall = path in self.ledger.stalled
-            delay = self.ledger.delays.get(path, 0.0)
+            delay = self.ledger.delays.get(path, 0.0) + self.ledger.order_delays.get((path, order), 0.0)
         if failing:
             self._reply(500, {"error": f"{path} is down for order {order}"})
+            return
+        if conflict:
+            self._reply(409, {"error": f"a request with Idempotency-Key {key} is being performed"})
             return
         try:
             if stall:
@@ -181,9 +210,10 @@ class _Handler(BaseHTTPRequestHandler):
             if delay:
                 time.sleep(delay)
             with self.ledger.lock:
-                if key and (path, key) in self.ledger.responses:
+                if key and (path, key) in self.ledger.responses and not self.ledger.ignore_keys:
                     reply = {**self.ledger.responses[(path, key)], "replayed": True}
                 else:
+                    call["effective"] = True
                     self.ledger.effects[path][order] += 1
                     self.ledger.logic[path][order].append(str(body.get("logic", "")))
                     reply = {"id": f"{path}_{uuid.uuid4().hex[:12]}", "status": "ok"}
@@ -192,9 +222,11 @@ class _Handler(BaseHTTPRequestHandler):
                     if key:
                         self.ledger.responses[(path, key)] = reply
                     self.ledger.save()
+                call["status"], call["reply_id"] = 200, reply["id"]
         finally:
             with self.ledger.lock:
                 self.ledger.in_flight[path] -= 1
+                self.ledger.performing.discard((path, key))
         self._reply(200, reply)
 
 
@@ -236,6 +268,28 @@ class FakeServices:
         """Every call of `order` to `service` answers 500 and performs nothing, until `heal`."""
         with self.ledger.lock:
             self.ledger.failing.add((service, order))
+
+    def schedule(self, service: str, order: str, *, fail_first: int = 0, delay_s: float = 0.0) -> None:
+        """The order's next `fail_first` calls to `service` answer 500 and perform nothing; each of its calls
+        then takes `delay_s` seconds before it is performed (make chaos's seeded provider schedule)."""
+        with self.ledger.lock:
+            self.ledger.failures_left[(service, order)] = fail_first
+            self.ledger.order_delays[(service, order)] = delay_s
+
+    def ignore_keys(self, ignore: bool = True) -> None:
+        """A planted defect: every call performs, whatever its Idempotency-Key (an oracle must see it)."""
+        with self.ledger.lock:
+            self.ledger.ignore_keys = ignore
+
+    def refuse_keys_in_progress(self) -> None:
+        """Stripe's rule: a call whose Idempotency-Key is still being performed gets 409 and performs nothing."""
+        with self.ledger.lock:
+            self.ledger.conflict_in_progress = True
+
+    def call_records(self) -> list[dict[str, Any]]:
+        """A copy of every call's record (service, order, key, at, body, status, effective, reply_id), in order."""
+        with self.ledger.lock:
+            return [dict(c) for c in self.ledger.calls]
 
     def heal(self) -> None:
         with self.ledger.lock:

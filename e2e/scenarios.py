@@ -299,16 +299,17 @@ def orders_through_a_kill(stack: Stack, url: str, body: Any, quiet: list[str], k
 
 
 def side_effect_sub_workflow(f: DocsFlow, claim: tuple[str, dict[str, Any]], call: tuple[str, str],
-                             save: tuple[str, str]) -> dict[str, Any]:
+                             save: tuple[str, str], provider: str = "payment") -> dict[str, Any]:
     """A side effect as a sub-workflow of its own, written from node-package/README.md with defaults: When
     Executed by Another Workflow (Input Data Mode: Accept All Data) → Claim (`claim`: its name and
     parameters) → HTTP charge (`call`: its name and JSON body; derived key) → Save (`save`: its name and
     step); Done Before → the same Save. No Resume Point: the items bring their instance (`durable`) from the
-    calling workflow's Resume Point, or the calling execution took it."""
+    calling workflow's Resume Point, or the calling execution took it. The call goes to the fake service
+    `provider`."""
     start = f.node("When Executed by Another Workflow", "n8n-nodes-base.executeWorkflowTrigger", 1.1,
                    {"inputSource": "passthrough"}, (0, 0))
     c = f.durable(claim[0], "idempotencyGuard", {"operation": "claim", **claim[1]}, (220, 0))
-    charge = f.call(call[0], "payment", call[1], (440, 0))
+    charge = f.call(call[0], provider, call[1], (440, 0))
     saved = f.durable(save[0], "durableCheckpoint", {"operation": "save", "stepName": save[1]}, (660, 0))
     f.link(start, c)
     f.link(c, charge, 0)

@@ -1,0 +1,132 @@
+"""python -m chaos: N generated workflows against one stack under seeded faults, checked by the oracle (issue 41).
+
+The stack starts once (chaos/stack.py); the cases run in waves of a few at once, each wave with its own
+seeded faults. The run prints its seed first, then the table and the coverage report; on a violation it
+writes the failing cases (workflows, delivery plan, fault schedule, facts) and the logs to a folder and
+exits 1. `--seed S --case I` replays one case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from chaos import faults, oracle, report
+from chaos.generator import Case, generate
+from chaos.history import History
+from chaos.providers import Providers
+from chaos.run import collect, run_wave
+from chaos.stack import ChaosStack
+
+REPO = Path(__file__).resolve().parents[1]
+PLANTS = ("provider-ignores-keys",)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=12, help="generated workflows (cases); default 12, the short form")
+    p.add_argument("--seed", type=int, default=None, help="the run's seed (default: a new one, printed)")
+    p.add_argument("--wave", type=int, default=3, help="cases run at once under one fault schedule (default 3)")
+    p.add_argument("--faults-per-wave", type=int, default=3, help="faults injected in each wave (default 3)")
+    p.add_argument("--kinds", default=",".join(faults.KINDS), help="fault kinds to draw from (comma-separated)")
+    p.add_argument("--case", type=int, action="append", default=[], help="run only this case index (repeatable)")
+    p.add_argument("--plant", choices=PLANTS, help="a planted defect the oracle must catch (the run must fail)")
+    p.add_argument("--out", type=Path, default=REPO / "chaos" / "results", help="where a failure's cases are written")
+    args = p.parse_args(argv)
+    if args.n < 1 or args.wave < 1 or args.faults_per_wave < 0:
+        p.error("--n and --wave must be at least 1, --faults-per-wave at least 0")
+    unknown = set(args.kinds.split(",")) - set(faults.KINDS)
+    if unknown:
+        p.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(faults.KINDS)}")
+    return args
+
+
+def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault]) -> list[faults.PlannedFault]:
+    """With a planted provider defect, the first wave's calls take 3 s at least and n8n is killed inside one,
+    so a resumed call repeats its key: a provider that ignores keys then performs it twice."""
+    from dataclasses import replace
+
+    for case in cases:
+        case.schedules = [replace(s, delay_s=max(s.delay_s, 3.0)) for s in case.schedules]
+    return [faults.PlannedFault("n8n-kill", 2.0, "in-call", 0.0), *plan]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
+    print(f"make chaos: seed {seed} (reproduce with: make chaos SEED={seed} N={args.n})", flush=True)
+    started = time.monotonic()
+    indexes = sorted(set(args.case)) or list(range(args.n))
+    kinds = tuple(k for k in faults.KINDS if k in args.kinds.split(","))
+    # Case i belongs to wave i // --wave whatever else runs, so `--case i` meets the faults it met in the run.
+    waves: dict[int, list[int]] = {}
+    for i in indexes:
+        waves.setdefault(i // args.wave, []).append(i)
+    kind_deck = faults.kinds_for_waves(seed, max(waves) + 1, args.faults_per_wave, kinds)
+    providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
+    work = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
+    stack = ChaosStack(work, providers)
+    history = History()
+    passed = False
+    cases: list[Case] = []
+    plans: dict[int, list[faults.PlannedFault]] = {}
+    wave_of: dict[int, int] = {}
+    try:
+        print(f"starting the stack in {work} (PostgreSQL and Redis of its own, two sidecars, n8n) ...", flush=True)
+        stack.start()
+        print(f"stack ready in {time.monotonic() - started:.0f} s", flush=True)
+        for w, wave_indexes in waves.items():
+            wave_cases = [generate(seed, i, providers.url) for i in wave_indexes]
+            plan = faults.schedule(seed, w, kind_deck[w])
+            if args.plant and w == min(waves):
+                plan = plant_in_first_wave(wave_cases, plan)
+            plans[w] = plan
+            cases += wave_cases
+            wave_of.update({c.index: w for c in wave_cases})
+            print(f"wave {w}: cases {wave_indexes}, {sum(len(c.keys) for c in wave_cases)} keys, "
+                  f"{sum(len(c.deliveries) for c in wave_cases)} deliveries, faults "
+                  f"{[f'{f.kind}@{f.offset_s}s' for f in plan]}", flush=True)
+            t = time.monotonic()
+            record, made = run_wave(stack, wave_cases, w, plan, lambda line: print(line, flush=True))
+            collect(stack, wave_cases, w, record, made, history)
+            stack.retire(wave_cases)
+            print(f"wave {w} done in {time.monotonic() - t:.0f} s", flush=True)
+        violations = oracle.check(history)
+        print(f"\nmake chaos: seed {seed}, {len(cases)} workflows\n{report.table(history, cases, time.monotonic() - started)}")
+        print(f"\ncoverage\n{report.coverage(cases, history, plans)}")
+        if args.plant:
+            print(f"\nplanted defect: {args.plant} (the oracle must fail)")
+        if not violations:
+            print(f"\nmake chaos: every rule held (seed {seed})")
+            passed = True
+            return 0
+        out = args.out / f"seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        report.write_failure(out, seed, cases, wave_of, plans, history, violations, stack.logs())
+        print(f"\nmake chaos FAILED: {len(violations)} violations, seed {seed}")
+        for v in violations:
+            print(f"  {v}")
+        bad = sorted({c.index for c in cases for v in violations if v.key in c.keys})
+        print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
+        plant = f" --plant {args.plant}" if args.plant else ""
+        first = bad[0] if bad else 0
+        print(f"replay one: make chaos SEED={seed} CHAOS_ARGS='--wave {args.wave} --case {first}{plant}'")
+        print(f"shrink it: {sys.executable} -m chaos.shrink --seed {seed} --case {first} --wave {args.wave}{plant}")
+        return 1
+    finally:
+        stack.close()
+        providers.stop()
+        # The work folder (n8n's user folder, every full log) is kept when the run failed.
+        if passed:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"full logs: {work}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The oracle of issue 41: five rules, each a pure function of a History, each returning its violations.
+
+1. Every acknowledged delivery's instance completes; a suspension only where the schedule could exhaust the
+   retry policy, and then `durable-sidecar instances retry` finishes it.
+2. Each side effect has exactly one effective call per key; a repeated call only with the same
+   Idempotency-Key, and only after its holder died (n8n killed, or its execution failed on an error answer).
+3. No instance stays unfinished past a bound derived from its schedule and the faults of its wave.
+4. Each completed instance's trail and final state equal the generator's expectation.
+5. No checkpoint after its instance completed; no instance or key completed twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+
+from chaos.history import CallFact, Expectation, FaultFact, History, InstanceFact
+
+RULES = {
+    1: "every acknowledged delivery's instance completes",
+    2: "exactly one effective call per side effect and key",
+    3: "no instance unfinished past its bound",
+    4: "completed state equals the expected state",
+    5: "nothing after completion, nothing completed twice",
+}
+
+# Seconds a fault may add to an instance's time to complete (the part's restart plus a resume).
+FAULT_ALLOWANCE_S = {"n8n-kill": 75.0, "sidecar-kill": 20.0, "postgres-restart": 30.0, "redis-kill": 10.0}
+# An operator's retry of a suspended instance (chaos runs it as soon as it sees the suspension).
+OPERATOR_RETRY_S = 40.0
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: int
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"rule {self.rule} ({RULES[self.rule]}): {self.key}: {self.message}"
+
+
+def _wave_faults(h: History, wave: int) -> list[FaultFact]:
+    return [f for f in h.faults if f.wave == wave]
+
+
+def _first_sent(h: History, key: str) -> float | None:
+    sent = [d.sent_at for d in h.deliveries_of(key) if d.when != "after-completion"]
+    return min(sent) if sent else None
+
+
+def _acknowledged(h: History, key: str) -> bool:
+    return any(d.acknowledged for d in h.deliveries_of(key))
+
+
+def _completed(inst: InstanceFact | None) -> bool:
+    return inst is not None and inst.status == "completed"
+
+
+def _effective(h: History, provider: str, key: str) -> list[CallFact]:
+    return [c for c in h.calls_of(provider, key) if c.effective]
+
+
+def rule_1_acknowledged_completes(h: History) -> list[Violation]:
+    out = []
+    for e in h.expectations:
+        for d in h.deliveries_of(e.key):
+            if not d.acknowledged:
+                out.append(Violation(1, e.key, f"delivery {d.copy} ({d.when}) never acknowledged: last answer "
+                                               f"{d.status or 'none'} after {d.attempts} attempts"))
+        if not _acknowledged(h, e.key):
+            continue
+        inst = h.instance(e.workflow_id, e.key)
+        if inst is None:
+            out.append(Violation(1, e.key, "acknowledged, but no instance exists (lost)"))
+            continue
+        killed = any(f.kind == "n8n-kill" for f in _wave_faults(h, e.wave))
+        if inst.was_suspended and not (e.suspension_allowed or (e.retry_policy and killed)):
+            out.append(Violation(1, e.key, "suspended, but its schedule could not exhaust the retry policy"))
+        if not _completed(inst):
+            how = " (suspended)" if inst.suspended else ""
+            retried = f" after {inst.operator_retries} operator retries" if inst.operator_retries else ""
+            out.append(Violation(1, e.key, f"acknowledged, but its instance is {inst.status}{how}{retried}"))
+    return out
+
+
+def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bool:
+    """An n8n kill, or an error answer to one of the key's calls (a 500, or a 409 for a key still being
+    performed: its execution failed there), between t0 and t1."""
+    if any(f.kind == "n8n-kill" and t0 <= f.at <= t1 for f in _wave_faults(h, e.wave)):
+        return True
+    return any(c.key == e.key and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
+
+
+def rule_2_one_effective_call(h: History) -> list[Violation]:
+    out = []
+    for e in h.expectations:
+        inst = h.instance(e.workflow_id, e.key)
+        providers = {p for p, _, _ in e.calls}
+        for provider, _scope, _logic in e.calls:
+            calls = h.calls_of(provider, e.key)
+            effective = [c for c in calls if c.effective]
+            if len(effective) > 1 or (not effective and _completed(inst)):
+                out.append(Violation(2, e.key, f"{provider}: {len(effective)} effective calls, must be exactly 1 "
+                                               f"(of {len(calls)} calls)"))
+            keys = {c.idempotency_key for c in calls}
+            if "" in keys or len(keys) > 1:
+                out.append(Violation(2, e.key, f"{provider}: its calls carried the Idempotency-Keys {sorted(keys)}, "
+                                               "must be one and the same"))
+            answered = [c for c in calls if c.status == 200]
+            for prev, again in pairwise(answered):
+                if not _holder_died_between(h, e, prev.at, again.at):
+                    out.append(Violation(2, e.key, f"{provider}: called again {again.at - prev.at:.1f} s after an "
+                                                   "answered call, and no holder died in between"))
+        for c in h.calls:
+            if c.key == e.key and c.provider not in providers:
+                out.append(Violation(2, e.key, f"{c.provider}: called, but the workflow has no such side effect"))
+    return out
+
+
+def bound_s(h: History, e: Expectation, inst: InstanceFact | None) -> float:
+    """The key's time to complete: its own (schedule) plus what each fault of its wave and an operator retry add."""
+    extra = sum(FAULT_ALLOWANCE_S.get(f.kind, 60.0) for f in _wave_faults(h, e.wave))
+    if inst is not None and inst.operator_retries:
+        extra += OPERATOR_RETRY_S
+    return e.base_bound_s + extra
+
+
+def rule_3_nothing_stuck(h: History) -> list[Violation]:
+    out = []
+    for e in h.expectations:
+        start = _first_sent(h, e.key)
+        if start is None or not _acknowledged(h, e.key):
+            continue
+        inst = h.instance(e.workflow_id, e.key)
+        bound = bound_s(h, e, inst)
+        if inst is None or inst.finished_at is None:
+            out.append(Violation(3, e.key, f"unfinished {h.collected_at - start:.0f} s after its first delivery "
+                                           f"(bound {bound:.0f} s)"))
+        elif inst.finished_at - start > bound:
+            out.append(Violation(3, e.key, f"completed {inst.finished_at - start:.0f} s after its first delivery, "
+                                           f"past its bound of {bound:.0f} s"))
+    return out
+
+
+def rule_4_expected_state(h: History) -> list[Violation]:
+    """(Answers are compared where the provider performed once: a duplicate is rule 2's.)"""
+    out = []
+    for e in h.expectations:
+        inst = h.instance(e.workflow_id, e.key)
+        if not _completed(inst):
+            continue
+        trail = h.trail(e.workflow_id, e.key)
+        steps = tuple(c.step for c in trail)
+        if steps != e.trail:
+            out.append(Violation(4, e.key, f"trail {list(steps)}, expected {list(e.trail)}"))
+        final = trail[-1].state if trail else {}
+        body = final.get("body")
+        if not isinstance(body, dict) or body.get("orderId") != e.key:
+            out.append(Violation(4, e.key, f"final state's body.orderId is {body.get('orderId') if isinstance(body, dict) else None!r}"))
+        for provider, scope, logic in e.calls:
+            saved = final.get(scope)
+            effective = _effective(h, provider, e.key)
+            if not isinstance(saved, dict) or saved.get("service") != provider:
+                out.append(Violation(4, e.key, f"final state's {scope} is {saved!r}, expected {provider}'s answer"))
+            elif len(effective) == 1 and saved.get("id") != effective[0].reply_id:
+                out.append(Violation(4, e.key, f"final state's {scope} holds answer {saved.get('id')}, but {provider}'s "
+                                               f"effective call answered {effective[0].reply_id}"))
+            if effective and effective[0].logic != logic:
+                out.append(Violation(4, e.key, f"{provider} was called on branch {effective[0].logic!r}, expected {logic!r}"))
+    return out
+
+
+def rule_5_nothing_after_completion(h: History) -> list[Violation]:
+    out = []
+    for e in h.expectations:
+        inst = h.instance(e.workflow_id, e.key)
+        if inst is None:
+            continue
+        if inst.completed_events > 1:
+            out.append(Violation(5, e.key, f"completed {inst.completed_events} times (audit trail)"))
+        if inst.finished_at is None or not _completed(inst):
+            continue
+        late = [c for c in h.trail(e.workflow_id, e.key) if c.created_at > inst.finished_at]
+        if late:
+            out.append(Violation(5, e.key, f"checkpoints after completion: {[(c.sequence, c.step) for c in late]}"))
+        for provider, scope, _logic in e.calls:
+            row = h.key_row(scope, e.key)
+            effective = _effective(h, provider, e.key)
+            if row is None:
+                out.append(Violation(5, e.key, f"key {scope} missing although its instance completed"))
+            elif row.status != "completed":
+                out.append(Violation(5, e.key, f"key {scope} is {row.status} although its instance completed"))
+            elif row.updated_at > inst.finished_at:
+                out.append(Violation(5, e.key, f"key {scope} completed {row.updated_at - inst.finished_at:.2f} s after "
+                                               "its instance (completed again)"))
+            elif len(effective) == 1 and row.result_id != effective[0].reply_id:
+                out.append(Violation(5, e.key, f"key {scope} holds result {row.result_id}, not the effective answer "
+                                               f"{effective[0].reply_id} (completed by another attempt)"))
+    return out
+
+
+RULE_CHECKS: tuple[Callable[[History], list[Violation]], ...] = (
+    rule_1_acknowledged_completes, rule_2_one_effective_call, rule_3_nothing_stuck, rule_4_expected_state,
+    rule_5_nothing_after_completion)
+
+
+def check(h: History) -> list[Violation]:
+    """Every rule's violations, rule by rule."""
+    return [v for rule in RULE_CHECKS for v in rule(h)]
+
+
+# --- the figures of the run's table (pure as well) -------------------------------------------------------
+
+
+def lost(h: History) -> list[str]:
+    """Acknowledged keys whose instance did not complete."""
+    return [e.key for e in h.expectations
+            if _acknowledged(h, e.key) and not _completed(h.instance(e.workflow_id, e.key))]
+
+
+def duplicate_effects(h: History) -> list[str]:
+    """(key, provider) pairs the provider performed more than once."""
+    return [f"{e.key}/{p}" for e in h.expectations for p, _, _ in e.calls if len(_effective(h, p, e.key)) > 1]
+
+
+def recoveries(h: History) -> list[tuple[FaultFact, float]]:
+    """For each fault: seconds until every instance of its wave that was unfinished at the fault had finished
+    (0 when none was; None-finished instances count up to now as infinite and are left to rule 3)."""
+    out = []
+    for f in h.faults:
+        waiting = []
+        for e in h.expectations:
+            if e.wave != f.wave:
+                continue
+            inst = h.instance(e.workflow_id, e.key)
+            start = _first_sent(h, e.key)
+            if inst is None or inst.finished_at is None or start is None:
+                continue
+            if start <= f.at < inst.finished_at:
+                waiting.append(inst.finished_at - f.at)
+        out.append((f, max(waiting, default=0.0)))
+    return out

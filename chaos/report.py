@@ -1,0 +1,96 @@
+"""What a chaos run prints: the table of issue 41 and the coverage report; on failure, the case's folder."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from chaos import oracle
+from chaos.faults import KINDS, PlannedFault
+from chaos.generator import BLOCKS, Case
+from chaos.history import History
+
+# Building blocks and fault kinds issue 41 asks for that the generator and the injector do not make yet.
+NOT_YET = (
+    "Switch branches rejoining through Merge",
+    "Split Out of line items; Loop Over Items",
+    "n8n's Wait node",
+    "Wait for Event with a Signal (another workflow or the HTTP/JSON face)",
+    "fault: queue mode (kill -9 of main and workers, SIGSTOP/SIGCONT of a worker)",
+    "fault: Patroni switchover and kill of its primary (long form)",
+)
+
+
+def table(h: History, cases: list[Case], seconds: float) -> str:
+    faults = Counter(f.kind for f in h.faults)
+    acked = sum(1 for d in h.deliveries if d.acknowledged)
+    recoveries = oracle.recoveries(h)
+    longest = max(recoveries, key=lambda r: r[1], default=None)
+    subs = sum(len(c.workflows) - 1 for c in cases)
+    stuck = {v.key for v in oracle.rule_3_nothing_stuck(h)}
+    rows = [
+        ("workflows", f"{len(cases)} (+{subs} sub-workflows), {len(h.expectations)} business keys"),
+        ("deliveries", f"{len(h.deliveries)} ({acked} acknowledged)"),
+        ("faults", f"{sum(faults.values())}: " + ", ".join(f"{k} {faults[k]}" for k in KINDS if faults[k])),
+        ("lost", str(len(oracle.lost(h)))),
+        ("duplicate effects", str(len(oracle.duplicate_effects(h)))),
+        ("stuck", str(len(stuck))),
+        ("longest recovery", f"{longest[1]:.1f} s ({longest[0].kind} on {longest[0].target})" if longest else "-"),
+        ("provider calls", f"{len(h.calls)} ({sum(1 for c in h.calls if c.effective)} effective, "
+                           f"{sum(1 for c in h.calls if c.status == 500)} scheduled failures)"),
+        ("time", f"{seconds:.0f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]]) -> str:
+    blocks = Counter(b for c in cases for b in c.blocks)
+    faults = Counter(f.kind for f in h.faults)
+    schedules = Counter((f"fails {s.fail_first}× then " if s.fail_first else "") + s.kind
+                        for c in cases for s in c.schedules)
+    deliveries = Counter(d.when for d in h.deliveries)
+    kills_in_call = sum(1 for p in plans.values() for f in p if f.kind == "n8n-kill" and f.target == "in-call")
+    lines = ["  building blocks (cases using each):"]
+    lines += [f"    {blocks[b.name]:>4}  {b.name}" for b in BLOCKS]
+    unused = [b.name for b in BLOCKS if not blocks[b.name]]
+    lines.append(f"    not used this run: {', '.join(unused) if unused else 'none'}")
+    lines.append("  fault kinds: " + ", ".join(f"{k} {faults[k]}" for k in KINDS)
+                 + f" ({kills_in_call} n8n kills aimed inside a call)")
+    lines.append(f"    not used this run: {', '.join(k for k in KINDS if not faults[k]) or 'none'}")
+    lines.append("  provider schedules (provider × key): " + ", ".join(f"{k} {n}" for k, n in sorted(schedules.items())))
+    lines.append("  deliveries: " + ", ".join(f"{k} {n}" for k, n in sorted(deliveries.items())))
+    lines.append("  not in the generator yet: " + "; ".join(NOT_YET))
+    return "\n".join(lines)
+
+
+def write_failure(out: Path, seed: int, cases: list[Case], waves: dict[int, int], plans: dict[int, list[PlannedFault]],
+                  h: History, violations: list[oracle.Violation], logs: dict[str, str]) -> None:
+    """The failing cases' workflows, delivery plans and their waves' fault schedules (planned and as made),
+    the violations, and every log's tail."""
+    out.mkdir(parents=True, exist_ok=True)
+    bad_keys = {v.key for v in violations}
+    for case in cases:
+        if not bad_keys & set(case.keys):
+            continue
+        folder = out / f"case-{case.index}"
+        folder.mkdir(exist_ok=True)
+        for wf in case.workflows:
+            (folder / f"{wf['id']}.json").write_text(json.dumps(wf, indent=2))
+        wave = waves[case.index]
+        (folder / "plan.json").write_text(json.dumps({
+            **case.plan(), "wave": wave,
+            "faults_planned": [vars(f) for f in plans[wave]],
+            "faults_made": [vars(f) for f in h.faults if f.wave == wave],
+            "deliveries_made": [vars(d) for d in h.deliveries if d.case == case.index],
+            "calls": [vars(c) for c in h.calls if c.key in case.keys],
+            "instances": [vars(i) for i in h.instances if i.key in case.keys],
+            "checkpoints": [vars(c) for c in h.checkpoints if c.key in case.keys],
+            "idempotency_keys": [vars(k) for k in h.keys if k.key in case.keys],
+        }, indent=2, default=str))
+    (out / "violations.txt").write_text(f"seed {seed}\n" + "\n".join(str(v) for v in violations) + "\n")
+    logs_dir = out / "logs"
+    logs_dir.mkdir(exist_ok=True)
+    for name, text in logs.items():
+        (logs_dir / f"{name}.log").write_text(text)

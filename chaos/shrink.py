@@ -1,0 +1,115 @@
+"""python -m chaos.shrink --seed S --case I: a failing case made smaller while it still fails the same rule.
+
+It runs case I of seed S with its wave's faults on a stack of its own; if the oracle fails, it tries, one at a
+time, the case without one of its faults, with one key, with each key delivered once, and with fewer side
+effects, keeps every reduction that still breaks a rule the original broke, and starts over from there.
+The smallest failing case is written like a failure of `make chaos`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from chaos import faults, oracle, report
+from chaos.__main__ import PLANTS, REPO, plant_in_first_wave
+from chaos.generator import Case, generate, reduce
+from chaos.history import History
+from chaos.providers import Providers
+from chaos.run import collect, run_wave
+from chaos.stack import ChaosStack
+
+
+@dataclass(frozen=True)
+class Size:
+    keys: int
+    segments: int
+    copies: bool
+    plan: tuple[faults.PlannedFault, ...]
+
+    def smaller(self) -> Iterator[tuple[str, Size]]:
+        for i, f in enumerate(self.plan):
+            yield f"without the {f.kind} at +{f.offset_s} s", replace(self, plan=self.plan[:i] + self.plan[i + 1:])
+        if self.keys > 1:
+            yield "one key", replace(self, keys=1)
+        if self.copies:
+            yield "each key delivered once", replace(self, copies=False)
+        for n in range(self.segments - 1, 0, -1):
+            yield f"{n} side effects", replace(self, segments=n)
+
+
+def attempt(stack: ChaosStack, case: Case, wave: int, plan: list[faults.PlannedFault]) -> tuple[list[oracle.Violation], History]:
+    h = History()
+    record, made = run_wave(stack, [case], wave, plan, lambda line: print(line, flush=True))
+    collect(stack, [case], wave, record, made, h)
+    stack.retire([case])
+    return oracle.check(h), h
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos.shrink", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--case", type=int, required=True)
+    p.add_argument("--wave", type=int, default=3, help="the run's --wave (which faults the case met)")
+    p.add_argument("--faults-per-wave", type=int, default=3)
+    p.add_argument("--kinds", default=",".join(faults.KINDS))
+    p.add_argument("--plant", choices=PLANTS)
+    p.add_argument("--max-attempts", type=int, default=12)
+    p.add_argument("--out", type=Path, default=REPO / "chaos" / "results")
+    args = p.parse_args(argv)
+    kinds = tuple(k for k in faults.KINDS if k in args.kinds.split(","))
+    wave = args.case // args.wave
+    providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
+    stack = ChaosStack(Path(tempfile.mkdtemp(prefix="durable-chaos-shrink-")), providers)
+    try:
+        stack.start()
+        original = generate(args.seed, args.case, providers.url)
+        plan = faults.schedule(args.seed, wave, faults.kinds_for_waves(args.seed, wave + 1, args.faults_per_wave, kinds)[wave])
+        if args.plant:
+            plan = plant_in_first_wave([original], plan)
+        violations, history = attempt(stack, original, wave, plan)
+        if not violations:
+            print(f"seed {args.seed} case {args.case} keeps every rule: nothing to shrink")
+            return 0
+        rules = {v.rule for v in violations}
+        print(f"seed {args.seed} case {args.case} breaks rules {sorted(rules)}; shrinking", flush=True)
+        size = Size(len(original.keys), len(original.shape.segments),
+                    any(d.when != "first" for d in original.deliveries), tuple(plan))
+        best, best_violations, best_history, tries = original, violations, history, 0
+        progress = True
+        while progress and tries < args.max_attempts:
+            progress = False
+            for what, smaller in size.smaller():
+                if tries >= args.max_attempts:
+                    break
+                tries += 1
+                case = reduce(original, providers.url, keys=smaller.keys, segments=smaller.segments,
+                              copies=smaller.copies, tag=f"r{tries}")
+                print(f"attempt {tries}: {what}", flush=True)
+                found, h = attempt(stack, case, wave, list(smaller.plan))
+                if rules & {v.rule for v in found}:
+                    print(f"  still fails: {found[0]}", flush=True)
+                    size, best, best_violations, best_history, progress = smaller, case, found, h, True
+                    break
+                print("  passes: kept the larger one", flush=True)
+        out = args.out / f"seed{args.seed}-case{args.case}-shrunk-{time.strftime('%Y%m%d-%H%M%S')}"
+        report.write_failure(out, args.seed, [best], {best.index: wave}, {wave: list(size.plan)}, best_history,
+                             best_violations, stack.logs())
+        print(f"smallest failing case: {len(best.keys)} keys, {len(best.shape.segments)} side effects, "
+              f"{len(size.plan)} faults {[f.kind for f in size.plan]}, blocks {best.blocks}; written to {out}")
+        for v in best_violations:
+            print(f"  {v}")
+        return 1
+    finally:
+        stack.close()
+        providers.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

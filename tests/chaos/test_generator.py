@@ -1,0 +1,88 @@
+"""The chaos generator (chaos/generator.py) without a stack: the same seed gives the same case, every generated
+workflow is wired as the README says, and the expectations follow the workflow."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chaos import faults
+from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, generate
+
+URL = "http://127.0.0.1:9"
+
+
+def links(wf: dict[str, Any]) -> list[tuple[str, int, str, int]]:
+    return [(src, out, dst["node"], dst["index"]) for src, conns in wf["connections"].items()
+            for out, targets in enumerate(conns["main"]) for dst in targets]
+
+
+def test_a_seed_and_an_index_give_the_same_case_whatever_else_ran() -> None:
+    first = generate(41, 3, URL)
+    generate(41, 2, URL)
+    again = generate(41, 3, URL)
+    assert json.dumps(first.workflows) == json.dumps(again.workflows)
+    assert first.plan() == again.plan()
+    assert json.dumps(generate(42, 3, URL).plan()) != json.dumps(first.plan())
+
+
+def test_every_generated_workflow_is_wired_to_nodes_it_has_and_answers_its_sender() -> None:
+    for index in range(60):
+        case = generate(7, index, URL)
+        for wf in case.workflows:
+            names = {n["name"] for n in wf["nodes"]}
+            assert len(names) == len(wf["nodes"]), wf["id"]
+            for src, _out, dst, _in in links(wf):
+                assert src in names and dst in names, (wf["id"], src, dst)
+        main = case.workflows[-1]
+        rp_outputs = {out: dst for src, out, dst, _ in links(main) if src == "Resume Point"}
+        hook = next(n for n in main["nodes"] if n["type"] == "n8n-nodes-base.webhook")
+        assert hook["parameters"]["responseMode"] == case.shape.respond
+        if case.shape.respond == RESPOND_NODE:
+            assert rp_outputs[0] == "Accepted"
+        else:
+            assert case.shape.respond == LAST_NODE and rp_outputs[2] == rp_outputs[3] == "Already Received"
+        # Start, Resume, (Finished, Busy,) then one step output per segment but the last, each into the next.
+        segments = case.shape.segments
+        steps = set(range(4, 4 + len(segments) - 1))
+        assert set(rp_outputs) == {0, 1} | steps | ({2, 3} if case.shape.respond == LAST_NODE else set()), rp_outputs
+        for out in steps:
+            nxt = segments[out - 3]
+            assert rp_outputs[out] == (f"Run {nxt.step}" if nxt.shape == "sub" else f"Claim {nxt.step}"), rp_outputs
+        saves = [n for wf in case.workflows for n in wf["nodes"] if n["name"].startswith("Save ")]
+        assert [n["parameters"].get("options", {}).get("completeInstance", False) for n in saves
+                if n["name"] == f"Save {case.shape.segments[-1].step}"] == [True]
+        assert all(n["typeVersion"] == 2 for n in saves)
+
+
+def test_expectations_name_one_call_per_segment_and_allow_a_suspension_only_past_the_retry_policy() -> None:
+    for index in range(60):
+        case = generate(11, index, URL)
+        for key, e in case.expected.items():
+            assert e.trail == tuple(f"s{i + 1}" for i in range(len(case.shape.segments)))
+            assert [p for p, _, _ in e.calls] == [s.provider for s in case.shape.segments]
+            fails = max(s.fail_first for s in case.schedules if s.key == key)
+            assert e.suspension_allowed == (case.shape.retry_policy and fails > 1)
+            if fails:
+                assert case.shape.retry_policy or any(s.http_retry for s in case.shape.segments)
+
+
+def test_over_enough_cases_every_building_block_and_fault_kind_is_drawn() -> None:
+    used = {b for index in range(40) for b in generate(3, index, URL).blocks}
+    assert used == {b.name for b in BLOCKS}
+    dealt = {k for wave in faults.kinds_for_waves(3, 2, 2) for k in wave}
+    assert dealt == set(faults.KINDS)
+
+
+def test_a_reduced_case_keeps_its_first_keys_and_side_effects_under_new_ids() -> None:
+    from chaos.generator import reduce
+
+    big = next(c for c in (generate(5, i, URL) for i in range(60)) if len(c.keys) > 1 and len(c.shape.segments) > 2)
+    small = reduce(big, URL, keys=1, segments=2, copies=False, tag="r1")
+    assert small.keys == [f"{big.keys[0]}r1"] and small.workflow_id == f"{big.workflow_id}r1"
+    assert 1 <= len(small.shape.segments) <= 2 and small.shape.segments[-1].shape != "sub"
+    assert small.shape.segments == big.shape.segments[:len(small.shape.segments)]
+    assert [d.when for d in small.deliveries] == ["first"]
+    [e] = small.expected.values()
+    assert e.trail == tuple(s.step for s in small.shape.segments)
+    assert {s.provider for s in small.schedules} == {s.provider for s in small.shape.segments}

@@ -1,0 +1,170 @@
+"""The chaos oracle (chaos/oracle.py) on made-up histories: for each rule, a history that keeps it passes and a
+history with a planted defect fails it, so no generated case can pass the oracle vacuously."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from chaos import oracle
+from chaos.history import (
+    CallFact,
+    CheckpointFact,
+    DeliveryFact,
+    Expectation,
+    FaultFact,
+    History,
+    InstanceFact,
+    KeyFact,
+)
+
+WF, KEY, T0 = "chaos7x0", "s7c0k0", 1_000_000.0
+
+
+def good_history() -> History:
+    """One key through two side effects (payment plain, coupon on the card branch), delivered twice at once
+    and once after it completed; n8n killed while its payment call was in flight, so the call came again with
+    the same Idempotency-Key and the provider replayed it."""
+    e = Expectation(0, 0, WF, KEY, ("s1", "s2"), (("payment", "s1", "plain"), ("coupon", "s2", "card")),
+                    suspension_allowed=False, retry_policy=False, base_bound_s=60.0)
+    deliveries = [DeliveryFact(0, 0, KEY, 0, "first", T0, T0 + 0.3, 200, 1),
+                  DeliveryFact(0, 0, KEY, 1, "concurrent", T0 + 0.1, T0 + 0.4, 200, 1),
+                  DeliveryFact(0, 0, KEY, 2, "after-completion", T0 + 40, T0 + 40.2, 200, 1)]
+    calls = [CallFact("payment", KEY, "dk-pay", T0 + 1, 200, True, "payment_1", "plain"),
+             CallFact("payment", KEY, "dk-pay", T0 + 20, 200, False, "payment_1", "plain"),
+             CallFact("coupon", KEY, "dk-coupon", T0 + 21, 200, True, "coupon_1", "card")]
+    start = {"body": {"orderId": KEY, "method": "card"}}
+    s1 = {**start, "s1": {"id": "payment_1", "service": "payment", "status": "ok"}}
+    s2 = {**s1, "s2": {"id": "coupon_1", "service": "coupon", "status": "ok"}}
+    return History(
+        expectations=[e], deliveries=deliveries, calls=calls,
+        instances=[InstanceFact(WF, KEY, "completed", False, T0 + 0.2, T0 + 22, 1, 1, 0, False)],
+        checkpoints=[CheckpointFact(WF, KEY, 1, "s1", T0 + 20.5, s1), CheckpointFact(WF, KEY, 2, "s2", T0 + 22, s2)],
+        keys=[KeyFact("s1", KEY, "completed", 2, "payment_1", T0 + 20.5), KeyFact("s2", KEY, "completed", 1, "coupon_1", T0 + 22)],
+        faults=[FaultFact("n8n-kill", 0, "n8n main", T0 + 5, T0 + 15)], collected_at=T0 + 100)
+
+
+def rules_broken(h: History) -> set[int]:
+    return {v.rule for v in oracle.check(h)}
+
+
+def test_a_history_that_keeps_every_rule_passes() -> None:
+    assert oracle.check(good_history()) == []
+
+
+# Rule 1: every acknowledged delivery's instance completes.
+
+def test_rule_1_fails_when_an_acknowledged_delivery_has_no_instance() -> None:
+    h = good_history()
+    h.instances = []
+    assert 1 in rules_broken(h)
+    assert oracle.lost(h) == [KEY]
+
+
+def test_rule_1_fails_when_an_acknowledged_instance_stays_running() -> None:
+    h = good_history()
+    h.instances = [replace(h.instances[0], status="running", finished_at=None)]
+    assert 1 in rules_broken(h)
+
+
+def test_rule_1_allows_a_suspension_only_where_the_schedule_exhausts_the_retry_policy() -> None:
+    h = good_history()
+    h.instances = [replace(h.instances[0], was_suspended=True, operator_retries=1)]
+    assert 1 in rules_broken(h)
+    h.expectations = [replace(h.expectations[0], suspension_allowed=True, retry_policy=True)]
+    assert 1 not in rules_broken(h)
+
+
+# Rule 2: exactly one effective call per side effect and key.
+
+def test_rule_2_fails_when_the_provider_ignores_keys_and_performs_the_repeat() -> None:
+    h = good_history()
+    h.calls[1] = replace(h.calls[1], effective=True, reply_id="payment_2")
+    assert 2 in rules_broken(h)
+    assert oracle.duplicate_effects(h) == [f"{KEY}/payment"]
+
+
+def test_rule_2_fails_on_a_repeat_with_another_idempotency_key() -> None:
+    h = good_history()
+    h.calls[1] = replace(h.calls[1], idempotency_key="dk-other")
+    assert 2 in rules_broken(h)
+
+
+def test_rule_2_fails_on_a_repeat_when_no_holder_died() -> None:
+    h = good_history()
+    h.faults = [replace(h.faults[0], kind="redis-kill")]
+    assert 2 in rules_broken(h)
+
+
+def test_rule_2_fails_on_a_side_effect_that_never_ran_in_a_completed_instance() -> None:
+    h = good_history()
+    h.calls = [c for c in h.calls if c.provider != "coupon"]
+    assert 2 in rules_broken(h)
+
+
+# Rule 3: no instance unfinished past its bound.
+
+def test_rule_3_fails_when_an_instance_is_unfinished_at_collection() -> None:
+    h = good_history()
+    h.instances = [replace(h.instances[0], status="running", finished_at=None)]
+    assert 3 in rules_broken(h)
+
+
+def test_rule_3_fails_when_an_instance_completes_past_its_bound_and_faults_extend_the_bound() -> None:
+    h = good_history()
+    late = T0 + 60 + oracle.FAULT_ALLOWANCE_S["n8n-kill"] + 5
+    h.instances = [replace(h.instances[0], finished_at=late)]
+    h.checkpoints[-1] = replace(h.checkpoints[-1], created_at=late)
+    h.keys[-1] = replace(h.keys[-1], updated_at=late)
+    assert rules_broken(h) == {3}
+    h.faults.append(FaultFact("postgres-restart", 0, "postgres", T0 + 30, T0 + 33))
+    assert rules_broken(h) == set()
+
+
+# Rule 4: the completed state equals the expected state.
+
+def test_rule_4_fails_on_a_trail_other_than_expected() -> None:
+    h = good_history()
+    h.checkpoints.insert(1, CheckpointFact(WF, KEY, 2, "s1", T0 + 21, h.checkpoints[0].state))
+    h.checkpoints[-1] = replace(h.checkpoints[-1], sequence=3)
+    assert rules_broken(h) == {4}
+
+
+def test_rule_4_fails_when_the_state_holds_another_answer_than_the_effective_one() -> None:
+    h = good_history()
+    state = {**h.checkpoints[-1].state, "s1": {"id": "payment_9", "service": "payment"}}
+    h.checkpoints[-1] = replace(h.checkpoints[-1], state=state)
+    assert rules_broken(h) == {4}
+
+
+def test_rule_4_fails_on_the_wrong_branch() -> None:
+    h = good_history()
+    h.calls[2] = replace(h.calls[2], logic="account")
+    assert rules_broken(h) == {4}
+
+
+# Rule 5: nothing after completion, nothing completed twice.
+
+def test_rule_5_fails_when_a_save_skips_the_keys_completion() -> None:
+    h = good_history()
+    h.keys[0] = replace(h.keys[0], status="in_progress")
+    assert rules_broken(h) == {5}
+
+
+def test_rule_5_fails_on_a_checkpoint_after_completion() -> None:
+    h = good_history()
+    h.checkpoints.append(CheckpointFact(WF, KEY, 3, "s2", T0 + 30, h.checkpoints[-1].state))
+    assert 5 in rules_broken(h)
+
+
+def test_rule_5_fails_when_an_instance_or_a_key_is_completed_twice() -> None:
+    h = good_history()
+    h.instances = [replace(h.instances[0], completed_events=2)]
+    assert rules_broken(h) == {5}
+    h = good_history()
+    h.keys[1] = replace(h.keys[1], updated_at=T0 + 50)
+    assert rules_broken(h) == {5}
+
+
+def test_recovery_is_measured_from_the_fault_to_the_last_instance_it_caught_finishing() -> None:
+    [(fault, seconds)] = oracle.recoveries(good_history())
+    assert fault.kind == "n8n-kill" and seconds == 17.0
