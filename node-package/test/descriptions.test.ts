@@ -3,52 +3,13 @@
  * parameter defaults and expression engine, no sidecar): subtitles never show
  * "undefined", output labels per version, and version 1 keeps its defaults.
  */
-import {
-	NodeHelpers,
-	Workflow,
-	type INode,
-	type INodeParameters,
-	type INodeType,
-	type INodeTypes,
-} from 'n8n-workflow';
+import type { INodeParameters, INodeType } from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { IdempotencyGuard } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
 import { ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
 import { ResumeTrigger } from '../nodes/ResumeTrigger/ResumeTrigger.node';
-
-/** The node's parameters with n8n's defaults for `version`, as the editor stores them. */
-function parametersOf(type: INodeType, version: number, given: INodeParameters): INodeParameters {
-	return (
-		NodeHelpers.getNodeParameters(
-			type.description.properties,
-			given,
-			true,
-			false,
-			{ typeVersion: version },
-			type.description,
-		) ?? {}
-	);
-}
-
-/** Evaluates a description expression (subtitle, outputs) for a node with these parameters. */
-function evaluate(type: INodeType, version: number, given: INodeParameters, expression: string) {
-	const nodeTypes = {
-		getByName: () => type,
-		getByNameAndVersion: () => type,
-		getKnownTypes: () => ({}),
-	} as unknown as INodeTypes;
-	const node: INode = {
-		id: '1',
-		name: type.description.displayName,
-		type: `n8n-nodes-durable.${type.description.name}`,
-		typeVersion: version,
-		position: [0, 0],
-		parameters: parametersOf(type, version, given),
-	};
-	const workflow = new Workflow({ nodes: [node], connections: {}, active: false, nodeTypes });
-	return workflow.expression.getSimpleParameterValue(node, expression, 'internal', {});
-}
+import { evaluate, parametersOf } from './support/descriptions';
 
 const cases: Array<{ type: INodeType; params: INodeParameters[] }> = [
 	{

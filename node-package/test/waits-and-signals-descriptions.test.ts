@@ -3,45 +3,12 @@
  * them: the Resume Point's Wait Outputs, the Durable Checkpoint's Received
  * output, the subtitles, the Durable Instance node's defaults.
  */
-import {
-	Workflow,
-	NodeHelpers,
-	type INode,
-	type INodeParameters,
-	type INodeType,
-	type INodeTypes,
-} from 'n8n-workflow';
+import { NodeHelpers, type INodeParameters, type INodeType } from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { DurableInstance } from '../nodes/DurableInstance/DurableInstance.node';
 import { ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
-
-/** Evaluates a description expression (subtitle, outputs) as n8n's editor does. */
-function evaluate(type: INodeType, version: number, given: INodeParameters, expression: string) {
-	const nodeTypes = {
-		getByName: () => type,
-		getByNameAndVersion: () => type,
-		getKnownTypes: () => ({}),
-	} as unknown as INodeTypes;
-	const node: INode = {
-		id: '1',
-		name: type.description.displayName,
-		type: `n8n-nodes-durable.${type.description.name}`,
-		typeVersion: version,
-		position: [0, 0],
-		parameters:
-			NodeHelpers.getNodeParameters(
-				type.description.properties,
-				given,
-				true,
-				false,
-				{ typeVersion: version },
-				type.description,
-			) ?? {},
-	};
-	const workflow = new Workflow({ nodes: [node], connections: {}, active: false, nodeTypes });
-	return workflow.expression.getSimpleParameterValue(node, expression, 'internal', {});
-}
+import { evaluate } from './support/descriptions';
 
 const labels = (type: INodeType, version: number, p: INodeParameters) =>
 	(
