@@ -262,7 +262,8 @@ class PostgresDatabase(Database):
         ANALYZE after 50 + 10 % of the rows changed, VACUUM after 50 + 20 % dead.
         """
         try:
-            async with self._pick().connection(timeout=self._connect_timeout) as conn:
+            # The spare pool, never the hot connection: a VACUUM may take seconds, and the calls keep theirs.
+            async with self.pool.connection(timeout=self._connect_timeout) as conn:
                 cur = await conn.execute(_DUE_SQL)
                 due = await cur.fetchall()
                 done = []
