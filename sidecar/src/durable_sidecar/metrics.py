@@ -44,7 +44,7 @@ SESSIONS_ENDED = Counter("durable_sessions_ended_total", "Sessions ended, by rea
                          "or expired (no heartbeat for the grace period).", ["reason"])
 SESSIONS_ALIVE = Gauge("durable_sessions_alive", "Sessions this sidecar saw alive at its last sweep (all replicas').")
 LEASES_FREED = Counter("durable_leases_freed_by_session_end_total", "Leases freed because their session ended, by "
-                       "kind: instance or key.", ["kind"])
+                       "kind: instance or key; late: both, of a call recorded after its session had ended.", ["kind"])
 LEASES_FREED_BY_RELEASE = Counter("durable_leases_released_total", "Leases freed because their n8n process said "
                                   "their execution failed (Heartbeat.released_owners).")
 TABLE_MAINTENANCE = Counter("durable_table_maintenance_total", "VACUUM and ANALYZE runs the sidecar made on its "

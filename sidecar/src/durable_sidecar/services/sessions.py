@@ -59,6 +59,7 @@ class SessionService:
         # Owners seen in calls and not yet recorded; and those recorded lately (not recorded again for a while).
         self._pending: dict[tuple[str, str], str] = {}
         self._learned: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._recording = asyncio.Lock()
         self._ended_seen_until: datetime | None = None
         self._last_prune = time.monotonic()
         self._wakers: set[asyncio.Event] = set()
@@ -176,12 +177,13 @@ class SessionService:
         session_id = _session_id(session_id)
         pending = self._take_pending()
 
-        async def txn(conn: Conn) -> tuple[Ended | None, SessionRow | None]:
-            await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
+        async def txn(conn: Conn) -> tuple[int, Ended | None, SessionRow | None]:
+            late = await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
             ended = await self.store.close_txn(conn, namespace, session_id)
-            return ended, await self.store.get_txn(conn, session_id)
+            return late, ended, await self.store.get_txn(conn, session_id)
 
-        ended, row = await self._with_pending(pending, txn)
+        late, ended, row = await self._with_pending(pending, txn)
+        self._freed_late(late, pending)
         if row is None or row.namespace != namespace:
             raise NotFound(f"session {session_id} is unknown")
         self._known[session_id] = (namespace, row.end_reason)
@@ -234,15 +236,39 @@ class SessionService:
                                      f"been resumed by another execution; this call changed nothing "
                                      f"(session {session_id})")
 
-    def learn(self, namespace: str, owner: str, session_id: str) -> None:
-        """Notes that `owner` (an execution id, key holder or claim token) runs in this session."""
-        if not owner:
+    async def learn(self, namespace: str, owners: Sequence[str], session_id: str) -> None:
+        """Records that these owners (execution ids, key holders, claim tokens) run in this session, before the call
+        that named them answers: a lease is never out in the world without the session it ends with. A sidecar
+        killed right after answering, or a session another replica ends meanwhile, would otherwise leave the lease
+        to its ceiling (30 minutes by default). Owners recorded lately cost nothing; concurrent calls share one
+        transaction. When the database fails here the owners stay pending for the next sweep, and the call, whose
+        own work committed, answers as it would have."""
+        now = time.monotonic()
+        new = []
+        for owner in owners:
+            if not owner:
+                continue
+            key = (namespace, owner)
+            seen = self._learned.get(key)
+            if seen is not None and seen[0] == session_id and now - seen[1] < _RELEARN_SECONDS:
+                continue
+            self._pending[key] = session_id
+            new.append(key)
+        if not new:
             return
-        key = (namespace, owner)
-        seen = self._learned.get(key)
-        if seen is not None and seen[0] == session_id and time.monotonic() - seen[1] < _RELEARN_SECONDS:
-            return
-        self._pending[key] = session_id
+        async with self._recording:
+            if not any(key in self._pending for key in new):
+                return  # a transaction that ran while this call waited recorded them
+            try:
+                await self._record(self._take_pending())
+            except Exception as exc:  # noqa: BLE001 - kept pending: the next sweep records them
+                log.warning("could not record the owners of a call; the next sweep tries again",
+                            extra={"session": session_id, "error": str(exc)})
+
+    async def _record(self, pending: dict[tuple[str, str], str]) -> None:
+        freed = await self._with_pending(
+            pending, lambda conn: self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()]))
+        self._freed_late(freed, pending)
 
     # --- the sweep --------------------------------------------------------------------------------------
 
@@ -257,16 +283,17 @@ class SessionService:
         judging = self.judging
         since = self._ended_seen_until
 
-        async def txn(conn: Conn) -> tuple[list[Ended], list[SessionRow], int, datetime]:
-            await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
+        async def txn(conn: Conn) -> tuple[int, list[Ended], list[SessionRow], int, datetime]:
+            late = await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
             ended = await self.store.expire_txn(conn, limit=_EXPIRE_BATCH) if judging else []
             now = await self.store.now_txn(conn)
             # Overlap the previous look by two grace periods: another replica's commit may land late.
             others = await self.store.ended_since_txn(
                 conn, (since if since is not None else now) - timedelta(seconds=2 * self.grace_seconds))
-            return ended, others, await self.store.alive_count_txn(conn), now
+            return late, ended, others, await self.store.alive_count_txn(conn), now
 
-        ended, others, alive, now = await self._with_pending(pending, txn)
+        late, ended, others, alive, now = await self._with_pending(pending, txn)
+        self._freed_late(late, pending)
         stamp = time.monotonic()
         self._ended_seen_until = now
         metrics.SESSIONS_ALIVE.set(alive)
@@ -340,6 +367,15 @@ class SessionService:
                                              "instances_freed": e.instances_freed, "keys_freed": e.keys_freed})
         if freed:
             self._wake()
+
+    def _freed_late(self, freed: int, pending: dict[tuple[str, str], str]) -> None:
+        """Leases freed because their owners were recorded against a session that had already ended."""
+        if not freed:
+            return
+        metrics.LEASES_FREED.labels("late").inc(freed)
+        log.info("leases of a call made in a session that had ended were freed",
+                 extra={"sessions": sorted(set(pending.values())), "freed": freed})
+        self._wake()
 
     # --- waking the Resume Trigger streams --------------------------------------------------------------
 

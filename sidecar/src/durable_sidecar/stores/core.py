@@ -83,11 +83,13 @@ class Dialect:
     def time_or_none(self, value: Any) -> datetime | None:
         return None if value is None else self.to_time(value)
 
-    def lock(self, for_update: bool, *, of: str = "") -> str:
-        """The locking clause, of the table alias `of` only when given (a lock must skip an outer join's side)."""
+    def lock(self, for_update: bool, *, of: str = "", share: bool = False) -> str:
+        """The locking clause, of the table alias `of` only when given (a lock must skip an outer join's side);
+        `share`: a shared lock (FOR SHARE), which blocks an UPDATE of the row but not another reader's lock."""
         if not for_update or not self.lock_clause:
             return ""
-        return f"{self.lock_clause} OF {of}" if of else self.lock_clause
+        clause = " FOR SHARE" if share else self.lock_clause
+        return f"{clause} OF {of}" if of else clause
 
 
 class Runner(ABC):

@@ -78,6 +78,11 @@ class SessionStore:
               AND ended_at IS NULL AND alive_until < {now}
             RETURNING session_id, namespace""")
         self._count = d.sql("UPDATE durable_sessions SET leases_freed = %(n)s WHERE session_id = %(id)s")
+        # The sessions an owner is recorded against, held (shared) to the end of the recording transaction: a
+        # concurrent end of one of them (an UPDATE) waits for it, then frees the owners it recorded; or it ended
+        # first, and the recording sees that and frees them itself.
+        self._hold = d.sql(f"""SELECT session_id, ended_at IS NOT NULL AS ended FROM durable_sessions
+            WHERE {d.in_list.format(column='session_id', param='ids')}{d.lock(True, share=True)}""")
         self._learn = d.sql(f"""INSERT INTO durable_session_owners (namespace, owner, session_id, seen_at)
             VALUES (%(ns)s, %(owner)s, %(id)s, {now})
             ON CONFLICT (namespace, owner) DO UPDATE SET session_id = excluded.session_id, seen_at = excluded.seen_at""")
@@ -153,12 +158,23 @@ class SessionStore:
             await self.r.all(conn, self._count, {"id": session_id, "n": instances + keys})
         return Ended(session_id, namespace, instances, keys)
 
-    async def learn_txn(self, conn: Conn, owners: list[tuple[str, str, str]]) -> None:
-        """Records (namespace, owner, session id) rows: the owner's leases end with that session."""
-        if owners:
-            now = await self.r.with_now(conn)
-            await self.r.many(conn, self._learn, [{**now, "ns": ns, "owner": owner, "id": sid}
-                                                  for ns, owner, sid in owners])
+    async def learn_txn(self, conn: Conn, owners: list[tuple[str, str, str]]) -> int:
+        """Records (namespace, owner, session id) rows: the owner's leases end with that session. An owner whose
+        session has already ended (another replica ended it before this one recorded the call that named the owner)
+        has its leases freed now, as the end would have; how many leases that frees."""
+        if not owners:
+            return 0
+        ids = sorted({sid for _, _, sid in owners})
+        ended = {row["session_id"] for row in await self.r.all(conn, self._hold, {"ids": self.r.dialect.list_param(ids)})
+                 if row["ended"]}
+        now = await self.r.with_now(conn)
+        await self.r.many(conn, self._learn, [{**now, "ns": ns, "owner": owner, "id": sid}
+                                              for ns, owner, sid in owners])
+        late: dict[str, list[str]] = {}
+        for ns, owner, sid in owners:
+            if sid in ended:
+                late.setdefault(ns, []).append(owner)
+        return sum([await self.release_txn(conn, ns, sorted(names)) for ns, names in late.items()])
 
     async def ended_since_txn(self, conn: Conn, since: datetime) -> list[SessionRow]:
         return [self._session(row) for row in await self.r.all(conn, self._ended_since, {"since": self.r.at(since)})]

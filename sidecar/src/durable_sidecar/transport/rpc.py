@@ -36,7 +36,7 @@ class Sessions(Protocol):
 
     async def admit(self, namespace: str, session_id: str) -> None: ...
 
-    def learn(self, namespace: str, owner: str, session_id: str) -> None: ...
+    async def learn(self, namespace: str, owners: list[str], session_id: str) -> None: ...
 
 
 # A generated request id: a random prefix per process and a counter (16 hex characters, as uuid4's were,
@@ -89,12 +89,12 @@ async def _enter(servicer: object, method: str, namespace: str,
     return sessions, session_id
 
 
-def _learn(sessions: Sessions | None, session_id: str, method: str, namespace: str, request: Any,
-           response: Any) -> None:
+async def _learn(sessions: Sessions | None, session_id: str, method: str, namespace: str, request: Any,
+                 response: Any) -> None:
+    """Records the lease owners a successful call named against its session, before it answers."""
     owners = OWNERS.get(method)
     if sessions is not None and owners is not None:
-        for owner in owners(request, response):
-            sessions.learn(namespace, owner, session_id)
+        await sessions.learn(namespace, owners(request, response), session_id)
 
 
 def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> str:
@@ -141,7 +141,7 @@ def unary(method: str) -> Callable[
                 await _admit(boundary, method, namespace, request)
                 sessions, session_id = await _enter(self, method, namespace, context)
                 response = await handler(self, request, namespace)
-                _learn(sessions, session_id, method, namespace, request, response)
+                await _learn(sessions, session_id, method, namespace, request, response)
                 if boundary is not None:
                     boundary.seal(method, namespace, response)
                 return response
@@ -183,7 +183,7 @@ def server_stream(method: str) -> Callable[
                 # One tenant's streams are limited so they cannot slow the other namespaces.
                 with boundary.streams.stream(namespace) if boundary is not None else contextlib.nullcontext():
                     async for item in handler(self, request, namespace):
-                        _learn(sessions, session_id, method, namespace, request, item)
+                        await _learn(sessions, session_id, method, namespace, request, item)
                         yield item
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
