@@ -31,7 +31,7 @@ help:
 	@echo "make lint         ruff and mypy --strict"
 	@echo "make e2e          the real-n8n end-to-end scenarios (installs n8n 2.41 on Node 24 once)"
 	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
-	@echo "make chaos        generated durable workflows under seeded faults, checked by an oracle (short form ~6 min; N=… SEED=…)"
+	@echo "make chaos        generated durable workflows under seeded faults, checked by an oracle, then the kept regression waves (short form ~5 min; N=… SEED=…; N=0: only the kept ones)"
 	@echo "make faults       the long fault tests (Patroni failover under load, 10-minute soak)"
 	@echo "make ha-setup     Debian's patroni and etcd-server for the failover tests (apt-get, once)"
 	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS, what sessions cost, then durability inside a real n8n (~45 min; writes docs/bench/)"

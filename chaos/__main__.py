@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chaos import faults, oracle, report
+from chaos import faults, oracle, regressions, report
 from chaos.generator import Case, generate
 from chaos.history import History
 from chaos.providers import Providers
@@ -30,7 +30,8 @@ PLANTS = ("provider-ignores-keys",)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=int, default=12, help="generated workflows (cases); default 12, the short form")
+    p.add_argument("--n", type=int, default=12,
+                   help="generated workflows (cases); default 12, the short form; 0: only the kept regression cases")
     p.add_argument("--seed", type=int, default=None, help="the run's seed (default: a new one, printed)")
     p.add_argument("--wave", type=int, default=3, help="cases run at once under one fault schedule (default 3)")
     p.add_argument("--faults-per-wave", type=int, default=3, help="faults injected in each wave (default 3)")
@@ -38,9 +39,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--case", type=int, action="append", default=[], help="run only this case index (repeatable)")
     p.add_argument("--plant", choices=PLANTS, help="a planted defect the oracle must catch (the run must fail)")
     p.add_argument("--out", type=Path, default=REPO / "chaos" / "results", help="where a failure's cases are written")
+    p.add_argument("--no-regressions", action="store_true",
+                   help="skip the kept regression cases (chaos/regressions/), which every run replays after its own")
     args = p.parse_args(argv)
-    if args.n < 1 or args.wave < 1 or args.faults_per_wave < 0:
-        p.error("--n and --wave must be at least 1, --faults-per-wave at least 0")
+    if args.n < 0 or args.wave < 1 or args.faults_per_wave < 0:
+        p.error("--n must be at least 0 (0: only the kept regression cases), --wave at least 1, "
+                "--faults-per-wave at least 0")
+    if args.n == 0 and (args.case or args.plant or args.no_regressions):
+        p.error("--n 0 runs only the kept regression cases: without --case, --plant and --no-regressions")
     unknown = set(args.kinds.split(",")) - set(faults.KINDS)
     if unknown:
         p.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(faults.KINDS)}")
@@ -63,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"make chaos: seed {seed} (reproduce with: make chaos SEED={seed} N={args.n})", flush=True)
     started = time.monotonic()
     indexes = sorted(set(args.case)) or list(range(args.n))
+    regression_files = [] if args.case or args.plant or args.no_regressions else regressions.kept()
     kinds = tuple(k for k in faults.KINDS if k in args.kinds.split(","))
     # Case i belongs to wave i // --wave whatever else runs, so `--case i` meets the faults it met in the run.
     waves: dict[int, list[int]] = {}
     for i in indexes:
         waves.setdefault(i // args.wave, []).append(i)
-    kind_deck = faults.kinds_for_waves(seed, max(waves) + 1, args.faults_per_wave, kinds)
+    kind_deck = faults.kinds_for_waves(seed, max(waves, default=-1) + 1, args.faults_per_wave, kinds)
     providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
     work = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
     stack = ChaosStack(work, providers)
@@ -81,15 +88,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"starting the stack in {work} (PostgreSQL and Redis of its own, two sidecars, n8n) ...", flush=True)
         stack.start()
         print(f"stack ready in {time.monotonic() - started:.0f} s", flush=True)
+        drawn: list[tuple[int, str, list[Case], list[faults.PlannedFault]]] = []
         for w, wave_indexes in waves.items():
             wave_cases = [generate(seed, i, providers.url) for i in wave_indexes]
             plan = faults.schedule(seed, w, kind_deck[w])
             if args.plant and w == min(waves):
                 plan = plant_in_first_wave(wave_cases, plan)
+            drawn.append((w, "", wave_cases, plan))
+        # The kept regression cases, each its own wave after the drawn ones (not with --case or a planted defect).
+        next_index = args.n
+        for j, path in enumerate(regression_files):
+            kept_cases, plan = regressions.load(path, providers.url)
+            for c in kept_cases:
+                c.index, next_index = next_index, next_index + 1
+            drawn.append((max(waves, default=-1) + 1 + j, f" (regression {path.stem})", kept_cases, plan))
+        for w, label, wave_cases, plan in drawn:
+            wave_indexes = [c.index for c in wave_cases]
             plans[w] = plan
             cases += wave_cases
             wave_of.update({c.index: w for c in wave_cases})
-            print(f"wave {w}: cases {wave_indexes}, {sum(len(c.keys) for c in wave_cases)} keys, "
+            print(f"wave {w}{label}: cases {wave_indexes}, {sum(len(c.keys) for c in wave_cases)} keys, "
                   f"{sum(len(c.deliveries) for c in wave_cases)} deliveries, faults "
                   f"{[f'{f.kind}@{f.offset_s}s' for f in plan]}", flush=True)
             t = time.monotonic()
@@ -113,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {v}")
         bad = sorted({c.index for c in cases for v in violations if v.key in c.keys})
         print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
+        if bad and bad[0] >= args.n:
+            print(f"a kept regression case failed again: replay them with make chaos N=0 ({regressions.FOLDER})")
+            return 1
         plant = f" --plant {args.plant}" if args.plant else ""
         first = bad[0] if bad else 0
         print(f"replay one: make chaos SEED={seed} CHAOS_ARGS='--wave {args.wave} --case {first}{plant}'")

@@ -1,0 +1,102 @@
+"""Kept regression cases: a wave that once broke a rule, stored whole, replayed by `make chaos` on every run.
+
+A seed alone does not keep a case: the generator grows (issue 41 asks every new node and option to join it), and
+the same seed then draws another workflow. So a regression is the wave itself, as it ran: its cases (workflows,
+keys, deliveries, provider schedules, expectations) and its fault schedule, in one JSON file of
+chaos/regressions/. The providers' address, which differs per run, is stored as a placeholder.
+
+`python -m chaos.regressions keep --seed S --wave-size W --wave N --name NAME --note '...'` writes one from
+the current generator (do it in the commit that fixes the defect, before the generator changes);
+`python -m chaos --regressions` replays every kept file, one wave each, and checks them with the oracle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from chaos import faults
+from chaos.generator import Case, Delivery, Expected, ProviderSchedule, Segment, Shape, generate
+
+FOLDER = Path(__file__).resolve().parent / "regressions"
+PLACEHOLDER = "http://providers.chaos.invalid"
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def case_to_json(case: Case, services_url: str) -> dict[str, Any]:
+    data = asdict(case)
+    data["workflows"] = json.loads(json.dumps(case.workflows).replace(services_url, PLACEHOLDER))
+    return data
+
+
+def case_from_json(data: dict[str, Any], services_url: str) -> Case:
+    shape = data["shape"]
+    segments = tuple(Segment(**_known(Segment, s)) for s in shape["segments"])
+    expected = {k: Expected(**{**_known(Expected, e), "trail": tuple(e["trail"]),
+                               "calls": tuple(tuple(c) for c in e["calls"])})
+                for k, e in data["expected"].items()}
+    return Case(data["seed"], data["index"], data["workflow_id"], data["path"],
+                Shape(**{**_known(Shape, shape), "segments": segments}), list(data["blocks"]),
+                json.loads(json.dumps(data["workflows"]).replace(PLACEHOLDER, services_url)),
+                list(data["keys"]), dict(data["methods"]),
+                [Delivery(**_known(Delivery, d)) for d in data["deliveries"]],
+                [ProviderSchedule(**_known(ProviderSchedule, s)) for s in data["schedules"]], expected)
+
+
+def load(path: Path, services_url: str) -> tuple[list[Case], list[faults.PlannedFault]]:
+    data = json.loads(path.read_text())
+    cases = [case_from_json(c, services_url) for c in data["cases"]]
+    plan = [faults.PlannedFault(**f) for f in data["faults"]]
+    return cases, plan
+
+
+def kept() -> list[Path]:
+    return sorted(FOLDER.glob("*.json"))
+
+
+def keep(name: str, note: str, seed: int, wave_size: int, wave: int, faults_per_wave: int = 3) -> Path:
+    """Writes wave `wave` of run `seed` (waves of `wave_size`) as the current generator draws it."""
+    indexes = range(wave * wave_size, (wave + 1) * wave_size)
+    url = "http://127.0.0.1:1"
+    cases = [generate(seed, i, url) for i in indexes]
+    deck = faults.kinds_for_waves(seed, wave + 1, faults_per_wave)
+    plan = faults.schedule(seed, wave, deck[wave])
+    FOLDER.mkdir(exist_ok=True)
+    path = FOLDER / f"{name}.json"
+    path.write_text(json.dumps({"name": name, "note": note, "seed": seed, "wave": wave,
+                                "faults": [asdict(f) for f in plan],
+                                "cases": [case_to_json(c, url) for c in cases]}, indent=1) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos.regressions", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    k = sub.add_parser("keep", help="store a wave of a failing run as a regression case")
+    k.add_argument("--seed", type=int, required=True)
+    k.add_argument("--wave-size", type=int, default=3)
+    k.add_argument("--wave", type=int, required=True, help="the failing wave (case index // wave size)")
+    k.add_argument("--name", required=True)
+    k.add_argument("--note", required=True, help="what broke and which change fixed it")
+    sub.add_parser("list", help="the kept regression cases")
+    args = p.parse_args(argv)
+    if args.command == "keep":
+        print(keep(args.name, args.note, args.seed, args.wave_size, args.wave))
+    else:
+        for path in kept():
+            data = json.loads(path.read_text())
+            print(f"{path.name}: seed {data['seed']} wave {data['wave']}, {len(data['cases'])} cases: {data['note']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

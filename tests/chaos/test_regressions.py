@@ -1,0 +1,30 @@
+"""Kept regression cases (chaos/regressions/): stored whole, loaded back exactly, whatever the generator draws now."""
+
+from __future__ import annotations
+
+import json
+
+from chaos import regressions
+from chaos.generator import generate
+
+
+def test_a_case_stored_and_loaded_is_the_same_case_at_another_providers_address() -> None:
+    case = generate(7, 4, "http://127.0.0.1:8101")
+    stored = json.loads(json.dumps(regressions.case_to_json(case, "http://127.0.0.1:8101")))
+    assert "127.0.0.1:8101" not in json.dumps(stored)
+    loaded = regressions.case_from_json(stored, "http://127.0.0.1:9202")
+    assert loaded.expected == case.expected and loaded.shape == case.shape
+    assert loaded.deliveries == case.deliveries and loaded.schedules == case.schedules
+    assert json.dumps(loaded.workflows) == json.dumps(case.workflows).replace("127.0.0.1:8101", "127.0.0.1:9202")
+
+
+def test_every_kept_regression_loads_with_its_faults_and_a_note() -> None:
+    kept = regressions.kept()
+    assert kept, "the chaos regression folder is empty"
+    for path in kept:
+        cases, plan = regressions.load(path, "http://127.0.0.1:9202")
+        assert cases and plan, path.name
+        assert json.loads(path.read_text())["note"], path.name
+        for case in cases:
+            assert set(case.expected) == set(case.keys), path.name
+            assert "providers.chaos.invalid" not in json.dumps(case.workflows), path.name
