@@ -56,11 +56,23 @@ from bench.infra import OtherLoad, _busy_seconds, _cpu_seconds, _postgres_cpu, d
 ROOT = Path(__file__).resolve().parent.parent
 
 CALLS = ("payment", "inventory", "shipping")
-WORKFLOWS = ("plain", "durable", "control")
-PATHS = {"plain": "bench-plain", "durable": "bench-durable", "control": "bench-control"}
+# The two intake wirings node-package/README.md documents ("Answer the sender only after the Resume Point"),
+# each as a plain workflow and a durable one: `last` answers when the last node finishes (the durable one's
+# Finished and Busy outputs go to a No Operation node), `respond` answers from a Respond to Webhook node right
+# after the start (the durable one's on the Resume Point's Start output). **control** is plain `last` plus as
+# many No Operation nodes as the durable workflow runs durable nodes per order.
+INTAKES = {"last": ("plain", "durable"), "respond": ("plain-respond", "durable-respond")}
+WORKFLOWS = ("plain", "durable", "control", "plain-respond", "durable-respond")
+PATHS = {kind: f"bench-{kind}" for kind in WORKFLOWS}
+RESPOND_MODE = {kind: "responseNode" if kind.endswith("-respond") else "lastNode" for kind in WORKFLOWS}
+# A workflow answered at its start reports its end to the fake services (POST /route/bench-done): an order is
+# measured from its delivery to that report, in the plain and the durable workflow alike.
+DONE_ROUTE = "bench-done"
+# The newest node versions, as the docs' examples use them (examples/generate.py).
+RESUME_POINT, GUARD, CHECKPOINT, TRIGGER = 2.1, 2.1, 2, 1
 
 
-# --- the three workflows -------------------------------------------------------------------------------
+# --- the workflows -------------------------------------------------------------------------------------
 
 
 def _node(name: str, type_: str, version: float, params: dict[str, Any], x: int, y: int = 300,
@@ -74,56 +86,105 @@ def _node(name: str, type_: str, version: float, params: dict[str, Any], x: int,
 
 def _webhook(kind: str) -> dict[str, Any]:
     return _node("Webhook", "n8n-nodes-base.webhook", 2.1,
-                 {"httpMethod": "POST", "path": PATHS[kind], "responseMode": "lastNode", "options": {}}, 0,
+                 {"httpMethod": "POST", "path": PATHS[kind], "responseMode": RESPOND_MODE[kind], "options": {}}, 0,
                  webhookId=str(uuid.uuid5(uuid.NAMESPACE_URL, f"bench-n8n/webhook/{kind}")))
 
 
-def _http(service: str, services_url: str, x: int) -> dict[str, Any]:
-    # The same expression in all three workflows: the order from the Webhook's item (paired items).
+def _http(service: str, services_url: str, x: int, *, durable: bool = False) -> dict[str, Any]:
+    # The same expression in every workflow: the order from the Webhook's item (paired items). A durable call
+    # sends the Claim's derived key as its Idempotency-Key, as the README's step 2 says.
     body = ("={{ JSON.stringify({ orderId: $('Webhook').item.json.body.orderId, "
             "amount: $('Webhook').item.json.body.amount }) }}")
-    return _node(f"Call {service}", "n8n-nodes-base.httpRequest", 4.2,
-                 {"method": "POST", "url": f"{services_url}/{service}", "sendBody": True, "specifyBody": "json",
-                  "jsonBody": body, "options": {}}, x)
+    params: dict[str, Any] = {"method": "POST", "url": f"{services_url}/{service}", "sendBody": True,
+                              "specifyBody": "json", "jsonBody": body, "options": {}}
+    if durable:
+        params |= {"sendHeaders": True, "headerParameters": {"parameters": [
+            {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}}
+    return _node(f"Call {service}", "n8n-nodes-base.httpRequest", 4.2, params, x)
+
+
+def _respond(x: int, name: str = "Accepted") -> dict[str, Any]:
+    return _node(name, "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}}, x)
+
+
+def _done(services_url: str, x: int) -> dict[str, Any]:
+    return _node("Report Done", "n8n-nodes-base.httpRequest", 4.2, {
+        "method": "POST", "url": f"{services_url}/route/{DONE_ROUTE}", "sendBody": True, "specifyBody": "json",
+        "jsonBody": "={{ JSON.stringify({ orderId: $('Webhook').item.json.body.orderId }) }}", "options": {}}, x)
 
 
 def _chain(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     return {a["name"]: {"main": [[{"node": b["name"], "type": "main", "index": 0}]]} for a, b in itertools.pairwise(nodes)}
 
 
-def workflows(services_url: str, credential: str) -> dict[str, dict[str, Any]]:
-    """The plain, durable and control workflows (n8n workflow JSON, not yet saved)."""
-    settings = {"executionOrder": "v1"}
-    out: dict[str, dict[str, Any]] = {}
+def _link(connections: dict[str, Any], source: str, output: int, target: str) -> None:
+    outputs = connections.setdefault(source, {"main": []})["main"]
+    outputs += [[] for _ in range(output + 1 - len(outputs))]
+    outputs[output].append({"node": target, "type": "main", "index": 0})
 
-    plain = [_webhook("plain"), *(_http(s, services_url, 220 * (i + 1)) for i, s in enumerate(CALLS))]
-    out["plain"] = {"name": "bench: plain", "nodes": plain, "connections": _chain(plain), "settings": settings}
 
-    nodes = [_webhook("durable"),
-             _node("Resume Point", "n8n-nodes-durable.resumePoint", 2,
-                   {"instanceKey": "={{ $json.body.orderId }}", "options": {}}, 220, credential=credential)]
-    connections: dict[str, Any] = {"Webhook": {"main": [[{"node": "Resume Point", "type": "main", "index": 0}]]}}
-    previous, output = "Resume Point", 0  # Resume Point output 0: Start
-    x = 440
+def _plain(kind: str, services_url: str) -> dict[str, Any]:
+    nodes = [_webhook(kind)]
+    if RESPOND_MODE[kind] == "responseNode":
+        nodes.append(_respond(220))
+    nodes += [_http(s, services_url, 220 * (len(nodes) + i)) for i, s in enumerate(CALLS)]
+    if RESPOND_MODE[kind] == "responseNode":
+        nodes.append(_done(services_url, 220 * len(nodes)))
+    return {"name": f"bench: {kind}", "nodes": nodes, "connections": _chain(nodes)}
+
+
+def _durable(kind: str, services_url: str, credential: str) -> dict[str, Any]:
+    """The order as node-package/README.md documents it: Webhook and Resume Trigger into one Resume Point (with a
+    step output per side effect but the last), then per call Claim → call → Save (Done Before → the same Save;
+    the last Save with Complete Instance); the intake's answer as the README's section on answering says."""
+    respond = RESPOND_MODE[kind] == "responseNode"
+    step_outputs = ", ".join(CALLS[:-1])
+    nodes = [_webhook(kind), _node("Resume Trigger", "n8n-nodes-durable.resumeTrigger", TRIGGER, {}, 0, 500,
+                                   credential=credential),
+             _node("Resume Point", "n8n-nodes-durable.resumePoint", RESUME_POINT,
+                   {"instanceKey": "={{ $json.body.orderId }}", "stepOutputs": step_outputs, "options": {}}, 220,
+                   credential=credential)]
+    connections: dict[str, Any] = {}
+    _link(connections, "Webhook", 0, "Resume Point")
+    _link(connections, "Resume Trigger", 0, "Resume Point")
+    x, previous = 440, "Resume Point"  # Resume Point output 0: Start
+    if respond:
+        nodes.append(_respond(x))
+        _link(connections, "Resume Point", 0, "Accepted")
+        x, previous = x + 220, "Accepted"
+    else:
+        nodes.append(_node("Already Received", "n8n-nodes-base.noOp", 1, {}, 440, 600))
+        _link(connections, "Resume Point", 2, "Already Received")  # Finished
+        _link(connections, "Resume Point", 3, "Already Received")  # Busy
     for n, service in enumerate(CALLS, start=1):
-        claim = _node(f"Claim {service}", "n8n-nodes-durable.idempotencyGuard", 2,
+        claim = _node(f"Claim {service}", "n8n-nodes-durable.idempotencyGuard", GUARD,
                       {"operation": "claim", "scope": service, "options": {}}, x, credential=credential)
-        call = _http(service, services_url, x + 220)
+        call = _http(service, services_url, x + 220, durable=True)
         # The last Save completes the instance in its own SaveCheckpoints call (option Complete Instance).
         options = {"completeInstance": True} if n == len(CALLS) else {}
-        save = _node(f"Save {service}", "n8n-nodes-durable.durableCheckpoint", 2,
+        save = _node(f"Save {service}", "n8n-nodes-durable.durableCheckpoint", CHECKPOINT,
                      {"operation": "save", "stepName": service, "options": options}, x + 440, credential=credential)
         nodes += [claim, call, save]
-        connections.setdefault(previous, {"main": []})["main"] += [[] for _ in range(output + 1 - len(
-            connections[previous]["main"]))]
-        connections[previous]["main"][output] = [{"node": claim["name"], "type": "main", "index": 0}]
-        # Claim: 0 First Run → the call, 1 Done Before → the same Save.
-        connections[claim["name"]] = {"main": [[{"node": call["name"], "type": "main", "index": 0}],
-                                               [{"node": save["name"], "type": "main", "index": 0}]]}
-        connections[call["name"]] = {"main": [[{"node": save["name"], "type": "main", "index": 0}]]}
-        previous, output, x = save["name"], 0, x + 660
-    out["durable"] = {"name": "bench: durable", "nodes": nodes, "connections": connections, "settings": settings}
+        _link(connections, previous, 0, claim["name"])
+        # Resume Point: 1 Resume (nothing saved yet) → the first Claim; step output n-1 → the Claim after it.
+        _link(connections, "Resume Point", 1 if n == 1 else 4 + n - 2, claim["name"])
+        _link(connections, claim["name"], 0, call["name"])   # First Run
+        _link(connections, claim["name"], 1, save["name"])   # Done Before → the same Save
+        _link(connections, call["name"], 0, save["name"])
+        previous, x = save["name"], x + 660
+    if respond:
+        done = _done(services_url, x)
+        nodes.append(done)
+        _link(connections, previous, 0, done["name"])
+    return {"name": f"bench: {kind}", "nodes": nodes, "connections": connections}
 
+
+def workflows(services_url: str, credential: str) -> dict[str, dict[str, Any]]:
+    """Every workflow of the bench by kind (n8n workflow JSON, not yet saved)."""
+    out: dict[str, dict[str, Any]] = {}
+    for plain, durable in INTAKES.values():
+        out[plain] = _plain(plain, services_url)
+        out[durable] = _durable(durable, services_url, credential)
     durable_nodes = durable_node_count(out["durable"])
     control = [_webhook("control")]
     x = 220
@@ -135,13 +196,16 @@ def workflows(services_url: str, credential: str) -> dict[str, dict[str, Any]]:
             x += 220
         control.append(_http(service, services_url, x))
         x += 220
-    out["control"] = {"name": "bench: control", "nodes": control, "connections": _chain(control),
-                      "settings": settings}
-    return out
+    out["control"] = {"name": "bench: control", "nodes": control, "connections": _chain(control)}
+    for wf in out.values():
+        wf["settings"] = {"executionOrder": "v1"}
+    return {kind: out[kind] for kind in WORKFLOWS}
 
 
 def durable_node_count(workflow: dict[str, Any]) -> int:
-    return sum(1 for n in workflow["nodes"] if n["type"].startswith("n8n-nodes-durable."))
+    """The durable nodes an order runs through (the Resume Trigger runs only to resume one)."""
+    return sum(1 for n in workflow["nodes"]
+               if n["type"].startswith("n8n-nodes-durable.") and n["type"] != "n8n-nodes-durable.resumeTrigger")
 
 
 # --- measuring ----------------------------------------------------------------------------------------
@@ -161,22 +225,36 @@ def _delta(start: dict[int, float], end: dict[int, float]) -> float:
     return sum(max(0.0, cpu - start.get(pid, 0.0)) for pid, cpu in end.items())
 
 
-def rpc_total(metrics_url: str | None) -> float | None:
-    """Sum of durable_rpc_total over all methods and codes (health checks are not counted there)."""
+# The process's own calls, not an order's: its session (one heartbeat a second whatever the load) and the Resume
+# Trigger's stream (counted when it ends).
+PROCESS_METHODS = frozenset({"OpenSession", "Heartbeat", "WatchSession", "CloseSession", "WatchResumable"})
+
+
+def rpc_counts(metrics_url: str | None) -> dict[str, float] | None:
+    """durable_rpc_total by method, over all status codes (health checks are not counted there)."""
     if not metrics_url:
         return None
     with urllib.request.urlopen(metrics_url, timeout=5) as resp:
         text = resp.read().decode()
-    total = 0.0
+    out: dict[str, float] = defaultdict(float)
     for line in text.splitlines():
         if line.startswith("durable_rpc_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+            labels, value = line[len("durable_rpc_total{"):].rsplit("} ", 1)
+            method = next((part.split("=", 1)[1].strip('"') for part in labels.split(",")
+                           if part.startswith("method=")), "")
+            out[method] += float(value)
+    return dict(out)
+
+
+def rpc_total(metrics_url: str | None) -> float | None:
+    """Sum of durable_rpc_total over all methods and codes."""
+    counts = rpc_counts(metrics_url)
+    return None if counts is None else sum(counts.values())
 
 
 @dataclass
 class Cell:
-    """Everything measured for one workflow at one concurrency, summed over the rounds."""
+    """Everything measured for one workflow at one concurrency in one round."""
 
     latencies_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
@@ -184,20 +262,47 @@ class Cell:
     errors: int = 0
     first_error: str = ""
     cpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    rpcs: float = 0.0
+    # The order's RPCs by method (the process's own, PROCESS_METHODS, counted apart).
+    rpcs: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     rpcs_known: bool = True
     others_s: float = 0.0
+
+    def add(self, other: Cell) -> None:
+        self.latencies_ms += other.latencies_ms
+        self.wall_s += other.wall_s
+        self.orders += other.orders
+        self.errors += other.errors
+        self.first_error = self.first_error or other.first_error
+        for k, v in other.cpu_s.items():
+            self.cpu_s[k] += v
+        for k, v in other.rpcs.items():
+            self.rpcs[k] += v
+        self.rpcs_known = self.rpcs_known and other.rpcs_known
+        self.others_s += other.others_s
+
+    @property
+    def p50_ms(self) -> float | None:
+        return statistics.median(self.latencies_ms) if self.latencies_ms else None
+
+    @property
+    def orders_per_s(self) -> float | None:
+        return self.orders / self.wall_s if self.wall_s else None
+
+    def order_rpcs(self) -> float:
+        return sum(v for k, v in self.rpcs.items() if k not in PROCESS_METHODS)
 
 
 @dataclass
 class Target:
-    """Where the load goes: a running n8n, the sidecar's pid and metrics, the PostgreSQL database of n8n."""
+    """Where the load goes: a running n8n, the sidecar's pid and metrics, the PostgreSQL database of n8n, and
+    the fake services (an order answered at its start is over when it reports to them)."""
 
     n8n_url: str
     n8n_pid: int
     sidecar_pid: int
     n8n_database_url: str
     metrics_url: str | None
+    services: FakeServices | None = None
 
 
 def _post(url: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, bytes]:
@@ -205,8 +310,12 @@ def _post(url: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, byt
 
 
 def window(target: Target, kind: str, concurrency: int, orders: int, cell: Cell | None) -> None:
-    """`orders` orders of one workflow, `concurrency` closed-loop workers; measured into `cell` (None: warm-up)."""
+    """`orders` orders of one workflow, `concurrency` closed-loop workers; measured into `cell` (None: warm-up).
+    An order answered at its start (RESPOND_MODE responseNode) is measured until it reports its end."""
     url = f"{target.n8n_url}/webhook/{PATHS[kind]}"
+    answered_early = RESPOND_MODE[kind] == "responseNode"
+    if answered_early and target.services is None:
+        raise ValueError(f"{kind} answers at its start: the bench needs the fake services to see its end")
     lock = threading.Lock()
     left = [orders]
     latencies: list[float] = []
@@ -221,6 +330,10 @@ def window(target: Target, kind: str, concurrency: int, orders: int, cell: Cell 
             order = f"{kind}-{uuid.uuid4().hex[:12]}"
             t0 = time.perf_counter()
             status, reply = _post(url, {"orderId": order, "amount": 42.0, "email": f"{order}@example.com"})
+            if status == 200 and answered_early:
+                assert target.services is not None
+                if not target.services.wait_route(DONE_ROUTE, order, timeout=60):
+                    status, reply = 0, b"answered, but its end was not reported within 60 s"
             elapsed = (time.perf_counter() - t0) * 1000
             with lock:
                 if status == 200:
@@ -230,7 +343,7 @@ def window(target: Target, kind: str, concurrency: int, orders: int, cell: Cell 
 
     n8n0, side0, pg0 = _tree_cpu(target.n8n_pid), _tree_cpu(target.sidecar_pid), _postgres_cpu()
     busy0, me0 = _busy_seconds(), _tree_cpu(os.getpid())
-    rpc0 = rpc_total(target.metrics_url)
+    rpc0 = rpc_counts(target.metrics_url)
     t0 = time.monotonic()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     for t in threads:
@@ -243,7 +356,7 @@ def window(target: Target, kind: str, concurrency: int, orders: int, cell: Cell 
     pg = _delta(pg0, _postgres_cpu())
     me = _delta(me0, _tree_cpu(os.getpid()))
     busy = _busy_seconds() - busy0
-    rpc1 = rpc_total(target.metrics_url)
+    rpc1 = rpc_counts(target.metrics_url)
     if cell is None:
         if errors:
             raise RuntimeError(f"warm-up of {kind}: {len(errors)} of {orders} orders failed, first: {errors[0]}")
@@ -262,7 +375,9 @@ def window(target: Target, kind: str, concurrency: int, orders: int, cell: Cell 
     if rpc0 is None or rpc1 is None:
         cell.rpcs_known = False
     else:
-        cell.rpcs += rpc1 - rpc0
+        for method, n in rpc1.items():
+            if n - rpc0.get(method, 0.0):
+                cell.rpcs[method] += n - rpc0.get(method, 0.0)
 
 
 def execution_sizes(database_url: str, workflow_ids: dict[str, str]) -> dict[str, dict[str, float]]:
@@ -327,44 +442,64 @@ def create_workflows(n8n: harness.N8n, api_key: str, services_url: str, credenti
 
 def run_workloads(target: Target, plan: Plan, workflow_ids: dict[str, str],
                   log: Any = print) -> dict[str, Any]:
-    """Warm-up, then the interleaved rounds; the rows (one per workflow and concurrency)."""
+    """Warm-up, then the interleaved rounds (the order of the workflows rotating each round); the rows (one per
+    workflow and concurrency, every round pooled) and each round's durable/plain ratios per intake."""
     for kind in WORKFLOWS:
         window(target, kind, 1, plan.warmup, None)
     if plan.settle:
         log(f"  settled: {settle()}")
-    cells = {(k, c): Cell() for k in WORKFLOWS for c in plan.concurrency}
+    per_round = [{(k, c): Cell() for k in WORKFLOWS for c in plan.concurrency} for _ in range(plan.rounds)]
     sizes_before = execution_sizes(target.n8n_database_url, workflow_ids)
-    for r in range(plan.rounds):
+    for r, cells in enumerate(per_round):
         for c in plan.concurrency:
-            order = WORKFLOWS[r % 3:] + WORKFLOWS[:r % 3]
-            for kind in order:
+            turn = r % len(WORKFLOWS)
+            for kind in WORKFLOWS[turn:] + WORKFLOWS[:turn]:
                 window(target, kind, c, plan.orders[c], cells[(kind, c)])
-        log(f"  round {r + 1}/{plan.rounds} done")
+        log(f"  round {r + 1}/{plan.rounds}: " + ", ".join(
+            f"{intake} p50 ×{_ratio(cells, d, p, 1, 'p50')}, c8 {_ratio(cells, d, p, 8, 'tput')}"
+            for intake, (p, d) in INTAKES.items()))
     sizes = execution_sizes(target.n8n_database_url, workflow_ids)
     rows = []
-    for (kind, c), cell in cells.items():
-        n = max(1, cell.orders)
-        lat = sorted(cell.latencies_ms)
-        row = {
-            "workflow": kind, "concurrency": c, "orders": cell.orders, "errors": cell.errors,
-            "first_error": cell.first_error,
-            "p50_ms": round(statistics.median(lat), 2) if lat else None,
-            "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2) if lat else None,
-            "orders_per_s": round(cell.orders / cell.wall_s, 2) if cell.wall_s else None,
-            "cpu_ms_per_order": {k: round(v * 1000 / n, 2) for k, v in cell.cpu_s.items()},
-            "others_cpu_ms_per_order": round(cell.others_s * 1000 / n, 2),
-            "rpcs_per_order": round(cell.rpcs / n, 2) if cell.rpcs_known else None,
-            "execution_data_bytes": (sizes.get(kind) or sizes_before.get(kind) or {}).get("data_bytes"),
-        }
-        rows.append(row)
-        log(f"  {kind:<8} c{c:<2} p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms  {row['orders_per_s']} orders/s  "
-            f"n8n {row['cpu_ms_per_order'].get('n8n')} ms CPU/order  rpcs {row['rpcs_per_order']}  "
-            f"record {row['execution_data_bytes']} B  errors {cell.errors}")
-    return {"rows": rows, "durable_nodes": None}
+    for kind in WORKFLOWS:
+        for c in plan.concurrency:
+            cell = Cell()
+            for cells in per_round:
+                cell.add(cells[(kind, c)])
+            n = max(1, cell.orders)
+            lat = sorted(cell.latencies_ms)
+            row = {
+                "workflow": kind, "concurrency": c, "orders": cell.orders, "errors": cell.errors,
+                "first_error": cell.first_error,
+                "p50_ms": round(statistics.median(lat), 2) if lat else None,
+                "p95_ms": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2) if lat else None,
+                "orders_per_s": round(cell.orders / cell.wall_s, 2) if cell.wall_s else None,
+                "cpu_ms_per_order": {k: round(v * 1000 / n, 2) for k, v in cell.cpu_s.items()},
+                "others_cpu_ms_per_order": round(cell.others_s * 1000 / n, 2),
+                "rpcs_per_order": round(cell.order_rpcs() / n, 2) if cell.rpcs_known else None,
+                "rpcs_by_method": {m: round(v / n, 2) for m, v in sorted(cell.rpcs.items())} if cell.rpcs_known else None,
+                "execution_data_bytes": (sizes.get(kind) or sizes_before.get(kind) or {}).get("data_bytes"),
+            }
+            rows.append(row)
+            log(f"  {kind:<15} c{c:<2} p50 {row['p50_ms']} ms  p95 {row['p95_ms']} ms  {row['orders_per_s']} orders/s  "
+                f"n8n {row['cpu_ms_per_order'].get('n8n')} ms CPU/order  RPCs {row['rpcs_per_order']}  "
+                f"record {row['execution_data_bytes']} B  errors {cell.errors}")
+    rounds = [{intake: {"p50_ratio_c1": _ratio(cells, d, p, 1, "p50"), "throughput_share_c8": _ratio(cells, d, p, 8, "tput")}
+               for intake, (p, d) in INTAKES.items()} for cells in per_round]
+    return {"rows": rows, "rounds": rounds}
 
 
-def ratios(rows: list[dict[str, Any]], durable_nodes: int) -> dict[str, Any]:
-    """The figures the targets name, from the rows."""
+def _ratio(cells: dict[tuple[str, int], Cell], durable: str, plain: str, c: int, what: str) -> float | None:
+    """One round's durable/plain p50 (what="p50") or durable/plain orders per second (what="tput")."""
+    d, p = cells.get((durable, c)), cells.get((plain, c))
+    if d is None or p is None:
+        return None
+    a, b = (d.p50_ms, p.p50_ms) if what == "p50" else (d.orders_per_s, p.orders_per_s)
+    return round(a / b, 3) if a and b else None
+
+
+def ratios(rows: list[dict[str, Any]], durable_nodes: int, rounds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The figures the targets name: per intake, the median over the rounds of each round's durable/plain ratio
+    (without rounds: the ratio of the pooled rows), and the order's RPCs; n8n's CPU per durable node."""
     by = {(r["workflow"], r["concurrency"]): r for r in rows}
 
     def get(kind: str, c: int, key: str) -> float | None:
@@ -375,11 +510,23 @@ def ratios(rows: list[dict[str, Any]], durable_nodes: int) -> dict[str, Any]:
         row = by.get((kind, c))
         return None if row is None else row["cpu_ms_per_order"].get(who)
 
-    out: dict[str, Any] = {"durable_nodes": durable_nodes}
-    p_plain, p_durable = get("plain", 1, "p50_ms"), get("durable", 1, "p50_ms")
-    out["p50_ratio_c1"] = round(p_durable / p_plain, 3) if p_plain and p_durable else None
-    t_plain, t_durable = get("plain", 8, "orders_per_s"), get("durable", 8, "orders_per_s")
-    out["throughput_share_c8"] = round(t_durable / t_plain, 3) if t_plain and t_durable else None
+    out: dict[str, Any] = {"durable_nodes": durable_nodes, "intakes": {}}
+    for intake, (plain, durable) in INTAKES.items():
+        figures: dict[str, Any] = {}
+        for key, c, field_ in (("p50_ratio_c1", 1, "p50_ms"), ("throughput_share_c8", 8, "orders_per_s")):
+            per_round = [r[intake][key] for r in rounds or [] if r.get(intake, {}).get(key) is not None]
+            if per_round:
+                figures[key] = round(statistics.median(per_round), 3)
+                figures[f"{key}_rounds"] = per_round
+            else:
+                a, b = get(durable, c, field_), get(plain, c, field_)
+                figures[key] = round(a / b, 3) if a and b else None
+        figures["rpcs_per_order"] = get(durable, 1, "rpcs_per_order")
+        figures["rpcs_by_method"] = get(durable, 1, "rpcs_by_method")
+        out["intakes"][intake] = figures
+    # The figures of issue 20, on the `last` intake (kept under their old names).
+    out["p50_ratio_c1"] = out["intakes"]["last"]["p50_ratio_c1"]
+    out["throughput_share_c8"] = out["intakes"]["last"]["throughput_share_c8"]
     for c in (1, 8):
         a, b, k = cpu("plain", c), cpu("durable", c), cpu("control", c)
         if a is not None and b is not None and k is not None and durable_nodes:
@@ -414,7 +561,7 @@ def stack(work: Path, n8n_env: dict[str, str] | None = None) -> Iterator[tuple[h
         main = n8n.start_main()
         assert main.proc is not None and sidecar.process.proc is not None
         target = Target(n8n.url, main.proc.pid, sidecar.process.proc.pid, harness.db_url(n8n_db),
-                        f"http://127.0.0.1:{metrics_port}/metrics")
+                        f"http://127.0.0.1:{metrics_port}/metrics", services)
         yield n8n, sidecar, services, target
 
 
@@ -479,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
                  "n8n": version, "other_load": other.report(),
                  "code": describe_code(ROOT), "quick": quick},
         "rows": result["rows"],
-        "ratios": ratios(result["rows"], nodes),
+        "ratios": ratios(result["rows"], nodes, result["rounds"]),
+        "rounds": result["rounds"],
         "profiles": profiles,
         "client": client,
     }

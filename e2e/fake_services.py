@@ -72,6 +72,11 @@ class Ledger:
     # (make chaos turns it on; the keys being performed are in `performing`).
     conflict_in_progress: bool = False
     performing: set[tuple[str, str]] = field(default_factory=set)
+    # Notified (under `lock`) whenever an order takes a route.
+    routed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.routed = threading.Condition(self.lock)
 
     def save(self) -> None:
         """Writes the effects and the stored answers to the journal (the caller holds the lock)."""
@@ -169,8 +174,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("route/"):
             # Records which route of a workflow an order took (e.g. "completed").
             route = path.split("/", 1)[1]
-            with self.ledger.lock:
+            with self.ledger.routed:
                 self.ledger.routes[route][str(body.get("orderId", ""))] += 1
+                self.ledger.routed.notify_all()
             self._reply(200, {"ok": True})
             return
         if path not in SERVICES:
@@ -331,6 +337,11 @@ class FakeServices:
     def route(self, route: str, order: str) -> int:
         with self.ledger.lock:
             return self.ledger.routes[route][order]
+
+    def wait_route(self, route: str, order: str, timeout: float) -> bool:
+        """Waits until the order took the route (a POST to /route/<route>); False after `timeout` seconds."""
+        with self.ledger.routed:
+            return self.ledger.routed.wait_for(lambda: self.ledger.routes[route][order] > 0, timeout)
 
     def duplicate_effects(self, orders: list[str], services: tuple[str, ...]) -> list[str]:
         """Every (order, service) whose effect ran other than exactly once."""
