@@ -1,13 +1,7 @@
 """`python -m bench.n8n_rpcs`: the durable n8n order's 4 RPCs replayed against one sidecar, its CPU per RPC.
 
-What bench/n8n.py's durable workflow sends per order, without n8n: StartOrResume with the
-webhook's item as start item (include_state) that also claims the first call's key
-(claim_on_start: the Resume Point claims ahead for the Idempotency Guard it feeds, with the
-v2 Guard's fingerprint {instanceKey, workflowId}, tied to the instance), then per call a
-SaveCheckpoints item with STATE_MODE_ADD_STEP_RESULT that completes the key and claims the
-next call's (claim_next), the last one completing the instance instead (complete_instance:
-the node's Save option Complete Instance, no CompleteInstance call). The Guards send nothing. The
-sidecar runs as e2e/harness.py starts it (PostgreSQL, Redis, metrics on, log level warning);
+What bench/n8n.py's durable workflow sends per order, without n8n (bench/n8n_mix.py builds the
+requests). The Guards send nothing. The sidecar runs as e2e/harness.py starts it (PostgreSQL, Redis, metrics on, log level warning);
 its CPU is read from /proc/<pid>/task/*/schedstat (nanoseconds, every thread) around each
 call, so each RPC kind gets its own figure. `--gap-ms` sleeps between calls, as n8n's nodes
 do, to see what an idle sidecar pays per wake-up. `DURABLE_E2E_SIDECAR` runs another build.
@@ -15,7 +9,6 @@ do, to see what an idle sidecar pays per wake-up. `DURABLE_E2E_SIDECAR` runs ano
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
@@ -26,20 +19,13 @@ from typing import Any
 
 import grpc
 import harness  # e2e/harness.py, on sys.path through bench/__init__.py
-from durable.v1 import (
-    checkpoint_pb2,
-    checkpoint_pb2_grpc,
-    idempotency_pb2,
-    instance_pb2,
-    instance_pb2_grpc,
-)
+from durable.v1 import checkpoint_pb2_grpc, instance_pb2_grpc
 
+from bench import n8n_mix
 from bench.harness_sidecar import harness_sidecar, order_parser
+from bench.n8n_mix import CALLS, RPCS_PER_ORDER
 
-CALLS = ("payment", "inventory", "shipping")
 WORKFLOW = "bench-n8n-rpcs"
-# StartOrResume, then a SaveCheckpoints per call (the Guards' claims ride on them; the last completes the instance).
-RPCS_PER_ORDER = 1 + len(CALLS)
 
 
 def cpu_ns(pid: int) -> int:
@@ -75,33 +61,13 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
         def order(gap: float) -> None:
             key = uuid.uuid4().hex[:12]
             execution = str(uuid.uuid4().int % 10**9)
-            item = {"headers": {"host": "127.0.0.1:5678", "user-agent": "Python-urllib/3.12",
-                                "content-type": "application/json", "content-length": "80"},
-                    "params": {}, "query": {}, "body": {"orderId": key, "amount": 42.0,
-                                                        "email": f"{key}@example.com"},
-                    "webhookUrl": "http://localhost:5678/webhook/bench-durable", "executionMode": "production"}
-            fingerprint = json.dumps({"instanceKey": key, "workflowId": WORKFLOW}).encode()
-
-            def claim(scope: str) -> idempotency_pb2.ClaimItem:
-                return idempotency_pb2.ClaimItem(scope=scope, key=key, payload_json=fingerprint, holder=execution,
-                                                 workflow_id=WORKFLOW, instance_key=key)
-
-            start = instance_pb2.StartOrResumeRequest(
-                workflow_id=WORKFLOW, instance_key=key, execution_id=execution, include_state=True,
-                start_item_json=json.dumps(item).encode(), claim_on_start=claim(CALLS[0]))
+            start = n8n_mix.start_request(WORKFLOW, key, execution)
             started = timed("StartOrResume", partial(instances.StartOrResume, start, metadata=md, timeout=10), gap)
             attempt = started.start_claim.key.attempt
             for n, call in enumerate(CALLS):
                 if not attempt:
                     raise RuntimeError(f"no claim ahead for {call}: the sidecar answered none")
-                last = n == len(CALLS) - 1
-                result = json.dumps({"ok": True, "service": call, "orderId": key}).encode()
-                save = checkpoint_pb2.SaveCheckpointsRequest(items=[checkpoint_pb2.SaveCheckpointItem(
-                    workflow_id=WORKFLOW, instance_key=key, step_name=call, state_json=result,
-                    execution_id=execution, node_name=f"Save {call}",
-                    state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
-                    complete_key=checkpoint_pb2.KeyCompletion(scope=call, key=key, attempt=attempt),
-                    complete_instance=last, claim_next=None if last else claim(CALLS[n + 1]))])
+                save = n8n_mix.save_request(WORKFLOW, key, execution, n, attempt)
                 saved = timed("SaveCheckpoints",
                               partial(checkpoints.SaveCheckpoints, save, metadata=md, timeout=10), gap)
                 attempt = saved.results[0].next_claim.key.attempt

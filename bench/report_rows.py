@@ -124,7 +124,7 @@ def floor_for(ix: Index, row: Row) -> tuple[float, float, str] | None:
     grpc = ix.near_claims(c)
     if op in ("claim_done", "claim_done_redis_down") and grpc:
         return grpc["p50_ms"], grpc["calls_per_s"], "no-op gRPC"
-    if op in ("claim_new", "claim_new_redis_down", "start"):
+    if op in ("claim_new", "claim_new_redis_down", "start", "n8n_mix"):
         f = save_floor(ix, KB, c)
         return (*f, "INSERT + no-op gRPC (1 KB)") if f else None
     return None

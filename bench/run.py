@@ -59,7 +59,7 @@ MEMORY_RUN_BYTES = 10 * payloads.MB
 # Scenarios profiled with py-spy (--profile): (system, op, size, concurrency).
 PROFILED = [("sidecar", "save", KB, 1), ("sidecar", "save", KB, 16), ("sidecar", "claim_done", KB, 1),
             ("sidecar", "claim_new", KB, 1), ("sidecar", "start", 0, 1), ("sidecar", "batch", KB, 1),
-            ("sidecar", "batch", KB, 64), ("sidecar", "save", 10 * payloads.MB, 1)]
+            ("sidecar", "batch", KB, 64), ("sidecar", "save", 10 * payloads.MB, 1), ("sidecar", "n8n_mix", 0, 1)]
 
 
 _T0 = time.monotonic()
@@ -236,6 +236,11 @@ class Bench:
                 await self.settle("the main round's start-or-resume")
             for c in plan.concurrency if plan.wants("start") else []:
                 await self.measure("sidecar", "start", 0, c, client.start_bodies(c), server=self.sidecar)
+            if plan.wants("n8n_mix"):
+                await self.settle("the main round's n8n order mix")
+            for c in plan.concurrency if plan.wants("n8n_mix") else []:
+                # The RPCs of durable n8n orders on the documented wiring (bench/n8n_mix.py), latency per RPC.
+                await self.measure("sidecar", "n8n_mix", 0, c, client.n8n_mix_bodies(c), server=self.sidecar)
             if plan.wants("claims"):
                 await self.settle("the main round's claims")
             for c in plan.concurrency if plan.wants("claims") else []:
@@ -269,6 +274,11 @@ class Bench:
                             return client.start_bodies(c)
 
                         await self.profiled(key, start_bodies)
+                    elif op == "n8n_mix":
+                        async def mix_bodies(c: int = c) -> list[WorkerBody]:
+                            return client.n8n_mix_bodies(c)
+
+                        await self.profiled(key, mix_bodies)
                     elif op == "claim_new":
                         async def new_bodies(c: int = c) -> list[WorkerBody]:
                             return client.claim_new_bodies(one_kb, c)
@@ -329,6 +339,9 @@ class Bench:
                 if c == 1:
                     await self.measure("sidecar", "start", 0, c, client.start_bodies(c), server=self.sidecar,
                                        note=note)
+                    if plan.wants("n8n_mix"):
+                        await self.measure("sidecar", "n8n_mix", 0, c, client.n8n_mix_bodies(c), server=self.sidecar,
+                                           note=note)
                     keys = await client.completed_keys(one_kb, one_kb, c)
                     await self.measure("sidecar", "claim_done", KB, c,
                                        client.claim_done_bodies(keys, one_kb, one_kb), server=self.sidecar, note=note)
@@ -368,8 +381,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="also profile chosen sidecar runs with py-spy")
     p.add_argument("--dbos-variants", default="async,sync", help="DBOS APIs to run: async, sync or both")
     p.add_argument("--only", default="",
-                   help="comma-separated scenario groups to run (default all): save, load, batch, start, claims, "
-                        "redis_down, dbos (save and load include their floors)")
+                   help="comma-separated scenario groups to run (default all): save, load, batch, start, n8n_mix, "
+                        "claims, redis_down, dbos (save and load include their floors)")
     p.add_argument("--repeats", type=int,
                    help="extra rounds of the small targets' cells next to their floors (default 2, quick 0)")
     p.add_argument("--out", type=Path, help="results directory (default bench/results/<time>)")

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
@@ -18,6 +19,7 @@ from durable.v1 import (
     instance_pb2_grpc,
 )
 
+from bench import n8n_mix
 from bench.floors import METADATA
 from bench.loadgen import WorkerBody, timed
 
@@ -42,6 +44,16 @@ async def _bounded(factories: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
             return await factory()
 
     return list(await asyncio.gather(*(one(f) for f in factories)))
+
+
+@dataclass
+class _OrderAt:
+    """Where one worker's n8n order stands: its key, the index of the next Save (-1: start a new order) and the
+    attempt of the key its last call claimed."""
+
+    key: str = ""
+    n: int = -1
+    attempt: int = 0
 
 
 class SidecarClient:
@@ -160,6 +172,37 @@ class SidecarClient:
                 await self.start_instance(worker, key, f"exec-{key}")
 
             bodies.append(timed(start))
+        return bodies
+
+    def n8n_mix_bodies(self, concurrency: int) -> list[WorkerBody]:
+        """The RPCs of durable n8n orders on the documented wiring, one per call (bench/n8n_mix.py): each worker
+        runs orders one after the other, StartOrResume (start item, claim ahead) then three SaveCheckpoints (state
+        merge, key completion with the next claim; the last completes the instance). Latency is per RPC."""
+        bodies = []
+        for worker in range(concurrency):
+            instances, checkpoints = self.instances(worker), self.checkpoints(worker)
+            at = _OrderAt()
+
+            async def step(instances: instance_pb2_grpc.InstanceServiceStub = instances,
+                           checkpoints: checkpoint_pb2_grpc.CheckpointServiceStub = checkpoints,
+                           at: _OrderAt = at) -> None:
+                if at.n < 0:
+                    key = self.unique("order")
+                    reply = await instances.StartOrResume(n8n_mix.start_request(WORKFLOW, key, f"exec-{key}"),
+                                                          metadata=METADATA)
+                    if reply.outcome != instance_pb2.START_OUTCOME_STARTED or not reply.start_claim.key.attempt:
+                        raise WrongOutcome(f"a new order's start answered {reply.outcome} without its claim ahead")
+                    at.key, at.n, at.attempt = key, 0, reply.start_claim.key.attempt
+                    return
+                saved = await checkpoints.SaveCheckpoints(
+                    n8n_mix.save_request(WORKFLOW, at.key, f"exec-{at.key}", at.n, at.attempt), metadata=METADATA)
+                result = saved.results[0]
+                if result.deduplicated:
+                    raise WrongOutcome("an order's save was deduplicated")
+                last = at.n == len(n8n_mix.CALLS) - 1
+                at.n, at.attempt = (-1, 0) if last else (at.n + 1, result.next_claim.key.attempt)
+
+            bodies.append(timed(step))
         return bodies
 
     # -- idempotency ---------------------------------------------------------------------------------
