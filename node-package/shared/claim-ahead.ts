@@ -145,8 +145,10 @@ export function passesItemsOn(candidate: NodeTypeAndVersion): boolean {
  * and whose every ancestor is this node, that chain or one of this node's
  * ancestors (so its items can only have come through here or from before
  * here). `onlyChild`: the Guard (or the chain's first node) must also be the
- * only node this one feeds directly (the Resume Point, whose outputs cannot
- * be told apart here: its Start output then leads to the Guard or nowhere).
+ * only node this one feeds directly, but for No Operation nodes that lead
+ * nowhere (the Resume Point, whose outputs cannot be told apart here: its
+ * Start output then leads to the Guard or nowhere; the README wires Finished
+ * and Busy to such a node when n8n answers with the last node).
  */
 export function findAheadGuard(
 	ctx: IExecuteFunctions,
@@ -170,7 +172,12 @@ export function findAheadGuard(
 		};
 		// Everything below this node is in `below` (getChildNodes gives every descendant).
 		const fedBy = (name: string) => below.filter((c) => inputsOf(c.name).includes(name));
-		const children = fedBy(me);
+		// A No Operation leading nowhere runs nothing: a new instance miswired to end there
+		// (Start into it) leaves only a claim its instance holds, as if its execution had
+		// died right after the Guard claimed; the resumed execution takes the claim over.
+		const endsHere = (c: NodeTypeAndVersion) =>
+			c.type === NO_OP && !c.disabled && fedBy(c.name).length === 0;
+		const children = fedBy(me).filter((c) => !onlyChild || !endsHere(c));
 		if (onlyChild && children.length !== 1) return undefined;
 		/** The Guards this node reaches, each with the chain of pass-through nodes before it. */
 		const guards: Array<{ node: NodeTypeAndVersion; chain: string[] }> = [];

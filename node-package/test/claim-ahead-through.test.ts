@@ -165,7 +165,24 @@ describe('nodes that hand the item on', () => {
 
 	test('the Resume Point claims nothing when it feeds another node besides the chain', () => {
 		const { nodes, edges } = chainFrom([RESPOND]);
-		expect(aheadIn([...nodes, NOOP], [...edges, [RP_NODE.name, NOOP.name]], true)).toBeUndefined();
+		const log: GraphNode = { name: 'Log', type: 'n8n-nodes-base.httpRequest' };
+		expect(aheadIn([...nodes, log], [...edges, [RP_NODE.name, log.name]], true)).toBeUndefined();
+		// A No Operation that leads somewhere, or a disabled one, is such a node too.
+		const further: Edge[] = [...edges, [RP_NODE.name, 'Done'], ['Done', log.name]];
+		const done = { ...NOOP, name: 'Done' };
+		expect(aheadIn([...nodes, done, log], further, true)).toBeUndefined();
+		const off = { ...done, disabled: true };
+		expect(aheadIn([...nodes, off], [...edges, [RP_NODE.name, 'Done']], true)).toBeUndefined();
+	});
+
+	test('the Resume Point claims ahead beside a No Operation leading nowhere (Finished and Busy wired to it)', () => {
+		const received = { ...NOOP, name: 'Already Received' };
+		// Respond to Webhook on Start, and n8n's Respond: When Last Node Finishes (the Claim on Start).
+		for (const between of [[RESPOND], []]) {
+			const { nodes, edges } = chainFrom(between);
+			const wired: Edge[] = [...edges, [RP_NODE.name, received.name]];
+			expect(aheadIn([...nodes, received], wired, true)).toMatchObject({ guard: CLAIM.name });
+		}
 	});
 
 	test('nothing when the chain leads to two Claims, or one of them twice', () => {
@@ -180,7 +197,10 @@ describe('nodes that hand the item on', () => {
 	});
 });
 
-/** The README's order with two side effects, run node by node against the real sidecar. */
+/**
+ * The README's order with two side effects (the Resume Point's Finished and Busy into a No
+ * Operation), run node by node against the real sidecar.
+ */
 describe("the README's order: Resume Point → Respond to Webhook → Claim → call → Save", () => {
 	const NOTIFY = claimNode('notify');
 	const CHARGE_CALL: UpstreamNode = { name: 'Charge', type: 'n8n-nodes-base.httpRequest' };
@@ -196,6 +216,7 @@ describe("the README's order: Resume Point → Respond to Webhook → Claim → 
 		NOTIFY,
 		NOTIFY_CALL,
 		{ ...SAVE_NODE, name: 'Save notified' },
+		{ ...NOOP, name: 'Already Received' },
 	];
 	const edges: Edge[] = [
 		[HOOK.name, RP.name],
@@ -209,6 +230,8 @@ describe("the README's order: Resume Point → Respond to Webhook → Claim → 
 		[NOTIFY.name, NOTIFY_CALL.name],
 		[NOTIFY.name, 'Save notified'],
 		[NOTIFY_CALL.name, 'Save notified'],
+		// Finished and Busy.
+		[RP.name, 'Already Received'],
 	];
 	const up = (n: GraphNode, output?: INodeExecutionData[]): UpstreamNode => ({
 		name: n.name,
