@@ -1,6 +1,8 @@
 /**
  * Claim ahead: the node right before an Idempotency Guard (a Durable Checkpoint
- * Save, or the Resume Point) claims the Guard's key in its own call to the
+ * Save, or the Resume Point), or before a chain of nodes that hand its items on
+ * unchanged (Respond to Webhook, No Operation, an Edit Fields keeping every
+ * field: passesItemsOn), claims the Guard's key in its own call to the
  * sidecar (SaveCheckpointItem.claim_next, StartOrResumeRequest.claim_on_start)
  * and keeps the answer for the Guard, which then routes the item without a
  * Claim call of its own. One round trip less per side effect, same guarantee:
@@ -17,7 +19,7 @@ import type { IExecuteFunctions, INodeParameters, NodeTypeAndVersion } from 'n8n
 
 import { ExpiringMap } from './expiring-map';
 import { nodeOf } from './run-node';
-import { isObject, toJsonBytes, typeName } from './node-helpers';
+import { DURABLE_FIELD, isObject, toJsonBytes, typeName } from './node-helpers';
 import type { ClaimItem, ClaimResult } from './transport';
 import type { InstanceRef } from './upstream';
 
@@ -71,14 +73,82 @@ export function aheadGuardOf(candidate: NodeTypeAndVersion): AheadGuard | undefi
 	};
 }
 
+/** n8n's own nodes that may stand between this node and the Guard (full type names: no look-alikes). */
+const RESPOND_TO_WEBHOOK = 'n8n-nodes-base.respondToWebhook';
+const NO_OP = 'n8n-nodes-base.noOp';
+const SET = 'n8n-nodes-base.set';
+/** Edit Fields versions whose Include Other Input Fields and assignments are read below (3.3 added both). */
+const SET_VERSIONS = [3.3, 3.4, 3.5];
+
+/**
+ * An Edit Fields (Set) node that hands each item on as the Guard reads it:
+ * every input field kept (Include Other Input Fields on, Include All), one
+ * item out per item in, paired to it (the node always pairs), and no field it
+ * sets touches `durable`, where the Guard finds the instance and so its key.
+ * Anything it cannot read for certain (an expression, JSON mode, a version
+ * it does not know) disqualifies it.
+ */
+function setKeepsItems(p: INodeParameters, typeVersion: number): boolean {
+	if (!SET_VERSIONS.includes(typeVersion)) return false;
+	if ((p.mode ?? 'manual') !== 'manual') return false;
+	if (p.duplicateItem !== undefined && p.duplicateItem !== false) return false;
+	if (p.includeOtherFields !== true || (p.include ?? 'all') !== 'all') return false;
+	const collection: unknown = p.assignments ?? {};
+	if (!isObject(collection)) return false;
+	const assignments: unknown = collection.assignments ?? [];
+	if (!Array.isArray(assignments)) return false;
+	return assignments.every((a: unknown) => isObject(a) && leavesDurableAlone(a.name));
+}
+
+/**
+ * A field name Edit Fields sets without touching `durable`: plain words
+ * joined by dots (with or without Support Dot Notation, the top-level field
+ * it sets is then the first word or the whole name), the first not `durable`
+ * in any case. Brackets, quotes, escapes and expressions can spell `durable`
+ * in ways not worth reading: they disqualify.
+ */
+function leavesDurableAlone(name: unknown): boolean {
+	if (typeof name !== 'string' || !/^[\w$ -]+(\.[\w$ -]+)*$/.test(name)) return false;
+	return name.split('.')[0].trim().toLowerCase() !== DURABLE_FIELD;
+}
+
+/**
+ * A node between this one and the Guard that hands every item on unchanged
+ * as the Guard reads it (its `durable` field, or its pairing back to it): a
+ * Respond to Webhook with one output (it answers the webhook and returns its
+ * input items), a No Operation, or an Edit Fields that keeps the items
+ * (setKeepsItems). A disabled node never counts (n8n hands on its input
+ * items without pairing them anew).
+ */
+export function passesItemsOn(candidate: NodeTypeAndVersion): boolean {
+	if (candidate.disabled) return false;
+	const p: INodeParameters = candidate.parameters ?? {};
+	switch (candidate.type) {
+		case NO_OP:
+			return true;
+		case RESPOND_TO_WEBHOOK:
+			// 1.3, and 1.4+ with Enable Response Output, add a Response output the Guard may hang off.
+			if (candidate.typeVersion === 1.3) return false;
+			return p.enableResponseOutput === undefined || p.enableResponseOutput === false;
+		case SET:
+			return setKeepsItems(p, candidate.typeVersion);
+		default:
+			return false;
+	}
+}
+
 /**
  * The one Guard this node can claim ahead for, found once per node run from
  * the workflow's connections: a Guard in the default form that this node
- * feeds directly and whose every ancestor is this node or one of this node's
+ * feeds directly, or through a chain of nodes that pass items on
+ * (passesItemsOn), each fed by the one before only and feeding only the next,
+ * and whose every ancestor is this node, that chain or one of this node's
  * ancestors (so its items can only have come through here or from before
- * here). `onlyChild`: the Guard must also be the only node this one feeds
- * directly (the Resume Point, whose outputs cannot be told apart here: its
- * Start output then leads to the Guard or nowhere).
+ * here). `onlyChild`: the Guard (or the chain's first node) must also be the
+ * only node this one feeds directly, but for No Operation nodes that lead
+ * nowhere (the Resume Point, whose outputs cannot be told apart here: its
+ * Start output then leads to the Guard or nowhere; the README wires Finished
+ * and Busy to such a node when n8n answers with the last node).
  */
 export function findAheadGuard(
 	ctx: IExecuteFunctions,
@@ -100,20 +170,42 @@ export function findAheadGuard(
 			}
 			return names;
 		};
-		const directly = (name: string) => inputsOf(name).includes(me);
-		const guards = below.filter(
-			(c) => typeName(c.type) === GUARD && !c.disabled && directly(c.name),
-		);
+		// Everything below this node is in `below` (getChildNodes gives every descendant).
+		const fedBy = (name: string) => below.filter((c) => inputsOf(c.name).includes(name));
+		// A No Operation leading nowhere runs nothing: a new instance miswired to end there
+		// (Start into it) leaves only a claim its instance holds, as if its execution had
+		// died right after the Guard claimed; the resumed execution takes the claim over.
+		const endsHere = (c: NodeTypeAndVersion) =>
+			c.type === NO_OP && !c.disabled && fedBy(c.name).length === 0;
+		const children = fedBy(me).filter((c) => !onlyChild || !endsHere(c));
+		if (onlyChild && children.length !== 1) return undefined;
+		/** The Guards this node reaches, each with the chain of pass-through nodes before it. */
+		const guards: Array<{ node: NodeTypeAndVersion; chain: string[] }> = [];
+		for (const child of children) {
+			let current = child;
+			const chain: string[] = [];
+			while (typeName(current.type) !== GUARD) {
+				if (!passesItemsOn(current) || chain.includes(current.name)) break;
+				const feeder = chain.length ? chain[chain.length - 1] : me;
+				const from = inputsOf(current.name);
+				const next = fedBy(current.name);
+				if (from.length !== 1 || from[0] !== feeder || next.length !== 1) break;
+				chain.push(current.name);
+				current = next[0];
+			}
+			if (typeName(current.type) === GUARD && !current.disabled)
+				guards.push({ node: current, chain });
+		}
 		if (guards.length !== 1) return undefined;
-		const found = aheadGuardOf(guards[0]);
+		const [{ node, chain }] = guards;
+		const found = aheadGuardOf(node);
 		if (!found) return undefined;
-		// This node as the Guard's only input settles it without walking both ancestries.
-		if (!inputsOf(found.guard).every((name) => name === me)) {
-			const allowed = new Set([me, ...ctx.getParentNodes(me).map((p) => p.name)]);
+		// Fed only by the last node on the way settles it without walking both ancestries.
+		const feeder = chain.length ? chain[chain.length - 1] : me;
+		if (!inputsOf(found.guard).every((name) => name === feeder)) {
+			const allowed = new Set([me, ...chain, ...ctx.getParentNodes(me).map((p) => p.name)]);
 			if (!ctx.getParentNodes(found.guard).every((p) => allowed.has(p.name))) return undefined;
 		}
-		if (onlyChild && below.some((c) => c.name !== found.guard && directly(c.name)))
-			return undefined;
 		return found;
 	} catch {
 		// An n8n without these lookups, or a graph it cannot walk: the Guard claims for itself.

@@ -3,7 +3,7 @@
  * parameter defaults and expression engine, no sidecar): subtitles never show
  * "undefined", output labels per version, and version 1 keeps its defaults.
  */
-import type { INodeParameters, INodeType } from 'n8n-workflow';
+import { NodeHelpers, type INodeParameters, type INodeType } from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { IdempotencyGuard } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
@@ -136,6 +136,40 @@ describe('node descriptions as the editor evaluates them', () => {
 			'In Progress',
 		]);
 		expect(labels(guard, 2, { operation: 'recordResult' })).toEqual(['Done']);
+	});
+
+	test("the operations' descriptions name the outputs as each version labels them", () => {
+		/** The descriptions of the Operation selector the editor shows for `version`. */
+		const operations = (type: INodeType, version: number) => {
+			const shown = type.description.properties.filter(
+				(p) =>
+					p.name === 'operation' &&
+					NodeHelpers.displayParameter(
+						parametersOf(type, version, {}),
+						p,
+						{ typeVersion: version },
+						type.description,
+					),
+			);
+			expect(shown).toHaveLength(1);
+			return JSON.stringify(
+				(shown[0].options ?? []).map((o) => (o as { description?: string }).description),
+			);
+		};
+		const checkpoint = new DurableCheckpoint();
+		expect(operations(checkpoint, 2)).toContain('leaves the Resume Point by Finished');
+		expect(operations(checkpoint, 2)).not.toContain('Completed');
+		expect(operations(checkpoint, 1)).toContain('leaves the Resume Point by Completed');
+		const guard = new IdempotencyGuard();
+		for (const version of [2, 2.1]) {
+			expect(operations(guard, version)).toContain(
+				'Done Before replays the stored result, Busy runs nothing',
+			);
+			expect(operations(guard, version)).not.toMatch(/Already Done|In Progress/);
+		}
+		expect(operations(guard, 1)).toContain(
+			'Already Done replays the stored result, In Progress runs nothing',
+		);
 	});
 
 	test('version 1 keeps its parameter defaults; version 2 needs no expressions', () => {

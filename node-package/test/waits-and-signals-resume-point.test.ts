@@ -16,6 +16,8 @@ import {
 	StartOutcome,
 	type StartOrResumeResponse,
 } from '../shared/transport';
+import type { GetInstanceRequest, GetInstanceResponse } from '../shared/gen/durable/v1/instance';
+import { unary } from './support/n8n';
 import { client, event, instance, runNode, useSidecar } from './support/waits-and-signals';
 
 useSidecar();
@@ -26,26 +28,42 @@ describe('Resume Point: retry policy', () => {
 		expect(retryPolicyOf({ leaseSeconds: 60 })).toBeUndefined();
 	});
 
-	test('any retry option sends a whole policy, the options not added at their defaults, seconds as ms', () => {
+	test('only the retry options added are sent (seconds as ms); the sidecar takes its defaults for the rest', () => {
 		expect(retryPolicyOf({ maxAutomaticResumes: 3 })).toEqual({
 			maxAutomaticResumes: 3,
-			initialBackoffMs: 10_000,
-			maxBackoffMs: 600_000,
-			backoffMultiplier: 2,
-			jitter: 0.2,
+			defaultsForUnset: true,
 		});
-		expect(
-			retryPolicyOf({
-				maxAutomaticResumes: 2,
-				initialBackoffSeconds: 1.5,
-				maxBackoffSeconds: 4,
-				jitter: 0,
-			}),
-		).toMatchObject({
-			maxAutomaticResumes: 2,
+		expect(retryPolicyOf({ initialBackoffSeconds: 1.5, maxBackoffSeconds: 4, jitter: 0 })).toEqual({
 			initialBackoffMs: 1500,
 			maxBackoffMs: 4000,
 			jitter: 0,
+			defaultsForUnset: true,
+		});
+		// An option that is no number counts as not added, never as 0 (no limit).
+		expect(retryPolicyOf({ maxAutomaticResumes: 'many' })).toBeUndefined();
+	});
+
+	test("an option added alone keeps the sidecar's defaults for the others (DURABLE_RETRY_*), not the node's", async () => {
+		const [start] = await runNode(
+			new ResumePoint(),
+			{ instanceKey: 'retry-policy-alone', options: { initialBackoffSeconds: 2 } },
+			{ workflowId: 'wf-retry-policy-alone' },
+		);
+		expect(start).toHaveLength(1);
+		const got = await unary<GetInstanceRequest, GetInstanceResponse>(
+			client.instances,
+			client.instances.getInstance,
+			client,
+			{ workflowId: 'wf-retry-policy-alone', instanceKey: 'retry-policy-alone' },
+		);
+		// The test sidecar runs with the settings' defaults: 20 resumes, no cap, x2, no jitter.
+		expect(got.instance?.retryPolicy).toEqual({
+			maxAutomaticResumes: 20,
+			initialBackoffMs: 2000,
+			maxBackoffMs: 0,
+			backoffMultiplier: 2,
+			jitter: 0,
+			defaultsForUnset: false,
 		});
 	});
 
@@ -74,6 +92,7 @@ describe('Resume Point: retry policy', () => {
 			maxBackoffMs: 2000,
 			backoffMultiplier: 3,
 			jitter: 0,
+			defaultsForUnset: true,
 		});
 	});
 

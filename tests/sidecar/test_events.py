@@ -301,6 +301,26 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
     assert backoff_ms(RetryPolicy(initial_backoff_ms=1, backoff_multiplier=10.0), 500, lambda: 0.0) == 86_400_000
 
 
+async def test_a_policy_sent_with_defaults_for_unset_takes_the_sidecars_defaults_for_the_fields_left_out(
+        harness: Harness) -> None:
+    s = harness.alpha
+    defaults = RetryPolicy(max_automatic_resumes=20)  # the settings' defaults (DURABLE_RETRY_*)
+    only_backoff = common_pb2.RetryPolicy(initial_backoff_ms=5000, defaults_for_unset=True)
+    policy = (await start(s, new_key(), "exec-1", retry_policy=only_backoff)).instance.retry_policy
+    assert (policy.max_automatic_resumes, policy.initial_backoff_ms, policy.max_backoff_ms,
+            policy.backoff_multiplier, policy.jitter) == (defaults.max_automatic_resumes, 5000,
+                                                          defaults.max_backoff_ms, defaults.backoff_multiplier,
+                                                          defaults.jitter)
+    # A field sent as 0 is the caller's choice (no limit), not "left out".
+    unlimited = common_pb2.RetryPolicy(max_automatic_resumes=0, defaults_for_unset=True)
+    assert (await start(s, new_key(), "exec-1", retry_policy=unlimited)).instance.retry_policy \
+        .max_automatic_resumes == 0
+    # Without the flag a field not sent is 0, as older callers meant it.
+    older = common_pb2.RetryPolicy(initial_backoff_ms=5000)
+    assert (await start(s, new_key(), "exec-1", retry_policy=older)).instance.retry_policy \
+        .max_automatic_resumes == 0
+
+
 async def test_stalled_instance_backs_off_then_is_suspended_past_the_maximum(harness: Harness,
                                                                               database_url: str) -> None:
     s = harness.alpha

@@ -34,9 +34,12 @@ const expectedSequenceOption: INodeProperties = {
 	hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
 };
 
-/** Every parameter of every version; `@version` display rules choose (shared/versions.ts). */
-export const durableCheckpointProperties: INodeProperties[] = [
-	{
+/**
+ * The Operation selector. Each version names the Resume Point's outputs as
+ * that version shows them (version 2: Finished, version 1: Completed).
+ */
+function operationProperty(finishedOutput: string, show: typeof V1 | typeof V2): INodeProperties {
+	return {
 		displayName: 'Operation',
 		name: 'operation',
 		type: 'options',
@@ -46,8 +49,7 @@ export const durableCheckpointProperties: INodeProperties[] = [
 			{
 				name: 'Complete Instance',
 				value: 'complete',
-				description:
-					'Mark the instance finished; a re-delivered trigger then leaves the Resume Point by Completed',
+				description: `Mark the instance finished; a re-delivered trigger then leaves the Resume Point by ${finishedOutput}`,
 				action: 'Complete an instance',
 			},
 			{
@@ -77,7 +79,14 @@ export const durableCheckpointProperties: INodeProperties[] = [
 				action: 'Wait for an event',
 			},
 		],
-	},
+		displayOptions: { show },
+	};
+}
+
+/** Every parameter of every version; `@version` display rules choose (shared/versions.ts). */
+export const durableCheckpointProperties: INodeProperties[] = [
+	operationProperty('Completed', V1),
+	operationProperty('Finished', V2),
 	{
 		displayName: 'Instance Key',
 		name: 'instanceKey',

@@ -41,9 +41,13 @@ const keepKeyForOption: INodeProperties = {
 		'How long the key (and its result) is remembered; after that the same key runs again. 0 uses the sidecar default (86400, one day).',
 };
 
-/** Every parameter of every version; `@version` display rules choose (shared/versions.ts). */
-export const idempotencyGuardProperties: INodeProperties[] = [
-	{
+/** The Operation selector, naming Claim's outputs as each version shows them (configuredOutputs). */
+function operationProperty(
+	doneBefore: string,
+	busy: string,
+	show: typeof V1 | typeof V2,
+): INodeProperties {
+	return {
 		displayName: 'Operation',
 		name: 'operation',
 		type: 'options',
@@ -53,8 +57,7 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 			{
 				name: 'Claim',
 				value: 'claim',
-				description:
-					'Claim the key before the side effect: First Run runs it, Already Done replays the stored result, In Progress runs nothing',
+				description: `Claim the key before the side effect: First Run runs it, ${doneBefore} replays the stored result, ${busy} runs nothing`,
 				action: 'Claim a key',
 			},
 			{
@@ -71,7 +74,14 @@ export const idempotencyGuardProperties: INodeProperties[] = [
 				action: 'Release a key',
 			},
 		],
-	},
+		displayOptions: { show },
+	};
+}
+
+/** Every parameter of every version; `@version` display rules choose (shared/versions.ts). */
+export const idempotencyGuardProperties: INodeProperties[] = [
+	operationProperty('Already Done', 'In Progress', V1),
+	operationProperty('Done Before', 'Busy', V2),
 	{
 		displayName: 'Scope',
 		name: 'scope',

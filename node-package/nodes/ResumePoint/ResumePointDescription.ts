@@ -158,10 +158,10 @@ export const resumePointProperties: INodeProperties[] = [
 			displayName: 'Max Automatic Resumes',
 			name: 'maxAutomaticResumes',
 			type: 'number',
-			default: 5,
+			default: 20,
 			typeOptions: { minValue: 0, maxValue: 1000 },
 			description:
-				"Retry policy: how often the sidecar resumes an instance by itself (its execution died, or Fail Instance with Retry Per Policy) without progress; the next failure suspends it (dead-lettered) for an operator. A saved checkpoint resets the count. 0: no limit. Any retry option replaces the instance's policy; the ones not added take their defaults.",
+				"Retry policy: how often the sidecar resumes an instance by itself (its execution died, or Fail Instance with Retry Per Policy) without progress; the next failure suspends it (dead-lettered) for an operator. A saved checkpoint resets the count. 0: no limit. Any retry option replaces the instance's policy; the ones not added take the sidecar's defaults (DURABLE_RETRY_*; out of the box 20 resumes, at once, the values these options start at).",
 		},
 		{
 			displayName: 'Pinned Version',
@@ -208,16 +208,16 @@ export const resumePointProperties: INodeProperties[] = [
 			displayName: 'Retry Backoff (Seconds)',
 			name: 'initialBackoffSeconds',
 			type: 'number',
-			default: 10,
+			default: 0,
 			typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
 			description:
-				'Retry policy: the wait before the first automatic resume; it grows by Retry Backoff Multiplier with every further attempt',
+				'Retry policy: the wait before the first automatic resume; it grows by Retry Backoff Multiplier with every further attempt. 0: at once.',
 		},
 		{
 			displayName: 'Retry Backoff Cap (Seconds)',
 			name: 'maxBackoffSeconds',
 			type: 'number',
-			default: 600,
+			default: 0,
 			typeOptions: { minValue: 0, maxValue: 86400, numberPrecision: 3 },
 			description: 'Retry policy: the longest wait between automatic resumes. 0: one day.',
 		},
@@ -233,7 +233,7 @@ export const resumePointProperties: INodeProperties[] = [
 			displayName: 'Retry Jitter',
 			name: 'jitter',
 			type: 'number',
-			default: 0.2,
+			default: 0,
 			typeOptions: { minValue: 0, maxValue: 1, numberPrecision: 2 },
 			description:
 				'Retry policy: the fraction (0 to 1) of each wait taken off at random, so many failed instances do not retry in step',

@@ -62,6 +62,30 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class RetryPolicyGiven:
+    """A retry policy as a caller chose it: each field left out (None) takes the sidecar's default."""
+
+    max_automatic_resumes: int | None = None
+    initial_backoff_ms: int | None = None
+    max_backoff_ms: int | None = None
+    backoff_multiplier: float | None = None
+    jitter: float | None = None
+
+    def over(self, defaults: RetryPolicy) -> RetryPolicy:
+        """This policy, completed from `defaults`."""
+        return RetryPolicy(
+            max_automatic_resumes=defaults.max_automatic_resumes if self.max_automatic_resumes is None
+            else self.max_automatic_resumes,
+            initial_backoff_ms=defaults.initial_backoff_ms if self.initial_backoff_ms is None
+            else self.initial_backoff_ms,
+            max_backoff_ms=defaults.max_backoff_ms if self.max_backoff_ms is None else self.max_backoff_ms,
+            backoff_multiplier=defaults.backoff_multiplier if self.backoff_multiplier is None
+            else self.backoff_multiplier,
+            jitter=defaults.jitter if self.jitter is None else self.jitter,
+        )
+
+
+@dataclass(frozen=True)
 class InstanceRef:
     """The identity of an instance inside the caller's namespace."""
 

@@ -38,18 +38,20 @@ RUN_STATE_SCHEDULED: RunState
 RUN_STATE_STALLED: RunState
 
 class RetryPolicy(_message.Message):
-    __slots__ = ("max_automatic_resumes", "initial_backoff_ms", "max_backoff_ms", "backoff_multiplier", "jitter")
+    __slots__ = ("max_automatic_resumes", "initial_backoff_ms", "max_backoff_ms", "backoff_multiplier", "jitter", "defaults_for_unset")
     MAX_AUTOMATIC_RESUMES_FIELD_NUMBER: _ClassVar[int]
     INITIAL_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     JITTER_FIELD_NUMBER: _ClassVar[int]
+    DEFAULTS_FOR_UNSET_FIELD_NUMBER: _ClassVar[int]
     max_automatic_resumes: int
     initial_backoff_ms: int
     max_backoff_ms: int
     backoff_multiplier: float
     jitter: float
-    def __init__(self, max_automatic_resumes: _Optional[int] = ..., initial_backoff_ms: _Optional[int] = ..., max_backoff_ms: _Optional[int] = ..., backoff_multiplier: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
+    defaults_for_unset: bool
+    def __init__(self, max_automatic_resumes: _Optional[int] = ..., initial_backoff_ms: _Optional[int] = ..., max_backoff_ms: _Optional[int] = ..., backoff_multiplier: _Optional[float] = ..., jitter: _Optional[float] = ..., defaults_for_unset: _Optional[bool] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("workflow_id", "instance_key", "event_name", "dedupe_id", "payload_json", "sender", "received_at", "consumed_at")

@@ -24,6 +24,7 @@ from ..domain import (
     Resumable,
     ResumeReason,
     RetryPolicy,
+    RetryPolicyGiven,
     StartOutcome,
     StartResult,
 )
@@ -124,7 +125,7 @@ class InstanceService:
         claim_token: str = "",
         include_state: bool = False,
         start_item_json: bytes = b"",
-        retry_policy: RetryPolicy | None = None,
+        retry_policy: RetryPolicy | RetryPolicyGiven | None = None,
         claim_on_start: ClaimItem | None = None,
         wait_seconds: int = 0,
         check_delivery: bool = False,
@@ -161,6 +162,8 @@ class InstanceService:
         hold = validation.in_range("wait_seconds", wait_seconds, 1, 86_400, default=0)
         if pinned_version < 0:
             raise InvalidArgument("pinned_version must not be negative")
+        if isinstance(retry_policy, RetryPolicyGiven):  # what the caller left out: this sidecar's defaults
+            retry_policy = retry_policy.over(self.retry.default_policy)
         policy = check_policy(retry_policy) if retry_policy is not None else None
         checked_claim: NewClaim | None = None
         if claim_on_start is not None:

@@ -22,6 +22,7 @@ from ..domain import (
     Resumable,
     ResumeReason,
     RetryPolicy,
+    RetryPolicyGiven,
     RunState,
     StartOutcome,
     Version,
@@ -76,7 +77,15 @@ def retry_policy(p: RetryPolicy | None) -> common_pb2.RetryPolicy | None:
                                   backoff_multiplier=p.backoff_multiplier, jitter=p.jitter)
 
 
-def retry_policy_from(msg: common_pb2.RetryPolicy) -> RetryPolicy:
+def retry_policy_from(msg: common_pb2.RetryPolicy) -> RetryPolicy | RetryPolicyGiven:
+    if msg.defaults_for_unset:
+        # Only what the caller sent; the service completes it from its defaults.
+        return RetryPolicyGiven(
+            max_automatic_resumes=msg.max_automatic_resumes if msg.HasField("max_automatic_resumes") else None,
+            initial_backoff_ms=msg.initial_backoff_ms if msg.HasField("initial_backoff_ms") else None,
+            max_backoff_ms=msg.max_backoff_ms if msg.HasField("max_backoff_ms") else None,
+            backoff_multiplier=msg.backoff_multiplier if msg.HasField("backoff_multiplier") else None,
+            jitter=msg.jitter if msg.HasField("jitter") else None)
     return RetryPolicy(max_automatic_resumes=msg.max_automatic_resumes, initial_backoff_ms=msg.initial_backoff_ms,
                        max_backoff_ms=msg.max_backoff_ms, backoff_multiplier=msg.backoff_multiplier,
                        jitter=msg.jitter)

@@ -106,6 +106,10 @@ export enum RunState {
  * automatic resume n (n = 1, 2, ...): min(max_backoff_ms, initial_backoff_ms *
  * backoff_multiplier^(n-1)), then reduced by a random fraction of at most
  * `jitter` (full jitter at 1.0), in database time.
+ *
+ * In a request, a field not sent is 0, unless defaults_for_unset is set: then
+ * it takes the sidecar's default policy's value (DURABLE_RETRY_*). An
+ * instance's stored policy always has every field set.
  */
 export interface RetryPolicy {
   /**
@@ -114,21 +118,37 @@ export interface RetryPolicy {
    * that many suspends the instance. 0 means no limit (the pre-issue-15
    * behaviour). 0 to 1000.
    */
-  maxAutomaticResumes: number;
+  maxAutomaticResumes?:
+    | number
+    | undefined;
   /**
    * Backoff before the first automatic resume, in milliseconds; 0 resumes at
    * once. 0 to 86400000 (one day).
    */
-  initialBackoffMs: number;
+  initialBackoffMs?:
+    | number
+    | undefined;
   /**
    * Cap of the backoff in milliseconds; 0 means no cap beyond one day. 0 to
    * 86400000, and not below initial_backoff_ms when set.
    */
-  maxBackoffMs: number;
+  maxBackoffMs?:
+    | number
+    | undefined;
   /** Growth factor per attempt, 1 to 10; 0 means 2. */
-  backoffMultiplier: number;
+  backoffMultiplier?:
+    | number
+    | undefined;
   /** Fraction 0 to 1 of the backoff taken off at random (0: exact backoff). */
-  jitter: number;
+  jitter?:
+    | number
+    | undefined;
+  /**
+   * Whether the fields not sent take the sidecar's defaults instead of 0, so
+   * a caller sends only what its author chose (the nodes do, from issue 42).
+   * Older callers leave it false and keep the meaning they had. Not stored.
+   */
+  defaultsForUnset: boolean;
 }
 
 /** One event in an instance's durable mailbox (EventService.SignalInstance). */
@@ -281,25 +301,35 @@ export interface Checkpoint {
 }
 
 function createBaseRetryPolicy(): RetryPolicy {
-  return { maxAutomaticResumes: 0, initialBackoffMs: 0, maxBackoffMs: 0, backoffMultiplier: 0, jitter: 0 };
+  return {
+    maxAutomaticResumes: undefined,
+    initialBackoffMs: undefined,
+    maxBackoffMs: undefined,
+    backoffMultiplier: undefined,
+    jitter: undefined,
+    defaultsForUnset: false,
+  };
 }
 
 export const RetryPolicy: MessageFns<RetryPolicy> = {
   encode(message: RetryPolicy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.maxAutomaticResumes !== 0) {
+    if (message.maxAutomaticResumes !== undefined) {
       writer.uint32(8).int32(message.maxAutomaticResumes);
     }
-    if (message.initialBackoffMs !== 0) {
+    if (message.initialBackoffMs !== undefined) {
       writer.uint32(16).int64(message.initialBackoffMs);
     }
-    if (message.maxBackoffMs !== 0) {
+    if (message.maxBackoffMs !== undefined) {
       writer.uint32(24).int64(message.maxBackoffMs);
     }
-    if (message.backoffMultiplier !== 0) {
+    if (message.backoffMultiplier !== undefined) {
       writer.uint32(33).double(message.backoffMultiplier);
     }
-    if (message.jitter !== 0) {
+    if (message.jitter !== undefined) {
       writer.uint32(41).double(message.jitter);
+    }
+    if (message.defaultsForUnset !== false) {
+      writer.uint32(48).bool(message.defaultsForUnset);
     }
     return writer;
   },
@@ -357,6 +387,14 @@ export const RetryPolicy: MessageFns<RetryPolicy> = {
             message.jitter = reader.double();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.defaultsForUnset = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -374,11 +412,12 @@ export const RetryPolicy: MessageFns<RetryPolicy> = {
   },
   fromPartial<I extends Exact<DeepPartial<RetryPolicy>, I>>(object: I): RetryPolicy {
     const message = createBaseRetryPolicy();
-    message.maxAutomaticResumes = object.maxAutomaticResumes ?? 0;
-    message.initialBackoffMs = object.initialBackoffMs ?? 0;
-    message.maxBackoffMs = object.maxBackoffMs ?? 0;
-    message.backoffMultiplier = object.backoffMultiplier ?? 0;
-    message.jitter = object.jitter ?? 0;
+    message.maxAutomaticResumes = object.maxAutomaticResumes ?? undefined;
+    message.initialBackoffMs = object.initialBackoffMs ?? undefined;
+    message.maxBackoffMs = object.maxBackoffMs ?? undefined;
+    message.backoffMultiplier = object.backoffMultiplier ?? undefined;
+    message.jitter = object.jitter ?? undefined;
+    message.defaultsForUnset = object.defaultsForUnset ?? false;
     return message;
   },
 };

@@ -1,0 +1,409 @@
+/**
+ * Claim ahead through nodes that hand items on (shared/claim-ahead.ts,
+ * passesItemsOn): the README's order, Resume Point → Respond to Webhook →
+ * Claim, claims the Claim's key in the Resume Point's call; so do a No
+ * Operation and an Edit Fields that keeps every field, alone or chained.
+ * Any node that may change the item, branch it, or feed the Claim from
+ * elsewhere, and the Claim claims for itself.
+ */
+import type {
+	IDataObject,
+	IExecuteFunctions,
+	INodeExecutionData,
+	INodeParameters,
+} from 'n8n-workflow';
+
+import { OUTPUT_FIRST_RUN } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
+import { OUTPUT_START } from '../nodes/ResumePoint/ResumePoint.node';
+import { findAheadGuard, passesItemsOn } from '../shared/claim-ahead';
+import { getSidecarClient } from '../shared/transport';
+import { withGraph, type Edge, type GraphNode } from './support/graph';
+import { executeContext, type UpstreamNode } from './support/n8n';
+import {
+	checkpoint,
+	guard,
+	httpResponse,
+	resumePoint,
+	RP,
+	sidecar,
+	useSidecar,
+} from './support/version2';
+
+useSidecar();
+
+const RESPOND: GraphNode = {
+	name: 'Accepted',
+	type: 'n8n-nodes-base.respondToWebhook',
+	typeVersion: 1.5,
+	parameters: { respondWith: 'noData', options: {} },
+};
+const NOOP: GraphNode = { name: 'Pass', type: 'n8n-nodes-base.noOp', typeVersion: 1 };
+/** Edit Fields as the editor saves it with Include Other Input Fields on (Include: All, left out). */
+const KEEP_ALL: GraphNode = {
+	name: 'Add note',
+	type: 'n8n-nodes-base.set',
+	typeVersion: 3.4,
+	parameters: {
+		assignments: { assignments: [{ id: 'a', name: 'note', value: '={{ 1 }}', type: 'number' }] },
+		includeOtherFields: true,
+		options: {},
+	},
+};
+const IF: GraphNode = { name: 'Paid?', type: 'n8n-nodes-base.if', typeVersion: 2.2 };
+const HOOK: GraphNode = { name: 'Webhook', type: 'n8n-nodes-base.webhook', typeVersion: 2.1 };
+const RP_NODE: GraphNode = { name: RP.name, type: RP.type, typeVersion: 2 };
+const SAVE_NODE: GraphNode = {
+	name: 'Save charge',
+	type: 'n8n-nodes-durable.durableCheckpoint',
+	typeVersion: 2,
+};
+const claimNode = (scope: string, name = `Claim ${scope}`): GraphNode => ({
+	name,
+	type: 'n8n-nodes-durable.idempotencyGuard',
+	typeVersion: 2,
+	parameters: { operation: 'claim', scope },
+});
+const CLAIM = claimNode('charge');
+
+/** Which Guard `me` claims ahead for in this wiring (nodes: me first). */
+function aheadIn(nodes: GraphNode[], edges: Edge[], onlyChild: boolean) {
+	const me = nodes[0];
+	const ctx = { getNode: () => ({ name: me.name, type: me.type, parameters: {} }) };
+	return findAheadGuard(withGraph(ctx as unknown as IExecuteFunctions, nodes, edges), {
+		onlyChild,
+	});
+}
+
+/** Resume Point → `between` (a chain, in order) → Claim charge. */
+function chainFrom(between: GraphNode[], from: GraphNode = RP_NODE) {
+	const names = [from.name, ...between.map((n) => n.name), CLAIM.name];
+	const edges: Edge[] = names.slice(1).map((name, i) => [names[i], name]);
+	return {
+		nodes: [from, HOOK, ...between, CLAIM],
+		edges: [[HOOK.name, from.name], ...edges] as Edge[],
+	};
+}
+
+describe('nodes that hand the item on', () => {
+	test.each([
+		['Respond to Webhook', [RESPOND]],
+		['No Operation', [NOOP]],
+		['an Edit Fields keeping every field', [KEEP_ALL]],
+		['Respond to Webhook, then No Operation', [RESPOND, NOOP]],
+		['Edit Fields, then Respond to Webhook', [KEEP_ALL, RESPOND]],
+	])('the Resume Point claims ahead through %s', (_what, between) => {
+		const { nodes, edges } = chainFrom(between);
+		expect(aheadIn(nodes, edges, true)).toMatchObject({ guard: CLAIM.name, scope: 'charge' });
+	});
+
+	test('a Save claims ahead through them too, beside a branch of its own', () => {
+		const { nodes, edges } = chainFrom([NOOP, RESPOND], SAVE_NODE);
+		const log: GraphNode = { name: 'Log', type: 'n8n-nodes-base.httpRequest' };
+		expect(aheadIn([...nodes, log], [...edges, [SAVE_NODE.name, log.name]], false)).toMatchObject({
+			guard: CLAIM.name,
+		});
+	});
+
+	const set = (parameters: INodeParameters, typeVersion = 3.4): GraphNode => ({
+		...KEEP_ALL,
+		typeVersion,
+		parameters: { ...KEEP_ALL.parameters, ...parameters },
+	});
+	const assigning = (name: string) => set({ assignments: { assignments: [{ name, value: 'x' }] } });
+	test.each([
+		['an Edit Fields without Include Other Input Fields', set({ includeOtherFields: false })],
+		['an Edit Fields including selected fields only', set({ include: 'selected' })],
+		['an Edit Fields including all fields but some', set({ include: 'except' })],
+		['an Edit Fields whose Include is an expression', set({ includeOtherFields: '={{ true }}' })],
+		['an Edit Fields in JSON mode', set({ mode: 'raw' })],
+		['an Edit Fields duplicating items', set({ duplicateItem: true })],
+		['an Edit Fields of a version before Include Other Input Fields', set({}, 3.2)],
+		['an Edit Fields setting durable', assigning('durable')],
+		['an Edit Fields setting durable.instanceKey', assigning('durable.instanceKey')],
+		['an Edit Fields setting a field named by brackets', assigning("['durable'].instanceKey")],
+		['an Edit Fields setting a field named by an expression', assigning('={{ "durable" }}')],
+		['an Edit Fields with assignments from an expression', set({ assignments: '={{ [] }}' })],
+		[
+			'a Respond to Webhook with a Response output',
+			{ ...RESPOND, parameters: { enableResponseOutput: true } },
+		],
+		['a Respond to Webhook 1.3 (a Response output always)', { ...RESPOND, typeVersion: 1.3 }],
+		['a disabled No Operation', { ...NOOP, disabled: true }],
+		['an IF', IF],
+		['a No Operation of another package', { ...NOOP, type: 'n8n-nodes-other.noOp' }],
+	])('nothing is claimed ahead through %s', (_what, between) => {
+		expect(passesItemsOn({ typeVersion: 1, disabled: false, ...between })).toBe(false);
+		const { nodes, edges } = chainFrom([between as GraphNode]);
+		expect(aheadIn(nodes, edges, true)).toBeUndefined();
+		const after = chainFrom([RESPOND, between as GraphNode]);
+		expect(aheadIn(after.nodes, after.edges, true)).toBeUndefined();
+	});
+
+	test('nothing through a node that feeds another node besides the way to the Claim', () => {
+		const { nodes, edges } = chainFrom([RESPOND]);
+		const log: GraphNode = { name: 'Log', type: 'n8n-nodes-base.httpRequest' };
+		const branched: Edge[] = [...edges, [RESPOND.name, log.name]];
+		expect(aheadIn([...nodes, log], branched, true)).toBeUndefined();
+		expect(aheadIn([...nodes, log], branched, false)).toBeUndefined();
+		// The same, a node further down the chain.
+		const two = chainFrom([RESPOND, NOOP]);
+		expect(
+			aheadIn([...two.nodes, log], [...two.edges, [NOOP.name, log.name]], true),
+		).toBeUndefined();
+	});
+
+	test('nothing through a node fed by another node too, or to a Claim fed from elsewhere', () => {
+		const other: GraphNode = { name: 'Other trigger', type: 'n8n-nodes-base.manualTrigger' };
+		const { nodes, edges } = chainFrom([RESPOND, NOOP]);
+		expect(aheadIn([...nodes, other], [...edges, [other.name, NOOP.name]], true)).toBeUndefined();
+		expect(aheadIn([...nodes, other], [...edges, [other.name, CLAIM.name]], true)).toBeUndefined();
+		// Fed again by a node above the Resume Point's way: its items came through here all the same.
+		expect(aheadIn(nodes, [...edges, [HOOK.name, CLAIM.name]], true)).toMatchObject({
+			guard: CLAIM.name,
+		});
+	});
+
+	test('the Resume Point claims nothing when it feeds another node besides the chain', () => {
+		const { nodes, edges } = chainFrom([RESPOND]);
+		const log: GraphNode = { name: 'Log', type: 'n8n-nodes-base.httpRequest' };
+		expect(aheadIn([...nodes, log], [...edges, [RP_NODE.name, log.name]], true)).toBeUndefined();
+		// A No Operation that leads somewhere, or a disabled one, is such a node too.
+		const further: Edge[] = [...edges, [RP_NODE.name, 'Done'], ['Done', log.name]];
+		const done = { ...NOOP, name: 'Done' };
+		expect(aheadIn([...nodes, done, log], further, true)).toBeUndefined();
+		const off = { ...done, disabled: true };
+		expect(aheadIn([...nodes, off], [...edges, [RP_NODE.name, 'Done']], true)).toBeUndefined();
+	});
+
+	test('the Resume Point claims ahead beside a No Operation leading nowhere (Finished and Busy wired to it)', () => {
+		const received = { ...NOOP, name: 'Already Received' };
+		// Respond to Webhook on Start, and n8n's Respond: When Last Node Finishes (the Claim on Start).
+		for (const between of [[RESPOND], []]) {
+			const { nodes, edges } = chainFrom(between);
+			const wired: Edge[] = [...edges, [RP_NODE.name, received.name]];
+			expect(aheadIn([...nodes, received], wired, true)).toMatchObject({ guard: CLAIM.name });
+		}
+	});
+
+	test('nothing when the chain leads to two Claims, or one of them twice', () => {
+		const { nodes, edges } = chainFrom([RESPOND]);
+		const second = claimNode('shipping');
+		// The Save feeds a Claim directly and another through a No Operation.
+		const save = chainFrom([NOOP], SAVE_NODE);
+		const both: Edge[] = [...save.edges, [SAVE_NODE.name, second.name]];
+		expect(aheadIn([...save.nodes, second], both, false)).toBeUndefined();
+		// The Claim directly and through Respond to Webhook.
+		expect(aheadIn(nodes, [...edges, [RP_NODE.name, CLAIM.name]], false)).toBeUndefined();
+	});
+});
+
+/**
+ * The README's order with two side effects (the Resume Point's Finished and Busy into a No
+ * Operation), run node by node against the real sidecar.
+ */
+describe("the README's order: Resume Point → Respond to Webhook → Claim → call → Save", () => {
+	const NOTIFY = claimNode('notify');
+	const CHARGE_CALL: UpstreamNode = { name: 'Charge', type: 'n8n-nodes-base.httpRequest' };
+	const NOTIFY_CALL: UpstreamNode = { name: 'Notify', type: 'n8n-nodes-base.httpRequest' };
+	const nodes: GraphNode[] = [
+		HOOK,
+		{ name: 'Resume Trigger', type: 'n8n-nodes-durable.resumeTrigger' },
+		RP_NODE,
+		RESPOND,
+		CLAIM,
+		CHARGE_CALL,
+		{ ...SAVE_NODE, name: 'Save charged' },
+		NOTIFY,
+		NOTIFY_CALL,
+		{ ...SAVE_NODE, name: 'Save notified' },
+		{ ...NOOP, name: 'Already Received' },
+	];
+	const edges: Edge[] = [
+		[HOOK.name, RP.name],
+		['Resume Trigger', RP.name],
+		[RP.name, RESPOND.name],
+		[RESPOND.name, CLAIM.name],
+		[CLAIM.name, CHARGE_CALL.name],
+		[CLAIM.name, 'Save charged'],
+		[CHARGE_CALL.name, 'Save charged'],
+		['Save charged', NOTIFY.name],
+		[NOTIFY.name, NOTIFY_CALL.name],
+		[NOTIFY.name, 'Save notified'],
+		[NOTIFY_CALL.name, 'Save notified'],
+		// Finished and Busy.
+		[RP.name, 'Already Received'],
+	];
+	const up = (n: GraphNode, output?: INodeExecutionData[]): UpstreamNode => ({
+		name: n.name,
+		type: n.type,
+		typeVersion: n.typeVersion,
+		parameters: n.parameters,
+		output,
+	});
+
+	async function order(workflowId: string, orderIds: string[]) {
+		const run = { workflowId, executionId: 'e1' };
+		const base = { credentials: sidecar.credentials(), ...run, typeVersion: 2 };
+		const started = await resumePoint.execute.call(
+			withGraph(
+				executeContext({
+					...base,
+					items: orderIds.map((orderId) => ({ body: { orderId } })),
+					params: {
+						instanceKey: (_i: number, item: INodeExecutionData) =>
+							(item.json.body as IDataObject).orderId,
+					},
+					nodeName: RP.name,
+					description: resumePoint.description,
+				}),
+				nodes,
+				edges,
+			),
+		);
+		// Respond to Webhook answers the sender and returns its input items as they are.
+		const answered = started[OUTPUT_START];
+		const claimIn = async (g: GraphNode, items: INodeExecutionData[], upstream: UpstreamNode[]) =>
+			await guard.execute.call(
+				executeContext({
+					...base,
+					items,
+					params: { scope: g.parameters!.scope },
+					nodeName: g.name,
+					description: guard.description,
+					upstream,
+				}),
+			);
+		const saveIn = async (
+			name: string,
+			items: INodeExecutionData[],
+			upstream: UpstreamNode[],
+			last: boolean,
+		) =>
+			(
+				await checkpoint.execute.call(
+					withGraph(
+						executeContext({
+							...base,
+							items,
+							params: last
+								? { stepName: 'notified', options: { completeInstance: true } }
+								: { stepName: 'charged' },
+							nodeName: name,
+							description: checkpoint.description,
+							upstream,
+						}),
+						nodes,
+						edges,
+					),
+				)
+			)[0];
+		const rp = up(RP_NODE, started[OUTPUT_START]);
+		const charged = await claimIn(CLAIM, answered, [up(RESPOND, answered), rp]);
+		const chargeOut = charged[OUTPUT_FIRST_RUN];
+		const charge = httpResponse(chargeOut, { chargeId: 'ch-1' });
+		const saved = await saveIn(
+			'Save charged',
+			charge,
+			[up(CHARGE_CALL), up(CLAIM, chargeOut), up(RESPOND, answered), rp],
+			false,
+		);
+		const notified = await claimIn(NOTIFY, saved, [
+			up({ ...SAVE_NODE, name: 'Save charged' }),
+			up(CLAIM, chargeOut),
+		]);
+		const notifyOut = notified[OUTPUT_FIRST_RUN];
+		await saveIn(
+			'Save notified',
+			httpResponse(notifyOut, { sent: true }),
+			[up(NOTIFY_CALL), up(NOTIFY, notifyOut), up({ ...SAVE_NODE, name: 'Save charged' }, saved)],
+			true,
+		);
+		return { chargeOut, notifyOut };
+	}
+
+	test('takes three RPCs, not four: the Resume Point claims the first key, the Save the second', async () => {
+		const client = getSidecarClient(sidecar.connection());
+		const methods = ['startOrResume', 'claim', 'saveCheckpoints'] as const;
+		const spies = methods.map((method) => jest.spyOn(client, method));
+		/** The calls made, in order. */
+		const calls = () =>
+			spies
+				.flatMap((spy, m) => spy.mock.invocationCallOrder.map((at) => ({ at, method: methods[m] })))
+				.sort((a, b) => a.at - b.at)
+				.map((c) => c.method);
+		try {
+			const { chargeOut, notifyOut } = await order('wf-through-docs', ['o-1']);
+			expect(calls()).toEqual(['startOrResume', 'saveCheckpoints', 'saveCheckpoints']);
+			expect(chargeOut[0].json.idempotency).toMatchObject({
+				scope: 'charge',
+				key: 'o-1',
+				attempt: 1,
+				claimedAhead: true,
+			});
+			expect(notifyOut[0].json.idempotency).toMatchObject({ scope: 'notify', claimedAhead: true });
+		} finally {
+			for (const spy of spies) spy.mockRestore();
+		}
+		const rows = await sidecar.sql<{ scope: string; status: string; holder: string }>(
+			"SELECT scope, status, holder FROM durable_idempotency_keys WHERE key = 'o-1' ORDER BY scope",
+		);
+		expect(rows).toEqual([
+			{ scope: 'charge', status: 'completed', holder: 'e1' },
+			{ scope: 'notify', status: 'completed', holder: 'e1' },
+		]);
+	});
+
+	test('a Claim whose item names another instance than the one claimed ahead claims for itself', async () => {
+		const run = { workflowId: 'wf-through-other', executionId: 'e1' };
+		const client = getSidecarClient(sidecar.connection());
+		const started = await resumePoint.execute.call(
+			withGraph(
+				executeContext({
+					credentials: sidecar.credentials(),
+					...run,
+					typeVersion: 2,
+					items: [{ body: { orderId: 'o-a' } }],
+					params: {
+						instanceKey: (_i: number, item: INodeExecutionData) =>
+							(item.json.body as IDataObject).orderId,
+					},
+					nodeName: RP.name,
+					description: resumePoint.description,
+				}),
+				nodes,
+				edges,
+			),
+		);
+		const spy = jest.spyOn(client, 'claim');
+		try {
+			// Something on the way put another instance on the item: the answer for o-a is not its.
+			const [item] = started[OUTPUT_START];
+			const changed = {
+				...item,
+				json: {
+					...item.json,
+					durable: { ...(item.json.durable as IDataObject), instanceKey: 'o-b' },
+				},
+			};
+			const out = await guard.execute.call(
+				executeContext({
+					credentials: sidecar.credentials(),
+					...run,
+					typeVersion: 2,
+					items: [changed],
+					params: { scope: 'charge' },
+					nodeName: CLAIM.name,
+					description: guard.description,
+					upstream: [up(RESPOND, [changed]), up(RP_NODE, started[OUTPUT_START])],
+				}),
+			);
+			expect(spy).toHaveBeenCalledTimes(1);
+			expect(spy.mock.calls[0][0].items?.[0]?.key).toBe('o-b');
+			const meta = out[OUTPUT_FIRST_RUN][0].json.idempotency as IDataObject;
+			expect(meta).toMatchObject({ key: 'o-b' });
+			expect(meta.claimedAhead).toBeUndefined();
+		} finally {
+			spy.mockRestore();
+		}
+	});
+});
