@@ -177,7 +177,15 @@ export function findAheadGuard(
 		// died right after the Guard claimed; the resumed execution takes the claim over.
 		const endsHere = (c: NodeTypeAndVersion) =>
 			c.type === NO_OP && !c.disabled && fedBy(c.name).length === 0;
-		const children = fedBy(me).filter((c) => !onlyChild || !endsHere(c));
+		// A Guard this node feeds that is also fed by a node below this one continues the order after
+		// a later step (the Resume Point's Resume and step outputs, README "A durable workflow in
+		// version 2"): a new instance's item, which leaves by Start, reaches it only by that later
+		// step, whose Save claims for it then. Chosen ahead it never is (the Guard it finds must be fed
+		// by this node or nodes above it alone, below); it only no longer hides the Guard on Start.
+		const beneath = new Set(below.map((c) => c.name));
+		const continues = (c: NodeTypeAndVersion) =>
+			typeName(c.type) === GUARD && inputsOf(c.name).some((p) => p !== me && beneath.has(p));
+		const children = fedBy(me).filter((c) => !onlyChild || !(endsHere(c) || continues(c)));
 		if (onlyChild && children.length !== 1) return undefined;
 		/** The Guards this node reaches, each with the chain of pass-through nodes before it. */
 		const guards: Array<{ node: NodeTypeAndVersion; chain: string[] }> = [];

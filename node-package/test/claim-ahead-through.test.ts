@@ -197,6 +197,56 @@ describe('nodes that hand the item on', () => {
 	});
 });
 
+describe("the README's whole wiring: the Resume point's Resume and step outputs too", () => {
+	const SHIP = claimNode('ship');
+	const SAVE_SHIPPED: GraphNode = { ...SAVE_NODE, name: 'Save shipped' };
+	const DONE: GraphNode = { ...NOOP, name: 'Already Received' };
+	/** Start → [Respond] → Claim charge → Save charge → Claim ship → Save shipped; Resume → Claim
+	 * charge; the step output "charge" → Claim ship; Finished and Busy → a No Operation. */
+	function wiring(respond: boolean): { nodes: GraphNode[]; edges: Edge[] } {
+		const first = respond ? RESPOND.name : CLAIM.name;
+		return {
+			nodes: [RP_NODE, HOOK, ...(respond ? [RESPOND] : []), CLAIM, SAVE_NODE, SHIP, SAVE_SHIPPED, DONE],
+			edges: [
+				[HOOK.name, RP.name],
+				[RP.name, first],
+				...(respond ? ([[RESPOND.name, CLAIM.name]] as Edge[]) : []),
+				[RP.name, CLAIM.name], // Resume
+				[CLAIM.name, SAVE_NODE.name],
+				[SAVE_NODE.name, SHIP.name],
+				[RP.name, SHIP.name], // the step output after the charge
+				[SHIP.name, SAVE_SHIPPED.name],
+				[RP.name, DONE.name], // Finished, Busy
+			],
+		};
+	}
+
+	test.each([
+		['answering with a Respond to Webhook on Start', true],
+		['answering when the last node finishes', false],
+	])('the Resume Point claims ahead for the Claim on Start, %s', (_what, respond) => {
+		const { nodes, edges } = wiring(respond);
+		expect(aheadIn(nodes, edges, true)).toMatchObject({ guard: CLAIM.name, scope: 'charge' });
+	});
+
+	test('a second Guard on Start, fed by nothing below, leaves the claim to each Guard', () => {
+		const { nodes, edges } = wiring(false);
+		const other = claimNode('audit');
+		expect(aheadIn([...nodes, other], [...edges, [RP.name, other.name]], true)).toBeUndefined();
+	});
+
+	test('a Guard fed by the Resume Point and by a node not below it is no continuation', () => {
+		const { nodes, edges } = wiring(false);
+		const elsewhere: GraphNode = { name: 'Other Trigger', type: 'n8n-nodes-base.manualTrigger' };
+		const other = claimNode('audit');
+		const more: Edge[] = [
+			[RP.name, other.name],
+			[elsewhere.name, other.name],
+		];
+		expect(aheadIn([...nodes, elsewhere, other], [...edges, ...more], true)).toBeUndefined();
+	});
+});
+
 /**
  * The README's order with two side effects (the Resume Point's Finished and Busy into a No
  * Operation), run node by node against the real sidecar.
