@@ -288,3 +288,53 @@ async def test_postgres_max_connections_reached_answers_unavailable_and_recovers
             await sidecar.stop(grace=0.5)
     finally:
         pg.cleanup()
+
+
+async def test_a_database_outage_longer_than_the_grace_ends_no_live_session(pg: ThrowawayPostgres) -> None:
+    """Found by `make chaos`: no heartbeat can be recorded while PostgreSQL is down, so the first sweep after it
+    came back ended every session of a live n8n process, fenced its executions and resumed their instances. Now
+    sessions are judged again only one grace and one heartbeat after a sweep works again."""
+    from durable.v1 import session_pb2
+
+    token = f"pgfault-{random.randrange(10**9)}"
+    sidecar = await _sidecar(pg.url, token, session_grace_seconds=1.0)
+    ch = channel(sidecar.port)
+    s = Stubs(ch, token)
+    try:
+        opened = await s.sessions.OpenSession(session_pb2.OpenSessionRequest(
+            host="n8n-host", pid=4242, mode="regular", client="test"), metadata=s.metadata)
+        sid = opened.session.session_id
+        ended: list[str] = []
+
+        async def heartbeat(seconds: float) -> None:  # as the node package does: every interval, errors ignored
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                try:
+                    reply = await s.sessions.Heartbeat(session_pb2.HeartbeatRequest(session_id=sid),
+                                                       metadata=s.metadata, timeout=2)
+                    if reply.ended:
+                        ended.append(reply.end_reason)
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.2)
+
+        await heartbeat(2.0)  # the sidecar judges sessions by now (grace + heartbeat after its start)
+        await asyncio.to_thread(pg.stop, "fast")
+        await asyncio.sleep(2.5)  # longer than the grace: no heartbeat can be recorded meanwhile
+        await asyncio.to_thread(pg.start)
+        # The database answers again; the process's next heartbeat lands a few sweeps later (its interval is
+        # the sweep's, and the two are not in step).
+        for _ in range(100):
+            try:
+                await s.sessions.ListSessions(session_pb2.ListSessionsRequest(), metadata=s.metadata, timeout=2)
+                break
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        await heartbeat(3.0)
+        assert not ended, f"a live process's session was ended by a database outage: {ended}"
+        listed = await s.sessions.ListSessions(session_pb2.ListSessionsRequest(), metadata=s.metadata)
+        assert [x.end_reason for x in listed.sessions if x.session_id == sid] == [""]
+    finally:
+        await ch.close()
+        await sidecar.stop(grace=0.5)

@@ -37,6 +37,7 @@ from ..stores.waits import WaitStore, policy_columns
 from .checkpoints import CheckpointService
 from .events import hand_out_reason
 from .retries import RetryRules, check_policy
+from .sessions import caller_live
 from .versions import VersionService
 
 if TYPE_CHECKING:
@@ -496,7 +497,11 @@ class InstanceService:
                               stopping: asyncio.Event) -> AsyncIterator[list[Resumable]]:
         """Claims every poll interval until `stopping` is set; yields [] as a heartbeat."""
         interval = validation.in_range("poll_interval_ms", poll_interval_ms, *POLL_INTERVAL_MS, default=1000) / 1000
+        live = caller_live.get()
         while not stopping.is_set():
+            if not live():
+                raise FailedPrecondition("session ended, so this stream stops before it claims anything more; open "
+                                         "it again in a new session")
             batch = await self.claim_resumable(namespace, workflow_ids=workflow_ids, claimant=claimant,
                                                max_instances=max_instances, lease_seconds=lease_seconds)
             yield batch

@@ -9,7 +9,15 @@ that carry them (fencing) and wakes its Resume Trigger streams.
 
 A replica judges no session until it has served for one grace period plus one
 heartbeat interval: a sidecar restart (or a new replica) first lets every live
-process heartbeat through it, so it frees nothing that is alive.
+process heartbeat through it, so it frees nothing that is alive. The same holds
+after its database was unreachable (a sweep failed): no heartbeat could be
+recorded meanwhile, so sessions are judged again only one grace plus one
+heartbeat after a sweep succeeds.
+
+A call that names an owner in a session that has ended is fenced like any other
+call of it: a stream (the Resume Trigger's WatchResumable) ends after the item
+whose owners were recorded into its ended session, and the process opens it
+again in its new session.
 """
 
 from __future__ import annotations
@@ -20,16 +28,21 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from .. import metrics, validation
 from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..stores.base import Conn, Database
-from ..stores.sessions import Ended, SessionRow, SessionStore
+from ..stores.sessions import Ended, Learned, SessionRow, SessionStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# Whether the session of the call being served is still live, as this replica knows it (a stream asks before
+# each claim: one in an ended session stops instead of claiming); set by the transport for each call.
+caller_live: ContextVar[Callable[[], bool]] = ContextVar("caller_live", default=lambda: True)
 
 MODES = ("regular", "main", "worker", "webhook")
 # Sessions expired per sweep transaction (the rest in the next sweep, a heartbeat interval later).
@@ -60,6 +73,8 @@ class SessionService:
         self._pending: dict[tuple[str, str], str] = {}
         self._learned: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._recording = asyncio.Lock()
+        # A sweep failed (the database unreachable): sessions are not judged until one succeeds and a grace passes.
+        self._outage = False
         self._ended_seen_until: datetime | None = None
         self._last_prune = time.monotonic()
         self._wakers: set[asyncio.Event] = set()
@@ -177,7 +192,7 @@ class SessionService:
         session_id = _session_id(session_id)
         pending = self._take_pending()
 
-        async def txn(conn: Conn) -> tuple[int, Ended | None, SessionRow | None]:
+        async def txn(conn: Conn) -> tuple[Learned, Ended | None, SessionRow | None]:
             late = await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
             ended = await self.store.close_txn(conn, namespace, session_id)
             return late, ended, await self.store.get_txn(conn, session_id)
@@ -270,12 +285,18 @@ class SessionService:
             pending, lambda conn: self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()]))
         self._freed_late(freed, pending)
 
+    def ended_here(self, namespace: str, session_id: str) -> bool:
+        """Whether this replica knows the session ended (a stream of it stops after its current item)."""
+        known = self._known.get(session_id)
+        return known is not None and known[0] == namespace and bool(known[1])
+
     # --- the sweep --------------------------------------------------------------------------------------
 
     @property
     def judging(self) -> bool:
-        """Whether this replica has served long enough to judge sessions (see the module's docstring)."""
-        return time.monotonic() - self._started >= self.grace_seconds + self.heartbeat_seconds
+        """Whether this replica has served long enough, since it started or since its database answered again
+        after an outage, to judge sessions (see the module's docstring)."""
+        return not self._outage and time.monotonic() - self._started >= self.grace_seconds + self.heartbeat_seconds
 
     async def sweep(self) -> list[Ended]:
         """One sweep: records the owners seen, ends silent sessions, and learns what other replicas ended."""
@@ -283,7 +304,7 @@ class SessionService:
         judging = self.judging
         since = self._ended_seen_until
 
-        async def txn(conn: Conn) -> tuple[int, list[Ended], list[SessionRow], int, datetime]:
+        async def txn(conn: Conn) -> tuple[Learned, list[Ended], list[SessionRow], int, datetime]:
             late = await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
             ended = await self.store.expire_txn(conn, limit=_EXPIRE_BATCH) if judging else []
             now = await self.store.now_txn(conn)
@@ -292,7 +313,16 @@ class SessionService:
                 conn, (since if since is not None else now) - timedelta(seconds=2 * self.grace_seconds))
             return late, ended, others, await self.store.alive_count_txn(conn), now
 
-        late, ended, others, alive, now = await self._with_pending(pending, txn)
+        try:
+            late, ended, others, alive, now = await self._with_pending(pending, txn)
+        except Exception:
+            self._outage = True  # no heartbeat can be recorded now: judge nobody until they could be again
+            raise
+        if self._outage:
+            self._outage = False
+            self._started = time.monotonic()
+            log.info("session sweep works again; sessions are judged again after one grace and one heartbeat",
+                     extra={"grace_seconds": self.grace_seconds})
         self._freed_late(late, pending)
         stamp = time.monotonic()
         self._ended_seen_until = now
@@ -368,13 +398,19 @@ class SessionService:
         if freed:
             self._wake()
 
-    def _freed_late(self, freed: int, pending: dict[tuple[str, str], str]) -> None:
-        """Leases freed because their owners were recorded against a session that had already ended."""
-        if not freed:
+    def _freed_late(self, learned: Learned, pending: dict[tuple[str, str], str]) -> None:
+        """Sessions the recording found ended are known as ended here (their calls are refused from now on), and
+        leases freed because their owners were recorded against such a session wake the Resume Triggers."""
+        namespaces = {sid: ns for (ns, _), sid in pending.items()}
+        for sid, reason in learned.ended.items():
+            if sid in namespaces:
+                self._known[sid] = (namespaces[sid], reason)
+                self._signal(sid)
+        if not learned.freed:
             return
-        metrics.LEASES_FREED.labels("late").inc(freed)
+        metrics.LEASES_FREED.labels("late").inc(learned.freed)
         log.info("leases of a call made in a session that had ended were freed",
-                 extra={"sessions": sorted(set(pending.values())), "freed": freed})
+                 extra={"sessions": sorted(learned.ended), "freed": learned.freed})
         self._wake()
 
     # --- waking the Resume Trigger streams --------------------------------------------------------------

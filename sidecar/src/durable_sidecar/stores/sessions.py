@@ -46,6 +46,14 @@ class Ended:
     keys_freed: int
 
 
+@dataclass(frozen=True)
+class Learned:
+    """What recording owners found: the leases it freed (their session had ended) and those sessions' end reasons."""
+
+    freed: int
+    ended: dict[str, str]
+
+
 class SessionStore:
     """durable_sessions and durable_session_owners; frees the leases of durable_instances and keys it owned."""
 
@@ -81,7 +89,7 @@ class SessionStore:
         # The sessions an owner is recorded against, held (shared) to the end of the recording transaction: a
         # concurrent end of one of them (an UPDATE) waits for it, then frees the owners it recorded; or it ended
         # first, and the recording sees that and frees them itself.
-        self._hold = d.sql(f"""SELECT session_id, ended_at IS NOT NULL AS ended FROM durable_sessions
+        self._hold = d.sql(f"""SELECT session_id, ended_at IS NOT NULL AS ended, end_reason FROM durable_sessions
             WHERE {d.in_list.format(column='session_id', param='ids')}{d.lock(True, share=True)}""")
         self._learn = d.sql(f"""INSERT INTO durable_session_owners (namespace, owner, session_id, seen_at)
             VALUES (%(ns)s, %(owner)s, %(id)s, {now})
@@ -158,15 +166,15 @@ class SessionStore:
             await self.r.all(conn, self._count, {"id": session_id, "n": instances + keys})
         return Ended(session_id, namespace, instances, keys)
 
-    async def learn_txn(self, conn: Conn, owners: list[tuple[str, str, str]]) -> int:
+    async def learn_txn(self, conn: Conn, owners: list[tuple[str, str, str]]) -> Learned:
         """Records (namespace, owner, session id) rows: the owner's leases end with that session. An owner whose
         session has already ended (another replica ended it before this one recorded the call that named the owner)
-        has its leases freed now, as the end would have; how many leases that frees."""
+        has its leases freed now, as the end would have."""
         if not owners:
-            return 0
+            return Learned(0, {})
         ids = sorted({sid for _, _, sid in owners})
-        ended = {row["session_id"] for row in await self.r.all(conn, self._hold, {"ids": self.r.dialect.list_param(ids)})
-                 if row["ended"]}
+        ended = {row["session_id"]: str(row["end_reason"] or "expired")
+                 for row in await self.r.all(conn, self._hold, {"ids": self.r.dialect.list_param(ids)}) if row["ended"]}
         now = await self.r.with_now(conn)
         await self.r.many(conn, self._learn, [{**now, "ns": ns, "owner": owner, "id": sid}
                                               for ns, owner, sid in owners])
@@ -174,7 +182,7 @@ class SessionStore:
         for ns, owner, sid in owners:
             if sid in ended:
                 late.setdefault(ns, []).append(owner)
-        return sum([await self.release_txn(conn, ns, sorted(names)) for ns, names in late.items()])
+        return Learned(sum([await self.release_txn(conn, ns, sorted(names)) for ns, names in late.items()]), ended)
 
     async def ended_since_txn(self, conn: Conn, since: datetime) -> list[SessionRow]:
         return [self._session(row) for row in await self.r.all(conn, self._ended_since, {"since": self.r.at(since)})]

@@ -16,6 +16,7 @@ import grpc
 
 from .. import errors, metrics, telemetry
 from ..logs import instance_key_var, namespace_var, request_id_var
+from ..services.sessions import caller_live
 from .auth import Authenticator
 from .boundary import Boundary, refuse_undecodable
 from .errors import status_for
@@ -37,6 +38,8 @@ class Sessions(Protocol):
     async def admit(self, namespace: str, session_id: str) -> None: ...
 
     async def learn(self, namespace: str, owners: list[str], session_id: str) -> None: ...
+
+    def ended_here(self, namespace: str, session_id: str) -> bool: ...
 
 
 # A generated request id: a random prefix per process and a counter (16 hex characters, as uuid4's were,
@@ -180,10 +183,19 @@ def server_stream(method: str) -> Callable[
                 boundary = _boundary(self)
                 await _admit(boundary, method, namespace, request)
                 sessions, session_id = await _enter(self, method, namespace, context)
+                if sessions is not None:
+                    live = sessions  # bound for the closure below (mypy: not None)
+                    caller_live.set(lambda: not live.ended_here(namespace, session_id))
                 # One tenant's streams are limited so they cannot slow the other namespaces.
                 with boundary.streams.stream(namespace) if boundary is not None else contextlib.nullcontext():
                     async for item in handler(self, request, namespace):
                         await _learn(sessions, session_id, method, namespace, request, item)
+                        if sessions is not None and sessions.ended_here(namespace, session_id):
+                            # Its owners were just freed (their session had ended): the process watches again
+                            # in its new session, and what this item claimed is free for a live one.
+                            raise errors.FailedPrecondition(
+                                f"session ended, so this stream stops and what it last claimed was freed; open it "
+                                f"again in a new session (session {session_id})")
                         yield item
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
