@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="the run's seed (default: a new one, printed)")
     p.add_argument("--wave", type=int, default=3, help="cases run at once under one fault schedule (default 3)")
     p.add_argument("--faults-per-wave", type=int, default=3, help="faults injected in each wave (default 3)")
+    p.add_argument("--n8n", choices=(*faults.MODES, "both"), default="both",
+                   help="n8n's mode: regular, queue (a main and two workers), or both (default: the first half "
+                        "of the waves regular, the rest queue)")
     p.add_argument("--kinds", default=",".join(faults.KINDS), help="fault kinds to draw from (comma-separated)")
     p.add_argument("--case", type=int, action="append", default=[], help="run only this case index (repeatable)")
     p.add_argument("--plant", choices=PLANTS, help="a planted defect the oracle must catch (the run must fail)")
@@ -47,20 +50,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault]) -> list[faults.PlannedFault]:
-    """With a planted provider defect, the first wave's calls take 3 s at least and n8n is killed inside one,
-    so a resumed call repeats its key: a provider that ignores keys then performs it twice."""
+def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault], mode: str) -> list[faults.PlannedFault]:
+    """With a planted provider defect, the first wave's calls take 3 s at least and n8n (in queue mode: both
+    workers) is killed inside one, so a resumed call repeats its key: a provider that ignores keys then performs
+    it twice."""
     from dataclasses import replace
 
     for case in cases:
         case.schedules = [replace(s, delay_s=max(s.delay_s, 3.0)) for s in case.schedules]
+    if mode == "queue":
+        return [faults.PlannedFault("worker-kill", 2.0, "w0 in-call", 0.0),
+                faults.PlannedFault("worker-kill", 2.1, "w1 in-call", 0.0), *plan]
     return [faults.PlannedFault("n8n-kill", 2.0, "in-call", 0.0), *plan]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
-    print(f"make chaos: seed {seed} (reproduce with: make chaos SEED={seed} N={args.n})", flush=True)
+    mode = f" CHAOS_ARGS='--n8n {args.n8n}'" if args.n8n != "both" else ""
+    print(f"make chaos: seed {seed} (reproduce with: make chaos SEED={seed} N={args.n}{mode})", flush=True)
     started = time.monotonic()
     indexes = sorted(set(args.case)) or list(range(args.n))
     kinds = tuple(k for k in faults.KINDS if k in args.kinds.split(","))
@@ -68,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     waves: dict[int, list[int]] = {}
     for i in indexes:
         waves.setdefault(i // args.wave, []).append(i)
-    kind_deck = faults.kinds_for_waves(seed, max(waves) + 1, args.faults_per_wave, kinds)
+    # A wave's mode depends on the run's waves (not on the cases chosen), so `--case i` meets its mode too.
+    modes = faults.wave_modes(max(max(waves) + 1, -(-args.n // args.wave)), args.n8n)
+    kind_deck = faults.kinds_for_waves(seed, len(modes), args.faults_per_wave, kinds, modes)
     providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
     work = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
     stack = ChaosStack(work, providers)
@@ -79,17 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     wave_of: dict[int, int] = {}
     try:
         print(f"starting the stack in {work} (PostgreSQL and Redis of its own, two sidecars, n8n) ...", flush=True)
-        stack.start()
+        stack.start(modes[min(waves)])
         print(f"stack ready in {time.monotonic() - started:.0f} s", flush=True)
         for w, wave_indexes in waves.items():
+            if modes[w] != stack.mode:
+                t = time.monotonic()
+                stack.use_mode(modes[w])
+                print(f"n8n now in {modes[w]} mode ({time.monotonic() - t:.0f} s to switch)", flush=True)
             wave_cases = [generate(seed, i, providers.url) for i in wave_indexes]
             plan = faults.schedule(seed, w, kind_deck[w])
             if args.plant and w == min(waves):
-                plan = plant_in_first_wave(wave_cases, plan)
+                plan = plant_in_first_wave(wave_cases, plan, modes[w])
             plans[w] = plan
             cases += wave_cases
             wave_of.update({c.index: w for c in wave_cases})
-            print(f"wave {w}: cases {wave_indexes}, {sum(len(c.keys) for c in wave_cases)} keys, "
+            print(f"wave {w} (n8n {modes[w]}): cases {wave_indexes}, {sum(len(c.keys) for c in wave_cases)} keys, "
                   f"{sum(len(c.deliveries) for c in wave_cases)} deliveries, faults "
                   f"{[f'{f.kind}@{f.offset_s}s' for f in plan]}", flush=True)
             t = time.monotonic()
@@ -115,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
         plant = f" --plant {args.plant}" if args.plant else ""
         first = bad[0] if bad else 0
-        print(f"replay one: make chaos SEED={seed} CHAOS_ARGS='--wave {args.wave} --case {first}{plant}'")
-        print(f"shrink it: {sys.executable} -m chaos.shrink --seed {seed} --case {first} --wave {args.wave}{plant}")
+        mode = f" --n8n {args.n8n}" if args.n8n != "both" else ""
+        print(f"replay one: make chaos SEED={seed} N={args.n} CHAOS_ARGS='--wave {args.wave} --case {first}{mode}{plant}'")
+        print(f"shrink it: {sys.executable} -m chaos.shrink --seed {seed} --case {first} --wave {args.wave} --n {args.n}{mode}{plant}")
         return 1
     finally:
         stack.close()

@@ -1,13 +1,17 @@
-"""The stack a chaos run starts once: a throwaway PostgreSQL and Redis, two sidecars on them, n8n in regular
-mode (its own database on the machine's PostgreSQL) with our package and a credential listing both sidecars,
-and the fake providers. Everything it starts it stops, also on failure."""
+"""The stack a chaos run starts once: a throwaway PostgreSQL and Redis, two sidecars on them, n8n (its own
+database on the machine's PostgreSQL) with our package and a credential listing both sidecars, and the fake
+providers. n8n runs in regular mode (one process) or queue mode (a main and two workers, Bull on a second Redis
+of the stack's own); `use_mode` switches between them on the same n8n database. Everything it starts it stops,
+also on failure."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import signal
 import socket
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +19,7 @@ from typing import Any
 
 import harness
 import psycopg
-from harness import CREDENTIAL_ID, NAMESPACE, TOKEN, N8n, Process, Sidecar, create_db, drop_db, http, tail
+from harness import CREDENTIAL_ID, NAMESPACE, TOKEN, N8n, Process, Sidecar, create_db, drop_db, http, tail, wait_until
 from ports import free_port
 
 from chaos.generator import Case
@@ -23,15 +27,17 @@ from chaos.providers import Providers
 from tests.faults.infra import ThrowawayPostgres
 
 REPO = Path(__file__).resolve().parents[1]
+# Workers in queue mode: two, so the instances of a killed or frozen one resume on the other.
+WORKERS = 2
 
 
 class Redis:
     """redis-server on a free loopback port, no persistence: the sidecars' cache, killed and started again."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, name: str = "redis") -> None:
         self.port = free_port()
-        self.process = Process("redis", ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                                         "--save", "", "--appendonly", "no"], dict(os.environ), work / "redis.log")
+        self.process = Process(name, ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no"], dict(os.environ), work / f"{name}.log")
 
     @property
     def url(self) -> str:
@@ -57,11 +63,15 @@ class ChaosStack:
         self.n8n_db = ""
         self.n8n: N8n | None = None
         self.main: Process | None = None
+        self.mode = "regular"
+        # Bull's Redis in queue mode: the stack's own, apart from the sidecars' (which redis-kill empties).
+        self.queue_redis: Redis | None = None
+        self.workers: list[Process] = []
         self.api_key = ""
 
     # --- start and stop ---
 
-    def start(self) -> None:
+    def start(self, mode: str = "regular") -> None:
         self.pg.start()
         self.redis.start()
         for name in ("a", "b"):
@@ -77,8 +87,31 @@ class ChaosStack:
         package_dir = Path(os.environ.get("DURABLE_E2E_PACKAGE_DIR", str(REPO / "node-package")))
         self.n8n = N8n(self.work, self.n8n_db, package_dir)
         self._credential()
-        self.main = self.n8n.start_main()
+        self.use_mode(mode)
         self.api_key = self.n8n.create_api_key("chaos")
+
+    def use_mode(self, mode: str) -> None:
+        """n8n in `mode` ("regular" or "queue"): stops what runs in the other mode (SIGTERM, drained), starts
+        the main (and in queue mode the workers) on the same database, encryption key and user folder."""
+        assert self.n8n is not None
+        if self.main is not None and self.mode == mode:
+            return
+        for p in [*self.workers, *([self.main] if self.main else [])]:
+            p.stop()
+        self.workers, self.main, self.mode = [], None, mode
+        queue_env = {"EXECUTIONS_MODE": "queue", "QUEUE_HEALTH_CHECK_ACTIVE": "false",
+                     "QUEUE_BULL_REDIS_HOST": "127.0.0.1", "QUEUE_BULL_PREFIX": f"chaos-{uuid.uuid4().hex[:8]}"}
+        if mode == "queue":
+            if self.queue_redis is None:
+                self.queue_redis = Redis(self.work, "redis-queue")
+                self.queue_redis.start()
+            self.n8n.env.update({**queue_env, "QUEUE_BULL_REDIS_PORT": str(self.queue_redis.port)})
+        else:
+            for k in [*queue_env, "QUEUE_BULL_REDIS_PORT"]:
+                self.n8n.env.pop(k, None)
+        self.main = self.n8n.start_main()
+        if mode == "queue":
+            self.workers = [self._start_worker() for _ in range(WORKERS)]
 
     def _credential(self) -> None:
         """One credential listing both sidecars, every other field at its default (Call Deadline 30 s)."""
@@ -97,6 +130,8 @@ class ChaosStack:
         for s in self.sidecars:
             s.close()
         self.redis.process.stop()
+        if self.queue_redis is not None:
+            self.queue_redis.process.stop()
         self.pg.cleanup()
         if self.n8n_db:
             drop_db(self.n8n_db)
@@ -144,6 +179,31 @@ class ChaosStack:
         assert self.n8n is not None
         self.main = self.n8n.start_main()
 
+    def _start_worker(self) -> Process:
+        assert self.n8n is not None
+        w = self.n8n.process("worker", env={"N8N_LOG_LEVEL": "info"})  # it says when it is ready
+        w.start()
+        wait_until(f"{w.name} to be ready", lambda: "worker is now ready" in w.log.read_text(errors="replace"),
+                   timeout=180, interval=0.3)
+        return w
+
+    def kill_worker(self, i: int) -> None:
+        self.workers[i].kill9()
+
+    def restart_worker(self, i: int) -> None:
+        self.workers[i] = self._start_worker()
+
+    def freeze_worker(self, i: int) -> None:
+        """SIGSTOP to the worker's whole process group (its task runner too)."""
+        proc = self.workers[i].proc
+        assert proc is not None
+        os.killpg(proc.pid, signal.SIGSTOP)
+
+    def wake_worker(self, i: int) -> None:
+        proc = self.workers[i].proc
+        assert proc is not None
+        os.killpg(proc.pid, signal.SIGCONT)
+
     # --- reading the sidecars' database ---
 
     @contextlib.contextmanager
@@ -163,6 +223,8 @@ class ChaosStack:
             for p in self.n8n.processes:
                 out[p.name] = tail(p.log, 300)
         out["redis"] = tail(self.redis.process.log, 50)
+        if self.queue_redis is not None:
+            out["redis-queue"] = tail(self.queue_redis.process.log, 50)
         out["postgres"] = tail(self.pg.root / "log", 100)
         return out
 

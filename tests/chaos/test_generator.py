@@ -70,7 +70,10 @@ def test_expectations_name_one_call_per_segment_and_allow_a_suspension_only_past
 def test_over_enough_cases_every_building_block_and_fault_kind_is_drawn() -> None:
     used = {b for index in range(40) for b in generate(3, index, URL).blocks}
     assert used == {b.name for b in BLOCKS}
-    dealt = {k for wave in faults.kinds_for_waves(3, 2, 2) for k in wave}
+    for mode in faults.MODES:
+        dealt = {k for wave in faults.kinds_for_waves(3, 2, 3, modes=[mode, mode]) for k in wave}
+        assert dealt == set(faults.kinds_fitting(mode))
+    dealt = {k for wave in faults.kinds_for_waves(3, 4, 3, modes=faults.wave_modes(4, "both")) for k in wave}
     assert dealt == set(faults.KINDS)
 
 
