@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n8n", choices=(*faults.MODES, "both"), default="both",
                    help="n8n's mode: regular, queue (a main and two workers), or both (default: the first half "
                         "of the waves regular, the rest queue)")
+    p.add_argument("--database", choices=faults.DATABASES, default="postgres",
+                   help="the sidecars' database: one throwaway PostgreSQL (default), or a throwaway Patroni cluster "
+                        "(etcd and three nodes; the long form), whose faults are a switchover and a primary kill")
     p.add_argument("--kinds", default=",".join(faults.KINDS), help="fault kinds to draw from (comma-separated)")
     p.add_argument("--case", type=int, action="append", default=[], help="run only this case index (repeatable)")
     p.add_argument("--plant", choices=PLANTS, help="a planted defect the oracle must catch (the run must fail)")
@@ -67,7 +70,10 @@ def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault], mode
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
-    mode = f" CHAOS_ARGS='--n8n {args.n8n}'" if args.n8n != "both" else ""
+    flags = (f" --n8n {args.n8n}" if args.n8n != "both" else "") + \
+        (f" --database {args.database}" if args.database != "postgres" else "") + \
+        (f" --kinds {args.kinds}" if args.kinds != ",".join(faults.KINDS) else "")
+    mode = f" CHAOS_ARGS='{flags.strip()}'" if flags else ""
     print(f"make chaos: seed {seed} (reproduce with: make chaos SEED={seed} N={args.n}{mode})", flush=True)
     started = time.monotonic()
     indexes = sorted(set(args.case)) or list(range(args.n))
@@ -78,17 +84,18 @@ def main(argv: list[str] | None = None) -> int:
         waves.setdefault(i // args.wave, []).append(i)
     # A wave's mode depends on the run's waves (not on the cases chosen), so `--case i` meets its mode too.
     modes = faults.wave_modes(max(max(waves) + 1, -(-args.n // args.wave)), args.n8n)
-    kind_deck = faults.kinds_for_waves(seed, len(modes), args.faults_per_wave, kinds, modes)
+    kind_deck = faults.kinds_for_waves(seed, len(modes), args.faults_per_wave, kinds, modes, args.database)
     providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
     work = Path(tempfile.mkdtemp(prefix="durable-chaos-"))
-    stack = ChaosStack(work, providers)
+    stack = ChaosStack(work, providers, args.database)
     history = History()
     passed = False
     cases: list[Case] = []
     plans: dict[int, list[faults.PlannedFault]] = {}
     wave_of: dict[int, int] = {}
     try:
-        print(f"starting the stack in {work} (PostgreSQL and Redis of its own, two sidecars, n8n) ...", flush=True)
+        what = "a Patroni cluster" if args.database == "patroni" else "PostgreSQL"
+        print(f"starting the stack in {work} ({what} and Redis of its own, two sidecars, n8n) ...", flush=True)
         stack.start(modes[min(waves)])
         print(f"stack ready in {time.monotonic() - started:.0f} s", flush=True)
         for w, wave_indexes in waves.items():
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
         plant = f" --plant {args.plant}" if args.plant else ""
         first = bad[0] if bad else 0
-        mode = f" --n8n {args.n8n}" if args.n8n != "both" else ""
+        mode = flags
         print(f"replay one: make chaos SEED={seed} N={args.n} CHAOS_ARGS='--wave {args.wave} --case {first}{mode}{plant}'")
         print(f"shrink it: {sys.executable} -m chaos.shrink --seed {seed} --case {first} --wave {args.wave} --n {args.n}{mode}{plant}")
         return 1

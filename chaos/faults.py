@@ -15,7 +15,13 @@ to three kinds:
 - `worker-freeze`: SIGSTOP of one worker for 6-10 s, longer than the sidecar's session grace (5 s), then
   SIGCONT: its session ends, its instances resume on the other worker, and its woken executions are refused.
 
-Still to do (docs/testing.md): in the long form, a Patroni switchover and a kill of its primary.
+With the sidecars on a Patroni cluster (`--database patroni`, the long form: etcd and three PostgreSQL nodes in
+synchronous mode, tests/faults/patroni.py) `postgres-restart` gives way to two kinds:
+
+- `patroni-switchover`: a planned switchover to the synchronous standby (Patroni's REST API), until the old
+  primary streams again;
+- `patroni-primary-kill`: kill -9 of the primary (Patroni and PostgreSQL), until another node leads; the killed
+  node starts again after a few seconds and rejoins as a standby.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ from dataclasses import dataclass
 from chaos.history import FaultFact
 from chaos.stack import ChaosStack
 
-# n8n's modes (chaos/stack.py) and the fault kinds that fit each; the parts they hit besides n8n fit both.
+# n8n's modes and the sidecars' databases (chaos/stack.py), and the fault kinds that fit each; the sidecars and
+# their Redis fit every run.
 MODES = ("regular", "queue")
 MODE_KINDS = {"regular": ("n8n-kill",), "queue": ("main-kill", "worker-kill", "worker-freeze")}
-SHARED_KINDS = ("sidecar-kill", "postgres-restart", "redis-kill")
-KINDS = ("n8n-kill", "main-kill", "worker-kill", "worker-freeze", *SHARED_KINDS)
+DATABASES = ("postgres", "patroni")
+DATABASE_KINDS = {"postgres": ("postgres-restart",), "patroni": ("patroni-switchover", "patroni-primary-kill")}
+SHARED_KINDS = ("sidecar-kill", "redis-kill")
+KINDS = ("n8n-kill", "main-kill", "worker-kill", "worker-freeze", "sidecar-kill", "postgres-restart", "redis-kill",
+         "patroni-switchover", "patroni-primary-kill")
 # How long a frozen worker stays stopped: longer than the sidecar's session grace (5 s), so its session ends.
 FREEZE_S = (6.0, 10.0)
 # How long a wave's faults are spread over, from its first delivery.
@@ -54,9 +64,10 @@ class PlannedFault:
         return self.target.endswith("in-call")
 
 
-def kinds_fitting(mode: str, kinds: tuple[str, ...] = KINDS) -> tuple[str, ...]:
-    """The kinds (of `kinds`) a wave with n8n in `mode` can take: its mode's own and the shared ones."""
-    return tuple(k for k in kinds if k in MODE_KINDS[mode] or k in SHARED_KINDS)
+def kinds_fitting(mode: str, kinds: tuple[str, ...] = KINDS, database: str = "postgres") -> tuple[str, ...]:
+    """The kinds (of `kinds`) a wave with n8n in `mode` and the sidecars on `database` can take: its mode's own,
+    its database's own and the shared ones."""
+    return tuple(k for k in kinds if k in MODE_KINDS[mode] or k in DATABASE_KINDS[database] or k in SHARED_KINDS)
 
 
 def wave_modes(waves: int, n8n: str) -> list[str]:
@@ -72,10 +83,10 @@ def wave_modes(waves: int, n8n: str) -> list[str]:
 
 
 def kinds_for_waves(seed: int, waves: int, per_wave: int, kinds: tuple[str, ...] = KINDS,
-                    modes: list[str] | None = None) -> list[list[str]]:
-    """Each wave's fault kinds. Per mode, the kinds that fit it in a seeded order, dealt round-robin to that
-    mode's waves in turn, so a run with enough waves of a mode uses every kind that fits it. (Without `modes`,
-    every wave is regular.)"""
+                    modes: list[str] | None = None, database: str = "postgres") -> list[list[str]]:
+    """Each wave's fault kinds. Per mode, the kinds that fit it (and the database) in a seeded order, dealt
+    round-robin to that mode's waves in turn, so a run with enough waves of a mode uses every kind that fits
+    it. (Without `modes`, every wave is regular.)"""
     modes = modes if modes is not None else ["regular"] * waves
     decks: dict[str, list[str]] = {}
     dealt: dict[str, int] = {}
@@ -84,8 +95,9 @@ def kinds_for_waves(seed: int, waves: int, per_wave: int, kinds: tuple[str, ...]
         mode = modes[w]
         if mode not in decks:
             # The regular deck keeps the seed's old name, so a regular run deals as it did before queue mode.
-            rng = random.Random(f"{seed}:fault-kinds" + ("" if mode == "regular" else f":{mode}"))
-            decks[mode] = list(kinds_fitting(mode, kinds))
+            rng = random.Random(f"{seed}:fault-kinds" + ("" if mode == "regular" else f":{mode}")
+                                + ("" if database == "postgres" else f":{database}"))
+            decks[mode] = list(kinds_fitting(mode, kinds, database))
             rng.shuffle(decks[mode])
             dealt[mode] = 0
         deck, i = decks[mode], dealt[mode]
@@ -110,6 +122,10 @@ def schedule(seed: int, wave: int, kinds: list[str]) -> list[PlannedFault]:
             out.append(PlannedFault(kind, offset, rng.choice(["a", "b"]), round(rng.uniform(0.5, 4.0), 2)))
         elif kind == "postgres-restart":
             out.append(PlannedFault(kind, offset, rng.choice(["fast", "kill-9"]), round(rng.uniform(0.5, 3.0), 2)))
+        elif kind == "patroni-switchover":
+            out.append(PlannedFault(kind, offset, "to the synchronous standby", 0.0))
+        elif kind == "patroni-primary-kill":
+            out.append(PlannedFault(kind, offset, "primary", round(rng.uniform(0.5, 3.0), 2)))
         else:
             out.append(PlannedFault(kind, offset, "redis", round(rng.uniform(0.5, 5.0), 2)))
     return sorted(out, key=lambda f: f.offset_s)
@@ -187,13 +203,14 @@ class Injector:
             target = f"sidecar {fault.target}"
         elif fault.kind == "postgres-restart":
             at = time.time()
-            if fault.target == "fast":
-                s.pg.stop("fast")
-            else:
-                s.pg.kill9()
-            time.sleep(fault.down_s)
-            s.pg.start()
+            s.restart_postgres(fault.target, fault.down_s)
             target = f"postgres ({fault.target})"
+        elif fault.kind == "patroni-switchover":
+            at = time.time()
+            target = f"patroni {s.patroni_switchover()}"
+        elif fault.kind == "patroni-primary-kill":
+            at = time.time()
+            target = f"patroni {s.patroni_kill_primary(fault.down_s)}"
         elif fault.kind == "redis-kill":
             at = time.time()
             s.redis.process.kill9()

@@ -33,12 +33,17 @@ SESSION_GRACE_S = 5.0
 # (the Resume Trigger on the main, the queue, the execution up to the call it was in).
 FREEZE_MAX_S = 10.0
 RESUME_S = 30.0
+# The Patroni cluster's leader key TTL (tests/faults/patroni.py TTL_SECONDS) plus its loop and a retry.
+PATRONI_TTL_S = 15.0
 # Seconds a fault may add to an instance's time to complete (the part's restart plus a resume). A killed
 # n8n process (regular n8n, the queue-mode main, a worker) is started again at once and its instances resume;
 # a frozen worker's instances resume elsewhere once the grace has passed, whatever its freeze lasts beyond it.
 FAULT_ALLOWANCE_S = {"n8n-kill": 75.0, "main-kill": 75.0, "worker-kill": 75.0,
                      "worker-freeze": FREEZE_MAX_S + SESSION_GRACE_S + RESUME_S,
-                     "sidecar-kill": 20.0, "postgres-restart": 30.0, "redis-kill": 10.0}
+                     "sidecar-kill": 20.0, "postgres-restart": 30.0, "redis-kill": 10.0,
+                     # Patroni: a switchover is a planned few seconds without a primary; a killed primary's
+                     # leader key lives TTL_SECONDS (10 s) before a standby is promoted, then a resume.
+                     "patroni-switchover": 30.0, "patroni-primary-kill": PATRONI_TTL_S + RESUME_S}
 # Faults after which an execution holding a key is gone (killed, or fenced by the end of its session), so its
 # key's call may be made again and a retry policy's resume may have been spent on it. (A queue-mode main runs
 # no execution: its kill ends none.)

@@ -17,7 +17,6 @@ NOT_YET = (
     "Split Out of line items; Loop Over Items",
     "n8n's Wait node",
     "Wait for Event with a Signal (another workflow or the HTTP/JSON face)",
-    "fault: Patroni switchover and kill of its primary (long form)",
 )
 
 

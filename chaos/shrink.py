@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults-per-wave", type=int, default=3)
     p.add_argument("--n", type=int, default=12, help="the run's --n (which n8n mode the case's wave met)")
     p.add_argument("--n8n", choices=(*faults.MODES, "both"), default="both", help="the run's --n8n")
+    p.add_argument("--database", choices=faults.DATABASES, default="postgres", help="the run's --database")
     p.add_argument("--kinds", default=",".join(faults.KINDS))
     p.add_argument("--plant", choices=PLANTS)
     p.add_argument("--max-attempts", type=int, default=12)
@@ -69,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     wave = args.case // args.wave
     modes = faults.wave_modes(max(wave + 1, -(-args.n // args.wave)), args.n8n)
     providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
-    stack = ChaosStack(Path(tempfile.mkdtemp(prefix="durable-chaos-shrink-")), providers)
+    stack = ChaosStack(Path(tempfile.mkdtemp(prefix="durable-chaos-shrink-")), providers, args.database)
     try:
         stack.start(modes[wave])
         original = generate(args.seed, args.case, providers.url)
-        deck = faults.kinds_for_waves(args.seed, len(modes), args.faults_per_wave, kinds, modes)
+        deck = faults.kinds_for_waves(args.seed, len(modes), args.faults_per_wave, kinds, modes, args.database)
         plan = faults.schedule(args.seed, wave, deck[wave])
         if args.plant:
             plan = plant_in_first_wave([original], plan, modes[wave])

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from ports import free_port
 from chaos.generator import Case
 from chaos.providers import Providers
 from tests.faults.infra import ThrowawayPostgres
+from tests.faults.patroni import PatroniCluster
 
 REPO = Path(__file__).resolve().parents[1]
 # Workers in queue mode: two, so the instances of a killed or frozen one resume on the other.
@@ -55,9 +57,11 @@ class Redis:
 
 
 class ChaosStack:
-    def __init__(self, work: Path, providers: Providers) -> None:
-        self.work, self.providers = work, providers
-        self.pg = ThrowawayPostgres(max_connections=100)
+    def __init__(self, work: Path, providers: Providers, database: str = "postgres") -> None:
+        self.work, self.providers, self.database = work, providers, database
+        # The sidecars' database: one throwaway PostgreSQL, or (the long form) a throwaway Patroni cluster.
+        self.patroni = PatroniCluster(max_connections=100) if database == "patroni" else None
+        self.pg = ThrowawayPostgres(max_connections=100) if self.patroni is None else None
         self.redis = Redis(work)
         self.sidecars: list[Sidecar] = []
         self.n8n_db = ""
@@ -71,15 +75,26 @@ class ChaosStack:
 
     # --- start and stop ---
 
+    @property
+    def db_url(self) -> str:
+        if self.patroni is not None:
+            return self.patroni.url
+        assert self.pg is not None
+        return self.pg.url
+
     def start(self, mode: str = "regular") -> None:
-        self.pg.start()
+        if self.patroni is not None:
+            self.patroni.start()
+        else:
+            assert self.pg is not None
+            self.pg.start()
         self.redis.start()
         for name in ("a", "b"):
             folder = self.work / f"sidecar-{name}"
             folder.mkdir()
             sidecar = Sidecar(folder, "postgres")
             # Sidecar's own env dict is the process's: point it at the throwaway PostgreSQL and Redis.
-            sidecar.base_env.update({"DURABLE_DATABASE_URL": self.pg.url, "DURABLE_REDIS_URL": self.redis.url,
+            sidecar.base_env.update({"DURABLE_DATABASE_URL": self.db_url, "DURABLE_REDIS_URL": self.redis.url,
                                      "DURABLE_CONSOLE_ENABLED": "false"})
             sidecar.start()
             self.sidecars.append(sidecar)
@@ -132,7 +147,10 @@ class ChaosStack:
         self.redis.process.stop()
         if self.queue_redis is not None:
             self.queue_redis.process.stop()
-        self.pg.cleanup()
+        if self.patroni is not None:
+            self.patroni.cleanup()
+        if self.pg is not None:
+            self.pg.cleanup()
         if self.n8n_db:
             drop_db(self.n8n_db)
 
@@ -204,11 +222,47 @@ class ChaosStack:
         assert proc is not None
         os.killpg(proc.pid, signal.SIGCONT)
 
+    def restart_postgres(self, how: str, down_s: float) -> None:
+        """The throwaway PostgreSQL stopped (`fast`) or killed (`kill-9`), and started again after `down_s`."""
+        assert self.pg is not None
+        if how == "fast":
+            self.pg.stop("fast")
+        else:
+            self.pg.kill9()
+        time.sleep(down_s)
+        self.pg.start()
+
+    def patroni_switchover(self) -> str:
+        """A planned switchover to the synchronous standby; returns once the old primary streams again."""
+        assert self.patroni is not None
+        old, new = self.patroni.leader().name, self.patroni.sync_standby().name
+        self.patroni.switchover(new)
+        wait_until(f"{new} to lead", lambda: self._leader() == new, timeout=60, interval=0.2)
+        self.patroni.wait_healthy(120)
+        return f"switchover {old} → {new}"
+
+    def patroni_kill_primary(self, down_s: float) -> str:
+        """kill -9 of the primary (Patroni and PostgreSQL); once another node leads, the killed node starts again
+        after `down_s` and rejoins; returns once the cluster is whole."""
+        assert self.patroni is not None
+        node = self.patroni.leader()
+        self.patroni.kill9_node(node)
+        wait_until("another node to lead", lambda: self._leader() not in ("", node.name), timeout=90, interval=0.2)
+        new = self._leader()
+        time.sleep(down_s)
+        self.patroni.start_node(node)
+        self.patroni.wait_healthy(180)
+        return f"primary {node.name} killed, {new} leads"
+
+    def _leader(self) -> str:
+        assert self.patroni is not None
+        return next((str(m["name"]) for m in self.patroni.members() if m.get("role") == "leader"), "")
+
     # --- reading the sidecars' database ---
 
     @contextlib.contextmanager
     def db(self) -> Iterator[psycopg.Connection[Any]]:
-        with psycopg.connect(self.pg.url, connect_timeout=10) as conn:
+        with psycopg.connect(self.db_url, connect_timeout=10) as conn:
             yield conn
 
     def operator_retry(self, workflow_id: str, key: str) -> None:
@@ -225,7 +279,11 @@ class ChaosStack:
         out["redis"] = tail(self.redis.process.log, 50)
         if self.queue_redis is not None:
             out["redis-queue"] = tail(self.queue_redis.process.log, 50)
-        out["postgres"] = tail(self.pg.root / "log", 100)
+        if self.pg is not None:
+            out["postgres"] = tail(self.pg.root / "log", 100)
+        if self.patroni is not None:
+            for node in self.patroni.nodes:
+                out[f"patroni-{node.name}"] = tail(node.log, 100)
         return out
 
 

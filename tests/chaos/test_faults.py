@@ -46,6 +46,19 @@ def test_a_regular_run_deals_as_before_queue_mode_and_a_case_s_wave_keeps_its_ki
     assert faults.kinds_for_waves(7, 5, 3, modes=modes[:5]) == faults.kinds_for_waves(7, 6, 3, modes=modes)[:5]
 
 
+def test_on_patroni_the_postgres_restart_gives_way_to_a_switchover_and_a_primary_kill() -> None:
+    for mode in faults.MODES:
+        fitting = set(faults.kinds_fitting(mode, database="patroni"))
+        assert "postgres-restart" not in fitting
+        assert {"patroni-switchover", "patroni-primary-kill"} <= fitting
+        assert not {"patroni-switchover", "patroni-primary-kill"} & set(faults.kinds_fitting(mode))
+    modes = faults.wave_modes(6, "both")
+    for mode, kinds in zip(modes, faults.kinds_for_waves(9, 6, 3, modes=modes, database="patroni"), strict=True):
+        assert set(kinds) <= set(faults.kinds_fitting(mode, database="patroni"))
+    for f in faults.schedule(9, 0, ["patroni-switchover", "patroni-primary-kill"]):
+        assert f.down_s <= 3.0 and f.target in ("to the synchronous standby", "primary")
+
+
 def test_a_kind_filter_leaves_a_mode_with_no_kind_faultless() -> None:
     assert faults.kinds_for_waves(1, 2, 3, ("n8n-kill",), modes=["regular", "queue"]) == [["n8n-kill"] * 3, []]
 
@@ -77,6 +90,9 @@ def test_every_fault_kind_has_an_allowance_and_a_freeze_allows_its_longest_stop_
                         FaultFact("worker-kill", 1, "worker 0", 0, 0)])
     assert oracle.bound_s(h, _expectation(0), None) == 20.0 + freeze + oracle.FAULT_ALLOWANCE_S["main-kill"]
     assert oracle.bound_s(h, _expectation(1), None) == 20.0 + oracle.FAULT_ALLOWANCE_S["worker-kill"]
+    # A killed Patroni primary: its leader key's TTL, then a resume.
+    from tests.faults.patroni import TTL_SECONDS
+    assert oracle.FAULT_ALLOWANCE_S["patroni-primary-kill"] >= TTL_SECONDS + oracle.RESUME_S
 
 
 def test_a_repeated_call_after_a_worker_kill_or_freeze_is_allowed_but_not_after_a_main_kill() -> None:
