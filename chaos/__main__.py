@@ -47,6 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.n < 1 or args.wave < 1 or args.faults_per_wave < 0:
         p.error("--n and --wave must be at least 1, --faults-per-wave at least 0")
+    if args.database == "patroni":
+        from tests.faults.patroni import tools_missing
+
+        if missing := tools_missing():
+            p.error(missing)
     unknown = set(args.kinds.split(",")) - set(faults.KINDS)
     if unknown:
         p.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(faults.KINDS)}")
@@ -120,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wave {w} done in {time.monotonic() - t:.0f} s", flush=True)
         violations = oracle.check(history)
         print(f"\nmake chaos: seed {seed}, {len(cases)} workflows\n{report.table(history, cases, time.monotonic() - started)}")
-        print(f"\ncoverage\n{report.coverage(cases, history, plans)}")
+        possible = tuple(k for k in kinds if any(k in faults.kinds_fitting(m, kinds, args.database)
+                                                 for m in set(modes[w] for w in waves)))
+        print(f"\ncoverage\n{report.coverage(cases, history, plans, possible)}")
         if args.plant:
             print(f"\nplanted defect: {args.plant} (the oracle must fail)")
         if not violations:
