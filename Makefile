@@ -31,7 +31,7 @@ help:
 	@echo "make lint         ruff and mypy --strict"
 	@echo "make e2e          the real-n8n end-to-end scenarios (installs n8n 2.41 on Node 24 once)"
 	@echo "make browser-setup Playwright (pinned) and Debian's chromium for the editor test in e2e"
-	@echo "make chaos        generated durable workflows under seeded faults, checked by an oracle, then the kept regression waves (short form ~5 min; N=… SEED=…; N=0: only the kept ones)"
+	@echo "make chaos        the kept regression waves, then generated durable workflows under seeded faults, checked by an oracle (short form ~5 min; N=… SEED=… CHAOS_ARGS='--n8n regular|queue|both'; N=0: only the kept waves)"
 	@echo "make faults       the long fault tests (Patroni failover under load, 10-minute soak)"
 	@echo "make ha-setup     Debian's patroni and etcd-server for the failover tests (apt-get, once)"
 	@echo "make bench        benchmarks vs raw PostgreSQL, no-op gRPC and DBOS, what sessions cost, then durability inside a real n8n (~45 min; writes docs/bench/)"
@@ -117,8 +117,10 @@ $(VENV)/.e2e-installed: e2e/requirements.txt $(VENV)/.installed
 	touch $@
 
 # Issue 41: N generated workflows (our nodes at their defaults and n8n core nodes) against real n8n, two
-# sidecars, a throwaway PostgreSQL and Redis, under seeded faults, checked by chaos/oracle.py. The defaults
-# are the short form CI runs; `make chaos N=200 SEED=7` a long one. A failure prints its seed and writes its
+# sidecars, a throwaway PostgreSQL and Redis, under seeded faults, checked by chaos/oracle.py; n8n in regular
+# mode for the first half of the waves and queue mode (main and two workers) for the rest, unless
+# CHAOS_ARGS='--n8n regular' or '--n8n queue'; CHAOS_ARGS='--database patroni' puts the sidecars on a throwaway
+# Patroni cluster (the long form; needs make ha-setup). The defaults are the short form CI runs; `make chaos N=200 SEED=7` a long one. A failure prints its seed and writes its
 # cases to chaos/results/. CHAOS_ARGS passes more flags (python -m chaos --help).
 chaos: setup node-pack bench-setup n8n-install
 	$(BIN)/python -m chaos $(if $(N),--n $(N)) $(if $(SEED),--seed $(SEED)) $(CHAOS_ARGS)

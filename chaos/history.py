@@ -95,7 +95,7 @@ class KeyFact:
 
 @dataclass(frozen=True)
 class FaultFact:
-    kind: str                   # "n8n-kill", "sidecar-kill", "postgres-restart", "redis-kill"
+    kind: str                   # chaos.faults.KINDS: "n8n-kill", "worker-freeze", "redis-kill", ...
     wave: int
     target: str
     at: float

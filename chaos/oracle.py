@@ -3,7 +3,8 @@
 1. Every acknowledged delivery's instance completes; a suspension only where the schedule could exhaust the
    retry policy, and then `durable-sidecar instances retry` finishes it.
 2. Each side effect has exactly one effective call per key; a repeated call only with the same
-   Idempotency-Key, and only after its holder died (n8n killed, or its execution failed on an error answer).
+   Idempotency-Key, and only after its holder died (n8n or a worker killed, a worker frozen past the session
+   grace, or its execution failed on an error answer).
 3. No instance stays unfinished past a bound derived from its schedule and the faults of its wave.
 4. Each completed instance's trail and final state equal the generator's expectation.
 5. No checkpoint after its instance completed; no instance or key completed twice.
@@ -25,8 +26,28 @@ RULES = {
     5: "nothing after completion, nothing completed twice",
 }
 
-# Seconds a fault may add to an instance's time to complete (the part's restart plus a resume).
-FAULT_ALLOWANCE_S = {"n8n-kill": 75.0, "sidecar-kill": 20.0, "postgres-restart": 30.0, "redis-kill": 10.0}
+# The sidecar's session grace (DURABLE_SESSION_GRACE_SECONDS, its default): a silent n8n process's instances
+# are freed this long after its last heartbeat.
+SESSION_GRACE_S = 5.0
+# A frozen worker's longest freeze (chaos.faults.FREEZE_S), and what a resume on the other worker then takes
+# (the Resume Trigger on the main, the queue, the execution up to the call it was in).
+FREEZE_MAX_S = 10.0
+RESUME_S = 30.0
+# The Patroni cluster's leader key TTL (tests/faults/patroni.py TTL_SECONDS) plus its loop and a retry.
+PATRONI_TTL_S = 15.0
+# Seconds a fault may add to an instance's time to complete (the part's restart plus a resume). A killed
+# n8n process (regular n8n, the queue-mode main, a worker) is started again at once and its instances resume;
+# a frozen worker's instances resume elsewhere once the grace has passed, whatever its freeze lasts beyond it.
+FAULT_ALLOWANCE_S = {"n8n-kill": 75.0, "main-kill": 75.0, "worker-kill": 75.0,
+                     "worker-freeze": FREEZE_MAX_S + SESSION_GRACE_S + RESUME_S,
+                     "sidecar-kill": 20.0, "postgres-restart": 30.0, "redis-kill": 10.0,
+                     # Patroni: a switchover is a planned few seconds without a primary; a killed primary's
+                     # leader key lives TTL_SECONDS (10 s) before a standby is promoted, then a resume.
+                     "patroni-switchover": 30.0, "patroni-primary-kill": PATRONI_TTL_S + RESUME_S}
+# Faults after which an execution holding a key is gone (killed, or fenced by the end of its session), so its
+# key's call may be made again and a retry policy's resume may have been spent on it. (A queue-mode main runs
+# no execution: its kill ends none.)
+HOLDER_DEATHS = ("n8n-kill", "worker-kill", "worker-freeze")
 # An operator's retry of a suspended instance (chaos runs it as soon as it sees the suspension).
 OPERATOR_RETRY_S = 40.0
 
@@ -75,7 +96,7 @@ def rule_1_acknowledged_completes(h: History) -> list[Violation]:
         if inst is None:
             out.append(Violation(1, e.key, "acknowledged, but no instance exists (lost)"))
             continue
-        killed = any(f.kind == "n8n-kill" for f in _wave_faults(h, e.wave))
+        killed = any(f.kind in HOLDER_DEATHS for f in _wave_faults(h, e.wave))
         if inst.was_suspended and not (e.suspension_allowed or (e.retry_policy and killed)):
             out.append(Violation(1, e.key, "suspended, but its schedule could not exhaust the retry policy"))
         if not _completed(inst):
@@ -86,9 +107,9 @@ def rule_1_acknowledged_completes(h: History) -> list[Violation]:
 
 
 def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bool:
-    """An n8n kill, or an error answer to one of the key's calls (a 500, or a 409 for a key still being
-    performed: its execution failed there), between t0 and t1."""
-    if any(f.kind == "n8n-kill" and t0 <= f.at <= t1 for f in _wave_faults(h, e.wave)):
+    """An n8n process killed or frozen past the grace (HOLDER_DEATHS), or an error answer to one of the key's
+    calls (a 500, or a 409 for a key still being performed: its execution failed there), between t0 and t1."""
+    if any(f.kind in HOLDER_DEATHS and t0 <= f.at <= t1 for f in _wave_faults(h, e.wave)):
         return True
     return any(c.key == e.key and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
 

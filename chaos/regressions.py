@@ -5,9 +5,10 @@ the same seed then draws another workflow. So a regression is the wave itself, a
 keys, deliveries, provider schedules, expectations) and its fault schedule, in one JSON file of
 chaos/regressions/. The providers' address, which differs per run, is stored as a placeholder.
 
-`python -m chaos.regressions keep --seed S --wave-size W --wave N --name NAME --note '...'` writes one from
-the current generator (do it in the commit that fixes the defect, before the generator changes);
-`python -m chaos --regressions` replays every kept file, one wave each, and checks them with the oracle.
+`python -m chaos.regressions keep --seed S --wave W --name NAME --note '...'` (with the run's `--n`, `--n8n`
+and `--wave-size` when they were not the defaults) writes one from the current generator: do it in the commit
+that fixes the defect, before the generator changes. Every `make chaos` replays every kept wave first, in the
+n8n mode it failed in, and checks it with the oracle (`make chaos N=0`: only them).
 """
 
 from __future__ import annotations
@@ -51,27 +52,31 @@ def case_from_json(data: dict[str, Any], services_url: str) -> Case:
                 [ProviderSchedule(**_known(ProviderSchedule, s)) for s in data["schedules"]], expected)
 
 
-def load(path: Path, services_url: str) -> tuple[list[Case], list[faults.PlannedFault]]:
+def load(path: Path, services_url: str) -> tuple[list[Case], list[faults.PlannedFault], str]:
+    """The kept wave's cases, fault schedule and n8n mode (waves kept before queue mode ran in regular mode)."""
     data = json.loads(path.read_text())
     cases = [case_from_json(c, services_url) for c in data["cases"]]
     plan = [faults.PlannedFault(**f) for f in data["faults"]]
-    return cases, plan
+    return cases, plan, str(data.get("n8n", "regular"))
 
 
 def kept() -> list[Path]:
     return sorted(FOLDER.glob("*.json"))
 
 
-def keep(name: str, note: str, seed: int, wave_size: int, wave: int, faults_per_wave: int = 3) -> Path:
-    """Writes wave `wave` of run `seed` (waves of `wave_size`) as the current generator draws it."""
-    indexes = range(wave * wave_size, (wave + 1) * wave_size)
+def keep(name: str, note: str, seed: int, wave: int, *, n: int = 12, wave_size: int = 3, n8n: str = "both",
+         faults_per_wave: int = 3) -> Path:
+    """Writes wave `wave` of run `seed` (`n` cases in waves of `wave_size`, n8n modes `n8n`) as the current
+    generator and fault schedule draw it (a run on plain PostgreSQL with every fault kind, as make chaos's)."""
+    indexes = range(wave * wave_size, min(n, (wave + 1) * wave_size))
     url = "http://127.0.0.1:1"
     cases = [generate(seed, i, url) for i in indexes]
-    deck = faults.kinds_for_waves(seed, wave + 1, faults_per_wave)
+    modes = faults.wave_modes(max(wave + 1, -(-n // wave_size)), n8n)
+    deck = faults.kinds_for_waves(seed, len(modes), faults_per_wave, faults.KINDS, modes)
     plan = faults.schedule(seed, wave, deck[wave])
     FOLDER.mkdir(exist_ok=True)
     path = FOLDER / f"{name}.json"
-    path.write_text(json.dumps({"name": name, "note": note, "seed": seed, "wave": wave,
+    path.write_text(json.dumps({"name": name, "note": note, "seed": seed, "wave": wave, "n8n": modes[wave],
                                 "faults": [asdict(f) for f in plan],
                                 "cases": [case_to_json(c, url) for c in cases]}, indent=1) + "\n")
     return path
@@ -83,18 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     k = sub.add_parser("keep", help="store a wave of a failing run as a regression case")
     k.add_argument("--seed", type=int, required=True)
-    k.add_argument("--wave-size", type=int, default=3)
+    k.add_argument("--n", type=int, default=12, help="the run's N (default 12)")
+    k.add_argument("--n8n", default="both", help="the run's --n8n (default both)")
+    k.add_argument("--wave-size", type=int, default=3, help="the run's --wave (default 3)")
     k.add_argument("--wave", type=int, required=True, help="the failing wave (case index // wave size)")
     k.add_argument("--name", required=True)
     k.add_argument("--note", required=True, help="what broke and which change fixed it")
     sub.add_parser("list", help="the kept regression cases")
     args = p.parse_args(argv)
     if args.command == "keep":
-        print(keep(args.name, args.note, args.seed, args.wave_size, args.wave))
+        print(keep(args.name, args.note, args.seed, args.wave, n=args.n, wave_size=args.wave_size, n8n=args.n8n))
     else:
         for path in kept():
             data = json.loads(path.read_text())
-            print(f"{path.name}: seed {data['seed']} wave {data['wave']}, {len(data['cases'])} cases: {data['note']}")
+            print(f"{path.name}: seed {data['seed']} wave {data['wave']} (n8n {data.get('n8n', 'regular')}), "
+                  f"{len(data['cases'])} cases: {data['note']}")
     return 0
 
 

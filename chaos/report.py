@@ -17,8 +17,6 @@ NOT_YET = (
     "Split Out of line items; Loop Over Items",
     "n8n's Wait node",
     "Wait for Event with a Signal (another workflow or the HTTP/JSON face)",
-    "fault: queue mode (kill -9 of main and workers, SIGSTOP/SIGCONT of a worker)",
-    "fault: Patroni switchover and kill of its primary (long form)",
 )
 
 
@@ -45,20 +43,22 @@ def table(h: History, cases: list[Case], seconds: float) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
-def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]]) -> str:
+def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]],
+             kinds: tuple[str, ...] = KINDS) -> str:
+    """(`kinds`: the fault kinds this run could deal, given its n8n modes and database.)"""
     blocks = Counter(b for c in cases for b in c.blocks)
     faults = Counter(f.kind for f in h.faults)
     schedules = Counter((f"fails {s.fail_first}× then " if s.fail_first else "") + s.kind
                         for c in cases for s in c.schedules)
     deliveries = Counter(d.when for d in h.deliveries)
-    kills_in_call = sum(1 for p in plans.values() for f in p if f.kind == "n8n-kill" and f.target == "in-call")
+    aimed = Counter(f.kind for p in plans.values() for f in p if f.in_call)
     lines = ["  building blocks (cases using each):"]
     lines += [f"    {blocks[b.name]:>4}  {b.name}" for b in BLOCKS]
     unused = [b.name for b in BLOCKS if not blocks[b.name]]
     lines.append(f"    not used this run: {', '.join(unused) if unused else 'none'}")
-    lines.append("  fault kinds: " + ", ".join(f"{k} {faults[k]}" for k in KINDS)
-                 + f" ({kills_in_call} n8n kills aimed inside a call)")
-    lines.append(f"    not used this run: {', '.join(k for k in KINDS if not faults[k]) or 'none'}")
+    lines.append("  fault kinds: " + ", ".join(f"{k} {faults[k]}" for k in kinds)
+                 + " (aimed inside a call: " + (", ".join(f"{k} {aimed[k]}" for k in KINDS if aimed[k]) or "none") + ")")
+    lines.append(f"    not used this run: {', '.join(k for k in kinds if not faults[k]) or 'none'}")
     lines.append("  provider schedules (provider × key): " + ", ".join(f"{k} {n}" for k, n in sorted(schedules.items())))
     lines.append("  deliveries: " + ", ".join(f"{k} {n}" for k, n in sorted(deliveries.items())))
     lines.append("  not in the generator yet: " + "; ".join(NOT_YET))

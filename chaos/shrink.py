@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--case", type=int, required=True)
     p.add_argument("--wave", type=int, default=3, help="the run's --wave (which faults the case met)")
     p.add_argument("--faults-per-wave", type=int, default=3)
+    p.add_argument("--n", type=int, default=12, help="the run's --n (which n8n mode the case's wave met)")
+    p.add_argument("--n8n", choices=(*faults.MODES, "both"), default="both", help="the run's --n8n")
+    p.add_argument("--database", choices=faults.DATABASES, default="postgres", help="the run's --database")
     p.add_argument("--kinds", default=",".join(faults.KINDS))
     p.add_argument("--plant", choices=PLANTS)
     p.add_argument("--max-attempts", type=int, default=12)
@@ -65,14 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     kinds = tuple(k for k in faults.KINDS if k in args.kinds.split(","))
     wave = args.case // args.wave
+    modes = faults.wave_modes(max(wave + 1, -(-args.n // args.wave)), args.n8n)
     providers = Providers(ignore_keys=args.plant == "provider-ignores-keys")
-    stack = ChaosStack(Path(tempfile.mkdtemp(prefix="durable-chaos-shrink-")), providers)
+    stack = ChaosStack(Path(tempfile.mkdtemp(prefix="durable-chaos-shrink-")), providers, args.database)
     try:
-        stack.start()
+        stack.start(modes[wave])
         original = generate(args.seed, args.case, providers.url)
-        plan = faults.schedule(args.seed, wave, faults.kinds_for_waves(args.seed, wave + 1, args.faults_per_wave, kinds)[wave])
+        deck = faults.kinds_for_waves(args.seed, len(modes), args.faults_per_wave, kinds, modes, args.database)
+        plan = faults.schedule(args.seed, wave, deck[wave])
         if args.plant:
-            plan = plant_in_first_wave([original], plan)
+            plan = plant_in_first_wave([original], plan, modes[wave])
         violations, history = attempt(stack, original, wave, plan)
         if not violations:
             print(f"seed {args.seed} case {args.case} keeps every rule: nothing to shrink")

@@ -70,8 +70,15 @@ def test_expectations_name_one_call_per_segment_and_allow_a_suspension_only_past
 def test_over_enough_cases_every_building_block_and_fault_kind_is_drawn() -> None:
     used = {b for index in range(40) for b in generate(3, index, URL).blocks}
     assert used == {b.name for b in BLOCKS}
-    dealt = {k for wave in faults.kinds_for_waves(3, 2, 2) for k in wave}
-    assert dealt == set(faults.KINDS)
+    every = set()
+    for database in faults.DATABASES:
+        for mode in faults.MODES:
+            dealt = {k for wave in faults.kinds_for_waves(3, 3, 3, modes=[mode] * 3, database=database) for k in wave}
+            assert dealt == set(faults.kinds_fitting(mode, database=database)), (mode, database)
+        # The short form (4 waves of 3, both modes) uses every kind its database fits.
+        modes = faults.wave_modes(4, "both")
+        every |= {k for wave in faults.kinds_for_waves(3, 4, 3, modes=modes, database=database) for k in wave}
+    assert every == set(faults.KINDS)
 
 
 def test_a_reduced_case_keeps_its_first_keys_and_side_effects_under_new_ids() -> None:

@@ -72,7 +72,8 @@ class PatroniNode:
 class PatroniCluster:
     """etcd (one member) and three Patroni-managed PostgreSQL nodes with synchronous replication."""
 
-    def __init__(self, nodes: int = 3) -> None:
+    def __init__(self, nodes: int = 3, *, max_connections: int = 80) -> None:
+        self.max_connections = max_connections
         self.root = Path(tempfile.mkdtemp(prefix="durable-patroni-"))
         os.chmod(self.root, 0o755)
         self.scope = f"durable-{self.root.name[-8:]}"
@@ -113,7 +114,7 @@ class PatroniCluster:
                     "postgresql": {
                         "use_pg_rewind": True,
                         "use_slots": True,
-                        "parameters": {"max_connections": 80, "wal_level": "replica", "hot_standby": "on",
+                        "parameters": {"max_connections": self.max_connections, "wal_level": "replica", "hot_standby": "on",
                                        "max_wal_senders": 10, "max_replication_slots": 10, "wal_keep_size": "64MB",
                                        "fsync": "on", "synchronous_commit": "on"},
                     },
