@@ -30,6 +30,8 @@ RETRY_POLICY_BACKOFF_S = 1
 # How long a slow and a stalled provider hold a call (seconds, drawn in these ranges).
 SLOW_S = (1.0, 3.0)
 STALL_S = (8.0, 12.0)
+# The field a Switch routes on: each key's delivery carries one (an IF routes on its `method`).
+CHANNELS = ("web", "phone", "partner")
 
 RESPOND_NODE = "responseNode"    # Webhook → Respond: Using 'Respond to Webhook' Node ("Accepted" after Start)
 LAST_NODE = "lastNode"           # Webhook → Respond: When Last Node Finishes (Finished, Busy → No Operation)
@@ -41,9 +43,11 @@ class Segment:
 
     number: int
     provider: str
-    shape: str              # "plain", "branch" (IF on the business key, rejoined by a Merge) or "sub" (a sub-workflow)
+    shape: str              # "plain", "branch" (IF on the business key, rejoined by a Merge), "switch" (a Switch on
+                            # the key's channel into `outputs` calls, rejoined by a Merge) or "sub" (a sub-workflow)
     code: bool = False      # a Code node that keeps pairing between the Claim's First Run and the call
     http_retry: bool = False
+    outputs: int = 0        # a switch's outputs: 3 (one rule per channel) or 2 (a rule for "web", the fallback)
 
     @property
     def step(self) -> str:
@@ -110,11 +114,13 @@ class Case:
     deliveries: list[Delivery]
     schedules: list[ProviderSchedule]
     expected: dict[str, Expected] = field(default_factory=dict)
+    channels: dict[str, str] = field(default_factory=dict)
 
     def plan(self) -> dict[str, Any]:
         """The case without its workflows, as JSON (written beside them when it fails)."""
         return {"seed": self.seed, "index": self.index, "workflow_id": self.workflow_id, "path": self.path,
                 "shape": asdict(self.shape), "blocks": self.blocks, "keys": self.keys, "methods": self.methods,
+                "channels": self.channels,
                 "deliveries": [asdict(d) for d in self.deliveries],
                 "schedules": [asdict(s) for s in self.schedules],
                 "expected": {k: asdict(e) for k, e in self.expected.items()}}
@@ -134,15 +140,17 @@ def draw_shape(rng: random.Random) -> Shape:
         if i == sub_at:
             segments.append(Segment(i + 1, providers[i], "sub"))
             continue
-        segments.append(Segment(i + 1, providers[i], "branch" if rng.random() < 0.3 else "plain",
-                                code=rng.random() < 0.3))
+        r = rng.random()
+        kind = "branch" if r < 0.25 else "switch" if r < 0.45 else "plain"
+        segments.append(Segment(i + 1, providers[i], kind, code=rng.random() < 0.3,
+                                outputs=rng.choice([2, 3]) if kind == "switch" else 0))
     # At most one kind of failing provider per case, on one segment outside a sub-workflow.
     failing = [s for s in segments if s.shape != "sub"]
     retry = rng.choice(["none", "none", "http-retry", "retry-policy"])
     retry_policy = retry == "retry-policy"
     if retry == "http-retry":
         target = rng.choice(failing)
-        segments = [Segment(s.number, s.provider, s.shape, s.code, http_retry=s is target) for s in segments]
+        segments = [replace(s, http_retry=s is target) for s in segments]
     return Shape(respond, tuple(segments), retry_policy)
 
 
@@ -180,12 +188,27 @@ def draw_schedules(rng: random.Random, shape: Shape, keys: list[str]) -> list[Pr
     return out
 
 
+def switch_logic(seg: Segment, channel: str) -> str:
+    """The Switch output a channel takes: its own rule, or (2 outputs) "web"'s rule or the fallback."""
+    return channel if seg.outputs == len(CHANNELS) or channel == CHANNELS[0] else "other"
+
+
+def segment_logic(seg: Segment, method: str, channel: str) -> str:
+    """The `logic` the segment's call sends: the branch the key takes."""
+    if seg.shape == "branch":
+        return method
+    if seg.shape == "switch":
+        return switch_logic(seg, channel)
+    return "plain"
+
+
 def expectations(case: Case) -> dict[str, Expected]:
     shape, out = case.shape, {}
     for key in case.keys:
         scheds = [s for s in case.schedules if s.key == key]
         fail_first = max((s.fail_first for s in scheds), default=0)
-        calls = tuple((s.provider, s.step, case.methods[key] if s.shape == "branch" else "plain") for s in shape.segments)
+        calls = tuple((s.provider, s.step, segment_logic(s, case.methods[key], case.channels.get(key, CHANNELS[0])))
+                      for s in shape.segments)
         # Each failure under the retry policy costs an execution, the lease's release (~5 s) and its backoff.
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
         out[key] = Expected(case.workflow_id, key, tuple(s.step for s in shape.segments), calls, shape.retry_policy,
@@ -310,6 +333,31 @@ def block_if_merge(b: Builder, seg: Segment, source: str) -> str:
     return merge
 
 
+def block_switch_merge(b: Builder, seg: Segment, source: str) -> str:
+    """A Switch on the key's channel into 2 or 3 calls (one rule per channel; or a rule for "web" and the
+    fallback output), rejoined by a Merge of as many inputs."""
+    wf = b.case_id
+    channels = CHANNELS[:seg.outputs] if seg.outputs == len(CHANNELS) else CHANNELS[:1]
+    rules = [{"conditions": {
+        "options": {"caseSensitive": True, "leftValue": "", "typeValidation": "strict", "version": 3},
+        "conditions": [{"id": f"{wf}-{seg.step}-{channel}", "leftValue": "={{ $json.body.channel }}",
+                        "rightValue": channel, "operator": {"type": "string", "operation": "equals"}}],
+        "combinator": "and"}, "renameOutput": True, "outputKey": channel} for channel in channels]
+    options = {} if len(channels) == seg.outputs else {"fallbackOutput": "extra"}
+    switch = b.f.node(f"Channel {seg.step}", "n8n-nodes-base.switch", 3.4,
+                      {"rules": {"values": rules}, "options": options}, b.at())
+    b.f.link(source, switch, 0)
+    calls = [block_call(b, seg, logic, f"Call {seg.step} {logic}", i - 1)
+             for i, logic in enumerate([*channels, *(["other"] if options else [])])]
+    # Merge 3.2 has 2 inputs unless Number of Inputs says more.
+    merge = str(b.f.node(f"Merge {seg.step}", "n8n-nodes-base.merge", 3.2,
+                         {"numberInputs": seg.outputs} if seg.outputs > 2 else {}, b.at()))
+    for i, call in enumerate(calls):
+        b.f.link(switch, call, i)
+        b.f.link(call, merge, 0, input=i)
+    return merge
+
+
 def block_sub_workflow(b: Builder, seg: Segment) -> str:
     """The segment in a sub-workflow of its own (README "A side effect in a sub-workflow"), run by an Execute
     Workflow node with its options at their defaults; the sub-workflow is published before its caller."""
@@ -339,6 +387,8 @@ def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
         first_run = code
     if seg.shape == "branch":
         done = block_if_merge(b, seg, first_run)
+    elif seg.shape == "switch":
+        done = block_switch_merge(b, seg, first_run)
     else:
         done = block_call(b, seg, "plain", f"Call {seg.step}")
         b.f.link(first_run, done, 0)
@@ -365,6 +415,8 @@ BLOCKS = (
     Block("Resume Point with step outputs", block_resume_point, lambda s: len(s.segments) > 1),
     Block("Claim → call → Save", block_segment, lambda s: True),
     Block("IF on the business key → Merge", block_if_merge, lambda s: any(g.shape == "branch" for g in s.segments)),
+    Block("Switch on a drawn field (2–3 outputs) → Merge", block_switch_merge,
+          lambda s: any(g.shape == "switch" for g in s.segments)),
     Block("Code node keeping pairing", block_code_pass_through, lambda s: any(g.code for g in s.segments)),
     Block("Execute Workflow sub-workflow", block_sub_workflow, lambda s: any(g.shape == "sub" for g in s.segments)),
     Block("n8n Retry On Fail vs a failing provider", block_http_retry, lambda s: any(g.http_retry for g in s.segments)),
@@ -410,16 +462,18 @@ def generate(seed: int, index: int, services_url: str) -> Case:
     path = f"chaos-{seed}-{index}"
     keys = [f"s{seed}c{index}k{j}" for j in range(rng.randint(1, 3))]
     methods = {k: rng.choice(["card", "account"]) for k in keys}
+    channels = {k: rng.choice(CHANNELS) for k in keys}
     case = Case(seed, index, case_id, path, shape, blocks_used(shape),
                 build_workflows(case_id, path, shape, services_url), keys, methods,
-                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys))
+                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys), channels=channels)
     case.expected = expectations(case)
     return case
 
 
 def delivery_body(case: Case, key: str) -> dict[str, Any]:
     """What a sender posts for `key` (every copy the same body: a re-delivery, never another order)."""
-    return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key]}
+    return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key],
+            "channel": case.channels.get(key, CHANNELS[0])}
 
 
 def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: bool, tag: str) -> Case:
@@ -438,6 +492,7 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
                  {renamed[k]: m for k, m in case.methods.items() if k in renamed},
                  [replace(d, key=renamed[d.key]) for d in case.deliveries
                   if d.key in renamed and (copies or d.when == "first")],
-                 [replace(s, key=renamed[s.key]) for s in case.schedules if s.key in renamed and s.provider in providers])
+                 [replace(s, key=renamed[s.key]) for s in case.schedules if s.key in renamed and s.provider in providers],
+                 channels={renamed[k]: c for k, c in case.channels.items() if k in renamed})
     small.expected = expectations(small)
     return small

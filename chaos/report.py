@@ -13,7 +13,6 @@ from chaos.history import History
 
 # Building blocks and fault kinds issue 41 asks for that the generator and the injector do not make yet.
 NOT_YET = (
-    "Switch branches rejoining through Merge",
     "Split Out of line items; Loop Over Items",
     "n8n's Wait node",
     "Wait for Event with a Signal (another workflow or the HTTP/JSON face)",

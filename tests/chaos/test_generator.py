@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from chaos import faults
-from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, generate
+from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, delivery_body, generate
 
 URL = "http://127.0.0.1:9"
 
@@ -86,3 +86,28 @@ def test_a_reduced_case_keeps_its_first_keys_and_side_effects_under_new_ids() ->
     [e] = small.expected.values()
     assert e.trail == tuple(s.step for s in small.shape.segments)
     assert {s.provider for s in small.schedules} == {s.provider for s in small.shape.segments}
+
+
+def test_a_switch_sends_each_channel_to_its_own_call_and_a_merge_takes_every_output() -> None:
+    outputs_seen = set()
+    for index in range(80):
+        case = generate(13, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        for seg in (s for s in case.shape.segments if s.shape == "switch"):
+            outputs_seen.add(seg.outputs)
+            switch, merge = nodes[f"Channel {seg.step}"], nodes[f"Merge {seg.step}"]
+            rules = [r["conditions"]["conditions"][0]["rightValue"] for r in switch["parameters"]["rules"]["values"]]
+            fallback = switch["parameters"]["options"].get("fallbackOutput") == "extra"
+            assert len(rules) + fallback == seg.outputs
+            outs = {out: dst for src, out, dst, _ in links(main) if src == switch["name"]}
+            assert sorted(outs) == list(range(seg.outputs))
+            assert sorted(i for _, _, dst, i in links(main) if dst == merge["name"]) == list(range(seg.outputs))
+            assert merge["parameters"].get("numberInputs", 2) == seg.outputs
+            for key in case.keys:
+                channel = delivery_body(case, key)["channel"]
+                taken = rules.index(channel) if channel in rules else len(rules)
+                [logic] = [lg for _, scope, lg in case.expected[key].calls if scope == seg.step]
+                assert outs[taken] == f"Call {seg.step} {logic}", (case.index, key, channel)
+    assert outputs_seen == {2, 3}
+
