@@ -48,6 +48,7 @@ class Segment:
     code: bool = False      # a Code node that keeps pairing between the Claim's First Run and the call
     http_retry: bool = False
     outputs: int = 0        # a switch's outputs: 3 (one rule per channel) or 2 (a rule for "web", the fallback)
+    wait_s: int = 0         # n8n's Wait node (After Time Interval, seconds) before the segment's Claim
 
     @property
     def step(self) -> str:
@@ -144,6 +145,10 @@ def draw_shape(rng: random.Random) -> Shape:
         kind = "branch" if r < 0.25 else "switch" if r < 0.45 else "plain"
         segments.append(Segment(i + 1, providers[i], kind, code=rng.random() < 0.3,
                                 outputs=rng.choice([2, 3]) if kind == "switch" else 0))
+    # n8n's Wait before a segment, where a Save of this workflow or the Resume Point reaches it with no durable
+    # node between (README "n8n's Wait node"): not after a sub-workflow, whose Save cannot see the Wait.
+    segments = [replace(s, wait_s=rng.randint(1, 3)) if (i == 0 or segments[i - 1].shape != "sub")
+                and rng.random() < 0.2 else s for i, s in enumerate(segments)]
     # At most one kind of failing provider per case, on one segment outside a sub-workflow.
     failing = [s for s in segments if s.shape != "sub"]
     retry = rng.choice(["none", "none", "http-retry", "retry-policy"])
@@ -211,6 +216,7 @@ def expectations(case: Case) -> dict[str, Expected]:
                       for s in shape.segments)
         # Each failure under the retry policy costs an execution, the lease's release (~5 s) and its backoff.
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
+        bound += sum(2 * s.wait_s for s in shape.segments)  # a resumed instance waits again
         out[key] = Expected(case.workflow_id, key, tuple(s.step for s in shape.segments), calls, shape.retry_policy,
                             fail_first, shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound)
     return out
@@ -373,9 +379,27 @@ def block_sub_workflow(b: Builder, seg: Segment) -> str:
         "options": {}}, b.at()))
 
 
+def block_wait(b: Builder, seg: Segment) -> str:
+    """n8n's Wait node (After Time Interval, 1–3 s) before the segment's Claim. The Save before it (or the
+    Resume Point) reaches it with no durable node between, so its lease covers the wait, and the Resume
+    Point's output for that step leads to the same Wait: a resumed instance waits again (README "n8n's Wait
+    node")."""
+    return str(b.f.node(f"Wait {seg.step}", "n8n-nodes-base.wait", 1.1, {"amount": seg.wait_s, "unit": "seconds"},
+                        b.at(), webhookId=f"{b.case_id}-wait-{seg.step}"))
+
+
 def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
-    """Claim → [Code] → call (or IF → two calls → Merge) → Save; Done Before → the same Save. Returns the
-    segment's entry and exit nodes."""
+    """[Wait →] Claim → [Code] → call (or IF → two calls → Merge, or Switch → 2–3 calls → Merge) → Save; Done
+    Before → the same Save. Returns the segment's entry and exit nodes."""
+    wait = block_wait(b, seg) if seg.wait_s else None
+    entry, exit_ = _segment_body(b, seg, last)
+    if wait is None:
+        return entry, exit_
+    b.f.link(wait, entry)
+    return wait, exit_
+
+
+def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     if seg.shape == "sub":
         node = block_sub_workflow(b, seg)
         return node, node
@@ -419,6 +443,7 @@ BLOCKS = (
           lambda s: any(g.shape == "switch" for g in s.segments)),
     Block("Code node keeping pairing", block_code_pass_through, lambda s: any(g.code for g in s.segments)),
     Block("Execute Workflow sub-workflow", block_sub_workflow, lambda s: any(g.shape == "sub" for g in s.segments)),
+    Block("n8n Wait node (1–3 s) after a Save, before a Claim", block_wait, lambda s: any(g.wait_s for g in s.segments)),
     Block("n8n Retry On Fail vs a failing provider", block_http_retry, lambda s: any(g.http_retry for g in s.segments)),
     Block("Resume Point retry policy vs a failing provider", block_retry_policy, lambda s: s.retry_policy),
     Block("Complete Instance on the last Save", block_complete_on_last_save, lambda s: True),

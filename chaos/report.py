@@ -14,7 +14,6 @@ from chaos.history import History
 # Building blocks and fault kinds issue 41 asks for that the generator and the injector do not make yet.
 NOT_YET = (
     "Split Out of line items; Loop Over Items",
-    "n8n's Wait node",
     "Wait for Event with a Signal (another workflow or the HTTP/JSON face)",
     "fault: queue mode (kill -9 of main and workers, SIGSTOP/SIGCONT of a worker)",
     "fault: Patroni switchover and kill of its primary (long form)",

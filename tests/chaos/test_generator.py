@@ -48,7 +48,8 @@ def test_every_generated_workflow_is_wired_to_nodes_it_has_and_answers_its_sende
         assert set(rp_outputs) == {0, 1} | steps | ({2, 3} if case.shape.respond == LAST_NODE else set()), rp_outputs
         for out in steps:
             nxt = segments[out - 3]
-            assert rp_outputs[out] == (f"Run {nxt.step}" if nxt.shape == "sub" else f"Claim {nxt.step}"), rp_outputs
+            entry = f"Wait {nxt.step}" if nxt.wait_s else f"Run {nxt.step}" if nxt.shape == "sub" else f"Claim {nxt.step}"
+            assert rp_outputs[out] == entry, rp_outputs
         saves = [n for wf in case.workflows for n in wf["nodes"] if n["name"].startswith("Save ")]
         assert [n["parameters"].get("options", {}).get("completeInstance", False) for n in saves
                 if n["name"] == f"Save {case.shape.segments[-1].step}"] == [True]
@@ -111,3 +112,28 @@ def test_a_switch_sends_each_channel_to_its_own_call_and_a_merge_takes_every_out
                 assert outs[taken] == f"Call {seg.step} {logic}", (case.index, key, channel)
     assert outputs_seen == {2, 3}
 
+
+def test_a_wait_node_follows_a_save_of_the_same_workflow_and_the_resume_point_leads_to_it_again() -> None:
+    waits = 0
+    for index in range(80):
+        case = generate(17, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        for i, seg in enumerate(s for s in case.shape.segments):
+            if not seg.wait_s:
+                assert f"Wait {seg.step}" not in nodes
+                continue
+            waits += 1
+            wait = nodes[f"Wait {seg.step}"]
+            assert wait["type"] == "n8n-nodes-base.wait" and 1 <= wait["parameters"]["amount"] <= 3
+            into = {(src, out) for src, out, dst, _ in links(main) if dst == wait["name"]}
+            out_of = [dst for src, _, dst, _ in links(main) if src == wait["name"]]
+            assert out_of == [f"Run {seg.step}" if seg.shape == "sub" else f"Claim {seg.step}"]
+            if i == 0:
+                start = "Accepted" if case.shape.respond == RESPOND_NODE else "Resume Point"
+                assert into == {(start, 0), ("Resume Point", 1)}
+            else:
+                before = case.shape.segments[i - 1]
+                assert before.shape != "sub", "a Save in a sub-workflow cannot see the caller's Wait"
+                assert into == {(f"Save {before.step}", 0), ("Resume Point", 4 + i - 1)}
+    assert waits > 5
