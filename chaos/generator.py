@@ -19,6 +19,8 @@ from typing import Any
 from harness import CREDENTIAL_ID
 from scenarios import DocsFlow, side_effect_sub_workflow
 
+from chaos.history import ExpectedCall
+
 # The fake services (e2e/fake_services.py): each segment of a case calls its own.
 PROVIDERS = ("payment", "inventory", "shipping", "coupon", "notify")
 # n8n's Retry On Fail on an HTTP Request node (its own defaults: 3 tries, 1 s apart).
@@ -32,6 +34,8 @@ SLOW_S = (1.0, 3.0)
 STALL_S = (8.0, 12.0)
 # The field a Switch routes on: each key's delivery carries one (an IF routes on its `method`).
 CHANNELS = ("web", "phone", "partner")
+# Each key's order has 1–3 line items (`body.lines`, each with its `sku`) where a case claims per line.
+MAX_LINES = 3
 
 RESPOND_NODE = "responseNode"    # Webhook → Respond: Using 'Respond to Webhook' Node ("Accepted" after Start)
 LAST_NODE = "lastNode"           # Webhook → Respond: When Last Node Finishes (Finished, Busy → No Operation)
@@ -44,11 +48,13 @@ class Segment:
     number: int
     provider: str
     shape: str              # "plain", "branch" (IF on the business key, rejoined by a Merge), "switch" (a Switch on
-                            # the key's channel into `outputs` calls, rejoined by a Merge) or "sub" (a sub-workflow)
+                            # the key's channel into `outputs` calls, rejoined by a Merge), "sub" (a sub-workflow) or
+                            # "lines" (Split Out of the order's line items, a Claim keyed by the line, one call each)
     code: bool = False      # a Code node that keeps pairing between the Claim's First Run and the call
     http_retry: bool = False
     outputs: int = 0        # a switch's outputs: 3 (one rule per channel) or 2 (a rule for "web", the fallback)
     wait_s: int = 0         # n8n's Wait node (After Time Interval, seconds) before the segment's Claim
+    loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
 
     @property
     def step(self) -> str:
@@ -94,11 +100,12 @@ class Expected:
     workflow_id: str
     key: str
     trail: tuple[str, ...]
-    calls: tuple[tuple[str, str, str], ...]     # (provider, scope, logic)
+    calls: tuple[ExpectedCall, ...]             # one per side effect, one per line of a line-item side effect
     retry_policy: bool
     fail_first: int
     suspension_allowed: bool
     base_bound_s: float
+    rewalked: tuple[str, ...] = ()              # steps saved once per line item (walked again on a resume)
 
 
 @dataclass
@@ -116,12 +123,13 @@ class Case:
     schedules: list[ProviderSchedule]
     expected: dict[str, Expected] = field(default_factory=dict)
     channels: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)     # each key's number of line items
 
     def plan(self) -> dict[str, Any]:
         """The case without its workflows, as JSON (written beside them when it fails)."""
         return {"seed": self.seed, "index": self.index, "workflow_id": self.workflow_id, "path": self.path,
                 "shape": asdict(self.shape), "blocks": self.blocks, "keys": self.keys, "methods": self.methods,
-                "channels": self.channels,
+                "channels": self.channels, "lines": self.lines,
                 "deliveries": [asdict(d) for d in self.deliveries],
                 "schedules": [asdict(s) for s in self.schedules],
                 "expected": {k: asdict(e) for k, e in self.expected.items()}}
@@ -141,16 +149,21 @@ def draw_shape(rng: random.Random) -> Shape:
         if i == sub_at:
             segments.append(Segment(i + 1, providers[i], "sub"))
             continue
+        # Line items never last: the loop's Saves would complete the instance at its first line.
+        if i < n - 1 and rng.random() < 0.25:
+            segments.append(Segment(i + 1, providers[i], "lines", loop=rng.random() < 0.5))
+            continue
         r = rng.random()
         kind = "branch" if r < 0.25 else "switch" if r < 0.45 else "plain"
         segments.append(Segment(i + 1, providers[i], kind, code=rng.random() < 0.3,
                                 outputs=rng.choice([2, 3]) if kind == "switch" else 0))
     # n8n's Wait before a segment, where a Save of this workflow or the Resume Point reaches it with no durable
-    # node between (README "n8n's Wait node"): not after a sub-workflow, whose Save cannot see the Wait.
-    segments = [replace(s, wait_s=rng.randint(1, 3)) if (i == 0 or segments[i - 1].shape != "sub")
+    # node between (README "n8n's Wait node"): not after a sub-workflow, whose Save cannot see the Wait, nor after
+    # line items, whose step output leads back to their lines, not to the Wait.
+    segments = [replace(s, wait_s=rng.randint(1, 3)) if (i == 0 or segments[i - 1].shape not in ("sub", "lines"))
                 and rng.random() < 0.2 else s for i, s in enumerate(segments)]
     # At most one kind of failing provider per case, on one segment outside a sub-workflow.
-    failing = [s for s in segments if s.shape != "sub"]
+    failing = [s for s in segments if s.shape not in ("sub", "lines")]
     retry = rng.choice(["none", "none", "http-retry", "retry-policy"])
     retry_policy = retry == "retry-policy"
     if retry == "http-retry":
@@ -181,15 +194,22 @@ def draw_deliveries(rng: random.Random, keys: list[str]) -> list[Delivery]:
     return out
 
 
-def draw_schedules(rng: random.Random, shape: Shape, keys: list[str]) -> list[ProviderSchedule]:
+def line_skus(n: int) -> list[str]:
+    return [f"sku-{j + 1}" for j in range(n)]
+
+
+def draw_schedules(rng: random.Random, shape: Shape, keys: list[str], lines: dict[str, int]) -> list[ProviderSchedule]:
+    """Per key and side effect; a line-item side effect has one per line (the provider sees `<key>:<sku>`)."""
     fails = failing_segment(shape)
     out = []
     for key in keys:
         fail_first = rng.choice([1, 2]) if fails is not None else 0
         for seg in shape.segments:
-            kind = rng.choices(["healthy", "slow", "stall"], weights=[60, 25, 15])[0]
-            delay = {"healthy": 0.0, "slow": rng.uniform(*SLOW_S), "stall": rng.uniform(*STALL_S)}[kind]
-            out.append(ProviderSchedule(seg.provider, key, kind, fail_first if seg is fails else 0, round(delay, 2)))
+            orders = [f"{key}:{sku}" for sku in line_skus(lines[key])] if seg.shape == "lines" else [key]
+            for order in orders:
+                kind = rng.choices(["healthy", "slow", "stall"], weights=[60, 25, 15])[0]
+                delay = {"healthy": 0.0, "slow": rng.uniform(*SLOW_S), "stall": rng.uniform(*STALL_S)}[kind]
+                out.append(ProviderSchedule(seg.provider, order, kind, fail_first if seg is fails else 0, round(delay, 2)))
     return out
 
 
@@ -210,15 +230,19 @@ def segment_logic(seg: Segment, method: str, channel: str) -> str:
 def expectations(case: Case) -> dict[str, Expected]:
     shape, out = case.shape, {}
     for key in case.keys:
-        scheds = [s for s in case.schedules if s.key == key]
+        scheds = [s for s in case.schedules if s.key == key or s.key.startswith(f"{key}:")]
         fail_first = max((s.fail_first for s in scheds), default=0)
-        calls = tuple((s.provider, s.step, segment_logic(s, case.methods[key], case.channels.get(key, CHANNELS[0])))
-                      for s in shape.segments)
+        skus = line_skus(case.lines.get(key, 1))
+        calls = tuple(call for s in shape.segments for call in (
+            [ExpectedCall(s.provider, s.step, "plain", sku) for sku in skus] if s.shape == "lines" else
+            [ExpectedCall(s.provider, s.step, segment_logic(s, case.methods[key], case.channels.get(key, CHANNELS[0])))]))
+        trail = tuple(step for s in shape.segments for step in [s.step] * (len(skus) if s.shape == "lines" else 1))
         # Each failure under the retry policy costs an execution, the lease's release (~5 s) and its backoff.
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
         bound += sum(2 * s.wait_s for s in shape.segments)  # a resumed instance waits again
-        out[key] = Expected(case.workflow_id, key, tuple(s.step for s in shape.segments), calls, shape.retry_policy,
-                            fail_first, shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound)
+        out[key] = Expected(case.workflow_id, key, trail, calls, shape.retry_policy, fail_first,
+                            shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound,
+                            tuple(s.step for s in shape.segments if s.shape == "lines"))
     return out
 
 
@@ -364,6 +388,43 @@ def block_switch_merge(b: Builder, seg: Segment, source: str) -> str:
     return merge
 
 
+def line_call_body() -> str:
+    return "={{ JSON.stringify({ orderId: $json.body.orderId + ':' + $json.line.sku, logic: 'plain' }) }}"
+
+
+def block_line_items(b: Builder, seg: Segment) -> tuple[str, str]:
+    """One side effect per line item (docs/nodes.md): a Split Out of `body.lines` (each line under `line`, All
+    Other Fields kept, so later nodes read the order as before) → [Loop Over Items, batch size 1 →] a Claim
+    whose Key is the line's SKU → one call per line (the provider sees `<key>:<sku>`) → Save, once per line;
+    Done Before → the same Save. Returns the Split Out and the node the next segment follows (the Save, or the
+    loop's Done output); the Resume Point's output for this step leads to the Split Out again."""
+    split = b.f.node(f"Lines {seg.step}", "n8n-nodes-base.splitOut", 1, {
+        "fieldToSplitOut": "body.lines", "include": "allOtherFields", "options": {"destinationFieldName": "line"}},
+        b.at())
+    claim = b.f.durable(f"Claim {seg.step}", "idempotencyGuard",
+                        {"operation": "claim", "scope": seg.step, "key": "={{ $json.line.sku }}"}, b.at())
+    call = b.f.call(f"Call {seg.step}", seg.provider, line_call_body(), b.at(-1))
+    save = block_save(b, seg, last=False)
+    b.f.link(claim, call, 0)
+    b.f.link(claim, save, 1)    # Done Before
+    b.f.link(call, save)
+    if not seg.loop:
+        b.f.link(split, claim)
+        return split, save
+    return split, block_loop_over_items(b, seg, split, claim, save)
+
+
+def block_loop_over_items(b: Builder, seg: Segment, split: str, claim: str, save: str) -> str:
+    """Loop Over Items (batch size 1) after the Split Out: its loop output into the line's Claim, the Save back
+    into it; its Done output (every line saved) is where the next segment follows."""
+    each = str(b.f.node(f"Each Line {seg.step}", "n8n-nodes-base.splitInBatches", 3, {"batchSize": 1, "options": {}},
+                        b.at(1)))
+    b.f.link(split, each)
+    b.f.link(each, claim, 1)    # loop: one line
+    b.f.link(save, each)
+    return each
+
+
 def block_sub_workflow(b: Builder, seg: Segment) -> str:
     """The segment in a sub-workflow of its own (README "A side effect in a sub-workflow"), run by an Execute
     Workflow node with its options at their defaults; the sub-workflow is published before its caller."""
@@ -403,6 +464,8 @@ def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     if seg.shape == "sub":
         node = block_sub_workflow(b, seg)
         return node, node
+    if seg.shape == "lines":
+        return block_line_items(b, seg)
     claim = block_claim(b, seg)
     first_run = claim
     if seg.code:
@@ -441,6 +504,10 @@ BLOCKS = (
     Block("IF on the business key → Merge", block_if_merge, lambda s: any(g.shape == "branch" for g in s.segments)),
     Block("Switch on a drawn field (2–3 outputs) → Merge", block_switch_merge,
           lambda s: any(g.shape == "switch" for g in s.segments)),
+    Block("Split Out of line items → Claim keyed by the line", block_line_items,
+          lambda s: any(g.shape == "lines" for g in s.segments)),
+    Block("Loop Over Items of line items", block_loop_over_items,
+          lambda s: any(g.shape == "lines" and g.loop for g in s.segments)),
     Block("Code node keeping pairing", block_code_pass_through, lambda s: any(g.code for g in s.segments)),
     Block("Execute Workflow sub-workflow", block_sub_workflow, lambda s: any(g.shape == "sub" for g in s.segments)),
     Block("n8n Wait node (1–3 s) after a Save, before a Claim", block_wait, lambda s: any(g.wait_s for g in s.segments)),
@@ -475,7 +542,9 @@ def build_workflows(case_id: str, path: str, shape: Shape, services_url: str) ->
     b.f.link(rp, first_entry, 1)         # Resume: nothing saved yet
     for i in range(1, len(ends)):
         b.f.link(ends[i - 1][1], ends[i][0])
-        b.f.link(rp, ends[i][0], 4 + i - 1)  # the step output of the segment before
+        # The step output of the segment before; after line items, back to their Split Out (a resumed instance
+        # walks its lines again, the saved ones leave their Claim by Done Before).
+        b.f.link(rp, ends[i - 1 if shape.segments[i - 1].shape == "lines" else i][0], 4 + i - 1)
     return [*b.subs, b.f.workflow()]
 
 
@@ -488,9 +557,10 @@ def generate(seed: int, index: int, services_url: str) -> Case:
     keys = [f"s{seed}c{index}k{j}" for j in range(rng.randint(1, 3))]
     methods = {k: rng.choice(["card", "account"]) for k in keys}
     channels = {k: rng.choice(CHANNELS) for k in keys}
+    lines = {k: rng.randint(1, MAX_LINES) for k in keys}
     case = Case(seed, index, case_id, path, shape, blocks_used(shape),
                 build_workflows(case_id, path, shape, services_url), keys, methods,
-                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys), channels=channels)
+                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys, lines), channels=channels, lines=lines)
     case.expected = expectations(case)
     return case
 
@@ -498,7 +568,8 @@ def generate(seed: int, index: int, services_url: str) -> Case:
 def delivery_body(case: Case, key: str) -> dict[str, Any]:
     """What a sender posts for `key` (every copy the same body: a re-delivery, never another order)."""
     return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key],
-            "channel": case.channels.get(key, CHANNELS[0])}
+            "channel": case.channels.get(key, CHANNELS[0]),
+            "lines": [{"sku": sku} for sku in line_skus(case.lines.get(key, 1))]}
 
 
 def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: bool, tag: str) -> Case:
@@ -511,13 +582,20 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
     shape = replace(case.shape, segments=tuple(segs))
     providers = {s.provider for s in segs}
     renamed = {k: f"{k}{tag}" for k in case.keys[:max(1, keys)]}
+
+    def order(o: str) -> str:   # a key's or a line's (`<key>:<sku>`) order under the new key
+        base, sep, line = o.partition(":")
+        return f"{renamed[base]}{sep}{line}"
+
     workflow_id, path = f"{case.workflow_id}{tag}", f"{case.path}{tag}"
     small = Case(case.seed, case.index, workflow_id, path, shape, blocks_used(shape),
                  build_workflows(workflow_id, path, shape, services_url), list(renamed.values()),
                  {renamed[k]: m for k, m in case.methods.items() if k in renamed},
                  [replace(d, key=renamed[d.key]) for d in case.deliveries
                   if d.key in renamed and (copies or d.when == "first")],
-                 [replace(s, key=renamed[s.key]) for s in case.schedules if s.key in renamed and s.provider in providers],
-                 channels={renamed[k]: c for k, c in case.channels.items() if k in renamed})
+                 [replace(s, key=order(s.key)) for s in case.schedules
+                  if s.key.partition(":")[0] in renamed and s.provider in providers],
+                 channels={renamed[k]: c for k, c in case.channels.items() if k in renamed},
+                 lines={renamed[k]: n for k, n in case.lines.items() if k in renamed})
     small.expected = expectations(small)
     return small

@@ -43,7 +43,7 @@ class WaveRecord:
 
 def expectations(case: Case, wave: int) -> list[Expectation]:
     return [Expectation(case.index, wave, e.workflow_id, e.key, e.trail, e.calls, e.suspension_allowed,
-                        e.retry_policy, e.base_bound_s) for e in case.expected.values()]
+                        e.retry_policy, e.base_bound_s, e.rewalked) for e in case.expected.values()]
 
 
 def _send(url: str, body: dict[str, object]) -> tuple[int, int]:
@@ -134,10 +134,14 @@ def collect(stack: ChaosStack, cases: list[Case], wave: int, record: WaveRecord,
     """Adds the wave's facts to `history`: the generator's expectations, the deliveries and faults as made, the
     providers' calls, and the sidecars' instances, checkpoints and keys."""
     keys = [k for c in cases for k in c.keys]
-    history.expectations += [e for c in cases for e in expectations(c, wave)]
+    wave_expectations = [e for c in cases for e in expectations(c, wave)]
+    # A line item's call names `<key>:<sku>`, and its Guard key is `["<key>","<sku>"]`.
+    orders = {x.order(e.key) for e in wave_expectations for x in e.calls} | set(keys)
+    guard_keys = sorted({x.guard_key(e.key) for e in wave_expectations for x in e.calls} | set(keys))
+    history.expectations += wave_expectations
     history.deliveries += record.deliveries
     history.faults += faults
-    history.calls += stack.providers.facts(set(keys))
+    history.calls += stack.providers.facts(orders)
     history.collected_at = time.time()
     with stack.db() as conn:
         for wf, key, status, suspended, created, finished, resumes, completed_events in conn.execute(
@@ -157,5 +161,5 @@ def collect(stack: ChaosStack, cases: list[Case], wave: int, record: WaveRecord,
             history.checkpoints.append(CheckpointFact(wf, key, int(seq), step, created, decode(state, encoding)))
         for scope, key, status, attempt, result, updated in conn.execute(
                 """SELECT scope, key, status, attempt, result_json, extract(epoch FROM updated_at)::float8
-                   FROM durable_idempotency_keys WHERE namespace = %s AND key = ANY(%s)""", (NAMESPACE, keys)):
+                   FROM durable_idempotency_keys WHERE namespace = %s AND key = ANY(%s)""", (NAMESPACE, guard_keys)):
             history.keys.append(KeyFact(scope, key, status, int(attempt), str(decode(result).get("id", "")), updated))
