@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 from harness import CREDENTIAL_ID
@@ -34,6 +35,11 @@ SLOW_S = (1.0, 3.0)
 STALL_S = (8.0, 12.0)
 # The field a Switch routes on: each key's delivery carries one (an IF routes on its `method`).
 CHANNELS = ("web", "phone", "partner")
+# The event a case's instance waits for, and how long after a key's first delivery chaos signals it (seconds,
+# drawn: early signals come before the wait and are kept in the mailbox, or before the instance exists and are
+# answered with an error the sender retries).
+EVENT = "delivered"
+SIGNAL_AFTER_S = (0.0, 8.0)
 # Each key's order has 1–3 line items (`body.lines`, each with its `sku`) where a case claims per line.
 MAX_LINES = 3
 
@@ -68,6 +74,7 @@ class Shape:
     respond: str
     segments: tuple[Segment, ...]
     retry_policy: bool      # the Resume Point's retry policy, against a provider that fails
+    event_after: int = 0    # the segment after whose Save the instance waits for the event "delivered" (0: none)
 
 
 @dataclass(frozen=True)
@@ -124,12 +131,13 @@ class Case:
     expected: dict[str, Expected] = field(default_factory=dict)
     channels: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)     # each key's number of line items
+    signal_after_s: dict[str, float] = field(default_factory=dict)  # when chaos signals EVENT, after the first delivery
 
     def plan(self) -> dict[str, Any]:
         """The case without its workflows, as JSON (written beside them when it fails)."""
         return {"seed": self.seed, "index": self.index, "workflow_id": self.workflow_id, "path": self.path,
                 "shape": asdict(self.shape), "blocks": self.blocks, "keys": self.keys, "methods": self.methods,
-                "channels": self.channels, "lines": self.lines,
+                "channels": self.channels, "lines": self.lines, "signal_after_s": self.signal_after_s,
                 "deliveries": [asdict(d) for d in self.deliveries],
                 "schedules": [asdict(s) for s in self.schedules],
                 "expected": {k: asdict(e) for k, e in self.expected.items()}}
@@ -169,7 +177,11 @@ def draw_shape(rng: random.Random) -> Shape:
     if retry == "http-retry":
         target = rng.choice(failing)
         segments = [replace(s, http_retry=s is target) for s in segments]
-    return Shape(respond, tuple(segments), retry_policy)
+    # Wait for Event between a Save of this workflow and the next side effect; not before an n8n Wait, which must
+    # follow its Save with no durable node between, nor after line items, whose step leads back to their lines.
+    waits_for = [s.number for s, nxt in pairwise(segments) if s.shape not in ("sub", "lines") and not nxt.wait_s]
+    event_after = rng.choice(waits_for) if waits_for and rng.random() < 0.3 else 0
+    return Shape(respond, tuple(segments), retry_policy, event_after)
 
 
 def failing_segment(shape: Shape) -> Segment | None:
@@ -240,6 +252,7 @@ def expectations(case: Case) -> dict[str, Expected]:
         # Each failure under the retry policy costs an execution, the lease's release (~5 s) and its backoff.
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
         bound += sum(2 * s.wait_s for s in shape.segments)  # a resumed instance waits again
+        bound += case.signal_after_s.get(key, 0.0)
         out[key] = Expected(case.workflow_id, key, trail, calls, shape.retry_policy, fail_first,
                             shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound,
                             tuple(s.step for s in shape.segments if s.shape == "lines"))
@@ -299,6 +312,8 @@ def block_resume_point(b: Builder, shape: Shape) -> str:
     steps = [s.step for s in shape.segments[:-1]]
     if steps:
         params["stepOutputs"] = ", ".join(steps)
+    if shape.event_after:
+        params["waitOutputs"] = True
     if shape.retry_policy:
         block_retry_policy(params)
     return b.f.durable("Resume Point", "resumePoint", params, (220, 100))
@@ -425,6 +440,38 @@ def block_loop_over_items(b: Builder, seg: Segment, split: str, claim: str, save
     return each
 
 
+def block_wait_for_event(b: Builder, rp: str, save: str, entry: str, step_output: int, event_output: int) -> None:
+    """Durable Checkpoint, Wait for Event "delivered" (no timeout) after a Save, wired as docs/nodes.md shows:
+    Save → Wait for Event → Received → the next side effect; the Resume Point's output for that step → the same
+    Wait for Event; its Event output (Wait Outputs on) → the next side effect."""
+    wait = b.f.durable("Wait for Delivered", "durableCheckpoint", {"operation": "awaitEvent", "eventName": EVENT},
+                       b.at(1))
+    b.f.link(save, wait)
+    b.f.link(wait, entry)              # Received: the event had come before
+    b.f.link(rp, wait, step_output)
+    b.f.link(rp, entry, event_output)  # Event: resumed when it came
+
+
+def block_signal_workflow(case_id: str, path: str, services_url: str) -> dict[str, Any]:
+    """The carrier's workflow (docs/nodes.md, Durable Instance): Webhook (When Last Node Finishes) → Durable
+    Instance, Signal "delivered" to the case's workflow, Instance Key and Deduplication ID from the body."""
+    f = DocsFlow(f"{case_id}signal", f"chaos {case_id} carrier", services_url, CREDENTIAL_ID)
+    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {"httpMethod": "POST", "path": f"{path}-signal",
+                                                             "responseMode": LAST_NODE, "options": {}},
+                  (0, 0), webhookId=f"{case_id}signal-hook")
+    signal = f.node("Signal Delivered", "n8n-nodes-durable.durableInstance", 1, {
+        "operation": "signal", "workflowId": case_id, "instanceKey": "={{ $json.body.orderId }}", "eventName": EVENT,
+        "payloadJson": "={{ JSON.stringify($json.body) }}", "dedupeId": "={{ $json.body.eventId }}", "options": {}},
+        (220, 0), credentials=f.cred)
+    f.link(hook, signal)
+    return f.workflow()
+
+
+def signal_body(key: str) -> dict[str, Any]:
+    """What chaos posts to the carrier's webhook for `key` (every repeat the same event)."""
+    return {"orderId": key, "eventId": f"{key}-{EVENT}"}
+
+
 def block_sub_workflow(b: Builder, seg: Segment) -> str:
     """The segment in a sub-workflow of its own (README "A side effect in a sub-workflow"), run by an Execute
     Workflow node with its options at their defaults; the sub-workflow is published before its caller."""
@@ -508,6 +555,7 @@ BLOCKS = (
           lambda s: any(g.shape == "lines" for g in s.segments)),
     Block("Loop Over Items of line items", block_loop_over_items,
           lambda s: any(g.shape == "lines" and g.loop for g in s.segments)),
+    Block("Wait for Event, Signal from another workflow", block_wait_for_event, lambda s: bool(s.event_after)),
     Block("Code node keeping pairing", block_code_pass_through, lambda s: any(g.code for g in s.segments)),
     Block("Execute Workflow sub-workflow", block_sub_workflow, lambda s: any(g.shape == "sub" for g in s.segments)),
     Block("n8n Wait node (1–3 s) after a Save, before a Claim", block_wait, lambda s: any(g.wait_s for g in s.segments)),
@@ -541,11 +589,15 @@ def build_workflows(case_id: str, path: str, shape: Shape, services_url: str) ->
         block_answer_redeliveries(b, rp)
     b.f.link(rp, first_entry, 1)         # Resume: nothing saved yet
     for i in range(1, len(ends)):
+        if shape.segments[i - 1].number == shape.event_after:
+            block_wait_for_event(b, rp, ends[i - 1][1], ends[i][0], 4 + i - 1, 4 + len(shape.segments) - 1)
+            continue
         b.f.link(ends[i - 1][1], ends[i][0])
         # The step output of the segment before; after line items, back to their Split Out (a resumed instance
         # walks its lines again, the saved ones leave their Claim by Done Before).
         b.f.link(rp, ends[i - 1 if shape.segments[i - 1].shape == "lines" else i][0], 4 + i - 1)
-    return [*b.subs, b.f.workflow()]
+    signal = [block_signal_workflow(case_id, path, services_url)] if shape.event_after else []
+    return [*b.subs, *signal, b.f.workflow()]
 
 
 def generate(seed: int, index: int, services_url: str) -> Case:
@@ -558,9 +610,11 @@ def generate(seed: int, index: int, services_url: str) -> Case:
     methods = {k: rng.choice(["card", "account"]) for k in keys}
     channels = {k: rng.choice(CHANNELS) for k in keys}
     lines = {k: rng.randint(1, MAX_LINES) for k in keys}
+    signals = {k: round(rng.uniform(*SIGNAL_AFTER_S), 2) for k in keys} if shape.event_after else {}
     case = Case(seed, index, case_id, path, shape, blocks_used(shape),
                 build_workflows(case_id, path, shape, services_url), keys, methods,
-                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys, lines), channels=channels, lines=lines)
+                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys, lines), channels=channels, lines=lines,
+                signal_after_s=signals)
     case.expected = expectations(case)
     return case
 
@@ -579,7 +633,8 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
     segs = list(case.shape.segments[:max(1, segments)])
     while len(segs) > 1 and segs[-1].shape == "sub":
         segs.pop()
-    shape = replace(case.shape, segments=tuple(segs))
+    shape = replace(case.shape, segments=tuple(segs),
+                    event_after=case.shape.event_after if case.shape.event_after < len(segs) else 0)
     providers = {s.provider for s in segs}
     renamed = {k: f"{k}{tag}" for k in case.keys[:max(1, keys)]}
 
@@ -596,6 +651,8 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
                  [replace(s, key=order(s.key)) for s in case.schedules
                   if s.key.partition(":")[0] in renamed and s.provider in providers],
                  channels={renamed[k]: c for k, c in case.channels.items() if k in renamed},
-                 lines={renamed[k]: n for k, n in case.lines.items() if k in renamed})
+                 lines={renamed[k]: n for k, n in case.lines.items() if k in renamed},
+                 signal_after_s={renamed[k]: t for k, t in case.signal_after_s.items()
+                                 if k in renamed and shape.event_after})
     small.expected = expectations(small)
     return small

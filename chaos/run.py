@@ -13,7 +13,7 @@ from harness import NAMESPACE, http
 
 from chaos import oracle
 from chaos.faults import Injector, PlannedFault
-from chaos.generator import Case, delivery_body
+from chaos.generator import Case, delivery_body, signal_body
 from chaos.history import (
     CheckpointFact,
     DeliveryFact,
@@ -89,8 +89,18 @@ def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[Planned
         with record.lock:
             record.deliveries.append(DeliveryFact(case.index, wave, key, copy, when, sent, time.time(), status, attempts))
 
+    def signal(case: Case, key: str, offset_s: float) -> None:
+        """The carrier's "delivered" for the key, to the case's carrier workflow, re-posted until a 2xx (before
+        the instance exists the Signal fails and n8n answers 500)."""
+        time.sleep(max(0.0, t0 + offset_s - time.time()))
+        status, attempts = _send(f"{stack.webhook_url(case)}-signal", signal_body(key))
+        if not 200 <= status < 300:
+            log(f"  {key}: signal never acknowledged (last answer {status} after {attempts} attempts)")
+
     threads = [threading.Thread(target=deliver, args=(c, d.key, d.copy, d.when, d.offset_s), daemon=True)
                for c in cases for d in c.deliveries]
+    threads += [threading.Thread(target=signal, args=(c, d.key, d.offset_s + c.signal_after_s[d.key]), daemon=True)
+                for c in cases for d in c.deliveries if d.when == "first" and d.key in c.signal_after_s]
     injector = Injector(stack, wave, plan, log)
     for t in threads:
         t.start()

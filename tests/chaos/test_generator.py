@@ -45,7 +45,10 @@ def test_every_generated_workflow_is_wired_to_nodes_it_has_and_answers_its_sende
         # Start, Resume, (Finished, Busy,) then one step output per segment but the last, each into the next.
         segments = case.shape.segments
         steps = set(range(4, 4 + len(segments) - 1))
-        assert set(rp_outputs) == {0, 1} | steps | ({2, 3} if case.shape.respond == LAST_NODE else set()), rp_outputs
+        event = {4 + len(segments) - 1} if case.shape.event_after else set()   # Wait Outputs: Event (Timed Out unused)
+        assert set(rp_outputs) == ({0, 1} | steps | event | ({2, 3} if case.shape.respond == LAST_NODE else set())), \
+            rp_outputs
+
         def entry(seg: Segment) -> str:
             if seg.wait_s:
                 return f"Wait {seg.step}"
@@ -54,6 +57,9 @@ def test_every_generated_workflow_is_wired_to_nodes_it_has_and_answers_its_sende
         for out in steps:
             before, nxt = segments[out - 4], segments[out - 3]
             # After line items, their step leads back to their lines (the saved ones leave by Done Before).
+            if before.number == case.shape.event_after:
+                assert rp_outputs[out] == "Wait for Delivered" and rp_outputs[max(event)] == entry(nxt), rp_outputs
+                continue
             assert rp_outputs[out] == entry(before if before.shape == "lines" else nxt), rp_outputs
         saves = [n for wf in case.workflows for n in wf["nodes"] if n["name"].startswith("Save ")]
         assert [n["parameters"].get("options", {}).get("completeInstance", False) for n in saves
@@ -177,3 +183,29 @@ def test_line_items_are_split_claimed_per_line_and_looped_one_at_a_time_or_all_a
                 assert [x.line for x in case.expected[key].calls if x.scope == seg.step] == skus
                 assert {s.key for s in case.schedules if s.provider == seg.provider} >= {f"{key}:{sku}" for sku in skus}
     assert seen == {True, False}
+
+
+def test_a_wait_for_event_follows_a_save_and_a_carrier_workflow_signals_the_case() -> None:
+    waited = 0
+    for index in range(80):
+        case = generate(23, index, URL)
+        if not case.shape.event_after:
+            assert len([wf for wf in case.workflows if wf["id"].endswith("signal")]) == 0 and not case.signal_after_s
+            continue
+        waited += 1
+        main, carrier = case.workflows[-1], case.workflows[-2]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        before = case.shape.segments[case.shape.event_after - 1]
+        nxt = case.shape.segments[case.shape.event_after]
+        assert before.shape not in ("sub", "lines") and not nxt.wait_s
+        assert nodes["Resume Point"]["parameters"]["waitOutputs"] is True
+        wait = nodes["Wait for Delivered"]
+        assert wait["parameters"] == {"operation": "awaitEvent", "eventName": "delivered"}
+        out = {(src, o): dst for src, o, dst, _ in links(main)}
+        assert out[(f"Save {before.step}", 0)] == "Wait for Delivered"
+        assert out[("Wait for Delivered", 0)] in (f"Claim {nxt.step}", f"Run {nxt.step}", f"Lines {nxt.step}")
+        assert carrier["id"] == f"{case.workflow_id}signal"
+        [signal] = [n for n in carrier["nodes"] if n["type"] == "n8n-nodes-durable.durableInstance"]
+        assert signal["parameters"]["workflowId"] == case.workflow_id and signal["parameters"]["eventName"] == "delivered"
+        assert set(case.signal_after_s) == set(case.keys)
+    assert waited > 5
