@@ -11,6 +11,8 @@ write its function, wire it in `build_workflows`, say what it changes in `expect
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -75,6 +77,8 @@ class Shape:
     segments: tuple[Segment, ...]
     retry_policy: bool      # the Resume Point's retry policy, against a provider that fails
     event_after: int = 0    # the segment after whose Save the instance waits for the event "delivered" (0: none)
+    signal_via: str = ""    # who signals it: "workflow" (the case's carrier workflow) or "http" (chaos, through a
+                            # sidecar's HTTP/JSON face, SignalInstance)
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,8 @@ def draw_shape(rng: random.Random) -> Shape:
     # follow its Save with no durable node between, nor after line items, whose step leads back to their lines.
     waits_for = [s.number for s, nxt in pairwise(segments) if s.shape not in ("sub", "lines") and not nxt.wait_s]
     event_after = rng.choice(waits_for) if waits_for and rng.random() < 0.3 else 0
-    return Shape(respond, tuple(segments), retry_policy, event_after)
+    signal_via = rng.choice(["workflow", "http"]) if event_after else ""
+    return Shape(respond, tuple(segments), retry_policy, event_after, signal_via)
 
 
 def failing_segment(shape: Shape) -> Segment | None:
@@ -472,6 +477,14 @@ def signal_body(key: str) -> dict[str, Any]:
     return {"orderId": key, "eventId": f"{key}-{EVENT}"}
 
 
+def signal_request(case: Case, key: str) -> dict[str, Any]:
+    """The same event as a SignalInstance request to the sidecar's HTTP/JSON face (docs/http-json.md: protobuf's
+    JSON mapping, `bytes` as base64), with the carrier's deduplication ID."""
+    payload = base64.b64encode(json.dumps(signal_body(key)).encode()).decode()
+    return {"workflowId": case.workflow_id, "instanceKey": key, "eventName": EVENT, "payloadJson": payload,
+            "dedupeId": f"{key}-{EVENT}", "sender": "chaos"}
+
+
 def block_sub_workflow(b: Builder, seg: Segment) -> str:
     """The segment in a sub-workflow of its own (README "A side effect in a sub-workflow"), run by an Execute
     Workflow node with its options at their defaults; the sub-workflow is published before its caller."""
@@ -555,7 +568,8 @@ BLOCKS = (
           lambda s: any(g.shape == "lines" for g in s.segments)),
     Block("Loop Over Items of line items", block_loop_over_items,
           lambda s: any(g.shape == "lines" and g.loop for g in s.segments)),
-    Block("Wait for Event, Signal from another workflow", block_wait_for_event, lambda s: bool(s.event_after)),
+    Block("Wait for Event, Signal from a carrier workflow", block_signal_workflow, lambda s: s.signal_via == "workflow"),
+    Block("Wait for Event, Signal through the HTTP/JSON face", signal_request, lambda s: s.signal_via == "http"),
     Block("Code node keeping pairing", block_code_pass_through, lambda s: any(g.code for g in s.segments)),
     Block("Execute Workflow sub-workflow", block_sub_workflow, lambda s: any(g.shape == "sub" for g in s.segments)),
     Block("n8n Wait node (1–3 s) after a Save, before a Claim", block_wait, lambda s: any(g.wait_s for g in s.segments)),
@@ -596,7 +610,7 @@ def build_workflows(case_id: str, path: str, shape: Shape, services_url: str) ->
         # The step output of the segment before; after line items, back to their Split Out (a resumed instance
         # walks its lines again, the saved ones leave their Claim by Done Before).
         b.f.link(rp, ends[i - 1 if shape.segments[i - 1].shape == "lines" else i][0], 4 + i - 1)
-    signal = [block_signal_workflow(case_id, path, services_url)] if shape.event_after else []
+    signal = [block_signal_workflow(case_id, path, services_url)] if shape.signal_via == "workflow" else []
     return [*b.subs, *signal, b.f.workflow()]
 
 

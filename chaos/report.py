@@ -13,7 +13,6 @@ from chaos.history import History, belongs_to
 
 # Building blocks and fault kinds issue 41 asks for that the generator and the injector do not make yet.
 NOT_YET = (
-    "Signal through the sidecar's HTTP/JSON face (chaos signals through a carrier workflow)",
     "fault: queue mode (kill -9 of main and workers, SIGSTOP/SIGCONT of a worker)",
     "fault: Patroni switchover and kill of its primary (long form)",
 )
@@ -24,7 +23,7 @@ def table(h: History, cases: list[Case], seconds: float) -> str:
     acked = sum(1 for d in h.deliveries if d.acknowledged)
     recoveries = oracle.recoveries(h)
     longest = max(recoveries, key=lambda r: r[1], default=None)
-    carriers = sum(1 for c in cases if c.shape.event_after)
+    carriers = sum(1 for c in cases if c.shape.signal_via == "workflow")
     subs = sum(len(c.workflows) - 1 for c in cases) - carriers
     stuck = {v.key for v in oracle.rule_3_nothing_stuck(h)}
     rows = [

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from harness import NAMESPACE, http
+from harness import NAMESPACE, TOKEN, http
 
 from chaos import oracle
 from chaos.faults import Injector, PlannedFault
-from chaos.generator import Case, delivery_body, signal_body
+from chaos.generator import Case, delivery_body, signal_body, signal_request
 from chaos.history import (
     CheckpointFact,
     DeliveryFact,
@@ -59,6 +59,21 @@ def _send(url: str, body: dict[str, object]) -> tuple[int, int]:
     return status, attempts
 
 
+def _signal_http(stack: ChaosStack, request: dict[str, object]) -> tuple[int, int]:
+    """SignalInstance through the sidecars' HTTP/JSON face, one sidecar then the other, until a 200 or an answer
+    other than 404 (the instance does not exist yet) and 5xx; the last status and the number of attempts."""
+    deadline, attempts, status = time.monotonic() + GIVE_UP_S, 0, 0
+    while time.monotonic() < deadline:
+        sidecar = stack.sidecars[attempts % len(stack.sidecars)]
+        status, _ = http("POST", f"{sidecar.http_url}/durable.v1.EventService/SignalInstance", request,
+                         headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        attempts += 1
+        if status == 200 or (400 <= status < 500 and status != 404):
+            break
+        time.sleep(1)
+    return status, attempts
+
+
 def _statuses(stack: ChaosStack, keys: list[str]) -> dict[str, tuple[str, bool]]:
     """Each key's instance status and whether it is suspended (keys without an instance are left out)."""
     with stack.db() as conn:
@@ -93,7 +108,10 @@ def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[Planned
         """The carrier's "delivered" for the key, to the case's carrier workflow, re-posted until a 2xx (before
         the instance exists the Signal fails and n8n answers 500)."""
         time.sleep(max(0.0, t0 + offset_s - time.time()))
-        status, attempts = _send(f"{stack.webhook_url(case)}-signal", signal_body(key))
+        if case.shape.signal_via == "http":
+            status, attempts = _signal_http(stack, signal_request(case, key))
+        else:
+            status, attempts = _send(f"{stack.webhook_url(case)}-signal", signal_body(key))
         if not 200 <= status < 300:
             log(f"  {key}: signal never acknowledged (last answer {status} after {attempts} attempts)")
 

@@ -3,11 +3,12 @@ workflow is wired as the README says, and the expectations follow the workflow."
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from chaos import faults
-from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, Segment, delivery_body, generate
+from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, Segment, delivery_body, generate, signal_request
 
 URL = "http://127.0.0.1:9"
 
@@ -193,7 +194,7 @@ def test_a_wait_for_event_follows_a_save_and_a_carrier_workflow_signals_the_case
             assert len([wf for wf in case.workflows if wf["id"].endswith("signal")]) == 0 and not case.signal_after_s
             continue
         waited += 1
-        main, carrier = case.workflows[-1], case.workflows[-2]
+        main = case.workflows[-1]
         nodes = {n["name"]: n for n in main["nodes"]}
         before = case.shape.segments[case.shape.event_after - 1]
         nxt = case.shape.segments[case.shape.event_after]
@@ -204,8 +205,15 @@ def test_a_wait_for_event_follows_a_save_and_a_carrier_workflow_signals_the_case
         out = {(src, o): dst for src, o, dst, _ in links(main)}
         assert out[(f"Save {before.step}", 0)] == "Wait for Delivered"
         assert out[("Wait for Delivered", 0)] in (f"Claim {nxt.step}", f"Run {nxt.step}", f"Lines {nxt.step}")
-        assert carrier["id"] == f"{case.workflow_id}signal"
-        [signal] = [n for n in carrier["nodes"] if n["type"] == "n8n-nodes-durable.durableInstance"]
-        assert signal["parameters"]["workflowId"] == case.workflow_id and signal["parameters"]["eventName"] == "delivered"
         assert set(case.signal_after_s) == set(case.keys)
+        carriers = [wf for wf in case.workflows if wf["id"] == f"{case.workflow_id}signal"]
+        if case.shape.signal_via == "http":
+            assert carriers == []
+            request = signal_request(case, case.keys[0])
+            assert request["workflowId"] == case.workflow_id and request["eventName"] == "delivered"
+            assert json.loads(base64.b64decode(request["payloadJson"]))["orderId"] == case.keys[0]
+            continue
+        assert case.shape.signal_via == "workflow" and carriers == [case.workflows[-2]]
+        [signal] = [n for n in carriers[0]["nodes"] if n["type"] == "n8n-nodes-durable.durableInstance"]
+        assert signal["parameters"]["workflowId"] == case.workflow_id and signal["parameters"]["eventName"] == "delivered"
     assert waited > 5
