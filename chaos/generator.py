@@ -11,13 +11,18 @@ write its function, wire it in `build_workflows`, say what it changes in `expect
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 from harness import CREDENTIAL_ID
 from scenarios import DocsFlow, side_effect_sub_workflow
+
+from chaos.history import ExpectedCall
 
 # The fake services (e2e/fake_services.py): each segment of a case calls its own.
 PROVIDERS = ("payment", "inventory", "shipping", "coupon", "notify")
@@ -30,6 +35,15 @@ RETRY_POLICY_BACKOFF_S = 1
 # How long a slow and a stalled provider hold a call (seconds, drawn in these ranges).
 SLOW_S = (1.0, 3.0)
 STALL_S = (8.0, 12.0)
+# The field a Switch routes on: each key's delivery carries one (an IF routes on its `method`).
+CHANNELS = ("web", "phone", "partner")
+# The event a case's instance waits for, and how long after a key's first delivery chaos signals it (seconds,
+# drawn: early signals come before the wait and are kept in the mailbox, or before the instance exists and are
+# answered with an error the sender retries).
+EVENT = "delivered"
+SIGNAL_AFTER_S = (0.0, 8.0)
+# Each key's order has 1–3 line items (`body.lines`, each with its `sku`) where a case claims per line.
+MAX_LINES = 3
 
 RESPOND_NODE = "responseNode"    # Webhook → Respond: Using 'Respond to Webhook' Node ("Accepted" after Start)
 LAST_NODE = "lastNode"           # Webhook → Respond: When Last Node Finishes (Finished, Busy → No Operation)
@@ -41,9 +55,14 @@ class Segment:
 
     number: int
     provider: str
-    shape: str              # "plain", "branch" (IF on the business key, rejoined by a Merge) or "sub" (a sub-workflow)
+    shape: str              # "plain", "branch" (IF on the business key, rejoined by a Merge), "switch" (a Switch on
+                            # the key's channel into `outputs` calls, rejoined by a Merge), "sub" (a sub-workflow) or
+                            # "lines" (Split Out of the order's line items, a Claim keyed by the line, one call each)
     code: bool = False      # a Code node that keeps pairing between the Claim's First Run and the call
     http_retry: bool = False
+    outputs: int = 0        # a switch's outputs: 3 (one rule per channel) or 2 (a rule for "web", the fallback)
+    wait_s: int = 0         # n8n's Wait node (After Time Interval, seconds) before the segment's Claim
+    loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
 
     @property
     def step(self) -> str:
@@ -57,6 +76,9 @@ class Shape:
     respond: str
     segments: tuple[Segment, ...]
     retry_policy: bool      # the Resume Point's retry policy, against a provider that fails
+    event_after: int = 0    # the segment after whose Save the instance waits for the event "delivered" (0: none)
+    signal_via: str = ""    # who signals it: "workflow" (the case's carrier workflow) or "http" (chaos, through a
+                            # sidecar's HTTP/JSON face, SignalInstance)
 
 
 @dataclass(frozen=True)
@@ -89,11 +111,12 @@ class Expected:
     workflow_id: str
     key: str
     trail: tuple[str, ...]
-    calls: tuple[tuple[str, str, str], ...]     # (provider, scope, logic)
+    calls: tuple[ExpectedCall, ...]             # one per side effect, one per line of a line-item side effect
     retry_policy: bool
     fail_first: int
     suspension_allowed: bool
     base_bound_s: float
+    rewalked: tuple[str, ...] = ()              # steps saved once per line item (walked again on a resume)
 
 
 @dataclass
@@ -110,11 +133,15 @@ class Case:
     deliveries: list[Delivery]
     schedules: list[ProviderSchedule]
     expected: dict[str, Expected] = field(default_factory=dict)
+    channels: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)     # each key's number of line items
+    signal_after_s: dict[str, float] = field(default_factory=dict)  # when chaos signals EVENT, after the first delivery
 
     def plan(self) -> dict[str, Any]:
         """The case without its workflows, as JSON (written beside them when it fails)."""
         return {"seed": self.seed, "index": self.index, "workflow_id": self.workflow_id, "path": self.path,
                 "shape": asdict(self.shape), "blocks": self.blocks, "keys": self.keys, "methods": self.methods,
+                "channels": self.channels, "lines": self.lines, "signal_after_s": self.signal_after_s,
                 "deliveries": [asdict(d) for d in self.deliveries],
                 "schedules": [asdict(s) for s in self.schedules],
                 "expected": {k: asdict(e) for k, e in self.expected.items()}}
@@ -134,16 +161,32 @@ def draw_shape(rng: random.Random) -> Shape:
         if i == sub_at:
             segments.append(Segment(i + 1, providers[i], "sub"))
             continue
-        segments.append(Segment(i + 1, providers[i], "branch" if rng.random() < 0.3 else "plain",
-                                code=rng.random() < 0.3))
+        # Line items never last: the loop's Saves would complete the instance at its first line.
+        if i < n - 1 and rng.random() < 0.25:
+            segments.append(Segment(i + 1, providers[i], "lines", loop=rng.random() < 0.5))
+            continue
+        r = rng.random()
+        kind = "branch" if r < 0.25 else "switch" if r < 0.45 else "plain"
+        segments.append(Segment(i + 1, providers[i], kind, code=rng.random() < 0.3,
+                                outputs=rng.choice([2, 3]) if kind == "switch" else 0))
+    # n8n's Wait before a segment, where a Save of this workflow or the Resume Point reaches it with no durable
+    # node between (README "n8n's Wait node"): not after a sub-workflow, whose Save cannot see the Wait, nor after
+    # line items, whose step output leads back to their lines, not to the Wait.
+    segments = [replace(s, wait_s=rng.randint(1, 3)) if (i == 0 or segments[i - 1].shape not in ("sub", "lines"))
+                and rng.random() < 0.2 else s for i, s in enumerate(segments)]
     # At most one kind of failing provider per case, on one segment outside a sub-workflow.
-    failing = [s for s in segments if s.shape != "sub"]
+    failing = [s for s in segments if s.shape not in ("sub", "lines")]
     retry = rng.choice(["none", "none", "http-retry", "retry-policy"])
     retry_policy = retry == "retry-policy"
     if retry == "http-retry":
         target = rng.choice(failing)
-        segments = [Segment(s.number, s.provider, s.shape, s.code, http_retry=s is target) for s in segments]
-    return Shape(respond, tuple(segments), retry_policy)
+        segments = [replace(s, http_retry=s is target) for s in segments]
+    # Wait for Event between a Save of this workflow and the next side effect; not before an n8n Wait, which must
+    # follow its Save with no durable node between, nor after line items, whose step leads back to their lines.
+    waits_for = [s.number for s, nxt in pairwise(segments) if s.shape not in ("sub", "lines") and not nxt.wait_s]
+    event_after = rng.choice(waits_for) if waits_for and rng.random() < 0.3 else 0
+    signal_via = rng.choice(["workflow", "http"]) if event_after else ""
+    return Shape(respond, tuple(segments), retry_policy, event_after, signal_via)
 
 
 def failing_segment(shape: Shape) -> Segment | None:
@@ -168,28 +211,56 @@ def draw_deliveries(rng: random.Random, keys: list[str]) -> list[Delivery]:
     return out
 
 
-def draw_schedules(rng: random.Random, shape: Shape, keys: list[str]) -> list[ProviderSchedule]:
+def line_skus(n: int) -> list[str]:
+    return [f"sku-{j + 1}" for j in range(n)]
+
+
+def draw_schedules(rng: random.Random, shape: Shape, keys: list[str], lines: dict[str, int]) -> list[ProviderSchedule]:
+    """Per key and side effect; a line-item side effect has one per line (the provider sees `<key>:<sku>`)."""
     fails = failing_segment(shape)
     out = []
     for key in keys:
         fail_first = rng.choice([1, 2]) if fails is not None else 0
         for seg in shape.segments:
-            kind = rng.choices(["healthy", "slow", "stall"], weights=[60, 25, 15])[0]
-            delay = {"healthy": 0.0, "slow": rng.uniform(*SLOW_S), "stall": rng.uniform(*STALL_S)}[kind]
-            out.append(ProviderSchedule(seg.provider, key, kind, fail_first if seg is fails else 0, round(delay, 2)))
+            orders = [f"{key}:{sku}" for sku in line_skus(lines[key])] if seg.shape == "lines" else [key]
+            for order in orders:
+                kind = rng.choices(["healthy", "slow", "stall"], weights=[60, 25, 15])[0]
+                delay = {"healthy": 0.0, "slow": rng.uniform(*SLOW_S), "stall": rng.uniform(*STALL_S)}[kind]
+                out.append(ProviderSchedule(seg.provider, order, kind, fail_first if seg is fails else 0, round(delay, 2)))
     return out
+
+
+def switch_logic(seg: Segment, channel: str) -> str:
+    """The Switch output a channel takes: its own rule, or (2 outputs) "web"'s rule or the fallback."""
+    return channel if seg.outputs == len(CHANNELS) or channel == CHANNELS[0] else "other"
+
+
+def segment_logic(seg: Segment, method: str, channel: str) -> str:
+    """The `logic` the segment's call sends: the branch the key takes."""
+    if seg.shape == "branch":
+        return method
+    if seg.shape == "switch":
+        return switch_logic(seg, channel)
+    return "plain"
 
 
 def expectations(case: Case) -> dict[str, Expected]:
     shape, out = case.shape, {}
     for key in case.keys:
-        scheds = [s for s in case.schedules if s.key == key]
+        scheds = [s for s in case.schedules if s.key == key or s.key.startswith(f"{key}:")]
         fail_first = max((s.fail_first for s in scheds), default=0)
-        calls = tuple((s.provider, s.step, case.methods[key] if s.shape == "branch" else "plain") for s in shape.segments)
+        skus = line_skus(case.lines.get(key, 1))
+        calls = tuple(call for s in shape.segments for call in (
+            [ExpectedCall(s.provider, s.step, "plain", sku) for sku in skus] if s.shape == "lines" else
+            [ExpectedCall(s.provider, s.step, segment_logic(s, case.methods[key], case.channels.get(key, CHANNELS[0])))]))
+        trail = tuple(step for s in shape.segments for step in [s.step] * (len(skus) if s.shape == "lines" else 1))
         # Each failure under the retry policy costs an execution, the lease's release (~5 s) and its backoff.
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
-        out[key] = Expected(case.workflow_id, key, tuple(s.step for s in shape.segments), calls, shape.retry_policy,
-                            fail_first, shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound)
+        bound += sum(2 * s.wait_s for s in shape.segments)  # a resumed instance waits again
+        bound += case.signal_after_s.get(key, 0.0)
+        out[key] = Expected(case.workflow_id, key, trail, calls, shape.retry_policy, fail_first,
+                            shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound,
+                            tuple(s.step for s in shape.segments if s.shape == "lines"))
     return out
 
 
@@ -246,6 +317,8 @@ def block_resume_point(b: Builder, shape: Shape) -> str:
     steps = [s.step for s in shape.segments[:-1]]
     if steps:
         params["stepOutputs"] = ", ".join(steps)
+    if shape.event_after:
+        params["waitOutputs"] = True
     if shape.retry_policy:
         block_retry_policy(params)
     return b.f.durable("Resume Point", "resumePoint", params, (220, 100))
@@ -310,6 +383,108 @@ def block_if_merge(b: Builder, seg: Segment, source: str) -> str:
     return merge
 
 
+def block_switch_merge(b: Builder, seg: Segment, source: str) -> str:
+    """A Switch on the key's channel into 2 or 3 calls (one rule per channel; or a rule for "web" and the
+    fallback output), rejoined by a Merge of as many inputs."""
+    wf = b.case_id
+    channels = CHANNELS[:seg.outputs] if seg.outputs == len(CHANNELS) else CHANNELS[:1]
+    rules = [{"conditions": {
+        "options": {"caseSensitive": True, "leftValue": "", "typeValidation": "strict", "version": 3},
+        "conditions": [{"id": f"{wf}-{seg.step}-{channel}", "leftValue": "={{ $json.body.channel }}",
+                        "rightValue": channel, "operator": {"type": "string", "operation": "equals"}}],
+        "combinator": "and"}, "renameOutput": True, "outputKey": channel} for channel in channels]
+    options = {} if len(channels) == seg.outputs else {"fallbackOutput": "extra"}
+    switch = b.f.node(f"Channel {seg.step}", "n8n-nodes-base.switch", 3.4,
+                      {"rules": {"values": rules}, "options": options}, b.at())
+    b.f.link(source, switch, 0)
+    calls = [block_call(b, seg, logic, f"Call {seg.step} {logic}", i - 1)
+             for i, logic in enumerate([*channels, *(["other"] if options else [])])]
+    # Merge 3.2 has 2 inputs unless Number of Inputs says more.
+    merge = str(b.f.node(f"Merge {seg.step}", "n8n-nodes-base.merge", 3.2,
+                         {"numberInputs": seg.outputs} if seg.outputs > 2 else {}, b.at()))
+    for i, call in enumerate(calls):
+        b.f.link(switch, call, i)
+        b.f.link(call, merge, 0, input=i)
+    return merge
+
+
+def line_call_body() -> str:
+    return "={{ JSON.stringify({ orderId: $json.body.orderId + ':' + $json.line.sku, logic: 'plain' }) }}"
+
+
+def block_line_items(b: Builder, seg: Segment) -> tuple[str, str]:
+    """One side effect per line item (docs/nodes.md): a Split Out of `body.lines` (each line under `line`, All
+    Other Fields kept, so later nodes read the order as before) → [Loop Over Items, batch size 1 →] a Claim
+    whose Key is the line's SKU → one call per line (the provider sees `<key>:<sku>`) → Save, once per line;
+    Done Before → the same Save. Returns the Split Out and the node the next segment follows (the Save, or the
+    loop's Done output); the Resume Point's output for this step leads to the Split Out again."""
+    split = b.f.node(f"Lines {seg.step}", "n8n-nodes-base.splitOut", 1, {
+        "fieldToSplitOut": "body.lines", "include": "allOtherFields", "options": {"destinationFieldName": "line"}},
+        b.at())
+    claim = b.f.durable(f"Claim {seg.step}", "idempotencyGuard",
+                        {"operation": "claim", "scope": seg.step, "key": "={{ $json.line.sku }}"}, b.at())
+    call = b.f.call(f"Call {seg.step}", seg.provider, line_call_body(), b.at(-1))
+    save = block_save(b, seg, last=False)
+    b.f.link(claim, call, 0)
+    b.f.link(claim, save, 1)    # Done Before
+    b.f.link(call, save)
+    if not seg.loop:
+        b.f.link(split, claim)
+        return split, save
+    return split, block_loop_over_items(b, seg, split, claim, save)
+
+
+def block_loop_over_items(b: Builder, seg: Segment, split: str, claim: str, save: str) -> str:
+    """Loop Over Items (batch size 1) after the Split Out: its loop output into the line's Claim, the Save back
+    into it; its Done output (every line saved) is where the next segment follows."""
+    each = str(b.f.node(f"Each Line {seg.step}", "n8n-nodes-base.splitInBatches", 3, {"batchSize": 1, "options": {}},
+                        b.at(1)))
+    b.f.link(split, each)
+    b.f.link(each, claim, 1)    # loop: one line
+    b.f.link(save, each)
+    return each
+
+
+def block_wait_for_event(b: Builder, rp: str, save: str, entry: str, step_output: int, event_output: int) -> None:
+    """Durable Checkpoint, Wait for Event "delivered" (no timeout) after a Save, wired as docs/nodes.md shows:
+    Save → Wait for Event → Received → the next side effect; the Resume Point's output for that step → the same
+    Wait for Event; its Event output (Wait Outputs on) → the next side effect."""
+    wait = b.f.durable("Wait for Delivered", "durableCheckpoint", {"operation": "awaitEvent", "eventName": EVENT},
+                       b.at(1))
+    b.f.link(save, wait)
+    b.f.link(wait, entry)              # Received: the event had come before
+    b.f.link(rp, wait, step_output)
+    b.f.link(rp, entry, event_output)  # Event: resumed when it came
+
+
+def block_signal_workflow(case_id: str, path: str, services_url: str) -> dict[str, Any]:
+    """The carrier's workflow (docs/nodes.md, Durable Instance): Webhook (When Last Node Finishes) → Durable
+    Instance, Signal "delivered" to the case's workflow, Instance Key and Deduplication ID from the body."""
+    f = DocsFlow(f"{case_id}signal", f"chaos {case_id} carrier", services_url, CREDENTIAL_ID)
+    hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {"httpMethod": "POST", "path": f"{path}-signal",
+                                                             "responseMode": LAST_NODE, "options": {}},
+                  (0, 0), webhookId=f"{case_id}signal-hook")
+    signal = f.node("Signal Delivered", "n8n-nodes-durable.durableInstance", 1, {
+        "operation": "signal", "workflowId": case_id, "instanceKey": "={{ $json.body.orderId }}", "eventName": EVENT,
+        "payloadJson": "={{ JSON.stringify($json.body) }}", "dedupeId": "={{ $json.body.eventId }}", "options": {}},
+        (220, 0), credentials=f.cred)
+    f.link(hook, signal)
+    return f.workflow()
+
+
+def signal_body(key: str) -> dict[str, Any]:
+    """What chaos posts to the carrier's webhook for `key` (every repeat the same event)."""
+    return {"orderId": key, "eventId": f"{key}-{EVENT}"}
+
+
+def signal_request(case: Case, key: str) -> dict[str, Any]:
+    """The same event as a SignalInstance request to the sidecar's HTTP/JSON face (docs/http-json.md: protobuf's
+    JSON mapping, `bytes` as base64), with the carrier's deduplication ID."""
+    payload = base64.b64encode(json.dumps(signal_body(key)).encode()).decode()
+    return {"workflowId": case.workflow_id, "instanceKey": key, "eventName": EVENT, "payloadJson": payload,
+            "dedupeId": f"{key}-{EVENT}", "sender": "chaos"}
+
+
 def block_sub_workflow(b: Builder, seg: Segment) -> str:
     """The segment in a sub-workflow of its own (README "A side effect in a sub-workflow"), run by an Execute
     Workflow node with its options at their defaults; the sub-workflow is published before its caller."""
@@ -325,12 +500,32 @@ def block_sub_workflow(b: Builder, seg: Segment) -> str:
         "options": {}}, b.at()))
 
 
+def block_wait(b: Builder, seg: Segment) -> str:
+    """n8n's Wait node (After Time Interval, 1–3 s) before the segment's Claim. The Save before it (or the
+    Resume Point) reaches it with no durable node between, so its lease covers the wait, and the Resume
+    Point's output for that step leads to the same Wait: a resumed instance waits again (README "n8n's Wait
+    node")."""
+    return str(b.f.node(f"Wait {seg.step}", "n8n-nodes-base.wait", 1.1, {"amount": seg.wait_s, "unit": "seconds"},
+                        b.at(), webhookId=f"{b.case_id}-wait-{seg.step}"))
+
+
 def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
-    """Claim → [Code] → call (or IF → two calls → Merge) → Save; Done Before → the same Save. Returns the
-    segment's entry and exit nodes."""
+    """[Wait →] Claim → [Code] → call (or IF → two calls → Merge, or Switch → 2–3 calls → Merge) → Save; Done
+    Before → the same Save. Returns the segment's entry and exit nodes."""
+    wait = block_wait(b, seg) if seg.wait_s else None
+    entry, exit_ = _segment_body(b, seg, last)
+    if wait is None:
+        return entry, exit_
+    b.f.link(wait, entry)
+    return wait, exit_
+
+
+def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     if seg.shape == "sub":
         node = block_sub_workflow(b, seg)
         return node, node
+    if seg.shape == "lines":
+        return block_line_items(b, seg)
     claim = block_claim(b, seg)
     first_run = claim
     if seg.code:
@@ -339,6 +534,8 @@ def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
         first_run = code
     if seg.shape == "branch":
         done = block_if_merge(b, seg, first_run)
+    elif seg.shape == "switch":
+        done = block_switch_merge(b, seg, first_run)
     else:
         done = block_call(b, seg, "plain", f"Call {seg.step}")
         b.f.link(first_run, done, 0)
@@ -365,8 +562,17 @@ BLOCKS = (
     Block("Resume Point with step outputs", block_resume_point, lambda s: len(s.segments) > 1),
     Block("Claim → call → Save", block_segment, lambda s: True),
     Block("IF on the business key → Merge", block_if_merge, lambda s: any(g.shape == "branch" for g in s.segments)),
+    Block("Switch on a drawn field (2–3 outputs) → Merge", block_switch_merge,
+          lambda s: any(g.shape == "switch" for g in s.segments)),
+    Block("Split Out of line items → Claim keyed by the line", block_line_items,
+          lambda s: any(g.shape == "lines" for g in s.segments)),
+    Block("Loop Over Items of line items", block_loop_over_items,
+          lambda s: any(g.shape == "lines" and g.loop for g in s.segments)),
+    Block("Wait for Event, Signal from a carrier workflow", block_signal_workflow, lambda s: s.signal_via == "workflow"),
+    Block("Wait for Event, Signal through the HTTP/JSON face", signal_request, lambda s: s.signal_via == "http"),
     Block("Code node keeping pairing", block_code_pass_through, lambda s: any(g.code for g in s.segments)),
     Block("Execute Workflow sub-workflow", block_sub_workflow, lambda s: any(g.shape == "sub" for g in s.segments)),
+    Block("n8n Wait node (1–3 s) after a Save, before a Claim", block_wait, lambda s: any(g.wait_s for g in s.segments)),
     Block("n8n Retry On Fail vs a failing provider", block_http_retry, lambda s: any(g.http_retry for g in s.segments)),
     Block("Resume Point retry policy vs a failing provider", block_retry_policy, lambda s: s.retry_policy),
     Block("Complete Instance on the last Save", block_complete_on_last_save, lambda s: True),
@@ -397,9 +603,15 @@ def build_workflows(case_id: str, path: str, shape: Shape, services_url: str) ->
         block_answer_redeliveries(b, rp)
     b.f.link(rp, first_entry, 1)         # Resume: nothing saved yet
     for i in range(1, len(ends)):
+        if shape.segments[i - 1].number == shape.event_after:
+            block_wait_for_event(b, rp, ends[i - 1][1], ends[i][0], 4 + i - 1, 4 + len(shape.segments) - 1)
+            continue
         b.f.link(ends[i - 1][1], ends[i][0])
-        b.f.link(rp, ends[i][0], 4 + i - 1)  # the step output of the segment before
-    return [*b.subs, b.f.workflow()]
+        # The step output of the segment before; after line items, back to their Split Out (a resumed instance
+        # walks its lines again, the saved ones leave their Claim by Done Before).
+        b.f.link(rp, ends[i - 1 if shape.segments[i - 1].shape == "lines" else i][0], 4 + i - 1)
+    signal = [block_signal_workflow(case_id, path, services_url)] if shape.signal_via == "workflow" else []
+    return [*b.subs, *signal, b.f.workflow()]
 
 
 def generate(seed: int, index: int, services_url: str) -> Case:
@@ -410,16 +622,22 @@ def generate(seed: int, index: int, services_url: str) -> Case:
     path = f"chaos-{seed}-{index}"
     keys = [f"s{seed}c{index}k{j}" for j in range(rng.randint(1, 3))]
     methods = {k: rng.choice(["card", "account"]) for k in keys}
+    channels = {k: rng.choice(CHANNELS) for k in keys}
+    lines = {k: rng.randint(1, MAX_LINES) for k in keys}
+    signals = {k: round(rng.uniform(*SIGNAL_AFTER_S), 2) for k in keys} if shape.event_after else {}
     case = Case(seed, index, case_id, path, shape, blocks_used(shape),
                 build_workflows(case_id, path, shape, services_url), keys, methods,
-                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys))
+                draw_deliveries(rng, keys), draw_schedules(rng, shape, keys, lines), channels=channels, lines=lines,
+                signal_after_s=signals)
     case.expected = expectations(case)
     return case
 
 
 def delivery_body(case: Case, key: str) -> dict[str, Any]:
     """What a sender posts for `key` (every copy the same body: a re-delivery, never another order)."""
-    return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key]}
+    return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key],
+            "channel": case.channels.get(key, CHANNELS[0]),
+            "lines": [{"sku": sku} for sku in line_skus(case.lines.get(key, 1))]}
 
 
 def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: bool, tag: str) -> Case:
@@ -429,15 +647,26 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
     segs = list(case.shape.segments[:max(1, segments)])
     while len(segs) > 1 and segs[-1].shape == "sub":
         segs.pop()
-    shape = replace(case.shape, segments=tuple(segs))
+    shape = replace(case.shape, segments=tuple(segs),
+                    event_after=case.shape.event_after if case.shape.event_after < len(segs) else 0)
     providers = {s.provider for s in segs}
     renamed = {k: f"{k}{tag}" for k in case.keys[:max(1, keys)]}
+
+    def order(o: str) -> str:   # a key's or a line's (`<key>:<sku>`) order under the new key
+        base, sep, line = o.partition(":")
+        return f"{renamed[base]}{sep}{line}"
+
     workflow_id, path = f"{case.workflow_id}{tag}", f"{case.path}{tag}"
     small = Case(case.seed, case.index, workflow_id, path, shape, blocks_used(shape),
                  build_workflows(workflow_id, path, shape, services_url), list(renamed.values()),
                  {renamed[k]: m for k, m in case.methods.items() if k in renamed},
                  [replace(d, key=renamed[d.key]) for d in case.deliveries
                   if d.key in renamed and (copies or d.when == "first")],
-                 [replace(s, key=renamed[s.key]) for s in case.schedules if s.key in renamed and s.provider in providers])
+                 [replace(s, key=order(s.key)) for s in case.schedules
+                  if s.key.partition(":")[0] in renamed and s.provider in providers],
+                 channels={renamed[k]: c for k, c in case.channels.items() if k in renamed},
+                 lines={renamed[k]: n for k, n in case.lines.items() if k in renamed},
+                 signal_after_s={renamed[k]: t for k, t in case.signal_after_s.items()
+                                 if k in renamed and shape.event_after})
     small.expected = expectations(small)
     return small

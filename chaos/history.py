@@ -5,8 +5,33 @@ Times are seconds since the epoch (time.time() here, PostgreSQL's now() on the s
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class ExpectedCall(NamedTuple):
+    """One side effect a key must have exactly one effective call of: the provider, the Claim's scope (the Save's
+    step), the branch the call goes by, and for a line item its own key (the Claim's Key)."""
+
+    provider: str
+    scope: str
+    logic: str
+    line: str = ""
+
+    def order(self, key: str) -> str:
+        """The orderId the provider sees: the business key, or `<key>:<line>` for a line item."""
+        return f"{key}:{self.line}" if self.line else key
+
+    def guard_key(self, key: str) -> str:
+        """The key the Guard stores: the instance key, or a line's `["<key>","<line>"]` (a Key counts within
+        its instance)."""
+        return json.dumps([key, self.line], separators=(",", ":")) if self.line else key
+
+
+def belongs_to(order: str, key: str) -> bool:
+    """Whether a provider's orderId is the key's own or one of its line items'."""
+    return order == key or order.startswith(f"{key}:")
 
 
 @dataclass(frozen=True)
@@ -18,10 +43,13 @@ class Expectation:
     workflow_id: str
     key: str
     trail: tuple[str, ...]
-    calls: tuple[tuple[str, str, str], ...]     # (provider, scope, logic): exactly one effective call each
+    calls: tuple[ExpectedCall, ...]             # exactly one effective call each
     suspension_allowed: bool                    # the schedule fails more often than the retry policy resumes
     retry_policy: bool
     base_bound_s: float                         # its time to complete without faults
+    # Steps saved once per line item: a resumed instance walks its lines again (the charged ones leave the Claim
+    # by Done Before and are saved again), so their run in the trail may be longer than the lines.
+    rewalked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,7 +76,7 @@ class CallFact:
     """One call a provider received."""
 
     provider: str
-    key: str                    # the business key (the body's orderId)
+    key: str                    # the body's orderId: the business key, or `<key>:<line>` for a line item
     idempotency_key: str
     at: float
     status: int                 # 200; 500 (scheduled failure); 409 (its key still being performed); 0 (still performing)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import groupby, pairwise
 
-from chaos.history import CallFact, Expectation, FaultFact, History, InstanceFact
+from chaos.history import CallFact, Expectation, FaultFact, History, InstanceFact, belongs_to
 
 RULES = {
     1: "every acknowledged delivery's instance completes",
@@ -111,16 +111,17 @@ def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bo
     calls (a 500, or a 409 for a key still being performed: its execution failed there), between t0 and t1."""
     if any(f.kind in HOLDER_DEATHS and t0 <= f.at <= t1 for f in _wave_faults(h, e.wave)):
         return True
-    return any(c.key == e.key and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
+    return any(belongs_to(c.key, e.key) and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
 
 
 def rule_2_one_effective_call(h: History) -> list[Violation]:
     out = []
     for e in h.expectations:
         inst = h.instance(e.workflow_id, e.key)
-        providers = {p for p, _, _ in e.calls}
-        for provider, _scope, _logic in e.calls:
-            calls = h.calls_of(provider, e.key)
+        effects = {(x.provider, x.order(e.key)) for x in e.calls}
+        for x in e.calls:
+            calls = h.calls_of(x.provider, x.order(e.key))
+            provider = f"{x.provider} (line {x.line})" if x.line else x.provider
             effective = [c for c in calls if c.effective]
             if len(effective) > 1 or (not effective and _completed(inst)):
                 out.append(Violation(2, e.key, f"{provider}: {len(effective)} effective calls, must be exactly 1 "
@@ -135,8 +136,9 @@ def rule_2_one_effective_call(h: History) -> list[Violation]:
                     out.append(Violation(2, e.key, f"{provider}: called again {again.at - prev.at:.1f} s after an "
                                                    "answered call, and no holder died in between"))
         for c in h.calls:
-            if c.key == e.key and c.provider not in providers:
-                out.append(Violation(2, e.key, f"{c.provider}: called, but the workflow has no such side effect"))
+            if belongs_to(c.key, e.key) and (c.provider, c.key) not in effects:
+                out.append(Violation(2, e.key, f"{c.provider}: called for {c.key}, but the workflow has no such "
+                                               "side effect"))
     return out
 
 
@@ -165,6 +167,14 @@ def rule_3_nothing_stuck(h: History) -> list[Violation]:
     return out
 
 
+def trail_matches(steps: tuple[str, ...], e: Expectation) -> bool:
+    """The trail is the expected one, where a step saved per line item may run longer (its lines walked again)."""
+    got = [(s, len(list(g))) for s, g in groupby(steps)]
+    want = [(s, len(list(g))) for s, g in groupby(e.trail)]
+    return [s for s, _ in got] == [s for s, _ in want] and all(
+        n == m or (s in e.rewalked and n > m) for (s, n), (_, m) in zip(got, want, strict=True))
+
+
 def rule_4_expected_state(h: History) -> list[Violation]:
     """(Answers are compared where the provider performed once: a duplicate is rule 2's.)"""
     out = []
@@ -174,18 +184,21 @@ def rule_4_expected_state(h: History) -> list[Violation]:
             continue
         trail = h.trail(e.workflow_id, e.key)
         steps = tuple(c.step for c in trail)
-        if steps != e.trail:
+        if not trail_matches(steps, e):
             out.append(Violation(4, e.key, f"trail {list(steps)}, expected {list(e.trail)}"))
         final = trail[-1].state if trail else {}
         body = final.get("body")
         if not isinstance(body, dict) or body.get("orderId") != e.key:
             out.append(Violation(4, e.key, f"final state's body.orderId is {body.get('orderId') if isinstance(body, dict) else None!r}"))
-        for provider, scope, logic in e.calls:
+        # A step saved per line item keeps the last line's answer (the lines are saved in their order).
+        last_of_scope = {x.scope: x for x in e.calls}
+        for x in e.calls:
+            provider, scope, logic = x.provider, x.scope, x.logic
             saved = final.get(scope)
-            effective = _effective(h, provider, e.key)
+            effective = _effective(h, provider, x.order(e.key))
             if not isinstance(saved, dict) or saved.get("service") != provider:
                 out.append(Violation(4, e.key, f"final state's {scope} is {saved!r}, expected {provider}'s answer"))
-            elif len(effective) == 1 and saved.get("id") != effective[0].reply_id:
+            elif len(effective) == 1 and x is last_of_scope[scope] and saved.get("id") != effective[0].reply_id:
                 out.append(Violation(4, e.key, f"final state's {scope} holds answer {saved.get('id')}, but {provider}'s "
                                                f"effective call answered {effective[0].reply_id}"))
             if effective and effective[0].logic != logic:
@@ -206,9 +219,10 @@ def rule_5_nothing_after_completion(h: History) -> list[Violation]:
         late = [c for c in h.trail(e.workflow_id, e.key) if c.created_at > inst.finished_at]
         if late:
             out.append(Violation(5, e.key, f"checkpoints after completion: {[(c.sequence, c.step) for c in late]}"))
-        for provider, scope, _logic in e.calls:
-            row = h.key_row(scope, e.key)
-            effective = _effective(h, provider, e.key)
+        for x in e.calls:
+            scope = f"{x.scope} (line {x.line})" if x.line else x.scope
+            row = h.key_row(x.scope, x.guard_key(e.key))
+            effective = _effective(h, x.provider, x.order(e.key))
             if row is None:
                 out.append(Violation(5, e.key, f"key {scope} missing although its instance completed"))
             elif row.status != "completed":
@@ -243,7 +257,8 @@ def lost(h: History) -> list[str]:
 
 def duplicate_effects(h: History) -> list[str]:
     """(key, provider) pairs the provider performed more than once."""
-    return [f"{e.key}/{p}" for e in h.expectations for p, _, _ in e.calls if len(_effective(h, p, e.key)) > 1]
+    return [f"{x.order(e.key)}/{x.provider}" for e in h.expectations for x in e.calls
+            if len(_effective(h, x.provider, x.order(e.key))) > 1]
 
 
 def recoveries(h: History) -> list[tuple[FaultFact, float]]:

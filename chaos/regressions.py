@@ -22,6 +22,7 @@ from typing import Any
 
 from chaos import faults
 from chaos.generator import Case, Delivery, Expected, ProviderSchedule, Segment, Shape, generate
+from chaos.history import ExpectedCall
 
 FOLDER = Path(__file__).resolve().parent / "regressions"
 PLACEHOLDER = "http://providers.chaos.invalid"
@@ -42,7 +43,8 @@ def case_from_json(data: dict[str, Any], services_url: str) -> Case:
     shape = data["shape"]
     segments = tuple(Segment(**_known(Segment, s)) for s in shape["segments"])
     expected = {k: Expected(**{**_known(Expected, e), "trail": tuple(e["trail"]),
-                               "calls": tuple(tuple(c) for c in e["calls"])})
+                               "calls": tuple(ExpectedCall(*c) for c in e["calls"]),
+                               "rewalked": tuple(e.get("rewalked", ()))})
                 for k, e in data["expected"].items()}
     return Case(data["seed"], data["index"], data["workflow_id"], data["path"],
                 Shape(**{**_known(Shape, shape), "segments": segments}), list(data["blocks"]),

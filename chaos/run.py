@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from harness import NAMESPACE, http
+from harness import NAMESPACE, TOKEN, http
 
 from chaos import oracle
 from chaos.faults import Injector, PlannedFault
-from chaos.generator import Case, delivery_body
+from chaos.generator import Case, delivery_body, signal_body, signal_request
 from chaos.history import (
     CheckpointFact,
     DeliveryFact,
@@ -43,7 +43,7 @@ class WaveRecord:
 
 def expectations(case: Case, wave: int) -> list[Expectation]:
     return [Expectation(case.index, wave, e.workflow_id, e.key, e.trail, e.calls, e.suspension_allowed,
-                        e.retry_policy, e.base_bound_s) for e in case.expected.values()]
+                        e.retry_policy, e.base_bound_s, e.rewalked) for e in case.expected.values()]
 
 
 def _send(url: str, body: dict[str, object]) -> tuple[int, int]:
@@ -54,6 +54,21 @@ def _send(url: str, body: dict[str, object]) -> tuple[int, int]:
         status, _ = http("POST", url, body, timeout=ANSWER_TIMEOUT_S)
         attempts += 1
         if 200 <= status < 300 or (400 <= status < 500 and status != 404):
+            break
+        time.sleep(1)
+    return status, attempts
+
+
+def _signal_http(stack: ChaosStack, request: dict[str, object]) -> tuple[int, int]:
+    """SignalInstance through the sidecars' HTTP/JSON face, one sidecar then the other, until a 200 or an answer
+    other than 404 (the instance does not exist yet) and 5xx; the last status and the number of attempts."""
+    deadline, attempts, status = time.monotonic() + GIVE_UP_S, 0, 0
+    while time.monotonic() < deadline:
+        sidecar = stack.sidecars[attempts % len(stack.sidecars)]
+        status, _ = http("POST", f"{sidecar.http_url}/durable.v1.EventService/SignalInstance", request,
+                         headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        attempts += 1
+        if status == 200 or (400 <= status < 500 and status != 404):
             break
         time.sleep(1)
     return status, attempts
@@ -89,8 +104,21 @@ def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[Planned
         with record.lock:
             record.deliveries.append(DeliveryFact(case.index, wave, key, copy, when, sent, time.time(), status, attempts))
 
+    def signal(case: Case, key: str, offset_s: float) -> None:
+        """The carrier's "delivered" for the key, to the case's carrier workflow, re-posted until a 2xx (before
+        the instance exists the Signal fails and n8n answers 500)."""
+        time.sleep(max(0.0, t0 + offset_s - time.time()))
+        if case.shape.signal_via == "http":
+            status, attempts = _signal_http(stack, signal_request(case, key))
+        else:
+            status, attempts = _send(f"{stack.webhook_url(case)}-signal", signal_body(key))
+        if not 200 <= status < 300:
+            log(f"  {key}: signal never acknowledged (last answer {status} after {attempts} attempts)")
+
     threads = [threading.Thread(target=deliver, args=(c, d.key, d.copy, d.when, d.offset_s), daemon=True)
                for c in cases for d in c.deliveries]
+    threads += [threading.Thread(target=signal, args=(c, d.key, d.offset_s + c.signal_after_s[d.key]), daemon=True)
+                for c in cases for d in c.deliveries if d.when == "first" and d.key in c.signal_after_s]
     injector = Injector(stack, wave, plan, log)
     for t in threads:
         t.start()
@@ -134,10 +162,14 @@ def collect(stack: ChaosStack, cases: list[Case], wave: int, record: WaveRecord,
     """Adds the wave's facts to `history`: the generator's expectations, the deliveries and faults as made, the
     providers' calls, and the sidecars' instances, checkpoints and keys."""
     keys = [k for c in cases for k in c.keys]
-    history.expectations += [e for c in cases for e in expectations(c, wave)]
+    wave_expectations = [e for c in cases for e in expectations(c, wave)]
+    # A line item's call names `<key>:<sku>`, and its Guard key is `["<key>","<sku>"]`.
+    orders = {x.order(e.key) for e in wave_expectations for x in e.calls} | set(keys)
+    guard_keys = sorted({x.guard_key(e.key) for e in wave_expectations for x in e.calls} | set(keys))
+    history.expectations += wave_expectations
     history.deliveries += record.deliveries
     history.faults += faults
-    history.calls += stack.providers.facts(set(keys))
+    history.calls += stack.providers.facts(orders)
     history.collected_at = time.time()
     with stack.db() as conn:
         for wf, key, status, suspended, created, finished, resumes, completed_events in conn.execute(
@@ -157,5 +189,5 @@ def collect(stack: ChaosStack, cases: list[Case], wave: int, record: WaveRecord,
             history.checkpoints.append(CheckpointFact(wf, key, int(seq), step, created, decode(state, encoding)))
         for scope, key, status, attempt, result, updated in conn.execute(
                 """SELECT scope, key, status, attempt, result_json, extract(epoch FROM updated_at)::float8
-                   FROM durable_idempotency_keys WHERE namespace = %s AND key = ANY(%s)""", (NAMESPACE, keys)):
+                   FROM durable_idempotency_keys WHERE namespace = %s AND key = ANY(%s)""", (NAMESPACE, guard_keys)):
             history.keys.append(KeyFact(scope, key, status, int(attempt), str(decode(result).get("id", "")), updated))

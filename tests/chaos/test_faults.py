@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chaos import faults, oracle
-from chaos.history import Expectation, FaultFact, History
+from chaos.history import Expectation, ExpectedCall, FaultFact, History
 
 
 def test_both_runs_the_first_half_of_the_waves_regular_and_the_rest_queue() -> None:
@@ -79,7 +79,7 @@ def test_worker_faults_aim_at_one_of_the_two_workers_and_a_freeze_outlasts_the_s
 
 
 def _expectation(wave: int = 0) -> Expectation:
-    return Expectation(0, wave, "wf", "k1", ("s1",), (("payment", "pay", "plain"),), False, False, 20.0)
+    return Expectation(0, wave, "wf", "k1", ("s1",), (ExpectedCall("payment", "pay", "plain"),), False, False, 20.0)
 
 
 def test_every_fault_kind_has_an_allowance_and_a_freeze_allows_its_longest_stop_the_grace_and_a_resume() -> None:

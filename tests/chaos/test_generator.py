@@ -3,11 +3,12 @@ workflow is wired as the README says, and the expectations follow the workflow."
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from chaos import faults
-from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, generate
+from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, Segment, delivery_body, generate, signal_request
 
 URL = "http://127.0.0.1:9"
 
@@ -45,10 +46,22 @@ def test_every_generated_workflow_is_wired_to_nodes_it_has_and_answers_its_sende
         # Start, Resume, (Finished, Busy,) then one step output per segment but the last, each into the next.
         segments = case.shape.segments
         steps = set(range(4, 4 + len(segments) - 1))
-        assert set(rp_outputs) == {0, 1} | steps | ({2, 3} if case.shape.respond == LAST_NODE else set()), rp_outputs
+        event = {4 + len(segments) - 1} if case.shape.event_after else set()   # Wait Outputs: Event (Timed Out unused)
+        assert set(rp_outputs) == ({0, 1} | steps | event | ({2, 3} if case.shape.respond == LAST_NODE else set())), \
+            rp_outputs
+
+        def entry(seg: Segment) -> str:
+            if seg.wait_s:
+                return f"Wait {seg.step}"
+            return {"sub": f"Run {seg.step}", "lines": f"Lines {seg.step}"}.get(seg.shape, f"Claim {seg.step}")
+
         for out in steps:
-            nxt = segments[out - 3]
-            assert rp_outputs[out] == (f"Run {nxt.step}" if nxt.shape == "sub" else f"Claim {nxt.step}"), rp_outputs
+            before, nxt = segments[out - 4], segments[out - 3]
+            # After line items, their step leads back to their lines (the saved ones leave by Done Before).
+            if before.number == case.shape.event_after:
+                assert rp_outputs[out] == "Wait for Delivered" and rp_outputs[max(event)] == entry(nxt), rp_outputs
+                continue
+            assert rp_outputs[out] == entry(before if before.shape == "lines" else nxt), rp_outputs
         saves = [n for wf in case.workflows for n in wf["nodes"] if n["name"].startswith("Save ")]
         assert [n["parameters"].get("options", {}).get("completeInstance", False) for n in saves
                 if n["name"] == f"Save {case.shape.segments[-1].step}"] == [True]
@@ -59,8 +72,11 @@ def test_expectations_name_one_call_per_segment_and_allow_a_suspension_only_past
     for index in range(60):
         case = generate(11, index, URL)
         for key, e in case.expected.items():
-            assert e.trail == tuple(f"s{i + 1}" for i in range(len(case.shape.segments)))
-            assert [p for p, _, _ in e.calls] == [s.provider for s in case.shape.segments]
+            per_segment = [case.lines[key] if s.shape == "lines" else 1 for s in case.shape.segments]
+            assert e.trail == tuple(f"s{i + 1}" for i, n in enumerate(per_segment) for _ in range(n))
+            assert [x.provider for x in e.calls] == [s.provider for s, n in zip(case.shape.segments, per_segment,
+                                                                                   strict=True) for _ in range(n)]
+            assert e.rewalked == tuple(s.step for s in case.shape.segments if s.shape == "lines")
             fails = max(s.fail_first for s in case.schedules if s.key == key)
             assert e.suspension_allowed == (case.shape.retry_policy and fails > 1)
             if fails:
@@ -93,3 +109,118 @@ def test_a_reduced_case_keeps_its_first_keys_and_side_effects_under_new_ids() ->
     [e] = small.expected.values()
     assert e.trail == tuple(s.step for s in small.shape.segments)
     assert {s.provider for s in small.schedules} == {s.provider for s in small.shape.segments}
+
+
+def test_a_switch_sends_each_channel_to_its_own_call_and_a_merge_takes_every_output() -> None:
+    outputs_seen = set()
+    for index in range(80):
+        case = generate(13, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        for seg in (s for s in case.shape.segments if s.shape == "switch"):
+            outputs_seen.add(seg.outputs)
+            switch, merge = nodes[f"Channel {seg.step}"], nodes[f"Merge {seg.step}"]
+            rules = [r["conditions"]["conditions"][0]["rightValue"] for r in switch["parameters"]["rules"]["values"]]
+            fallback = switch["parameters"]["options"].get("fallbackOutput") == "extra"
+            assert len(rules) + fallback == seg.outputs
+            outs = {out: dst for src, out, dst, _ in links(main) if src == switch["name"]}
+            assert sorted(outs) == list(range(seg.outputs))
+            assert sorted(i for _, _, dst, i in links(main) if dst == merge["name"]) == list(range(seg.outputs))
+            assert merge["parameters"].get("numberInputs", 2) == seg.outputs
+            for key in case.keys:
+                channel = delivery_body(case, key)["channel"]
+                taken = rules.index(channel) if channel in rules else len(rules)
+                [logic] = [x.logic for x in case.expected[key].calls if x.scope == seg.step]
+                assert outs[taken] == f"Call {seg.step} {logic}", (case.index, key, channel)
+    assert outputs_seen == {2, 3}
+
+
+def test_a_wait_node_follows_a_save_of_the_same_workflow_and_the_resume_point_leads_to_it_again() -> None:
+    waits = 0
+    for index in range(80):
+        case = generate(17, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        for i, seg in enumerate(s for s in case.shape.segments):
+            if not seg.wait_s:
+                assert f"Wait {seg.step}" not in nodes
+                continue
+            waits += 1
+            wait = nodes[f"Wait {seg.step}"]
+            assert wait["type"] == "n8n-nodes-base.wait" and 1 <= wait["parameters"]["amount"] <= 3
+            into = {(src, out) for src, out, dst, _ in links(main) if dst == wait["name"]}
+            out_of = [dst for src, _, dst, _ in links(main) if src == wait["name"]]
+            assert out_of == [{"sub": f"Run {seg.step}", "lines": f"Lines {seg.step}"}.get(seg.shape, f"Claim {seg.step}")]
+            # Line items walk again from their entry: the Resume Point's output for their own step leads there too.
+            again = {("Resume Point", 4 + i)} if seg.shape == "lines" else set()
+            if i == 0:
+                start = "Accepted" if case.shape.respond == RESPOND_NODE else "Resume Point"
+                assert into == {(start, 0), ("Resume Point", 1)} | again
+            else:
+                before = case.shape.segments[i - 1]
+                assert before.shape not in ("sub", "lines"), "a Save in a sub-workflow cannot see the caller's Wait"
+                assert into == {(f"Save {before.step}", 0), ("Resume Point", 4 + i - 1)} | again
+    assert waits > 5
+
+
+def test_line_items_are_split_claimed_per_line_and_looped_one_at_a_time_or_all_at_once() -> None:
+    seen = set()
+    for index in range(80):
+        case = generate(19, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        for i, seg in enumerate(case.shape.segments):
+            if seg.shape != "lines":
+                continue
+            seen.add(seg.loop)
+            assert i < len(case.shape.segments) - 1, "never the last segment: its Saves would complete the instance"
+            split, claim = nodes[f"Lines {seg.step}"], nodes[f"Claim {seg.step}"]
+            assert split["parameters"]["fieldToSplitOut"] == "body.lines"
+            assert claim["parameters"]["key"] == "={{ $json.line.sku }}" and claim["parameters"]["scope"] == seg.step
+            out = {(src, o): dst for src, o, dst, _ in links(main)}
+            assert out[(claim["name"], 0)] == f"Call {seg.step}" and out[(claim["name"], 1)] == f"Save {seg.step}"
+            if seg.loop:
+                each = f"Each Line {seg.step}"
+                assert out[(split["name"], 0)] == each and out[(each, 1)] == claim["name"]
+                assert out[(f"Save {seg.step}", 0)] == each
+            else:
+                assert out[(split["name"], 0)] == claim["name"]
+            for key in case.keys:
+                skus = [line["sku"] for line in delivery_body(case, key)["lines"]]
+                assert 1 <= len(skus) <= 3
+                assert [x.line for x in case.expected[key].calls if x.scope == seg.step] == skus
+                assert {s.key for s in case.schedules if s.provider == seg.provider} >= {f"{key}:{sku}" for sku in skus}
+    assert seen == {True, False}
+
+
+def test_a_wait_for_event_follows_a_save_and_a_carrier_workflow_signals_the_case() -> None:
+    waited = 0
+    for index in range(80):
+        case = generate(23, index, URL)
+        if not case.shape.event_after:
+            assert len([wf for wf in case.workflows if wf["id"].endswith("signal")]) == 0 and not case.signal_after_s
+            continue
+        waited += 1
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        before = case.shape.segments[case.shape.event_after - 1]
+        nxt = case.shape.segments[case.shape.event_after]
+        assert before.shape not in ("sub", "lines") and not nxt.wait_s
+        assert nodes["Resume Point"]["parameters"]["waitOutputs"] is True
+        wait = nodes["Wait for Delivered"]
+        assert wait["parameters"] == {"operation": "awaitEvent", "eventName": "delivered"}
+        out = {(src, o): dst for src, o, dst, _ in links(main)}
+        assert out[(f"Save {before.step}", 0)] == "Wait for Delivered"
+        assert out[("Wait for Delivered", 0)] in (f"Claim {nxt.step}", f"Run {nxt.step}", f"Lines {nxt.step}")
+        assert set(case.signal_after_s) == set(case.keys)
+        carriers = [wf for wf in case.workflows if wf["id"] == f"{case.workflow_id}signal"]
+        if case.shape.signal_via == "http":
+            assert carriers == []
+            request = signal_request(case, case.keys[0])
+            assert request["workflowId"] == case.workflow_id and request["eventName"] == "delivered"
+            assert json.loads(base64.b64decode(request["payloadJson"]))["orderId"] == case.keys[0]
+            continue
+        assert case.shape.signal_via == "workflow" and carriers == [case.workflows[-2]]
+        [signal] = [n for n in carriers[0]["nodes"] if n["type"] == "n8n-nodes-durable.durableInstance"]
+        assert signal["parameters"]["workflowId"] == case.workflow_id and signal["parameters"]["eventName"] == "delivered"
+    assert waited > 5

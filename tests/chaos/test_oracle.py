@@ -11,6 +11,7 @@ from chaos.history import (
     CheckpointFact,
     DeliveryFact,
     Expectation,
+    ExpectedCall,
     FaultFact,
     History,
     InstanceFact,
@@ -24,7 +25,7 @@ def good_history() -> History:
     """One key through two side effects (payment plain, coupon on the card branch), delivered twice at once
     and once after it completed; n8n killed while its payment call was in flight, so the call came again with
     the same Idempotency-Key and the provider replayed it."""
-    e = Expectation(0, 0, WF, KEY, ("s1", "s2"), (("payment", "s1", "plain"), ("coupon", "s2", "card")),
+    e = Expectation(0, 0, WF, KEY, ("s1", "s2"), (ExpectedCall("payment", "s1", "plain"), ExpectedCall("coupon", "s2", "card")),
                     suspension_allowed=False, retry_policy=False, base_bound_s=60.0)
     deliveries = [DeliveryFact(0, 0, KEY, 0, "first", T0, T0 + 0.3, 200, 1),
                   DeliveryFact(0, 0, KEY, 1, "concurrent", T0 + 0.1, T0 + 0.4, 200, 1),
@@ -168,3 +169,62 @@ def test_rule_5_fails_when_an_instance_or_a_key_is_completed_twice() -> None:
 def test_recovery_is_measured_from_the_fault_to_the_last_instance_it_caught_finishing() -> None:
     [(fault, seconds)] = oracle.recoveries(good_history())
     assert fault.kind == "n8n-kill" and seconds == 17.0
+
+
+# Line items: one effective call per line, its key ["<key>","<line>"], its step saved once per line or more.
+
+def lines_history() -> History:
+    """The good history with a line-item segment first: inventory called once per line (orderId `<key>:<line>`,
+    a Claim keyed by the line), step s1 saved per line; n8n killed after line sku-1 was saved, so the resumed
+    instance walked its lines again and saved sku-1 (Done Before) once more."""
+    h = good_history()
+    line_calls = (ExpectedCall("inventory", "s1", "plain", "sku-1"), ExpectedCall("inventory", "s1", "plain", "sku-2"))
+    h.expectations = [replace(h.expectations[0], trail=("s1", "s1", "s2"), rewalked=("s1",),
+                              calls=(*line_calls, ExpectedCall("coupon", "s2", "card")))]
+    h.calls = [CallFact("inventory", f"{KEY}:sku-1", "dk-l1", T0 + 1, 200, True, "inventory_1", "plain"),
+               CallFact("inventory", f"{KEY}:sku-2", "dk-l2", T0 + 17, 200, True, "inventory_2", "plain"),
+               h.calls[2]]
+    start = h.checkpoints[0].state
+    l1, l2 = ({**start, "s1": {"id": f"inventory_{n}", "service": "inventory"}} for n in (1, 2))
+    h.checkpoints = [CheckpointFact(WF, KEY, 1, "s1", T0 + 2, l1), CheckpointFact(WF, KEY, 2, "s1", T0 + 16, l1),
+                     CheckpointFact(WF, KEY, 3, "s1", T0 + 18, l2),
+                     CheckpointFact(WF, KEY, 4, "s2", T0 + 22, {**l2, "s2": h.checkpoints[1].state["s2"]})]
+    h.keys = [KeyFact("s1", f'["{KEY}","sku-1"]', "completed", 1, "inventory_1", T0 + 2),
+              KeyFact("s1", f'["{KEY}","sku-2"]', "completed", 1, "inventory_2", T0 + 18), h.keys[1]]
+    return h
+
+
+def test_line_items_each_with_one_effective_call_and_a_walked_again_step_pass() -> None:
+    assert oracle.check(lines_history()) == []
+
+
+def test_a_line_item_performed_twice_or_never_fails_rule_2() -> None:
+    h = lines_history()
+    h.calls.append(CallFact("inventory", f"{KEY}:sku-2", "dk-l2", T0 + 19, 200, True, "inventory_3", "plain"))
+    assert 2 in rules_broken(h)
+    assert oracle.duplicate_effects(h) == [f"{KEY}:sku-2/inventory"]
+    h = lines_history()
+    h.calls = [c for c in h.calls if c.key != f"{KEY}:sku-2"]
+    assert 2 in rules_broken(h)
+    h = lines_history()
+    h.calls.append(CallFact("inventory", f"{KEY}:sku-9", "dk-l9", T0 + 19, 200, True, "inventory_9", "plain"))
+    assert 2 in rules_broken(h)
+
+
+def test_a_line_step_saved_fewer_times_than_lines_or_another_step_repeated_fails_rule_4() -> None:
+    h = lines_history()
+    h.checkpoints = [c for c in h.checkpoints if c.sequence > 2]
+    assert rules_broken(h) == {4}
+    h = lines_history()
+    h.expectations = [replace(h.expectations[0], rewalked=())]
+    assert rules_broken(h) == {4}
+    h = lines_history()
+    h.checkpoints.insert(3, CheckpointFact(WF, KEY, 4, "s2", T0 + 21, h.checkpoints[-1].state))
+    h.checkpoints[-1] = replace(h.checkpoints[-1], sequence=5)
+    assert rules_broken(h) == {4}
+
+
+def test_a_line_key_left_in_progress_fails_rule_5() -> None:
+    h = lines_history()
+    h.keys[1] = replace(h.keys[1], status="in_progress")
+    assert rules_broken(h) == {5}
