@@ -46,12 +46,16 @@ def case_from_json(data: dict[str, Any], services_url: str) -> Case:
                                "calls": tuple(ExpectedCall(*c) for c in e["calls"]),
                                "rewalked": tuple(e.get("rewalked", ()))})
                 for k, e in data["expected"].items()}
+    built = {"seed", "index", "workflow_id", "path", "shape", "blocks", "workflows", "keys", "methods", "deliveries",
+             "schedules", "expected"}
+    # The per-key fields the generator added since (channels, line items, signal times): plain JSON values.
+    more = {f.name: data[f.name] for f in fields(Case) if f.name in data and f.name not in built}
     return Case(data["seed"], data["index"], data["workflow_id"], data["path"],
                 Shape(**{**_known(Shape, shape), "segments": segments}), list(data["blocks"]),
                 json.loads(json.dumps(data["workflows"]).replace(PLACEHOLDER, services_url)),
                 list(data["keys"]), dict(data["methods"]),
                 [Delivery(**_known(Delivery, d)) for d in data["deliveries"]],
-                [ProviderSchedule(**_known(ProviderSchedule, s)) for s in data["schedules"]], expected)
+                [ProviderSchedule(**_known(ProviderSchedule, s)) for s in data["schedules"]], expected, **more)
 
 
 def load(path: Path, services_url: str) -> tuple[list[Case], list[faults.PlannedFault], str]:
