@@ -73,8 +73,11 @@ class SessionService:
         self._pending: dict[tuple[str, str], str] = {}
         self._learned: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._recording = asyncio.Lock()
-        # A sweep failed (the database unreachable): sessions are not judged until one succeeds and a grace passes.
+        # A sweep failed, or reached the database only after a while: sessions are not judged until a sweep
+        # succeeds and one grace and one heartbeat pass. A sweep's gap beyond `_outage_after` counts as that.
         self._outage = False
+        self._last_swept = time.monotonic()
+        self._outage_after = max(2 * self.heartbeat_seconds, self.grace_seconds / 2, 1.0)
         self._ended_seen_until: datetime | None = None
         self._last_prune = time.monotonic()
         self._wakers: set[asyncio.Event] = set()
@@ -306,7 +309,11 @@ class SessionService:
 
         async def txn(conn: Conn) -> tuple[Learned, list[Ended], list[SessionRow], int, datetime]:
             late = await self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()])
-            ended = await self.store.expire_txn(conn, limit=_EXPIRE_BATCH) if judging else []
+            # A sweep that could not reach the database for a while (it waited out an outage in its retries, or
+            # the ones before it failed): heartbeats could not be recorded meanwhile either, so nobody is judged.
+            if time.monotonic() - self._last_swept > self._outage_after:
+                self._outage = True
+            ended = await self.store.expire_txn(conn, limit=_EXPIRE_BATCH) if judging and not self._outage else []
             now = await self.store.now_txn(conn)
             # Overlap the previous look by two grace periods: another replica's commit may land late.
             others = await self.store.ended_since_txn(
@@ -318,9 +325,10 @@ class SessionService:
         except Exception:
             self._outage = True  # no heartbeat can be recorded now: judge nobody until they could be again
             raise
+        self._last_swept = time.monotonic()
         if self._outage:
             self._outage = False
-            self._started = time.monotonic()
+            self._started = self._last_swept
             log.info("session sweep works again; sessions are judged again after one grace and one heartbeat",
                      extra={"grace_seconds": self.grace_seconds})
         self._freed_late(late, pending)
