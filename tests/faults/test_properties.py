@@ -352,7 +352,7 @@ def test_bytes_that_are_not_a_valid_message_get_a_documented_code_and_change_not
 
 PROTO_DIR = Path(__file__).resolve().parents[2] / "proto" / "durable" / "v1"
 _RANGE = re.compile(r"(-?\d+) to (\d+)(?! characters)")
-_FIELD = re.compile(r"^\s*(?:repeated\s+)?([\w.]+)\s+(\w+)\s*=\s*\d+\s*;")
+_FIELD = re.compile(r"^\s*(?:repeated\s+|optional\s+)?([\w.]+)\s+(\w+)\s*=\s*\d+\s*;")
 _NUMERIC = {"int32", "int64", "uint32", "uint64", "double", "float"}
 
 
