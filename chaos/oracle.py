@@ -107,10 +107,16 @@ def rule_1_acknowledged_completes(h: History) -> list[Violation]:
 
 
 def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bool:
-    """An n8n process killed or frozen past the grace (HOLDER_DEATHS), or an error answer to one of the key's
-    calls (a 500, or a 409 for a key still being performed: its execution failed there), between t0 and t1."""
-    if any(f.kind in HOLDER_DEATHS and t0 <= f.at <= t1 for f in _wave_faults(h, e.wave)):
-        return True
+    """An n8n process killed (HOLDER_DEATHS) between t0 and t1, or frozen past the grace at any time from t0 to t1
+    (a freeze that began before t0 counts: the process it stopped was declared dead meanwhile, and once woken it
+    may finish a provider call n8n was retrying, with the same key, before its next call to the sidecar is
+    refused), or an error answer to one of the key's calls (a 500, or a 409 for a key still being performed: its
+    execution failed there), between t0 and t1."""
+    for f in _wave_faults(h, e.wave):
+        if f.kind in HOLDER_DEATHS and t0 <= f.at <= t1:
+            return True
+        if f.kind == "worker-freeze" and f.at <= t1 and t0 <= f.back_at:
+            return True
     return any(belongs_to(c.key, e.key) and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chaos import faults, oracle
-from chaos.history import Expectation, ExpectedCall, FaultFact, History
+from chaos.history import CallFact, Expectation, ExpectedCall, FaultFact, History
 
 
 def test_both_runs_the_first_half_of_the_waves_regular_and_the_rest_queue() -> None:
@@ -110,3 +110,19 @@ def test_a_repeated_call_after_a_worker_kill_or_freeze_is_allowed_but_not_after_
         assert oracle.rule_2_one_effective_call(history(kind)) == [], kind
     [v] = oracle.rule_2_one_effective_call(history("main-kill"))
     assert "no holder died" in v.message
+
+
+def test_a_frozen_worker_woken_after_its_instance_resumed_may_repeat_its_call_once_with_the_same_key() -> None:
+    """CI, seed 776672: a worker frozen 7.9 s inside n8n's Retry On Fail wait; its instance resumed elsewhere and
+    the call succeeded; woken, the worker finished the retry (same key, answered from the provider's record)
+    before its next sidecar call was refused. Its freeze began before the answered call: still its death."""
+    e = _expectation(wave=0)
+    freeze = FaultFact("worker-freeze", 0, "worker 1 frozen 7.9 s", 202.3, 210.2)
+    calls = [CallFact("payment", "k1", "key-1", 207.9, 200, True, "pay_1", "plain"),
+             CallFact("payment", "k1", "key-1", 210.3, 200, False, "pay_1", "plain")]
+    h = History(expectations=[e], faults=[freeze], calls=calls)
+    assert not [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    # Without the freeze (or with one that ended before the answered call) the repeat is a violation.
+    for faults_ in ([], [FaultFact("worker-freeze", 0, "worker 1 frozen 2 s", 190.0, 192.0)]):
+        h = History(expectations=[e], faults=faults_, calls=calls)
+        assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
