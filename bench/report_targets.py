@@ -63,32 +63,24 @@ def targets(ix: Index) -> list[Target]:
     else:
         missing(name, goal)
 
+    def over_floors(name: str, op: str, limit_ms: float) -> None:
+        """The c1 p50 of a zero-state sidecar cell over the 1 KB save floors, judged over the rounds."""
+        goal = f"p50 ≤ INSERT p50 + no-op gRPC p50 + {limit_ms} ms"
+        row, floor = ix.get("sidecar", op, 0, 1), save_floor(ix, KB, 1)
+        judged = over_rounds(ix, over_save_floors(op, 0))
+        if row and floor and judged:
+            over, each = judged
+            out.append(Target(name, goal, f"{_ms(row['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead "
+                              f"{each[0]:+.3f} ms{_each(each, '+.3f')}", over <= limit_ms,
+                              _margin(over - limit_ms, "ms", lower_is_better=True), profile=f"{op}-0KB-c1"))
+        else:
+            missing(name, goal)
+
     # 3. Start-or-resume of a new instance at c1 against the save floors.
-    name, goal = "start-or-resume (new instance), c1: p50 over floors", "p50 ≤ INSERT p50 + no-op gRPC p50 + 1.2 ms"
-
-    start, floor = ix.get("sidecar", "start", 0, 1), save_floor(ix, KB, 1)
-    judged = over_rounds(ix, over_save_floors("start", 0))
-    if start and floor and judged:
-        over, each = judged
-        out.append(Target(name, goal, f"{_ms(start['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead "
-                          f"{each[0]:+.3f} ms{_each(each, '+.3f')}", over <= 1.2,
-                          _margin(over - 1.2, "ms", lower_is_better=True), profile="start-0KB-c1"))
-    else:
-        missing(name, goal)
-
+    over_floors("start-or-resume (new instance), c1: p50 over floors", "start", 1.2)
     # 3b. The RPCs a durable n8n order really sends (issue 42): per RPC, against the save floors.
-    name, goal = ("n8n order's RPC mix (start with its item and claim ahead; saves that merge, complete a key and "
-                  "claim the next; the last completes the instance), c1: p50 per RPC over floors",
-                  "p50 ≤ INSERT p50 + no-op gRPC p50 + 1.0 ms")
-    mix, floor = ix.get("sidecar", "n8n_mix", 0, 1), save_floor(ix, KB, 1)
-    judged = over_rounds(ix, over_save_floors("n8n_mix", 0))
-    if mix and floor and judged:
-        over, each = judged
-        out.append(Target(name, goal, f"{_ms(mix['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead "
-                          f"{each[0]:+.3f} ms{_each(each, '+.3f')}", over <= 1.0,
-                          _margin(over - 1.0, "ms", lower_is_better=True), profile="n8n_mix-0KB-c1"))
-    else:
-        missing(name, goal)
+    over_floors("n8n order's RPC mix (start with its item and claim ahead; saves that merge, complete a key and "
+                "claim the next; the last completes the instance), c1: p50 per RPC over floors", "n8n_mix", 1.0)
 
     # 4. Claim of a completed key at c1 against the no-op gRPC call.
     name, goal = "claim completed key, c1: p50 vs no-op gRPC", "p50 ≤ no-op gRPC p50 + 0.3 ms"
