@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 from chaos import faults, oracle, regressions, report
-from chaos.generator import Case, generate
+from chaos.generator import generate
 from chaos.history import History
+from chaos.model import Case
 from chaos.providers import Providers
 from chaos.run import collect, run_wave
 from chaos.stack import ChaosStack

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 from fake_services import SERVICES, FakeServices
 
-from chaos.generator import ProviderSchedule
 from chaos.history import CallFact
+from chaos.model import ProviderSchedule
 
 
 class Providers:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos import faults
-from chaos.generator import Case, Delivery, Expected, ProviderSchedule, Segment, Shape, generate
+from chaos.generator import generate
 from chaos.history import ExpectedCall
+from chaos.model import Case, Delivery, Expected, ProviderSchedule, Segment, Shape
 
 FOLDER = Path(__file__).resolve().parent / "regressions"
 PLACEHOLDER = "http://providers.chaos.invalid"

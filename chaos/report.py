@@ -7,9 +7,10 @@ from collections import Counter
 from pathlib import Path
 
 from chaos import oracle
+from chaos.blocks import BLOCKS
 from chaos.faults import KINDS, PlannedFault
-from chaos.generator import BLOCKS, Case
 from chaos.history import History, belongs_to
+from chaos.model import Case
 
 # Building blocks and fault kinds issue 41 asks for that the generator and the injector do not make yet.
 NOT_YET = (

@@ -12,8 +12,9 @@ import psycopg
 from harness import NAMESPACE, TOKEN, http
 
 from chaos import oracle
+from chaos.blocks import signal_body, signal_request
 from chaos.faults import Injector, PlannedFault
-from chaos.generator import Case, delivery_body, signal_body, signal_request
+from chaos.generator import delivery_body
 from chaos.history import (
     CheckpointFact,
     DeliveryFact,
@@ -23,6 +24,7 @@ from chaos.history import (
     InstanceFact,
     KeyFact,
 )
+from chaos.model import Case
 from chaos.stack import ChaosStack, decode
 
 # A sender re-posts a delivery every second until n8n answers 2xx (or 4xx: it can never succeed), up to this.

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from chaos import faults, oracle, report
 from chaos.__main__ import PLANTS, REPO, plant_in_first_wave
-from chaos.generator import Case, generate, reduce
+from chaos.generator import generate, reduce
 from chaos.history import History
+from chaos.model import Case
 from chaos.providers import Providers
 from chaos.run import collect, run_wave
 from chaos.stack import ChaosStack

@@ -23,7 +23,7 @@ import psycopg
 from harness import CREDENTIAL_ID, NAMESPACE, TOKEN, N8n, Process, Sidecar, create_db, drop_db, http, tail, wait_until
 from ports import free_port
 
-from chaos.generator import Case
+from chaos.model import Case
 from chaos.providers import Providers
 from tests.faults.infra import ThrowawayPostgres
 from tests.faults.patroni import PatroniCluster

@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 from chaos import faults
-from chaos.generator import BLOCKS, LAST_NODE, RESPOND_NODE, Segment, delivery_body, generate, signal_request
+from chaos.blocks import BLOCKS, signal_request
+from chaos.generator import delivery_body, generate
+from chaos.model import LAST_NODE, RESPOND_NODE, Segment
 
 URL = "http://127.0.0.1:9"
 
