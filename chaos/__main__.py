@@ -18,10 +18,10 @@ from pathlib import Path
 
 from chaos import faults, oracle, regressions, report
 from chaos.generator import generate
-from chaos.history import History
+from chaos.history import History, belongs_to
 from chaos.model import Case
 from chaos.providers import Providers
-from chaos.run import collect, run_wave
+from chaos.run import collect, run_wave, trails
 from chaos.stack import ChaosStack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmake chaos FAILED: {len(violations)} violations, seed {seed}")
         for v in violations:
             print(f"  {v}")
+        print("what the violating keys' instances and providers recorded:")
+        for key in sorted({v.key for v in violations}):
+            for line in trails(stack, [key]):
+                print(line)
+            for call in sorted((x for x in history.calls if belongs_to(x.key, key)), key=lambda x: x.at):
+                print(f"      {time.strftime('%H:%M:%S', time.localtime(call.at))}.{int(call.at % 1 * 1000):03d} "
+                      f"call {call.provider} {call.key}: {call.status}{' effective' if call.effective else ''}")
         bad = sorted({c.index for c in cases for v in violations if v.key in c.keys})
         print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
         if bad and bad[0] >= args.n:

@@ -152,7 +152,30 @@ def run_wave(stack: ChaosStack, cases: list[Case], wave: int, plan: list[Planned
         t.join(timeout=max(1.0, deadline - time.time()) + GIVE_UP_S)
     if pending:
         log(f"  wave {wave}: {len(pending)} instances unfinished at the deadline: {sorted(pending)}")
+        for line in trails(stack, sorted(pending)):
+            log(line)
     return record, injector.facts
+
+
+def trails(stack: ChaosStack, keys: list[str]) -> list[str]:
+    """Each unfinished instance's lease and audit trail (what a shrink or a replay is read against)."""
+    out = []
+    try:
+        with stack.db() as conn:
+            for key, status, owner, expires, wake_at, wake, attempt, resumes in conn.execute(
+                    """SELECT instance_key, status, lease_owner, lease_expires_at, wake_at, wake_reason, attempt,
+                              resume_count
+                       FROM durable_instances WHERE namespace = %s AND instance_key = ANY(%s)
+                       ORDER BY instance_key""", (NAMESPACE, keys)):
+                out.append(f"    {key}: {status}, lease {owner or '-'} until {expires}, wake {wake_at} "
+                           f"({wake or '-'}), attempt {attempt}, resumes {resumes}")
+                for at, kind, actor, detail in conn.execute(
+                        """SELECT created_at, kind, actor, detail FROM durable_instance_events
+                           WHERE namespace = %s AND instance_key = %s ORDER BY id""", (NAMESPACE, key)):
+                    out.append(f"      {at:%H:%M:%S.%f} {kind} by {actor}: {detail}")
+    except psycopg.Error as e:
+        out.append(f"    (no trail: {e})")
+    return out
 
 
 def _with_faults(faults: list[FaultFact]) -> History:

@@ -449,6 +449,48 @@ async def test_retry_redrives_a_suspended_or_failed_instance_with_an_audit_event
     assert code == grpc.StatusCode.NOT_FOUND
 
 
+async def test_an_event_taken_by_an_execution_that_failed_is_handed_to_the_retried_one(harness: Harness,
+                                                                                      database_url: str) -> None:
+    """Found by `make chaos SEED=538622`: the execution that took the event failed before any checkpoint, the
+    instance was suspended, and the operator's retry ran it again from the checkpoint before the wait. The
+    event had been consumed, so the new execution waited for it for ever."""
+    s = harness.alpha
+    key = new_key()
+    await started_with_checkpoint(s, key, retry_policy=common_pb2.RetryPolicy(max_automatic_resumes=0 + 1))
+    assert (await await_event(s, key)).outcome == WAITING
+    assert (await signal(s, key, "dlv-9", {"tracking": "T9"})).outcome == DELIVERED
+    handed = await claim_key(s, key)
+    await start(s, key, "exec-2", claim_token=handed[0].claim_token)
+    for execution in ("exec-2", "exec-3"):  # the payment after the wait fails twice: suspended
+        await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+            workflow_id=WF, instance_key=key, execution_id=execution, error_message="payment API 503", retry=True),
+            metadata=s.metadata)
+        if execution == "exec-2":
+            await due_now(database_url, key)
+            again = await claim_key(s, key)
+            assert again[0].reason == instance_pb2.RESUME_REASON_RETRY
+            assert (await start(s, key, "exec-3", claim_token=again[0].claim_token)).event.dedupe_id == "dlv-9"
+    assert (await get(s, key)).status == common_pb2.INSTANCE_STATUS_SUSPENDED
+    await s.recovery.RetryInstance(events_pb2.RetryInstanceRequest(
+        workflow_id=WF, instance_key=key, actor="alice", reason="payment API fixed"), metadata=s.metadata)
+    redriven = await claim_key(s, key)
+    assert len(redriven) == 1 and redriven[0].reason == instance_pb2.RESUME_REASON_REDRIVE
+    resumed = await start(s, key, "exec-4", claim_token=redriven[0].claim_token)
+    assert resumed.wait_outcome == instance_pb2.RESUME_REASON_EVENT and resumed.event.dedupe_id == "dlv-9"
+    # The workflow reaches its Wait for Event again: it receives the same event at once, and nothing more is taken.
+    got = await await_event(s, key, execution="exec-4")
+    assert got.outcome == RECEIVED and json.loads(got.event.payload_json) == {"tracking": "T9"}
+    assert await mailbox(database_url, key) == [("dlv-9", "delivered", True)]
+    # Once a checkpoint follows the wait, it is history for the next redrive too.
+    await save(s, item(key, "paid", {"ok": True}, execution="exec-4"))
+    await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+        workflow_id=WF, instance_key=key, execution_id="exec-4", error_message="bad"), metadata=s.metadata)
+    await s.recovery.RetryInstance(events_pb2.RetryInstanceRequest(
+        workflow_id=WF, instance_key=key, actor="alice", reason="again"), metadata=s.metadata)
+    last = await claim_key(s, key)
+    assert (await start(s, key, "exec-5", claim_token=last[0].claim_token)).event.dedupe_id == ""
+
+
 async def test_resume_ends_a_wait_and_cancel_takes_a_suspended_instance(harness: Harness, database_url: str) -> None:
     s = harness.alpha
     key = new_key()

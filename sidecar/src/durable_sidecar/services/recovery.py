@@ -31,12 +31,14 @@ class RecoveryService:
         validation.text("reason", reason, required=True)
 
     async def _redrive_txn(self, conn: Conn, inst: Instance, *, kind: str, actor: str, reason: str) -> Instance:
+        """Runs the instance again from its last checkpoint. A wait that ended there (an event taken, or its
+        timeout) and that no checkpoint followed stays ended: the redriven execution is handed the same event,
+        as a resumed one is, since the execution that took it died before it counted."""
         now = await self.waits.now_txn(conn)
         done = await self.waits.update_txn(
             conn, inst.ref, now=now, status=InstanceStatus.RUNNING.value, finished_at=None, error_message="",
             suspended_at=None, lease_owner="", lease_expires_at=None, awaited_event="", wake_at=now,
-            wake_reason="redrive", wait_outcome="", wait_event_id=None, attempt=0, attempt_sequence=inst.last_sequence,
-            last_error="")
+            wake_reason="redrive", attempt=0, attempt_sequence=inst.last_sequence, last_error="")
         await self.instances.add_event_txn(conn, inst.ref, kind, actor=actor,
                                            detail=f"was {inst.status.value}, from sequence {inst.last_sequence}: "
                                                   f"{reason}")
