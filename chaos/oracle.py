@@ -48,6 +48,9 @@ FAULT_ALLOWANCE_S = {"n8n-kill": 75.0, "main-kill": 75.0, "worker-kill": 75.0,
 # key's call may be made again and a retry policy's resume may have been spent on it. (A queue-mode main runs
 # no execution: its kill ends none.)
 HOLDER_DEATHS = ("n8n-kill", "worker-kill", "worker-freeze")
+# How long before a provider records a call the process that sent it may already have been killed (the request
+# was on the wire; the provider's handler thread stamps it when it runs, on a loaded two-core machine).
+IN_FLIGHT_S = 1.0
 # An operator's retry of a suspended instance (chaos runs it as soon as it sees the suspension).
 OPERATOR_RETRY_S = 40.0
 
@@ -111,9 +114,10 @@ def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bo
     (a freeze that began before t0 counts: the process it stopped was declared dead meanwhile, and once woken it
     may finish a provider call n8n was retrying, with the same key, before its next call to the sidecar is
     refused), or an error answer to one of the key's calls (a 500, or a 409 for a key still being performed: its
-    execution failed there), between t0 and t1."""
+    execution failed there), between t0 and t1. A kill up to IN_FLIGHT_S before t0 counts too: a kill aimed at a
+    call in flight can land as the process sends its next one, which the provider records a moment later."""
     for f in _wave_faults(h, e.wave):
-        if f.kind in HOLDER_DEATHS and t0 <= f.at <= t1:
+        if f.kind in HOLDER_DEATHS and t0 - IN_FLIGHT_S <= f.at <= t1:
             return True
         if f.kind == "worker-freeze" and f.at <= t1 and t0 <= f.back_at:
             return True

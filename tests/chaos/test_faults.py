@@ -126,3 +126,20 @@ def test_a_frozen_worker_woken_after_its_instance_resumed_may_repeat_its_call_on
     for faults_ in ([], [FaultFact("worker-freeze", 0, "worker 1 frozen 2 s", 190.0, 192.0)]):
         h = History(expectations=[e], faults=faults_, calls=calls)
         assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+
+
+def test_a_call_the_provider_records_just_after_the_kill_of_its_sender_counts_as_the_dead_holders() -> None:
+    """CI, seed 819552 case 6: a worker killed as its three line-item calls went out; the provider stamped the
+    answered one a few milliseconds after the kill, and the resumed execution called that line again (same key,
+    answered from the record) 7.8 s later. The kill came before the answered call's stamp, but within
+    IN_FLIGHT_S: still its holder's death."""
+    e = _expectation(wave=0)
+    calls = [CallFact("payment", "k1", "key-1", 100.004, 200, True, "pay_1", "plain"),
+             CallFact("payment", "k1", "key-1", 107.8, 200, False, "pay_1", "plain")]
+    kill = FaultFact("worker-kill", 0, "worker 0 (3 calls in flight)", 100.0, 100.1)
+    h = History(expectations=[e], faults=[kill], calls=calls)
+    assert not [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    # A kill well before the answered call is not its sender's death: the repeat is a violation.
+    early = FaultFact("worker-kill", 0, "worker 0", 100.004 - oracle.IN_FLIGHT_S - 0.5, 99.0)
+    h = History(expectations=[e], faults=[early], calls=calls)
+    assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
