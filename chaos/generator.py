@@ -180,21 +180,46 @@ def delivery_body(case: Case, key: str) -> dict[str, Any]:
             "lines": [{"sku": sku} for sku in line_skus(case.lines.get(key, 1))]}
 
 
-def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: bool, tag: str) -> Case:
+def simpler(seg: Segment) -> Segment | None:
+    """The segment with the fewest nodes that still calls its provider once per key: no IF, Switch or line items
+    (one plain Claim → call → Save), no Code node, no n8n Wait; None if it is that already, or a sub-workflow
+    (which the shrinker drops with the side effects after it). Retry On Fail stays: a failing provider needs it."""
+    if seg.shape == "sub":
+        return None
+    plain = replace(seg, shape="plain", code=False, outputs=0, wait_s=0, loop=False)
+    return None if plain == seg else plain
+
+
+def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: bool, tag: str,
+           plain: frozenset[int] = frozenset()) -> Case:
     """A smaller case for the shrinker: its first `keys` keys, its first `segments` side effects (a sub-workflow
-    never last), only each key's first delivery unless `copies`. Ids, paths and keys end in `tag`, so it runs
-    beside the cases already in the stack."""
-    segs = list(case.shape.segments[:max(1, segments)])
+    never last), the side effects numbered in `plain` made `simpler`, only each key's first delivery unless
+    `copies`. Ids, paths and keys end in `tag`, so it runs beside the cases already in the stack."""
+    segs = [(simpler(s) or s) if s.number in plain else s for s in case.shape.segments[:max(1, segments)]]
     while len(segs) > 1 and segs[-1].shape == "sub":
         segs.pop()
     shape = replace(case.shape, segments=tuple(segs),
                     event_after=case.shape.event_after if case.shape.event_after < len(segs) else 0)
     providers = {s.provider for s in segs}
+    # A line-item side effect made plain calls its provider once per key: its first line's schedule is the key's.
+    unlined = {s.provider for s, was in zip(segs, case.shape.segments, strict=False)
+               if was.shape == "lines" and s.shape != "lines"}
     renamed = {k: f"{k}{tag}" for k in case.keys[:max(1, keys)]}
 
     def order(o: str) -> str:   # a key's or a line's (`<key>:<sku>`) order under the new key
         base, sep, line = o.partition(":")
         return f"{renamed[base]}{sep}{line}"
+
+    def kept(sched: ProviderSchedule) -> bool:
+        base, _, line = sched.key.partition(":")
+        if base not in renamed or sched.provider not in providers:
+            return False
+        return sched.provider not in unlined or line == line_skus(1)[0]
+
+    def rekeyed(sched: ProviderSchedule) -> ProviderSchedule:
+        if sched.provider in unlined:
+            return replace(sched, key=renamed[sched.key.partition(":")[0]])
+        return replace(sched, key=order(sched.key))
 
     workflow_id, path = f"{case.workflow_id}{tag}", f"{case.path}{tag}"
     small = Case(case.seed, case.index, workflow_id, path, shape, blocks_used(shape),
@@ -202,8 +227,7 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
                  {renamed[k]: m for k, m in case.methods.items() if k in renamed},
                  [replace(d, key=renamed[d.key]) for d in case.deliveries
                   if d.key in renamed and (copies or d.when == "first")],
-                 [replace(s, key=order(s.key)) for s in case.schedules
-                  if s.key.partition(":")[0] in renamed and s.provider in providers],
+                 [rekeyed(s) for s in case.schedules if kept(s)],
                  channels={renamed[k]: c for k, c in case.channels.items() if k in renamed},
                  lines={renamed[k]: n for k, n in case.lines.items() if k in renamed},
                  signal_after_s={renamed[k]: t for k, t in case.signal_after_s.items()

@@ -1,8 +1,10 @@
 """python -m chaos.shrink --seed S --case I: a failing case made smaller while it still fails the same rule.
 
 It runs case I of seed S with its wave's faults on a stack of its own; if the oracle fails, it tries, one at a
-time, the case without one of its faults, with one key, with each key delivered once, and with fewer side
-effects, keeps every reduction that still breaks a rule the original broke, and starts over from there.
+time, the case without one of its faults, with one key, with each key delivered once, with fewer side
+effects, and with a side effect's nodes cut to a plain Claim → call → Save (no IF, Switch or line items, no
+Code node, no n8n Wait), keeps every reduction that still breaks a rule the original broke, and starts over
+from there.
 The smallest failing case is written like a failure of `make chaos`.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from chaos import faults, oracle, report
 from chaos.__main__ import PLANTS, REPO, plant_in_first_wave
-from chaos.generator import generate, reduce
+from chaos.generator import generate, reduce, simpler
 from chaos.history import History
 from chaos.model import Case
 from chaos.providers import Providers
@@ -32,6 +34,9 @@ class Size:
     segments: int
     copies: bool
     plan: tuple[faults.PlannedFault, ...]
+    # Side effects (by number) that can lose nodes (chaos.generator.simpler), and those made plain so far.
+    simplifiable: tuple[int, ...] = ()
+    plain: frozenset[int] = frozenset()
 
     def smaller(self) -> Iterator[tuple[str, Size]]:
         for i, f in enumerate(self.plan):
@@ -42,6 +47,10 @@ class Size:
             yield "each key delivered once", replace(self, copies=False)
         for n in range(self.segments - 1, 0, -1):
             yield f"{n} side effects", replace(self, segments=n)
+        for n in self.simplifiable:
+            if n <= self.segments and n not in self.plain:
+                yield (f"side effect {n} with fewer nodes (plain Claim → call → Save)",
+                       replace(self, plain=self.plain | {n}))
 
 
 def attempt(stack: ChaosStack, case: Case, wave: int, plan: list[faults.PlannedFault]) -> tuple[list[oracle.Violation], History]:
@@ -86,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         rules = {v.rule for v in violations}
         print(f"seed {args.seed} case {args.case} breaks rules {sorted(rules)}; shrinking", flush=True)
         size = Size(len(original.keys), len(original.shape.segments),
-                    any(d.when != "first" for d in original.deliveries), tuple(plan))
+                    any(d.when != "first" for d in original.deliveries), tuple(plan),
+                    tuple(s.number for s in original.shape.segments if simpler(s) is not None))
         best, best_violations, best_history, tries = original, violations, history, 0
         progress = True
         while progress and tries < args.max_attempts:
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 tries += 1
                 case = reduce(original, providers.url, keys=smaller.keys, segments=smaller.segments,
-                              copies=smaller.copies, tag=f"r{tries}")
+                              copies=smaller.copies, tag=f"r{tries}", plain=smaller.plain)
                 print(f"attempt {tries}: {what}", flush=True)
                 found, h = attempt(stack, case, wave, list(smaller.plan))
                 if rules & {v.rule for v in found}:

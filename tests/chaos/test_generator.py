@@ -10,7 +10,7 @@ from typing import Any
 from chaos import faults
 from chaos.blocks import BLOCKS, signal_request
 from chaos.generator import delivery_body, generate
-from chaos.model import LAST_NODE, RESPOND_NODE, Segment
+from chaos.model import LAST_NODE, RESPOND_NODE, Case, Segment
 
 URL = "http://127.0.0.1:9"
 
@@ -226,3 +226,31 @@ def test_a_wait_for_event_follows_a_save_and_a_carrier_workflow_signals_the_case
         [signal] = [n for n in carriers[0]["nodes"] if n["type"] == "n8n-nodes-durable.durableInstance"]
         assert signal["parameters"]["workflowId"] == case.workflow_id and signal["parameters"]["eventName"] == "delivered"
     assert waited > 5
+
+
+def test_the_shrinker_can_cut_a_side_effect_to_a_plain_claim_call_save() -> None:
+    """Fewer nodes inside a side effect: no IF, Switch or line items, no Code node, no n8n Wait; a line-item side
+    effect made plain calls its provider once per key, on its first line's schedule."""
+    from chaos.generator import reduce, simpler
+
+    def fancy(c: Case) -> bool:
+        kinds = {s.shape for s in c.shape.segments}
+        return "lines" in kinds and bool(kinds & {"branch", "switch"}) and any(s.code or s.wait_s for s in c.shape.segments)
+
+    big = next(c for c in (generate(11, i, URL) for i in range(300)) if fancy(c))
+    cut = frozenset(s.number for s in big.shape.segments if simpler(s) is not None)
+    small = reduce(big, URL, keys=len(big.keys), segments=len(big.shape.segments), copies=True, tag="r2", plain=cut)
+    assert cut and all(s.shape in ("plain", "sub") and not s.code and not s.wait_s for s in small.shape.segments)
+    assert [s.http_retry for s in small.shape.segments] == [s.http_retry for s in big.shape.segments]
+    types = {n["type"] for w in small.workflows for n in w["nodes"]}
+    assert not types & {"n8n-nodes-base.splitOut", "n8n-nodes-base.switch", "n8n-nodes-base.if",
+                        "n8n-nodes-base.code", "n8n-nodes-base.wait", "n8n-nodes-base.splitInBatches"}
+    lined = {s.provider for s in big.shape.segments if s.shape == "lines"}
+    for key, e in small.expected.items():
+        assert [(c.provider, c.logic, c.line) for c in e.calls] == [(s.provider, "plain", "") for s in small.shape.segments]
+        base = key.removesuffix("r2")
+        for provider in lined:
+            [sched] = [s for s in small.schedules if s.provider == provider and s.key.partition(":")[0] == key]
+            first = next(s for s in big.schedules if s.provider == provider and s.key == f"{base}:sku-1")
+            assert sched.key == key and (sched.kind, sched.delay_s) == (first.kind, first.delay_s)
+    assert simpler(small.shape.segments[0]) is None  # plain already: nothing more to cut
