@@ -4,7 +4,7 @@ It runs case I of seed S with its wave's faults on a stack of its own; if the or
 time, the case without one of its faults, with one key, with each key delivered once, with fewer side
 effects, and with a side effect's nodes cut to a plain Claim → call → Save (no IF, Switch or line items, no
 Code node, no n8n Wait), keeps every reduction that still breaks a rule the original broke, and starts over
-from there.
+from there; a reduction that let the case pass is not tried again.
 The smallest failing case is written like a failure of `make chaos`.
 """
 
@@ -98,10 +98,14 @@ def main(argv: list[str] | None = None) -> int:
                     any(d.when != "first" for d in original.deliveries), tuple(plan),
                     tuple(s.number for s in original.shape.segments if simpler(s) is not None))
         best, best_violations, best_history, tries = original, violations, history, 0
+        # A reduction that let the case pass is needed: it is not tried again on the smaller cases that follow.
+        needed: set[str] = set()
         progress = True
         while progress and tries < args.max_attempts:
             progress = False
             for what, smaller in size.smaller():
+                if what in needed:
+                    continue
                 if tries >= args.max_attempts:
                     break
                 tries += 1
@@ -114,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                     size, best, best_violations, best_history, progress = smaller, case, found, h, True
                     break
                 print("  passes: kept the larger one", flush=True)
+                needed.add(what)
         out = args.out / f"seed{args.seed}-case{args.case}-shrunk-{time.strftime('%Y%m%d-%H%M%S')}"
         report.write_failure(out, args.seed, [best], {best.index: wave}, {wave: list(size.plan)}, best_history,
                              best_violations, stack.logs())
