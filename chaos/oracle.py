@@ -51,6 +51,10 @@ HOLDER_DEATHS = ("n8n-kill", "worker-kill", "worker-freeze")
 # How long before a provider records a call the process that sent it may already have been killed (the request
 # was on the wire; the provider's handler thread stamps it when it runs, on a loaded two-core machine).
 IN_FLIGHT_S = 1.0
+# How soon after it wakes a frozen process may still send the provider call it was about to make (its Claim was
+# granted before the freeze; no sidecar call comes between), or the next try of n8n's Retry On Fail (1 s apart),
+# before its next sidecar call is refused.
+WOKEN_S = 2.0
 # An operator's retry of a suspended instance (chaos runs it as soon as it sees the suspension).
 OPERATOR_RETRY_S = 40.0
 
@@ -113,13 +117,14 @@ def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bo
     """An n8n process killed (HOLDER_DEATHS) between t0 and t1, or frozen past the grace at any time from t0 to t1
     (a freeze that began before t0 counts: the process it stopped was declared dead meanwhile, and once woken it
     may finish a provider call n8n was retrying, with the same key, before its next call to the sidecar is
-    refused), or an error answer to one of the key's calls (a 500, or a 409 for a key still being performed: its
+    refused; and one that ended up to WOKEN_S before t0: the woken process sent the answered call, and the
+    execution resumed meanwhile called again), or an error answer to one of the key's calls (a 500, or a 409 for a key still being performed: its
     execution failed there), between t0 and t1. A kill up to IN_FLIGHT_S before t0 counts too: a kill aimed at a
     call in flight can land as the process sends its next one, which the provider records a moment later."""
     for f in _wave_faults(h, e.wave):
         if f.kind in HOLDER_DEATHS and t0 - IN_FLIGHT_S <= f.at <= t1:
             return True
-        if f.kind == "worker-freeze" and f.at <= t1 and t0 <= f.back_at:
+        if f.kind == "worker-freeze" and f.at <= t1 and t0 <= f.back_at + WOKEN_S:
             return True
     return any(belongs_to(c.key, e.key) and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
 

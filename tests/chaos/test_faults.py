@@ -143,3 +143,19 @@ def test_a_call_the_provider_records_just_after_the_kill_of_its_sender_counts_as
     early = FaultFact("worker-kill", 0, "worker 0", 100.004 - oracle.IN_FLIGHT_S - 0.5, 99.0)
     h = History(expectations=[e], faults=[early], calls=calls)
     assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+
+
+def test_a_call_a_frozen_worker_sends_as_it_wakes_counts_as_the_dead_holders() -> None:
+    """Long run, seed 20261205 case 119: a worker frozen 7.9 s after its Claim was granted; its session ended and
+    the instance resumed elsewhere. Woken, the worker sent the shipping call it was about to make 0.15 s later
+    (answered), and the resumed execution, holding the freed key, called again with the same key 3 s after."""
+    e = _expectation(wave=0)
+    freeze = FaultFact("worker-freeze", 0, "worker 1 frozen 7.9 s", 53.4, 61.3)
+    calls = [CallFact("payment", "k1", "key-1", 61.45, 200, True, "pay_1", "plain"),
+             CallFact("payment", "k1", "key-1", 64.45, 200, False, "pay_1", "plain")]
+    h = History(expectations=[e], faults=[freeze], calls=calls)
+    assert not [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    # A freeze that ended well before the answered call is no excuse for the repeat.
+    old = FaultFact("worker-freeze", 0, "worker 1 frozen 6 s", 50.0 - oracle.WOKEN_S - 6, 61.45 - oracle.WOKEN_S - 0.5)
+    h = History(expectations=[e], faults=[old], calls=calls)
+    assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
