@@ -112,20 +112,23 @@ def test_a_repeated_call_after_a_worker_kill_or_freeze_is_allowed_but_not_after_
     assert "no holder died" in v.message
 
 
+def _repeat_flagged(faults_: list[FaultFact], answered_at: float, again_at: float) -> bool:
+    """Whether rule 2 flags a key's call answered at `answered_at` and made again (same key) at `again_at`."""
+    calls = [CallFact("payment", "k1", "key-1", answered_at, 200, True, "pay_1", "plain"),
+             CallFact("payment", "k1", "key-1", again_at, 200, False, "pay_1", "plain")]
+    h = History(expectations=[_expectation(wave=0)], faults=faults_, calls=calls)
+    return any("called again" in v.message for v in oracle.rule_2_one_effective_call(h))
+
+
 def test_a_frozen_worker_woken_after_its_instance_resumed_may_repeat_its_call_once_with_the_same_key() -> None:
     """CI, seed 776672: a worker frozen 7.9 s inside n8n's Retry On Fail wait; its instance resumed elsewhere and
     the call succeeded; woken, the worker finished the retry (same key, answered from the provider's record)
     before its next sidecar call was refused. Its freeze began before the answered call: still its death."""
-    e = _expectation(wave=0)
     freeze = FaultFact("worker-freeze", 0, "worker 1 frozen 7.9 s", 202.3, 210.2)
-    calls = [CallFact("payment", "k1", "key-1", 207.9, 200, True, "pay_1", "plain"),
-             CallFact("payment", "k1", "key-1", 210.3, 200, False, "pay_1", "plain")]
-    h = History(expectations=[e], faults=[freeze], calls=calls)
-    assert not [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    assert not _repeat_flagged([freeze], 207.9, 210.3)
     # Without the freeze (or with one that ended before the answered call) the repeat is a violation.
     for faults_ in ([], [FaultFact("worker-freeze", 0, "worker 1 frozen 2 s", 190.0, 192.0)]):
-        h = History(expectations=[e], faults=faults_, calls=calls)
-        assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+        assert _repeat_flagged(faults_, 207.9, 210.3)
 
 
 def test_a_call_the_provider_records_just_after_the_kill_of_its_sender_counts_as_the_dead_holders() -> None:
@@ -133,29 +136,19 @@ def test_a_call_the_provider_records_just_after_the_kill_of_its_sender_counts_as
     answered one a few milliseconds after the kill, and the resumed execution called that line again (same key,
     answered from the record) 7.8 s later. The kill came before the answered call's stamp, but within
     IN_FLIGHT_S: still its holder's death."""
-    e = _expectation(wave=0)
-    calls = [CallFact("payment", "k1", "key-1", 100.004, 200, True, "pay_1", "plain"),
-             CallFact("payment", "k1", "key-1", 107.8, 200, False, "pay_1", "plain")]
     kill = FaultFact("worker-kill", 0, "worker 0 (3 calls in flight)", 100.0, 100.1)
-    h = History(expectations=[e], faults=[kill], calls=calls)
-    assert not [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    assert not _repeat_flagged([kill], 100.004, 107.8)
     # A kill well before the answered call is not its sender's death: the repeat is a violation.
     early = FaultFact("worker-kill", 0, "worker 0", 100.004 - oracle.IN_FLIGHT_S - 0.5, 99.0)
-    h = History(expectations=[e], faults=[early], calls=calls)
-    assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    assert _repeat_flagged([early], 100.004, 107.8)
 
 
 def test_a_call_a_frozen_worker_sends_as_it_wakes_counts_as_the_dead_holders() -> None:
     """Long run, seed 20261205 case 119: a worker frozen 7.9 s after its Claim was granted; its session ended and
     the instance resumed elsewhere. Woken, the worker sent the shipping call it was about to make 0.15 s later
     (answered), and the resumed execution, holding the freed key, called again with the same key 3 s after."""
-    e = _expectation(wave=0)
     freeze = FaultFact("worker-freeze", 0, "worker 1 frozen 7.9 s", 53.4, 61.3)
-    calls = [CallFact("payment", "k1", "key-1", 61.45, 200, True, "pay_1", "plain"),
-             CallFact("payment", "k1", "key-1", 64.45, 200, False, "pay_1", "plain")]
-    h = History(expectations=[e], faults=[freeze], calls=calls)
-    assert not [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    assert not _repeat_flagged([freeze], 61.45, 64.45)
     # A freeze that ended well before the answered call is no excuse for the repeat.
     old = FaultFact("worker-freeze", 0, "worker 1 frozen 6 s", 50.0 - oracle.WOKEN_S - 6, 61.45 - oracle.WOKEN_S - 0.5)
-    h = History(expectations=[e], faults=[old], calls=calls)
-    assert [v for v in oracle.rule_2_one_effective_call(h) if "called again" in v.message]
+    assert _repeat_flagged([old], 61.45, 64.45)
