@@ -18,7 +18,7 @@ from pathlib import Path
 
 from chaos import faults, oracle, regressions, report
 from chaos.generator import generate
-from chaos.history import History, belongs_to
+from chaos.history import History
 from chaos.model import Case
 from chaos.providers import Providers
 from chaos.run import collect, run_wave, trails
@@ -159,19 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         for v in violations:
             print(f"  {v}")
         print("what the violating keys' instances, providers and faults recorded:")
-
-        def stamp(t: float) -> str:
-            return f"{time.strftime('%H:%M:%S', time.localtime(t))}.{int(t % 1 * 1000):03d}"
-
         for key in sorted({v.key for v in violations}):
-            for line in trails(stack, [key]):
+            for line in [*trails(stack, [key]), *report.evidence(history, key)]:
                 print(line)
-            for call in sorted((x for x in history.calls if belongs_to(x.key, key)), key=lambda x: x.at):
-                print(f"      {stamp(call.at)} call {call.provider} {call.key}: {call.status}"
-                      f"{' effective' if call.effective else ''}")
-            waves_of_key = {e.wave for e in history.expectations if e.key == key}
-            for f in sorted((f for f in history.faults if f.wave in waves_of_key), key=lambda f: f.at):
-                print(f"      {stamp(f.at)} fault {f.kind} on {f.target}, back at {stamp(f.back_at)}")
         bad = sorted({c.index for c in cases for v in violations if v.key in c.keys})
         print(f"cases {bad}, their workflows, delivery plans and fault schedules: {out}")
         if bad and bad[0] >= args.n:

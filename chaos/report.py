@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -63,6 +64,20 @@ def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]]
     if NOT_YET:
         lines.append("  not in the generator yet: " + "; ".join(NOT_YET))
     return "\n".join(lines)
+
+
+def _stamp(t: float) -> str:
+    return f"{time.strftime('%H:%M:%S', time.localtime(t))}.{int(t % 1 * 1000):03d}"
+
+
+def evidence(h: History, key: str) -> list[str]:
+    """A key's provider calls, then its wave's faults as made, each in time order, to the millisecond."""
+    out = [f"      {_stamp(c.at)} call {c.provider} {c.key}: {c.status}{' effective' if c.effective else ''}"
+           for c in sorted((c for c in h.calls if belongs_to(c.key, key)), key=lambda c: c.at)]
+    waves = {e.wave for e in h.expectations if e.key == key}
+    out += [f"      {_stamp(f.at)} fault {f.kind} on {f.target}, back at {_stamp(f.back_at)}"
+            for f in sorted((f for f in h.faults if f.wave in waves), key=lambda f: f.at)]
+    return out
 
 
 def write_failure(out: Path, seed: int, cases: list[Case], waves: dict[int, int], plans: dict[int, list[PlannedFault]],

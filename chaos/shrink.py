@@ -24,7 +24,7 @@ from chaos.generator import generate, reduce, simpler
 from chaos.history import History
 from chaos.model import Case
 from chaos.providers import Providers
-from chaos.run import collect, run_wave
+from chaos.run import collect, run_wave, trails
 from chaos.stack import ChaosStack
 
 
@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(size.plan)} faults {[f.kind for f in size.plan]}, blocks {best.blocks}; written to {out}")
         for v in best_violations:
             print(f"  {v}")
+        for key in sorted({v.key for v in best_violations}):
+            for line in [*trails(stack, [key]), *report.evidence(best_history, key)]:
+                print(line)
         return 1
     finally:
         stack.close()

@@ -152,3 +152,17 @@ def test_a_call_a_frozen_worker_sends_as_it_wakes_counts_as_the_dead_holders() -
     # A freeze that ended well before the answered call is no excuse for the repeat.
     old = FaultFact("worker-freeze", 0, "worker 1 frozen 6 s", 50.0 - oracle.WOKEN_S - 6, 61.45 - oracle.WOKEN_S - 0.5)
     assert _repeat_flagged([old], 61.45, 64.45)
+
+
+def test_a_failure_prints_the_keys_calls_then_its_waves_faults_each_in_time_order() -> None:
+    from chaos import report
+
+    calls = [CallFact("payment", "k1", "key-1", 20.5, 200, False, "pay_1", "plain"),
+             CallFact("payment", "k1:sku-1", "key-2", 10.25, 500, False, "", "plain"),
+             CallFact("payment", "k2", "key-3", 15.0, 200, True, "pay_2", "plain")]
+    faults_ = [FaultFact("redis-kill", 0, "redis", 12.0, 13.0), FaultFact("n8n-kill", 1, "n8n main", 11.0, 12.0)]
+    lines = report.evidence(History(expectations=[_expectation(wave=0)], faults=faults_, calls=calls), "k1")
+    # Each line: its time to the millisecond, then what happened; the other key and the other wave are left out.
+    assert [line.split(maxsplit=1)[1] for line in lines] == [
+        "call payment k1:sku-1: 500", "call payment k1: 200", f"fault redis-kill on redis, back at {lines[2].split()[-1]}"]
+    assert all(len(line.split()[0]) == len("00:00:00.000") for line in lines)
