@@ -14,7 +14,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import n8n as bench_n8n
-from bench import n8n_client, n8n_report
+from bench import n8n_client, n8n_report, stream_floor
 
 
 def test_n8n_benchmark_runs(stack: Stack, tmp_path: object) -> None:
@@ -51,3 +51,11 @@ def test_n8n_benchmark_runs(stack: Stack, tmp_path: object) -> None:
     n8n_report.write(data, tmp_path, None)  # type: ignore[arg-type]
     summary = (tmp_path / "n8n-summary.md").read_text()  # type: ignore[operator]
     assert summary.startswith("# n8n benchmark") and "the RPC client measured whole" in summary
+
+
+def test_stream_floor_runs() -> None:
+    # bench/stream_floor.py (findings.md, section 6): both kinds of call, both spacings, each answered.
+    rows = stream_floor.run(calls=30, gap_calls=3, rounds=1)
+    cells = {(r["kind"], r["gap_ms"]) for r in rows if "round" in r}
+    assert cells == {(k, g) for k in ("unary", "stream") for g in (0, 15)}, rows
+    assert all(r["client_cpu_ms"] > 0 and r["server_cpu_ms"] > 0 and r["wall_ms"] > 0 for r in rows if "round" in r)
