@@ -1,34 +1,23 @@
 // bench/stream_floor.py's client: unary calls against messages on one open bidirectional stream, through
 // the node package's grpc-js, to the echo server stream_floor.py starts. Prints one JSON row per
-// measurement (client CPU from process.cpuUsage, the server's from /proc/<pid>/task/*/schedstat).
+// measurement (client CPU from process.cpuUsage, the server's from its Cpu method, read outside the loop).
 'use strict';
-const fs = require('fs');
 const path = require('path');
 
-const [grpcDir, port, serverPid, calls, gapCalls, rounds] = process.argv.slice(2);
+const [grpcDir, port, calls, gapCalls, rounds] = process.argv.slice(2);
 const grpc = require(path.resolve(grpcDir));
 const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
 const same = (b) => b;
 const payload = Buffer.alloc(1500, 7); // about a save request of the n8n order
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function serverNs() {
-	let total = 0;
-	for (const task of fs.readdirSync(`/proc/${serverPid}/task`)) {
-		try {
-			total += Number(fs.readFileSync(`/proc/${serverPid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
-		} catch {
-			// a thread that ended meanwhile
-		}
-	}
-	return total;
-}
-
-function unary() {
+function call(method, body) {
 	return new Promise((resolve, reject) =>
-		client.makeUnaryRequest('/bench.Echo/Unary', same, same, payload, new grpc.Metadata(),
+		client.makeUnaryRequest(`/bench.Echo/${method}`, same, same, body, new grpc.Metadata(),
 			{ deadline: Date.now() + 10000 }, (error, reply) => (error ? reject(error) : resolve(reply))));
 }
+const unary = () => call('Unary', payload);
+const serverNs = async () => Number((await call('Cpu', Buffer.alloc(0))).toString());
 
 const waiting = [];
 const stream = client.makeBidiStreamRequest('/bench.Echo/Stream', same, same);
@@ -39,16 +28,17 @@ function onStream() {
 }
 
 async function measure(kind, n, gap) {
-	const call = kind === 'unary' ? unary : onStream;
-	for (let i = 0; i < 20; i++) await call(); // warm
-	const cpu = process.cpuUsage(), server = serverNs(), started = process.hrtime.bigint();
+	const send = kind === 'unary' ? unary : onStream;
+	for (let i = 0; i < 20; i++) await send(); // warm
+	const server = await serverNs(), cpu = process.cpuUsage(), started = process.hrtime.bigint();
 	for (let i = 0; i < n; i++) {
-		await call();
+		await send();
 		if (gap) await sleep(gap);
 	}
 	const used = process.cpuUsage(cpu);
+	const serverUsed = (await serverNs()) - server;
 	return { kind, gap_ms: gap, calls: n, client_cpu_ms: (used.user + used.system) / 1000 / n,
-		server_cpu_ms: (serverNs() - server) / 1e6 / n, wall_ms: Number(process.hrtime.bigint() - started) / 1e6 / n };
+		server_cpu_ms: serverUsed / 1e6 / n, wall_ms: Number(process.hrtime.bigint() - started) / 1e6 / n };
 }
 
 (async () => {
