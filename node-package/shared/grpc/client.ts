@@ -6,15 +6,19 @@
  */
 import { Client, type CallOptions, type ClientReadableStream, type Metadata } from '@grpc/grpc-js';
 
+import { CallServiceClient } from '../gen/durable/v1/call';
 import {
 	CheckpointServiceClient,
+	CheckpointServiceService,
 	SaveCheckpointsRequest,
 	type SaveCheckpointsResponse,
 } from '../gen/durable/v1/checkpoint';
 import {
 	AwaitEventRequest,
 	EventServiceClient,
+	EventServiceService,
 	RecoveryServiceClient,
+	RecoveryServiceService,
 	ResumeInstanceRequest,
 	RetryInstanceRequest,
 	SignalInstanceRequest,
@@ -27,6 +31,7 @@ import {
 	ClaimRequest,
 	CompleteRequest,
 	IdempotencyServiceClient,
+	IdempotencyServiceService,
 	ReleaseRequest,
 	type ClaimResponse,
 	type CompleteResponse,
@@ -37,6 +42,7 @@ import {
 	CompleteInstanceRequest,
 	FailInstanceRequest,
 	InstanceServiceClient,
+	InstanceServiceService,
 	ListInstancesRequest,
 	ScheduleWakeUpRequest,
 	StartOrResumeRequest,
@@ -54,15 +60,18 @@ import {
 	HeartbeatRequest,
 	OpenSessionRequest,
 	SessionServiceClient,
+	SessionServiceService,
 	WatchSessionRequest,
 } from '../gen/durable/v1/session';
 import {
 	SyncVersionFromN8nRequest,
 	VersionServiceClient,
+	VersionServiceService,
 	type SyncVersionFromN8nResponse,
 } from '../gen/durable/v1/version';
+import { CallStream } from './call-stream';
 import { SidecarChannel } from './channel';
-import type { SidecarConnection } from './connection';
+import { addressesOf, type SidecarConnection } from './connection';
 import { checkHealth, type ServingStatus } from './health';
 import { processIdentity } from './identity';
 import { isSessionRefusal, SESSION_METADATA, SessionKeeper } from './session';
@@ -97,6 +106,12 @@ export class SidecarClient {
 	readonly session: SessionKeeper;
 	private readonly generic: Client;
 	private readonly channel: SidecarChannel;
+	/**
+	 * The connection's open call stream (call-stream.ts); none with several
+	 * sidecars, where each call goes unary so that round_robin spreads them and
+	 * a retry reaches the next sidecar.
+	 */
+	private readonly stream: CallStream | undefined;
 
 	constructor(readonly connection: SidecarConnection) {
 		this.channel = new SidecarChannel(connection);
@@ -110,14 +125,18 @@ export class SidecarClient {
 		this.recovery = new RecoveryServiceClient(target, credentials, shared);
 		this.sessions = new SessionServiceClient(target, credentials, shared);
 		this.generic = new Client(target, credentials, shared);
+		this.stream =
+			addressesOf(connection).length === 1
+				? new CallStream(new CallServiceClient(target, credentials, shared), () => this.metadata())
+				: undefined;
 		const sessions = this.sessions;
 		this.session = new SessionKeeper(
 			{
-				open: (request) => this.call(sessions, sessions.openSession, OpenSessionRequest, request),
+				open: (request) =>
+					this.call(SessionServiceService.openSession, OpenSessionRequest, request),
 				beat: (sessionId, releasedOwners, runningOwners) =>
 					this.call(
-						sessions,
-						sessions.heartbeat,
+						SessionServiceService.heartbeat,
 						HeartbeatRequest,
 						{ sessionId, releasedOwners, runningOwners },
 						5,
@@ -156,14 +175,14 @@ export class SidecarClient {
 	 * credential's deadline (or an explicit one, in seconds).
 	 */
 	private call<Req, Res>(
-		service: Client,
 		method: UnaryMethod<Req, Res>,
 		codec: RequestCodec<Req>,
 		request: DeepPartial<Req>,
 		deadlineSeconds?: number,
 	): Promise<Res> {
 		const seconds = deadlineSeconds ?? this.connection.deadlineSeconds;
-		return callUnary(this.channel, service, method, codec.fromPartial(request), seconds);
+		const message = codec.fromPartial(request);
+		return callUnary(this.channel, this.generic, method, message, seconds, '', this.stream);
 	}
 
 	/**
@@ -174,7 +193,6 @@ export class SidecarClient {
 	 * ended session is refused for good: that execution was resumed elsewhere.
 	 */
 	private async unary<Req, Res>(
-		service: Client,
 		method: UnaryMethod<Req, Res>,
 		codec: RequestCodec<Req>,
 		request: DeepPartial<Req>,
@@ -184,64 +202,58 @@ export class SidecarClient {
 		const message = codec.fromPartial(request);
 		const owner = ownerOf(request);
 		const chosen = await this.session.choose(owner);
-		return await callUnary(this.channel, service, method, message, seconds, chosen.id).catch(
-			async (error: unknown) => {
-				if (!chosen.fresh || !isSessionRefusal(error)) return await Promise.reject(error);
-				const renewed = await this.session.renew(owner, chosen.id);
-				return await callUnary(this.channel, service, method, message, seconds, renewed);
-			},
-		);
+		const send = (session: string) =>
+			callUnary(this.channel, this.generic, method, message, seconds, session, this.stream);
+		return await send(chosen.id).catch(async (error: unknown) => {
+			if (!chosen.fresh || !isSessionRefusal(error)) return await Promise.reject(error);
+			return await send(await this.session.renew(owner, chosen.id));
+		});
 	}
 
 	startOrResume(request: DeepPartial<StartOrResumeRequest>): Promise<StartOrResumeResponse> {
-		return this.unary(this.instances, this.instances.startOrResume, StartOrResumeRequest, request);
+		return this.unary(InstanceServiceService.startOrResume, StartOrResumeRequest, request);
 	}
 
 	completeInstance(
 		request: DeepPartial<CompleteInstanceRequest>,
 	): Promise<CompleteInstanceResponse> {
-		const instances = this.instances;
-		return this.unary(instances, instances.completeInstance, CompleteInstanceRequest, request);
+		return this.unary(InstanceServiceService.completeInstance, CompleteInstanceRequest, request);
 	}
 
 	failInstance(request: DeepPartial<FailInstanceRequest>): Promise<FailInstanceResponse> {
-		return this.unary(this.instances, this.instances.failInstance, FailInstanceRequest, request);
+		return this.unary(InstanceServiceService.failInstance, FailInstanceRequest, request);
 	}
 
 	cancelInstance(request: DeepPartial<CancelInstanceRequest>): Promise<CancelInstanceResponse> {
-		const instances = this.instances;
-		return this.unary(instances, instances.cancelInstance, CancelInstanceRequest, request);
+		return this.unary(InstanceServiceService.cancelInstance, CancelInstanceRequest, request);
 	}
 
 	awaitEvent(request: DeepPartial<AwaitEventRequest>): Promise<AwaitEventResponse> {
-		return this.unary(this.events, this.events.awaitEvent, AwaitEventRequest, request);
+		return this.unary(EventServiceService.awaitEvent, AwaitEventRequest, request);
 	}
 
 	signalInstance(request: DeepPartial<SignalInstanceRequest>): Promise<SignalInstanceResponse> {
-		return this.unary(this.events, this.events.signalInstance, SignalInstanceRequest, request);
+		return this.unary(EventServiceService.signalInstance, SignalInstanceRequest, request);
 	}
 
 	retryInstance(request: DeepPartial<RetryInstanceRequest>): Promise<RetryInstanceResponse> {
-		return this.unary(this.recovery, this.recovery.retryInstance, RetryInstanceRequest, request);
+		return this.unary(RecoveryServiceService.retryInstance, RetryInstanceRequest, request);
 	}
 
 	resumeInstance(request: DeepPartial<ResumeInstanceRequest>): Promise<ResumeInstanceResponse> {
-		return this.unary(this.recovery, this.recovery.resumeInstance, ResumeInstanceRequest, request);
+		return this.unary(RecoveryServiceService.resumeInstance, ResumeInstanceRequest, request);
 	}
 
 	scheduleWakeUp(request: DeepPartial<ScheduleWakeUpRequest>): Promise<ScheduleWakeUpResponse> {
-		const instances = this.instances;
-		return this.unary(instances, instances.scheduleWakeUp, ScheduleWakeUpRequest, request);
+		return this.unary(InstanceServiceService.scheduleWakeUp, ScheduleWakeUpRequest, request);
 	}
 
 	listInstances(
 		request: DeepPartial<ListInstancesRequest>,
 		deadlineSeconds?: number,
 	): Promise<ListInstancesResponse> {
-		const instances = this.instances;
 		return this.call(
-			instances,
-			instances.listInstances,
+			InstanceServiceService.listInstances,
 			ListInstancesRequest,
 			request,
 			deadlineSeconds,
@@ -249,27 +261,25 @@ export class SidecarClient {
 	}
 
 	saveCheckpoints(request: DeepPartial<SaveCheckpointsRequest>): Promise<SaveCheckpointsResponse> {
-		const checkpoints = this.checkpoints;
-		return this.unary(checkpoints, checkpoints.saveCheckpoints, SaveCheckpointsRequest, request);
+		return this.unary(CheckpointServiceService.saveCheckpoints, SaveCheckpointsRequest, request);
 	}
 
 	claim(request: DeepPartial<ClaimRequest>): Promise<ClaimResponse> {
-		return this.unary(this.idempotency, this.idempotency.claim, ClaimRequest, request);
+		return this.unary(IdempotencyServiceService.claim, ClaimRequest, request);
 	}
 
 	completeKey(request: DeepPartial<CompleteRequest>): Promise<CompleteResponse> {
-		return this.unary(this.idempotency, this.idempotency.complete, CompleteRequest, request);
+		return this.unary(IdempotencyServiceService.complete, CompleteRequest, request);
 	}
 
 	releaseKey(request: DeepPartial<ReleaseRequest>): Promise<ReleaseResponse> {
-		return this.unary(this.idempotency, this.idempotency.release, ReleaseRequest, request);
+		return this.unary(IdempotencyServiceService.release, ReleaseRequest, request);
 	}
 
 	syncVersionFromN8n(
 		request: DeepPartial<SyncVersionFromN8nRequest>,
 	): Promise<SyncVersionFromN8nResponse> {
-		const versions = this.versions;
-		return this.call(versions, versions.syncVersionFromN8N, SyncVersionFromN8nRequest, request);
+		return this.call(VersionServiceService.syncVersionFromN8N, SyncVersionFromN8nRequest, request);
 	}
 
 	/**
@@ -312,6 +322,7 @@ export class SidecarClient {
 		this.sessions.close();
 		this.generic.close();
 		this.session.stop();
+		this.stream?.close();
 		this.channel.close();
 	}
 }

@@ -3,11 +3,13 @@
  * retrying UNAVAILABLE (and the CANCELLED of a stopping sidecar) with jittered
  * backoff inside it, so a sidecar restart under a running workflow costs a
  * delay, not an error; and the error of a deadline that passed while the
- * sidecar could not be reached.
+ * sidecar could not be reached. Each attempt goes on the connection's open
+ * call stream when it can (call-stream.ts), else as a unary call of its own.
  */
-import type { CallOptions, Client, Metadata, ServiceError } from '@grpc/grpc-js';
+import type { Client, ServiceError } from '@grpc/grpc-js';
 import { sleep } from 'n8n-workflow';
 
+import { StreamNotServedError, type CallStream } from './call-stream';
 import type { SidecarChannel } from './channel';
 import { SESSION_METADATA } from './session';
 
@@ -50,17 +52,20 @@ function jittered(backoffMs: number): number {
 	return backoffMs / 2 + Math.random() * (backoffMs / 2);
 }
 
-/** A unary method of a generated service client, in its callback form. */
-export type UnaryMethod<Req, Res> = (
-	request: Req,
-	metadata: Metadata,
-	options: Partial<CallOptions>,
-	callback: (error: ServiceError | null, response: Res) => void,
-) => unknown;
+/** A unary method of a generated service definition (e.g. IdempotencyServiceService.claim). */
+export interface UnaryMethod<Req, Res> {
+	readonly path: string;
+	readonly requestSerialize: (value: Req) => Buffer;
+	readonly responseDeserialize: (value: Buffer) => Res;
+}
+
+/** The request is encoded once, for the size check and every attempt. */
+const asEncoded = (encoded: Buffer): Buffer => encoded;
 
 /**
- * Calls `method` of `service` (a client on `channel`) within `seconds`, in
- * `session` (the durable-session metadata; '' for none). The
+ * Calls `method` with `service` (a client on `channel`) within `seconds`, in
+ * `session` (the durable-session metadata; '' for none): on `stream` when the
+ * channel is connected and the stream carries the request, else unary. The
  * call waits for the channel to be ready instead of failing at once while the
  * sidecar restarts, and an UNAVAILABLE or CANCELLED answer (a connection
  * dropped mid-call, a sidecar shutting down with the call in flight) is
@@ -76,7 +81,9 @@ export function callUnary<Req, Res>(
 	request: Req,
 	seconds: number,
 	session = '',
+	stream?: CallStream,
 ): Promise<Res> {
+	const encoded = method.requestSerialize(request);
 	const startedAt = Date.now();
 	const deadline = startedAt + seconds * 1000;
 	const failingAtStart = channel.isFailing();
@@ -85,37 +92,55 @@ export function callUnary<Req, Res>(
 	let retried = false;
 	return new Promise<Res>((resolve, reject) => {
 		const attempt = () => {
+			if (stream?.carries(encoded.length) && channel.isReady()) {
+				stream.send(method.path, encoded, session, deadline).then(
+					(response) => resolve(method.responseDeserialize(response)),
+					(error: unknown) => {
+						if (error instanceof StreamNotServedError) attempt();
+						else failed(error);
+					},
+				);
+				return;
+			}
 			const metadata = channel.metadata();
 			if (session) metadata.set(SESSION_METADATA, session);
 			metadata.setOptions({ waitForReady: true });
-			method.call(service, request, metadata, { deadline }, (error, response) => {
-				if (!error) {
-					resolve(response);
-					return;
+			service.makeUnaryRequest(
+				method.path,
+				asEncoded,
+				method.responseDeserialize,
+				encoded,
+				metadata,
+				{ deadline },
+				(error: ServiceError | null, response?: Res) => {
+					if (error) failed(error);
+					else resolve(response as Res);
+				},
+			);
+		};
+		const failed = (error: unknown) => {
+			const code = statusCodeOf(error);
+			// This client never cancels a call, so CANCELLED comes from the server:
+			// a sidecar stopping (SIGTERM) cancels the calls in flight. Retried like
+			// UNAVAILABLE; the answer then comes from the sidecar that takes over.
+			if (code === UNAVAILABLE || code === CANCELLED) {
+				const waitMs = jittered(backoffMs);
+				backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
+				if (Date.now() + waitMs < deadline) {
+					retried = true;
+					void sleep(waitMs).then(attempt);
+				} else if (channel.isReady()) {
+					// Reached, but it keeps answering UNAVAILABLE (e.g. its database is down).
+					reject(error);
+				} else {
+					reject(unreachable());
 				}
-				const code = statusCodeOf(error);
-				// This client never cancels a call, so CANCELLED comes from the server:
-				// a sidecar stopping (SIGTERM) cancels the calls in flight. Retried like
-				// UNAVAILABLE; the answer then comes from the sidecar that takes over.
-				if (code === UNAVAILABLE || code === CANCELLED) {
-					const waitMs = jittered(backoffMs);
-					backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
-					if (Date.now() + waitMs < deadline) {
-						retried = true;
-						void sleep(waitMs).then(attempt);
-					} else if (channel.isReady()) {
-						// Reached, but it keeps answering UNAVAILABLE (e.g. its database is down).
-						reject(error);
-					} else {
-						reject(unreachable());
-					}
-					return;
-				}
-				const neverReached =
-					(retried || failingAtStart || channel.failedToConnectSince(startedAt)) &&
-					!channel.isReady();
-				reject(code === DEADLINE_EXCEEDED && neverReached ? unreachable() : error);
-			});
+				return;
+			}
+			const neverReached =
+				(retried || failingAtStart || channel.failedToConnectSince(startedAt)) &&
+				!channel.isReady();
+			reject(code === DEADLINE_EXCEEDED && neverReached ? unreachable() : error);
 		};
 		attempt();
 	});

@@ -189,6 +189,16 @@ export class TestSidecar {
 		await this.launch();
 	}
 
+	/** SIGKILL (a crash: nothing drained, connections cut) and wait for the exit. */
+	async kill(): Promise<void> {
+		const child = this.child;
+		if (!child || child.exitCode !== null || child.signalCode !== null) return;
+		await new Promise<void>((done) => {
+			child.once('exit', () => done());
+			child.kill('SIGKILL');
+		});
+	}
+
 	async stop(): Promise<void> {
 		await this.stopProcess();
 		await admin(async (pg) => {

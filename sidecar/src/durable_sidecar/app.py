@@ -13,6 +13,8 @@ import grpc
 from durable.v1 import (
     audit_pb2,
     audit_pb2_grpc,
+    call_pb2,
+    call_pb2_grpc,
     checkpoint_pb2,
     checkpoint_pb2_grpc,
     events_pb2,
@@ -37,10 +39,12 @@ from .stores.backend import Backend
 from .stores.base import MAINTENANCE_INTERVAL_SECONDS, Database
 from .stores.cache import Cache
 from .stores.gauges import instance_gauges
+from .transport import dispatch
 from .transport import http as http_json
 from .transport.audit import AuditServicer
 from .transport.auth import Authenticator
 from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
+from .transport.calls import CallServicer
 from .transport.checkpoints import CheckpointServicer
 from .transport.events import EventServicer, RecoveryServicer
 from .transport.idempotency import IdempotencyServicer
@@ -89,7 +93,9 @@ SERVED = [
            session_pb2_grpc.add_SessionServiceServicer_to_server,
            lambda s, auth, stopping: SessionServicer(s.sessions, auth, stopping)),
 ]
-SERVICE_NAMES = [served.descriptor.full_name for served in SERVED]
+# The call stream carries the unary methods of SERVED (transport/calls.py); it is built from their routes.
+CALL_SERVICE = call_pb2.DESCRIPTOR.services_by_name["CallService"]
+SERVICE_NAMES = [*(served.descriptor.full_name for served in SERVED), CALL_SERVICE.full_name]
 
 
 @dataclass
@@ -273,6 +279,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         setattr(servicer, "sessions", services.sessions)  # noqa: B010 - as above
         served.add_to_server(servicer, server)
         servicers.append((served.descriptor, servicer))
+    table = dispatch.routes(servicers)
+    call_pb2_grpc.add_CallServiceServicer_to_server(CallServicer(table, auth, stopping), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -306,7 +314,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         tls = (http_json.ssl_context(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
                if settings.tls_enabled else None)
         http_server = http_json.HttpJsonServer(
-            settings.http_listen_address, http_json.routes(servicers),
+            settings.http_listen_address, table,
             max_body_bytes=settings.max_message_bytes, ssl_context=tls,
             console=http_json.Console(settings.console_n8n_url) if settings.console_enabled else None)
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.

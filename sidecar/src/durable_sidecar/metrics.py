@@ -19,6 +19,8 @@ RPC_SECONDS = Histogram(
     ["method"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+CALL_STREAMS = Gauge("durable_call_streams", "Open CallService/Call streams (each carries one client process's "
+                     "unary calls; those are counted in durable_rpc_total by their own method).")
 CACHE_REQUESTS = Counter("durable_cache_requests_total", "Cache lookups, by kind and result.", ["op", "result"])
 CACHE_ERRORS = Counter("durable_cache_errors_total", "Cache calls that failed (Redis down or slow).", ["op"])
 POOL_SIZE = Gauge("durable_db_pool_connections", "Database connections (the PostgreSQL pool; embedded: its one).",

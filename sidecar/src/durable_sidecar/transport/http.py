@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 from aiohttp import web
-from google.protobuf import json_format, message, message_factory
+from google.protobuf import json_format
 
 from .boundary import Undecodable
+from .dispatch import Aborted, Context, Route
 
 log = logging.getLogger(__name__)
 
@@ -50,46 +50,6 @@ _HTTP_STATUS: dict[grpc.StatusCode, tuple[str, int]] = {
 
 # Headers passed to the handlers as call metadata (the rest of HTTP is not part of the contract).
 _METADATA_HEADERS = ("authorization", "x-request-id", "traceparent", "tracestate", "durable-session")
-
-
-class _Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-class _Context:
-    """The part of grpc.aio.ServicerContext the handlers use (transport/rpc.py): metadata and abort."""
-
-    def __init__(self, metadata: Sequence[tuple[str, str]]) -> None:
-        self._metadata = tuple(metadata)
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise _Aborted(code, details)
-
-
-@dataclass(frozen=True)
-class _Route:
-    method: str  # /durable.v1.Service/Method
-    request_type: type[message.Message]
-    handler: Callable[[Any, Any], Awaitable[message.Message]]
-
-
-def routes(servicers: Sequence[tuple[Any, Any]]) -> dict[str, _Route]:
-    """`(service descriptor, servicer)` pairs -> every unary method's route, from the descriptors alone."""
-    out: dict[str, _Route] = {}
-    for service, servicer in servicers:
-        for method in service.methods:
-            if method.server_streaming or method.client_streaming:
-                continue  # WatchResumable: gRPC only
-            path = f"/{service.full_name}/{method.name}"
-            request_type = message_factory.GetMessageClass(method.input_type)
-            out[path] = _Route(path, request_type, getattr(servicer, method.name))
-    return out
 
 
 def _error(code: grpc.StatusCode, details: str) -> web.Response:
@@ -119,7 +79,7 @@ _CONSOLE_TYPES = {".html": "text/html", ".css": "text/css", ".js": "text/javascr
 class HttpJsonServer:
     """An aiohttp server for the routes (and the console, when given); `port` is the bound port once started."""
 
-    def __init__(self, address: str, table: dict[str, _Route], *, max_body_bytes: int,
+    def __init__(self, address: str, table: dict[str, Route], *, max_body_bytes: int,
                  ssl_context: ssl.SSLContext | None, console: Console | None = None) -> None:
         self.address = address
         self._routes = table
@@ -185,8 +145,8 @@ class HttpJsonServer:
             decoded = Undecodable(route.method, str(exc))
         metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
         try:
-            response = await route.handler(decoded, _Context(metadata))
-        except _Aborted as aborted:
+            response = await route.handler(decoded, Context(metadata))
+        except Aborted as aborted:
             return _error(aborted.code, aborted.details)
         text = json_format.MessageToJson(response, indent=None)
         return web.Response(body=text.encode(), content_type="application/json")

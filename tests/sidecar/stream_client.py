@@ -1,0 +1,161 @@
+"""A test client that carries unary calls on CallService/Call streams, with the gRPC stubs' call shape.
+
+`stubs.instances.StartOrResume(request, metadata=...)` sends the request as one
+message of an open Call stream (one stream per token, as the nodes keep one per
+process) and returns the response message; an answer with an error code becomes
+grpc.aio.AioRpcError with that code, so the same test cases run over unary gRPC,
+HTTP/JSON and the call stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from durable.v1 import (
+    audit_pb2,
+    call_pb2,
+    call_pb2_grpc,
+    checkpoint_pb2,
+    events_pb2,
+    idempotency_pb2,
+    instance_pb2,
+    session_pb2,
+    version_pb2,
+)
+from google.protobuf import message, message_factory
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+class CallStream:
+    """One open Call stream: writes calls, matches answers to them by id."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> None:
+        self.call = call_pb2_grpc.CallServiceStub(channel).Call(metadata=tuple(metadata))
+        self._pending: dict[int, asyncio.Future[call_pb2.CallResponse]] = {}
+        self._ids = itertools.count(1)
+        self._writing = asyncio.Lock()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        error = rpc_error(grpc.StatusCode.UNAVAILABLE, "the call stream ended")
+        try:
+            async for answer in self.call:
+                waiting = self._pending.pop(answer.id, None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(answer)
+        except grpc.aio.AioRpcError as exc:
+            error = exc
+        for waiting in self._pending.values():
+            if not waiting.done():
+                waiting.set_exception(error)
+        self._pending.clear()
+
+    async def send(self, request: call_pb2.CallRequest) -> call_pb2.CallResponse:
+        """Sends one call (its id set here) and waits for its answer."""
+        request.id = next(self._ids)
+        waiting = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = waiting
+        async with self._writing:  # grpc.aio allows one write at a time per call
+            await self.call.write(request)
+        return await waiting
+
+    async def close(self) -> None:
+        await self.call.done_writing()
+        await self.reader
+
+
+class StreamService:
+    def __init__(self, stubs: StreamStubs, service: Any) -> None:
+        self._stubs = stubs
+        self._service = service
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[message.Message]]:
+        method = self._service.methods_by_name[name]
+        response_type = message_factory.GetMessageClass(method.output_type)
+        path = f"/{self._service.full_name}/{name}"
+
+        async def call(request: message.Message, metadata: Sequence[tuple[str, str]] = (),
+                       timeout: float | None = None, **_: Any) -> message.Message:
+            given = dict(metadata)
+            stream = await self._stubs.stream(given.get("authorization", ""))
+            answer = await stream.send(call_pb2.CallRequest(
+                method=path, request=request.SerializeToString(), session=given.get("durable-session", ""),
+                timeout_ms=int(timeout * 1000) if timeout else 0))
+            if answer.code:
+                raise rpc_error(_CODES[answer.code], answer.message)
+            return response_type.FromString(answer.response)
+
+        return call
+
+
+@dataclass
+class StreamStubs:
+    channel: grpc.aio.Channel
+    token: str
+    streams: dict[str, CallStream] = field(default_factory=dict)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    def in_session(self, session_id: str) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call made by the n8n process of this session."""
+        return (*self.metadata, ("durable-session", session_id))
+
+    async def stream(self, authorization: str) -> CallStream:
+        """The open stream of a token (opened on its first call), as a process keeps one per credential."""
+        found = self.streams.get(authorization)
+        if found is None or found.reader.done():
+            found = CallStream(self.channel, [("authorization", authorization)] if authorization else [])
+            self.streams[authorization] = found
+        return found
+
+    async def close(self) -> None:
+        for stream in self.streams.values():
+            if not stream.reader.done():
+                await stream.close()
+
+    def _service(self, file: Any, name: str) -> StreamService:
+        return StreamService(self, file.DESCRIPTOR.services_by_name[name])
+
+    @property
+    def instances(self) -> Any:
+        return self._service(instance_pb2, "InstanceService")
+
+    @property
+    def checkpoints(self) -> Any:
+        return self._service(checkpoint_pb2, "CheckpointService")
+
+    @property
+    def idempotency(self) -> Any:
+        return self._service(idempotency_pb2, "IdempotencyService")
+
+    @property
+    def versions(self) -> Any:
+        return self._service(version_pb2, "VersionService")
+
+    @property
+    def audit(self) -> Any:
+        return self._service(audit_pb2, "AuditService")
+
+    @property
+    def events(self) -> Any:
+        return self._service(events_pb2, "EventService")
+
+    @property
+    def recovery(self) -> Any:
+        return self._service(events_pb2, "RecoveryService")
+
+    @property
+    def sessions(self) -> Any:
+        return self._service(session_pb2, "SessionService")
