@@ -1,4 +1,5 @@
-"""The floors: a raw psycopg single-row durable INSERT (and primary-key SELECT), and a no-op grpc.aio unary call."""
+"""The floors: a raw psycopg single-row durable INSERT (and primary-key SELECT), and a no-op grpc.aio call (unary,
+and carried on an open stream as the nodes send theirs)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import itertools
 from collections.abc import Sequence
 
 import grpc
-from durable.v1 import checkpoint_pb2
+from durable.v1 import call_pb2, checkpoint_pb2
 from psycopg_pool import AsyncConnectionPool
 
+from bench.call_stream import CallStream
 from bench.infra import TOKEN
 from bench.loadgen import WorkerBody, timed
-from bench.noop_server import LOAD_METHOD, SAVE_METHOD
+from bench.noop_server import LOAD_METHOD, SAVE_METHOD, STREAM_METHOD
 
 METADATA = (("authorization", f"Bearer {TOKEN}"),)
 
@@ -88,6 +90,25 @@ class NoopGrpc:
 
     def __init__(self, channels: Sequence[grpc.aio.Channel]) -> None:
         self.channels = channels
+        self._streams: dict[int, CallStream] = {}
+
+    def stream_save_bodies(self, payload: bytes, concurrency: int) -> list[WorkerBody]:
+        """The save floor carried on one open stream per channel (bench/noop_server.py `Stream`), as the nodes'
+        calls are: the CallRequest envelope and its answer, no handler behind them."""
+        bodies = []
+        for worker in range(concurrency):
+            channel = self.channels[worker % len(self.channels)]
+            stream = self._streams.get(id(channel))
+            if stream is None or stream.reader.done():
+                stream = self._streams[id(channel)] = CallStream(channel, METADATA, STREAM_METHOD)
+            counter = itertools.count()
+
+            async def save(stream: CallStream = stream, counter: itertools.count[int] = counter) -> None:
+                await stream.send(call_pb2.CallRequest(
+                    method=SAVE_METHOD, request=save_request(payload, f"step-{next(counter)}").SerializeToString()))
+
+            bodies.append(timed(save))
+        return bodies
 
     def save_bodies(self, payload: bytes, concurrency: int) -> list[WorkerBody]:
         bodies = []

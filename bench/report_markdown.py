@@ -14,6 +14,8 @@ OP_TITLES = {
     "load": "checkpoint load (newest, with state)",
     "batch": "batched save (100 items of 1 KB)",
     "start": "start-or-resume (new key)",
+    "n8n_mix": "an n8n order's RPCs (per RPC), unary",
+    "n8n_mix_stream": "an n8n order's RPCs (per call), on one open call stream as the nodes send them",
     "claim_new": "idempotency claim, new key",
     "claim_done": "idempotency claim, completed key (Redis hit)",
     "claim_done_redis_down": "idempotency claim, completed key, Redis down",
@@ -22,6 +24,7 @@ OP_TITLES = {
     "select": "raw psycopg SELECT by primary key",
     "grpc_save": "no-op grpc.aio call, save-sized request",
     "grpc_load": "no-op grpc.aio call, load-sized reply",
+    "grpc_stream_save": "no-op call on an open stream, save-sized request",
     "step_async": "DBOS durable step (asyncio API)",
     "step_sync": "DBOS durable step (thread API)",
 }
@@ -106,9 +109,11 @@ def markdown(data: dict[str, Any]) -> str:
         lines += ["Why the misses happen and what would close them: [findings.md](findings.md) (hand-written, "
                   "docs/bench/findings.md).", ""]
     lines += ["## How it was measured", "", *_method(meta), ""]
-    lines += ["## Sidecar", "", *_rows_table(ix, "sidecar", ["save", "load", "batch", "start", "claim_new", "claim_done",
+    lines += ["## Sidecar", "", *_rows_table(ix, "sidecar", ["save", "load", "batch", "start", "n8n_mix",
+                                                                "n8n_mix_stream", "claim_new", "claim_done",
                                                                 "claim_done_redis_down", "claim_new_redis_down"]), ""]
-    lines += ["## Floors", "", *_rows_table(ix, "floor", ["insert", "grpc_save", "select", "grpc_load"]), ""]
+    lines += ["## Floors", "", *_rows_table(ix, "floor", ["insert", "grpc_save", "grpc_stream_save", "select",
+                                                              "grpc_load"]), ""]
     lines += ["## Peer: DBOS Transact", "", *_rows_table(ix, "dbos", ["step_async", "step_sync"]), ""]
     lines += ["## Memory (sidecar process RSS)", ""]
     mem_rows = []

@@ -80,6 +80,24 @@ def over_save_floors(op: str, size: int) -> Callable[[Round], float | None]:
     return figure
 
 
+def over_stream_floors(op: str) -> Callable[[Round], float | None]:
+    """A round's c1 p50 of a sidecar cell carried on a call stream over that round's floors: raw 1 KB INSERT + a
+    no-op call carried on a stream (bench/noop_server.py `Stream`)."""
+    def figure(rd: Round) -> float | None:
+        row, ins = rd.get("sidecar", op, 0, 1), rd.get("floor", "insert", KB, 1)
+        grpc = rd.get("floor", "grpc_stream_save", KB, 1)
+        return row["p50_ms"] - ins["p50_ms"] - grpc["p50_ms"] if row and ins and grpc else None
+
+    return figure
+
+
+def stream_floor(ix: Index, c: int) -> tuple[float, float] | None:
+    """(p50 ms, calls/s) of raw 1 KB INSERT p50 + a no-op call on a stream p50; the lower of the two rates."""
+    ins, grpc = ix.get("floor", "insert", KB, c), ix.get("floor", "grpc_stream_save", KB, c)
+    if not ins or not grpc:
+        return None
+    return ins["p50_ms"] + grpc["p50_ms"], min(ins["calls_per_s"], grpc["calls_per_s"])
+
 
 def _ms(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -124,6 +142,9 @@ def floor_for(ix: Index, row: Row) -> tuple[float, float, str] | None:
     grpc = ix.near_claims(c)
     if op in ("claim_done", "claim_done_redis_down") and grpc:
         return grpc["p50_ms"], grpc["calls_per_s"], "no-op gRPC"
+    if op == "n8n_mix_stream":
+        f = stream_floor(ix, c)
+        return (*f, "INSERT + no-op call on a stream (1 KB)") if f else None
     if op in ("claim_new", "claim_new_redis_down", "start", "n8n_mix"):
         f = save_floor(ix, KB, c)
         return (*f, "INSERT + no-op gRPC (1 KB)") if f else None

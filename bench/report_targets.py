@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.payloads import KB, MB
-from bench.report_rows import Index, Round, Row, _ms, _rate, over_rounds, over_save_floors, save_floor
+from bench.report_rows import (
+    Index,
+    Round,
+    Row,
+    _ms,
+    _rate,
+    over_rounds,
+    over_save_floors,
+    over_stream_floors,
+    save_floor,
+    stream_floor,
+)
 
 
 def _each(values: list[float], fmt: str) -> str:
@@ -81,6 +92,20 @@ def targets(ix: Index) -> list[Target]:
     # 3b. The RPCs a durable n8n order really sends (issue 42): per RPC, against the save floors.
     over_floors("n8n order's RPC mix (start with its item and claim ahead; saves that merge, complete a key and "
                 "claim the next; the last completes the instance), c1: p50 per RPC over floors", "n8n_mix", 1.0)
+
+    # 3c. The same calls as the nodes send them: carried on one open call stream, against its own floors.
+    name = ("the same mix as the nodes send it, on one open call stream, c1: p50 per call over floors (INSERT + a "
+            "no-op call on a stream)")
+    goal = "p50 ≤ INSERT p50 + no-op call on a stream p50 + 1.0 ms"
+    row, floor = ix.get("sidecar", "n8n_mix_stream", 0, 1), stream_floor(ix, 1)
+    judged = over_rounds(ix, over_stream_floors("n8n_mix_stream"))
+    if row and floor and judged:
+        over, each = judged
+        out.append(Target(name, goal, f"{_ms(row['p50_ms'])} ms vs floors {_ms(floor[0])} ms: overhead "
+                          f"{each[0]:+.3f} ms{_each(each, '+.3f')}", over <= 1.0,
+                          _margin(over - 1.0, "ms", lower_is_better=True), profile="n8n_mix_stream-0KB-c1"))
+    else:
+        missing(name, goal)
 
     # 4. Claim of a completed key at c1 against the no-op gRPC call.
     name, goal = "claim completed key, c1: p50 vs no-op gRPC", "p50 ≤ no-op gRPC p50 + 0.3 ms"

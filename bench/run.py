@@ -59,7 +59,8 @@ MEMORY_RUN_BYTES = 10 * payloads.MB
 # Scenarios profiled with py-spy (--profile): (system, op, size, concurrency).
 PROFILED = [("sidecar", "save", KB, 1), ("sidecar", "save", KB, 16), ("sidecar", "claim_done", KB, 1),
             ("sidecar", "claim_new", KB, 1), ("sidecar", "start", 0, 1), ("sidecar", "batch", KB, 1),
-            ("sidecar", "batch", KB, 64), ("sidecar", "save", 10 * payloads.MB, 1), ("sidecar", "n8n_mix", 0, 1)]
+            ("sidecar", "batch", KB, 64), ("sidecar", "save", 10 * payloads.MB, 1), ("sidecar", "n8n_mix", 0, 1),
+            ("sidecar", "n8n_mix_stream", 0, 1)]
 
 
 _T0 = time.monotonic()
@@ -241,6 +242,11 @@ class Bench:
             for c in plan.concurrency if plan.wants("n8n_mix") else []:
                 # The RPCs of durable n8n orders on the documented wiring (bench/n8n_mix.py), latency per RPC.
                 await self.measure("sidecar", "n8n_mix", 0, c, client.n8n_mix_bodies(c), server=self.sidecar)
+                # The same, carried on an open call stream as the nodes send them, next to its floor.
+                await self.measure("floor", "grpc_stream_save", KB, c, noop.stream_save_bodies(one_kb, c),
+                                   server=self.noop)
+                await self.measure("sidecar", "n8n_mix_stream", 0, c, client.n8n_mix_stream_bodies(c),
+                                   server=self.sidecar)
             if plan.wants("claims"):
                 await self.settle("the main round's claims")
             for c in plan.concurrency if plan.wants("claims") else []:
@@ -258,7 +264,7 @@ class Bench:
                 section("profiling the sidecar with py-spy (separate runs)")
                 for key in PROFILED:
                     _, op, size, c = key
-                    group = {"claim_new": "claims", "claim_done": "claims"}.get(op, op)
+                    group = {"claim_new": "claims", "claim_done": "claims", "n8n_mix_stream": "n8n_mix"}.get(op, op)
                     if (size and size not in plan.sizes) or c not in plan.concurrency or not plan.wants(group):
                         continue
                     payload = payloads.state_json(size) if size else one_kb  # start-or-resume sends no state
@@ -279,6 +285,11 @@ class Bench:
                             return client.n8n_mix_bodies(c)
 
                         await self.profiled(key, mix_bodies)
+                    elif op == "n8n_mix_stream":
+                        async def mix_stream_bodies(c: int = c) -> list[WorkerBody]:
+                            return client.n8n_mix_stream_bodies(c)
+
+                        await self.profiled(key, mix_stream_bodies)
                     elif op == "claim_new":
                         async def new_bodies(c: int = c) -> list[WorkerBody]:
                             return client.claim_new_bodies(one_kb, c)
@@ -342,6 +353,10 @@ class Bench:
                     if plan.wants("n8n_mix"):
                         await self.measure("sidecar", "n8n_mix", 0, c, client.n8n_mix_bodies(c), server=self.sidecar,
                                            note=note)
+                        await self.measure("floor", "grpc_stream_save", KB, c, noop.stream_save_bodies(one_kb, c),
+                                           server=self.noop, note=note)
+                        await self.measure("sidecar", "n8n_mix_stream", 0, c, client.n8n_mix_stream_bodies(c),
+                                           server=self.sidecar, note=note)
                     keys = await client.completed_keys(one_kb, one_kb, c)
                     await self.measure("sidecar", "claim_done", KB, c,
                                        client.claim_done_bodies(keys, one_kb, one_kb), server=self.sidecar, note=note)

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import grpc
 from durable.v1 import (
+    call_pb2,
     checkpoint_pb2,
     checkpoint_pb2_grpc,
     idempotency_pb2,
@@ -20,6 +21,7 @@ from durable.v1 import (
 )
 
 from bench import n8n_mix
+from bench.call_stream import CallStream
 from bench.floors import METADATA
 from bench.loadgen import WorkerBody, timed
 
@@ -61,6 +63,7 @@ class SidecarClient:
 
     def __init__(self, channels: Sequence[grpc.aio.Channel]) -> None:
         self.channels = channels
+        self._streams: dict[int, CallStream] = {}
         self._run = uuid.uuid4().hex[:8]
         self._serial = itertools.count()
 
@@ -196,6 +199,53 @@ class SidecarClient:
                     return
                 saved = await checkpoints.SaveCheckpoints(
                     n8n_mix.save_request(WORKFLOW, at.key, f"exec-{at.key}", at.n, at.attempt), metadata=METADATA)
+                result = saved.results[0]
+                if result.deduplicated:
+                    raise WrongOutcome("an order's save was deduplicated")
+                last = at.n == len(n8n_mix.CALLS) - 1
+                at.n, at.attempt = (-1, 0) if last else (at.n + 1, result.next_claim.key.attempt)
+
+            bodies.append(timed(step))
+        return bodies
+
+    def stream(self, worker: int) -> CallStream:
+        """The open call stream of worker's channel (one per channel, as the nodes keep one per process)."""
+        channel = self.channels[worker % len(self.channels)]
+        stream = self._streams.get(id(channel))
+        if stream is None or stream.reader.done():
+            stream = self._streams[id(channel)] = CallStream(channel, METADATA)
+        return stream
+
+    def n8n_mix_stream_bodies(self, concurrency: int) -> list[WorkerBody]:
+        """The same orders as n8n_mix_bodies, each call carried on the channel's open CallService/Call stream, as
+        the nodes send them (node-package/shared/grpc/call-stream.ts). Latency is per call."""
+        start_path = "/durable.v1.InstanceService/StartOrResume"
+        save_path = "/durable.v1.CheckpointService/SaveCheckpoints"
+
+        async def carried(stream: CallStream, path: str, request: bytes) -> bytes:
+            answer = await stream.send(call_pb2.CallRequest(method=path, request=request))
+            if answer.code:
+                raise WrongOutcome(f"{path} answered code {answer.code}: {answer.message}")
+            return answer.response
+
+        bodies = []
+        for worker in range(concurrency):
+            at = _OrderAt()
+
+            async def step(worker: int = worker, at: _OrderAt = at) -> None:
+                stream = self.stream(worker)
+                if at.n < 0:
+                    key = self.unique("order")
+                    reply = instance_pb2.StartOrResumeResponse.FromString(await carried(
+                        stream, start_path,
+                        n8n_mix.start_request(WORKFLOW, key, f"exec-{key}").SerializeToString()))
+                    if reply.outcome != instance_pb2.START_OUTCOME_STARTED or not reply.start_claim.key.attempt:
+                        raise WrongOutcome(f"a new order's start answered {reply.outcome} without its claim ahead")
+                    at.key, at.n, at.attempt = key, 0, reply.start_claim.key.attempt
+                    return
+                saved = checkpoint_pb2.SaveCheckpointsResponse.FromString(await carried(
+                    stream, save_path,
+                    n8n_mix.save_request(WORKFLOW, at.key, f"exec-{at.key}", at.n, at.attempt).SerializeToString()))
                 result = saved.results[0]
                 if result.deduplicated:
                     raise WrongOutcome("an order's save was deduplicated")

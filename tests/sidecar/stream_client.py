@@ -9,8 +9,6 @@ HTTP/JSON and the call stream.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +17,6 @@ import grpc
 from durable.v1 import (
     audit_pb2,
     call_pb2,
-    call_pb2_grpc,
     checkpoint_pb2,
     events_pb2,
     idempotency_pb2,
@@ -29,49 +26,9 @@ from durable.v1 import (
 )
 from google.protobuf import message, message_factory
 
+from bench.call_stream import CallStream, rpc_error
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
-
-
-class CallStream:
-    """One open Call stream: writes calls, matches answers to them by id."""
-
-    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> None:
-        self.call = call_pb2_grpc.CallServiceStub(channel).Call(metadata=tuple(metadata))
-        self._pending: dict[int, asyncio.Future[call_pb2.CallResponse]] = {}
-        self._ids = itertools.count(1)
-        self._writing = asyncio.Lock()
-        self.reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        error = rpc_error(grpc.StatusCode.UNAVAILABLE, "the call stream ended")
-        try:
-            async for answer in self.call:
-                waiting = self._pending.pop(answer.id, None)
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(answer)
-        except grpc.aio.AioRpcError as exc:
-            error = exc
-        for waiting in self._pending.values():
-            if not waiting.done():
-                waiting.set_exception(error)
-        self._pending.clear()
-
-    async def send(self, request: call_pb2.CallRequest) -> call_pb2.CallResponse:
-        """Sends one call (its id set here) and waits for its answer."""
-        request.id = next(self._ids)
-        waiting = asyncio.get_running_loop().create_future()
-        self._pending[request.id] = waiting
-        async with self._writing:  # grpc.aio allows one write at a time per call
-            await self.call.write(request)
-        return await waiting
-
-    async def close(self) -> None:
-        await self.call.done_writing()
-        await self.reader
 
 
 class StreamService:
