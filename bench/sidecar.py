@@ -7,7 +7,8 @@ import itertools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 import grpc
 from durable.v1 import (
@@ -177,35 +178,39 @@ class SidecarClient:
             bodies.append(timed(start))
         return bodies
 
+    def _order_step(self, start: Callable[[instance_pb2.StartOrResumeRequest],
+                                          Awaitable[instance_pb2.StartOrResumeResponse]],
+                    save: Callable[[checkpoint_pb2.SaveCheckpointsRequest],
+                                   Awaitable[checkpoint_pb2.SaveCheckpointsResponse]]) -> Callable[[], Awaitable[None]]:
+        """One worker's next RPC of its current n8n order (bench/n8n_mix.py): StartOrResume (start item, claim
+        ahead) then three SaveCheckpoints (state merge, key completion with the next claim; the last completes
+        the instance), sent through `start` and `save`."""
+        at = _OrderAt()
+
+        async def step() -> None:
+            if at.n < 0:
+                key = self.unique("order")
+                reply = await start(n8n_mix.start_request(WORKFLOW, key, f"exec-{key}"))
+                if reply.outcome != instance_pb2.START_OUTCOME_STARTED or not reply.start_claim.key.attempt:
+                    raise WrongOutcome(f"a new order's start answered {reply.outcome} without its claim ahead")
+                at.key, at.n, at.attempt = key, 0, reply.start_claim.key.attempt
+                return
+            result = (await save(n8n_mix.save_request(WORKFLOW, at.key, f"exec-{at.key}", at.n, at.attempt))).results[0]
+            if result.deduplicated:
+                raise WrongOutcome("an order's save was deduplicated")
+            last = at.n == len(n8n_mix.CALLS) - 1
+            at.n, at.attempt = (-1, 0) if last else (at.n + 1, result.next_claim.key.attempt)
+
+        return step
+
     def n8n_mix_bodies(self, concurrency: int) -> list[WorkerBody]:
-        """The RPCs of durable n8n orders on the documented wiring, one per call (bench/n8n_mix.py): each worker
-        runs orders one after the other, StartOrResume (start item, claim ahead) then three SaveCheckpoints (state
-        merge, key completion with the next claim; the last completes the instance). Latency is per RPC."""
+        """The RPCs of durable n8n orders on the documented wiring, each a unary call; latency is per RPC."""
         bodies = []
         for worker in range(concurrency):
             instances, checkpoints = self.instances(worker), self.checkpoints(worker)
-            at = _OrderAt()
-
-            async def step(instances: instance_pb2_grpc.InstanceServiceStub = instances,
-                           checkpoints: checkpoint_pb2_grpc.CheckpointServiceStub = checkpoints,
-                           at: _OrderAt = at) -> None:
-                if at.n < 0:
-                    key = self.unique("order")
-                    reply = await instances.StartOrResume(n8n_mix.start_request(WORKFLOW, key, f"exec-{key}"),
-                                                          metadata=METADATA)
-                    if reply.outcome != instance_pb2.START_OUTCOME_STARTED or not reply.start_claim.key.attempt:
-                        raise WrongOutcome(f"a new order's start answered {reply.outcome} without its claim ahead")
-                    at.key, at.n, at.attempt = key, 0, reply.start_claim.key.attempt
-                    return
-                saved = await checkpoints.SaveCheckpoints(
-                    n8n_mix.save_request(WORKFLOW, at.key, f"exec-{at.key}", at.n, at.attempt), metadata=METADATA)
-                result = saved.results[0]
-                if result.deduplicated:
-                    raise WrongOutcome("an order's save was deduplicated")
-                last = at.n == len(n8n_mix.CALLS) - 1
-                at.n, at.attempt = (-1, 0) if last else (at.n + 1, result.next_claim.key.attempt)
-
-            bodies.append(timed(step))
+            bodies.append(timed(self._order_step(
+                partial(instances.StartOrResume, metadata=METADATA),
+                partial(checkpoints.SaveCheckpoints, metadata=METADATA))))
         return bodies
 
     def stream(self, worker: int) -> CallStream:
@@ -217,43 +222,23 @@ class SidecarClient:
         return stream
 
     def n8n_mix_stream_bodies(self, concurrency: int) -> list[WorkerBody]:
-        """The same orders as n8n_mix_bodies, each call carried on the channel's open CallService/Call stream, as
-        the nodes send them (node-package/shared/grpc/call-stream.ts). Latency is per call."""
-        start_path = "/durable.v1.InstanceService/StartOrResume"
-        save_path = "/durable.v1.CheckpointService/SaveCheckpoints"
+        """The same orders, each call carried on the channel's open CallService/Call stream, as the nodes send
+        them (node-package/shared/grpc/call-stream.ts). Latency is per call."""
 
-        async def carried(stream: CallStream, path: str, request: bytes) -> bytes:
-            answer = await stream.send(call_pb2.CallRequest(method=path, request=request))
-            if answer.code:
-                raise WrongOutcome(f"{path} answered code {answer.code}: {answer.message}")
-            return answer.response
+        def carried(worker: int, path: str, response: Any) -> Callable[[Any], Awaitable[Any]]:
+            async def call(request: Any) -> Any:
+                answer = await self.stream(worker).send(call_pb2.CallRequest(
+                    method=path, request=request.SerializeToString()))
+                if answer.code:
+                    raise WrongOutcome(f"{path} answered code {answer.code}: {answer.message}")
+                return response.FromString(answer.response)
 
-        bodies = []
-        for worker in range(concurrency):
-            at = _OrderAt()
+            return call
 
-            async def step(worker: int = worker, at: _OrderAt = at) -> None:
-                stream = self.stream(worker)
-                if at.n < 0:
-                    key = self.unique("order")
-                    reply = instance_pb2.StartOrResumeResponse.FromString(await carried(
-                        stream, start_path,
-                        n8n_mix.start_request(WORKFLOW, key, f"exec-{key}").SerializeToString()))
-                    if reply.outcome != instance_pb2.START_OUTCOME_STARTED or not reply.start_claim.key.attempt:
-                        raise WrongOutcome(f"a new order's start answered {reply.outcome} without its claim ahead")
-                    at.key, at.n, at.attempt = key, 0, reply.start_claim.key.attempt
-                    return
-                saved = checkpoint_pb2.SaveCheckpointsResponse.FromString(await carried(
-                    stream, save_path,
-                    n8n_mix.save_request(WORKFLOW, at.key, f"exec-{at.key}", at.n, at.attempt).SerializeToString()))
-                result = saved.results[0]
-                if result.deduplicated:
-                    raise WrongOutcome("an order's save was deduplicated")
-                last = at.n == len(n8n_mix.CALLS) - 1
-                at.n, at.attempt = (-1, 0) if last else (at.n + 1, result.next_claim.key.attempt)
-
-            bodies.append(timed(step))
-        return bodies
+        return [timed(self._order_step(
+            carried(worker, "/durable.v1.InstanceService/StartOrResume", instance_pb2.StartOrResumeResponse),
+            carried(worker, "/durable.v1.CheckpointService/SaveCheckpoints", checkpoint_pb2.SaveCheckpointsResponse)))
+            for worker in range(concurrency)]
 
     # -- idempotency ---------------------------------------------------------------------------------
 

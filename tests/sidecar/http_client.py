@@ -14,7 +14,15 @@ from typing import Any
 
 import aiohttp
 import grpc
-from durable.v1 import audit_pb2, checkpoint_pb2, events_pb2, idempotency_pb2, instance_pb2, version_pb2
+from durable.v1 import (
+    audit_pb2,
+    checkpoint_pb2,
+    events_pb2,
+    idempotency_pb2,
+    instance_pb2,
+    session_pb2,
+    version_pb2,
+)
 from google.protobuf import json_format, message, message_factory
 
 _CODES = {code.name.lower(): code for code in grpc.StatusCode}
@@ -48,18 +56,21 @@ class HttpService:
         return call
 
 
-@dataclass
-class HttpStubs:
-    session: aiohttp.ClientSession
-    base_url: str
+class ContractStubs:
+    """The gRPC stubs' shape (tests/sidecar/helpers.py Stubs) for another encoding: `_service` gives one service."""
+
     token: str
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
 
+    def in_session(self, session_id: str) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call made by the n8n process of this session."""
+        return (*self.metadata, ("durable-session", session_id))
+
     def _service(self, file: Any, name: str) -> Any:
-        return HttpService(self.session, self.base_url, file.DESCRIPTOR.services_by_name[name])
+        raise NotImplementedError
 
     @property
     def instances(self) -> Any:
@@ -88,3 +99,17 @@ class HttpStubs:
     @property
     def recovery(self) -> Any:
         return self._service(events_pb2, "RecoveryService")
+
+    @property
+    def sessions(self) -> Any:
+        return self._service(session_pb2, "SessionService")
+
+
+@dataclass
+class HttpStubs(ContractStubs):
+    session: aiohttp.ClientSession
+    base_url: str
+    token: str
+
+    def _service(self, file: Any, name: str) -> Any:
+        return HttpService(self.session, self.base_url, file.DESCRIPTOR.services_by_name[name])

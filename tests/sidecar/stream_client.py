@@ -15,18 +15,12 @@ from typing import Any
 
 import grpc
 from durable.v1 import (
-    audit_pb2,
     call_pb2,
-    checkpoint_pb2,
-    events_pb2,
-    idempotency_pb2,
-    instance_pb2,
-    session_pb2,
-    version_pb2,
 )
 from google.protobuf import message, message_factory
 
 from bench.call_stream import CallStream, rpc_error
+from tests.sidecar.http_client import ContractStubs
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -56,18 +50,10 @@ class StreamService:
 
 
 @dataclass
-class StreamStubs:
+class StreamStubs(ContractStubs):
     channel: grpc.aio.Channel
     token: str
     streams: dict[str, CallStream] = field(default_factory=dict)
-
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.token}"),)
-
-    def in_session(self, session_id: str) -> tuple[tuple[str, str], ...]:
-        """The metadata of a call made by the n8n process of this session."""
-        return (*self.metadata, ("durable-session", session_id))
 
     async def stream(self, authorization: str) -> CallStream:
         """The open stream of a token (opened on its first call), as a process keeps one per credential."""
@@ -84,35 +70,3 @@ class StreamStubs:
 
     def _service(self, file: Any, name: str) -> StreamService:
         return StreamService(self, file.DESCRIPTOR.services_by_name[name])
-
-    @property
-    def instances(self) -> Any:
-        return self._service(instance_pb2, "InstanceService")
-
-    @property
-    def checkpoints(self) -> Any:
-        return self._service(checkpoint_pb2, "CheckpointService")
-
-    @property
-    def idempotency(self) -> Any:
-        return self._service(idempotency_pb2, "IdempotencyService")
-
-    @property
-    def versions(self) -> Any:
-        return self._service(version_pb2, "VersionService")
-
-    @property
-    def audit(self) -> Any:
-        return self._service(audit_pb2, "AuditService")
-
-    @property
-    def events(self) -> Any:
-        return self._service(events_pb2, "EventService")
-
-    @property
-    def recovery(self) -> Any:
-        return self._service(events_pb2, "RecoveryService")
-
-    @property
-    def sessions(self) -> Any:
-        return self._service(session_pb2, "SessionService")
