@@ -34,7 +34,16 @@ from typing import Any
 
 import grpc
 import pytest
-from durable.v1 import audit_pb2, checkpoint_pb2, events_pb2, idempotency_pb2, instance_pb2, session_pb2, version_pb2
+from durable.v1 import (
+    audit_pb2,
+    checkpoint_pb2,
+    events_pb2,
+    idempotency_pb2,
+    instance_pb2,
+    limits_pb2,
+    session_pb2,
+    version_pb2,
+)
 from google.protobuf import descriptor, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
@@ -74,6 +83,7 @@ SERVICES = [
     events_pb2.DESCRIPTOR.services_by_name["EventService"],
     events_pb2.DESCRIPTOR.services_by_name["RecoveryService"],
     session_pb2.DESCRIPTOR.services_by_name["SessionService"],
+    limits_pb2.DESCRIPTOR.services_by_name["LimitService"],
 ]
 METHODS = [(svc, m) for svc in SERVICES for m in svc.methods]
 # A few real identifiers, so generated requests also reach existing rows.

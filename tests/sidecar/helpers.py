@@ -23,6 +23,7 @@ from durable.v1 import (
     events_pb2_grpc,
     idempotency_pb2_grpc,
     instance_pb2_grpc,
+    limits_pb2_grpc,
     session_pb2_grpc,
     version_pb2_grpc,
 )
@@ -127,6 +128,10 @@ class Stubs:
     @property
     def events(self) -> events_pb2_grpc.EventServiceStub:
         return events_pb2_grpc.EventServiceStub(self.channel)
+
+    @property
+    def limits(self) -> limits_pb2_grpc.LimitServiceStub:
+        return limits_pb2_grpc.LimitServiceStub(self.channel)
 
     @property
     def recovery(self) -> events_pb2_grpc.RecoveryServiceStub:

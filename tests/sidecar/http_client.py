@@ -20,6 +20,7 @@ from durable.v1 import (
     events_pb2,
     idempotency_pb2,
     instance_pb2,
+    limits_pb2,
     session_pb2,
     version_pb2,
 )
@@ -95,6 +96,10 @@ class ContractStubs:
     @property
     def events(self) -> Any:
         return self._service(events_pb2, "EventService")
+
+    @property
+    def limits(self) -> Any:
+        return self._service(limits_pb2, "LimitService")
 
     @property
     def recovery(self) -> Any:

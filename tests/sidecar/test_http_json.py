@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.conftest import Harness, make_settings
-from tests.sidecar import test_audit, test_checkpoints, test_events, test_idempotency, test_instances
+from tests.sidecar import test_audit, test_checkpoints, test_events, test_idempotency, test_instances, test_limits
 from tests.sidecar.helpers import Stubs, channel
 from tests.sidecar.http_client import HttpStubs
 from tests.sidecar.test_security import _make_cert
@@ -41,12 +41,15 @@ _GRPC_ONLY = {
     "test_cli_retries_resumes_and_cancels_with_actor_and_reason": "the CLI, not an encoding",
     "test_gauges_count_waiting_and_suspended_instances_and_due_timeouts": "the gauge query, not an encoding",
     "test_10mb_state_round_trip": "size limits are the boundary's, tested on gRPC; 10 MB as base64 JSON is slow here",
+    "test_racing_callers_never_exceed_the_places": "load, not encoding (gRPC run only)",
+    "test_a_burst_ends_at_its_maximum_wait_however_busy": "timing of bursts, not encoding (gRPC run only)",
+    "test_limit_metrics_count_answers_and_show_waiters_per_limit": "the metrics, not an encoding",
 }
 
 
 def _cases() -> list[Any]:
     out = []
-    for module in (test_instances, test_checkpoints, test_idempotency, test_audit, test_events):
+    for module in (test_instances, test_checkpoints, test_idempotency, test_audit, test_events, test_limits):
         for name, fn in vars(module).items():
             if not name.startswith("test_") or not inspect.iscoroutinefunction(fn) or name in _GRPC_ONLY:
                 continue

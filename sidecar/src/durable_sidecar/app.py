@@ -23,6 +23,8 @@ from durable.v1 import (
     idempotency_pb2_grpc,
     instance_pb2,
     instance_pb2_grpc,
+    limits_pb2,
+    limits_pb2_grpc,
     session_pb2,
     session_pb2_grpc,
     version_pb2,
@@ -34,6 +36,7 @@ from grpc_reflection.v1alpha import reflection
 
 from . import allocator, failpoints, metrics, telemetry
 from .failpoints import parse as parse_failpoints
+from .services.limits import LimitService
 from .settings import Settings
 from .stores.backend import Backend
 from .stores.base import MAINTENANCE_INTERVAL_SECONDS, Database
@@ -49,6 +52,7 @@ from .transport.checkpoints import CheckpointServicer
 from .transport.events import EventServicer, RecoveryServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
+from .transport.limits import LimitServicer
 from .transport.sessions import SessionServicer
 from .transport.versions import VersionServicer
 from .wiring import Services, build_services, make_cache, open_backend
@@ -92,6 +96,9 @@ SERVED = [
     Served(session_pb2.DESCRIPTOR.services_by_name["SessionService"],
            session_pb2_grpc.add_SessionServiceServicer_to_server,
            lambda s, auth, stopping: SessionServicer(s.sessions, auth, stopping)),
+    Served(limits_pb2.DESCRIPTOR.services_by_name["LimitService"],
+           limits_pb2_grpc.add_LimitServiceServicer_to_server,
+           lambda s, auth, _: LimitServicer(s.limits, auth)),
 ]
 # The call stream carries the unary methods of SERVED (transport/calls.py); it is built from their routes.
 CALL_SERVICE = call_pb2.DESCRIPTOR.services_by_name["CallService"]
@@ -187,11 +194,13 @@ class HealthMonitor:
 
 
 async def refresh_instance_gauges(db: Database, dialect: str, stopping: asyncio.Event, *,
-                                  interval_seconds: float) -> None:
-    """Every interval, one query sets the instance gauges (metrics.py); scrapes only read them."""
+                                  interval_seconds: float, limits: LimitService) -> None:
+    """Every interval, one query sets the instance gauges (metrics.py), one more the limit gauges; scrapes only
+    read them."""
     while not stopping.is_set():
         try:
             metrics.set_instance_gauges(await instance_gauges(db, dialect))
+            metrics.set_limit_gauges(await limits.gauges())
         except Exception:  # a failed refresh leaves the last values; the timestamp gauge shows their age
             log.warning("instance gauges not refreshed", exc_info=True)
         try:
@@ -331,12 +340,15 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     if metrics_server is not None and settings.instance_gauges_interval_seconds > 0:
         sidecar.background.append(asyncio.create_task(
             refresh_instance_gauges(db, backend.dialect, stopping,
-                                    interval_seconds=settings.instance_gauges_interval_seconds),
+                                    interval_seconds=settings.instance_gauges_interval_seconds,
+                                    limits=services.limits),
             name="instance-gauges"))
     sidecar.background.append(asyncio.create_task(services.keys.run_reaper(settings.reaper_interval_seconds),
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
     sidecar.background.append(asyncio.create_task(services.sessions.run(stopping), name="session-sweep"))
+    sidecar.background.append(asyncio.create_task(services.limits.run_sweeper(
+        stopping, interval_seconds=settings.limit_sweep_interval_seconds), name="limit-sweep"))
     sidecar.background.append(asyncio.create_task(
         stand_in_for_autovacuum(db, stopping, interval_seconds=MAINTENANCE_INTERVAL_SECONDS), name="table-maintenance"))
     if metrics_server is not None:

@@ -49,6 +49,21 @@ LEASES_FREED = Counter("durable_leases_freed_by_session_end_total", "Leases free
                        "kind: instance or key; late: both, of a call recorded after its session had ended.", ["kind"])
 LEASES_FREED_BY_RELEASE = Counter("durable_leases_released_total", "Leases freed because their n8n process said "
                                   "their execution failed (Heartbeat.released_owners).")
+LIMIT_CALLS = Counter("durable_limit_calls_total", "Flow-control answers (issue 43), by kind (concurrency, rate, "
+                      "debounce) and outcome (acquired, allowed, waiting, busy, run, debounced).", ["kind", "outcome"])
+LIMIT_WAIT_SECONDS = Histogram(
+    "durable_limit_wait_seconds",
+    "How long items waited at a limit: a waiter until it was given a place, a parked or in-process rate-limited "
+    "call until its slot, a debounced burst's item until its decision; by kind.",
+    ["kind"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 86400),
+)
+# Refreshed with the instance gauges. Per limit name, not per key (keys are customers: unbounded); the console and
+# ListLimitKeys show each key's holders and waiters.
+LIMIT_ENTRIES = Gauge("durable_limit_entries", "Instances at flow-control limits, by kind, limit name and state: "
+                      "holding and waiting (concurrency; waiting is the queue depth), reserved (rate: parked for a "
+                      "slot), candidate (debounce: a burst's item parked until it ends), run and debounced "
+                      "(debounce decisions not yet read).", ["kind", "limit", "state"])
 TABLE_MAINTENANCE = Counter("durable_table_maintenance_total", "VACUUM and ANALYZE runs the sidecar made on its "
                             "own tables while PostgreSQL's autovacuum is off, by statement and table.",
                             ["statement", "table"])
@@ -91,6 +106,20 @@ def set_instance_gauges(by_namespace: Mapping[str, InstanceCounts]) -> None:
     _gauge_namespaces.clear()
     _gauge_namespaces.update(by_namespace)
     INSTANCE_GAUGES_UPDATED.set_to_current_time()
+
+
+_limit_labels: set[tuple[str, str, str]] = set()
+
+
+def set_limit_gauges(rows: list[tuple[str, str, str, int]]) -> None:
+    """Sets durable_limit_entries from (kind, limit name, state, count) rows; labels no longer present drop out."""
+    now = {(kind, name, state) for kind, name, state, _ in rows}
+    for labels in _limit_labels - now:
+        LIMIT_ENTRIES.remove(*labels)
+    for kind, name, state, n in rows:
+        LIMIT_ENTRIES.labels(kind, name, state).set(n)
+    _limit_labels.clear()
+    _limit_labels.update(now)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -105,6 +105,14 @@ class Settings:
             "/metrics; 0 turns them off (seconds).",
         ),
     )
+    limit_sweep_interval_seconds: float = field(
+        default=1.0,
+        metadata=_meta(
+            "DURABLE_LIMIT_SWEEP_INTERVAL_SECONDS",
+            "How often the sidecar hands places that were freed without a release (a holder finished, died or "
+            "parked) to the waiters of concurrency limits; one query when none wait (seconds).",
+        ),
+    )
     traces_enabled: bool = field(
         default=False,
         metadata=_meta(
@@ -395,6 +403,8 @@ class Settings:
              "DURABLE_CONSOLE_N8N_URL", "must be an http:// or https:// URL, or empty")
         need(self.instance_gauges_interval_seconds == 0 or 1 <= self.instance_gauges_interval_seconds <= 3600,
              "DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS", "must be 0 (off) or 1 to 3600")
+        need(0.1 <= self.limit_sweep_interval_seconds <= 3600, "DURABLE_LIMIT_SWEEP_INTERVAL_SECONDS",
+             "must be 0.1 to 3600")
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")
         need(1 <= self.db_pool_max <= 1000, "DURABLE_DB_POOL_MAX", "must be 1 to 1000")
         need(self.db_connect_timeout_seconds > 0, "DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "must be positive")

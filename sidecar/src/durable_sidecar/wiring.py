@@ -13,6 +13,7 @@ from .services.checkpoints import CheckpointService
 from .services.events import EventService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
+from .services.limits import LimitService
 from .services.recovery import RecoveryService
 from .services.sessions import SessionService
 from .services.versions import VersionService
@@ -62,6 +63,7 @@ class Services:
     recovery: RecoveryService
     audit: AuditService
     sessions: SessionService
+    limits: LimitService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -108,4 +110,4 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances),
-                    sessions)
+                    sessions, LimitService(db, backend.instances, backend.limits))

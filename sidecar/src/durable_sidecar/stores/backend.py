@@ -14,6 +14,7 @@ from . import base
 from .checkpoints import CheckpointStore
 from .idempotency import IdempotencyStore
 from .instances import InstanceStore
+from .limits import LimitStore
 from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
 from .postgres import instances as pg_instances
@@ -46,6 +47,7 @@ class Backend:
     versions: VersionStore
     waits: WaitStore
     sessions: SessionStore
+    limits: LimitStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -65,7 +67,8 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
     return Backend("sqlite", lite, instances,
                    CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(SQLITE_RUNNER),
-                   WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys), tuple(applied))
+                   WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys),
+                   LimitStore(SQLITE_RUNNER), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -79,7 +82,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
     return Backend("postgres", pool, instances,
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
-                   SessionStore(PG_RUNNER, instances, keys), tuple(applied))
+                   SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

@@ -1,0 +1,448 @@
+"""Flow control across every n8n process and worker (issue 43): concurrency per key, rate limits, debounce.
+
+The rules live here; stores/limits.py holds their SQL, once for both backends.
+Each call is one transaction that locks the caller's instance, then the
+(limit, key) row, so racing callers on any number of replicas take turns on
+a key. An item over a limit is an instance parked like a scheduled wake-up
+(lease released); the Resume Trigger hands it out when its turn comes and the
+resumed execution calls again, getting the answer its turn earned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from .. import metrics, validation
+from ..domain import Instance, InstanceRef, InstanceStatus, Page
+from ..errors import FailedPrecondition, InvalidArgument
+from ..stores.base import Conn, Database
+from ..stores.instances import InstanceStore
+from ..stores.limits import Entry, KeyState, LimitId, LimitRow, LimitStore
+from .instance_rows import check_ref, instance_name, locked_instance
+
+log = logging.getLogger(__name__)
+
+MAX_HOLDERS = 10_000
+MAX_RATE = 1_000_000
+MAX_PERIOD_MS = 86_400_000
+MAX_IN_PROCESS_WAIT_MS = 300_000
+# A waiter for a place is parked with this wake-up as a safety net: woken without a place, it parks again
+# (keeping its turn). Places are handed out at once by ReleaseSlot and within SWEEP_SECONDS otherwise.
+WAITER_RECHECK = timedelta(hours=1)
+SWEEP_SECONDS = 1.0
+_SWEEP_KEYS = 100
+# Entries of finished instances, and idle keys, are dropped this long after.
+PRUNE_AFTER = timedelta(hours=1)
+_PRUNE_EVERY_SECONDS = 600.0
+_PRUNE_BATCH = 1000
+
+
+class Over(enum.Enum):
+    WAIT = "wait"
+    REFUSE = "refuse"
+
+
+class Outcome(enum.Enum):
+    ACQUIRED = "acquired"
+    ALLOWED = "allowed"
+    WAITING = "waiting"
+    BUSY = "busy"
+    RUN = "run"
+    DEBOUNCED = "debounced"
+
+
+class Keep(enum.Enum):
+    LAST = "last"
+    FIRST = "first"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a limit call answers: the outcome, the instance after it, and the figures the outcome comes with."""
+
+    outcome: Outcome
+    instance: Instance
+    holders: int = 0
+    waiters: int = 0
+    position: int = 0
+    wait_ms: int = 0
+    at: datetime | None = None  # a slot's time, or when a debounce burst ends
+
+
+@dataclass(frozen=True)
+class Released:
+    released: bool
+    granted: int
+    holders: int
+    waiters: int
+
+
+def holds(e: Entry, now: datetime) -> bool:
+    """Whether a holder entry still holds its place: its instance runs, and the execution it names holds the
+    lease; a waiter given a place and not yet resumed holds it while parked or once an execution leases it."""
+    if e.status is not InstanceStatus.RUNNING or e.suspended:
+        return False
+    lease_live = e.lease_expires_at is not None and e.lease_expires_at > now
+    if e.owner:
+        return e.lease_owner == e.owner and lease_live
+    return (not e.lease_owner and e.wake_at is not None) or lease_live
+
+
+def still_waits(e: Entry) -> bool:
+    return e.status is InstanceStatus.RUNNING and not e.suspended
+
+
+def _ms(delta: timedelta) -> int:
+    return max(0, int(delta / timedelta(milliseconds=1) + 0.999))
+
+
+class LimitService:
+    """AcquireSlot, ReleaseSlot, Throttle, Debounce and ListLimitKeys; the sweep that hands out freed places."""
+
+    def __init__(self, db: Database, instances: InstanceStore, store: LimitStore) -> None:
+        self.db = db
+        self.instances = instances
+        self.store = store
+
+    # --- shared steps ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check(ref: InstanceRef, execution_id: str, limit_name: str, limit_key: str) -> None:
+        check_ref(ref)
+        validation.identifier("execution_id", execution_id)
+        validation.identifier("limit_name", limit_name)
+        validation.identifier("limit_key", limit_key)
+
+    async def _leased(self, conn: Conn, ref: InstanceRef, execution_id: str, now: datetime) -> Instance:
+        """The caller's instance, locked; it must run and the execution must hold its lease."""
+        inst = await locked_instance(self.instances, conn, ref)
+        if inst.status is not InstanceStatus.RUNNING or inst.suspended_at is not None:
+            state = "suspended" if inst.suspended_at is not None else inst.status.value
+            raise FailedPrecondition(f"instance {instance_name(ref)} is {state}; only running instances pass limits")
+        if inst.lease_owner != execution_id or inst.lease_expires_at is None or inst.lease_expires_at <= now:
+            held = (f"held by {inst.lease_owner}" if inst.lease_owner and inst.lease_expires_at
+                    and inst.lease_expires_at > now else "not held")
+            raise FailedPrecondition(f"execution {execution_id} does not hold the lease of instance "
+                                     f"{instance_name(ref)} ({held}): start or resume it first (Resume Point)")
+        return inst
+
+    async def _park(self, conn: Conn, ref: InstanceRef, *, now: datetime, until: datetime, kind: str,
+                    detail: str, actor: str) -> Instance:
+        """Releases the instance's lease and parks it until `until` (the Resume Trigger hands it out then)."""
+        inst = await self.instances.update_txn(conn, ref, now=now, lease_owner="", lease_expires_at=None,
+                                               wake_at=until, wake_reason="", awaited_event="", wait_outcome="")
+        await self.instances.add_event_txn(conn, ref, kind, actor=actor, detail=detail)
+        return inst
+
+    async def _wake(self, conn: Conn, ref: InstanceRef, *, now: datetime, at: datetime, kind: str,
+                    detail: str) -> None:
+        """Moves a parked instance's wake-up to `at` (now: due at once); one an execution leases is left alone
+        (its next call reads its entry)."""
+        inst = await self.instances.get_txn(conn, ref, for_update=True)
+        if inst is None or inst.status is not InstanceStatus.RUNNING or inst.lease_owner:
+            return
+        await self.instances.update_txn(conn, ref, now=now, wake_at=at)
+        await self.instances.add_event_txn(conn, ref, kind, detail=detail)
+
+    async def _settle(self, conn: Conn, limit: LimitId, capacity: int, now: datetime,
+                      entries: list[Entry]) -> tuple[list[Entry], list[Entry], int]:
+        """Drops holders that no longer hold and waiters whose instance stopped, hands free places to the oldest
+        waiters (waking them); (holders, waiters, how many were granted)."""
+        holders: list[Entry] = []
+        waiters: list[Entry] = []
+        for e in entries:
+            if e.state == "holding" and holds(e, now):
+                holders.append(e)
+            elif e.state == "waiting" and still_waits(e):
+                waiters.append(e)
+            else:
+                await self.store.delete_txn(conn, e.id)
+        granted = 0
+        while waiters and len(holders) < capacity:
+            w = waiters.pop(0)
+            await self.store.update_txn(conn, w.id, state="holding", owner="", sequence=w.sequence, at=None)
+            ref = w.ref(limit.namespace)
+            await self._wake(conn, ref, now=now, at=now, kind="limit_granted",
+                             detail=f"concurrency {limit.name} [{limit.key}]: a place is free")
+            metrics.LIMIT_WAIT_SECONDS.labels("concurrency").observe(max(0.0, (now - w.created_at).total_seconds()))
+            holders.append(replace(w, state="holding", owner=""))
+            granted += 1
+        return holders, waiters, granted
+
+    # --- concurrency ---------------------------------------------------------------------------------------
+
+    async def acquire(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str,
+                      max_holders: int, over: Over) -> Answer:
+        self._check(ref, execution_id, limit_name, limit_key)
+        if not 1 <= max_holders <= MAX_HOLDERS:
+            raise InvalidArgument(f"max_holders must be 1 to {MAX_HOLDERS}, got {max_holders}")
+        limit = LimitId(ref.namespace, "concurrency", limit_name, limit_key)
+
+        async def txn(conn: Conn) -> Answer:
+            now = await self.store.now_txn(conn)
+            inst = await self._leased(conn, ref, execution_id, now)
+            await self._lock(conn, limit, now, capacity=max_holders)
+            holders, waiters, _ = await self._settle(conn, limit, max_holders, now,
+                                                     await self.store.entries_txn(conn, limit))
+            mine = next((e for e in holders + waiters if (e.workflow_id, e.instance_key) == (ref.workflow_id,
+                                                                                               ref.instance_key)), None)
+            if mine is not None and mine.state == "holding":
+                if mine.owner != execution_id:
+                    await self.store.update_txn(conn, mine.id, state="holding", owner=execution_id,
+                                                sequence=inst.last_sequence, at=None)
+                metrics.LIMIT_CALLS.labels("concurrency", "acquired").inc()
+                return Answer(Outcome.ACQUIRED, inst, holders=len(holders), waiters=len(waiters))
+            if mine is None and len(holders) < max_holders and not waiters:
+                await self.store.insert_txn(conn, limit, ref, state="holding", owner=execution_id,
+                                            sequence=inst.last_sequence, at=None, now=now)
+                metrics.LIMIT_CALLS.labels("concurrency", "acquired").inc()
+                return Answer(Outcome.ACQUIRED, inst, holders=len(holders) + 1, waiters=len(waiters))
+            if mine is None and over is Over.REFUSE:
+                metrics.LIMIT_CALLS.labels("concurrency", "busy").inc()
+                return Answer(Outcome.BUSY, inst, holders=len(holders), waiters=len(waiters))
+            if mine is None:
+                await self.store.insert_txn(conn, limit, ref, state="waiting", owner="", sequence=inst.last_sequence,
+                                            at=None, now=now)
+                position = len(waiters) + 1
+                waiters_after = position
+            else:
+                position = waiters.index(mine) + 1
+                waiters_after = len(waiters)
+            parked = await self._park(conn, ref, now=now, until=now + WAITER_RECHECK, kind="limit_waiting",
+                                      actor=execution_id, detail=f"concurrency {limit_name} [{limit_key}]: "
+                                      f"{len(holders)} of {max_holders} places held, number {position} in the queue")
+            metrics.LIMIT_CALLS.labels("concurrency", "waiting").inc()
+            return Answer(Outcome.WAITING, parked, holders=len(holders), waiters=waiters_after, position=position)
+
+        return await self.db.transaction(txn)
+
+    async def release(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str) -> Released:
+        check_ref(ref)
+        validation.identifier("execution_id", execution_id, required=False)
+        validation.identifier("limit_name", limit_name)
+        validation.identifier("limit_key", limit_key)
+        limit = LimitId(ref.namespace, "concurrency", limit_name, limit_key)
+
+        async def txn(conn: Conn) -> Released:
+            await locked_instance(self.instances, conn, ref)
+            now = await self.store.now_txn(conn)
+            row = await self._lock(conn, limit, now)
+            entries = await self.store.entries_txn(conn, limit)
+            mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
+                                                                                     ref.instance_key)), None)
+            if mine is not None:
+                await self.store.delete_txn(conn, mine.id)
+                entries.remove(mine)
+                if mine.state == "waiting":
+                    await self.instances.add_event_txn(conn, ref, "limit_left", actor=execution_id,
+                                                       detail=f"concurrency {limit_name} [{limit_key}]: left the queue")
+            holders, waiters, granted = await self._settle(conn, limit, row.capacity or 1, now, entries)
+            return Released(mine is not None, granted, len(holders), len(waiters))
+
+        return await self.db.transaction(txn)
+
+    async def _lock(self, conn: Conn, limit: LimitId, now: datetime, *, capacity: int | None = None) -> LimitRow:
+        row = await self.store.lock_txn(conn, limit, now=now)
+        if capacity is not None and row.capacity != capacity:
+            await self.store.set_txn(conn, limit, now=now, capacity=capacity, next_at=row.next_at,
+                                     burst_started_at=row.burst_started_at)
+        return row
+
+    async def sweep_once(self) -> int:
+        """Hands places freed without a ReleaseSlot (a holder finished, died or parked) to waiters; how many."""
+        keys = await self.db.transaction(lambda conn: self.store.waiting_keys_txn(conn, limit=_SWEEP_KEYS))
+        granted = 0
+        for limit in keys:
+            async def txn(conn: Conn, limit: LimitId = limit) -> int:
+                now = await self.store.now_txn(conn)
+                row = await self.store.lock_txn(conn, limit, now=now)
+                _, _, n = await self._settle(conn, limit, row.capacity or 1, now,
+                                             await self.store.entries_txn(conn, limit))
+                return n
+            granted += await self.db.transaction(txn)
+        return granted
+
+    async def run_sweeper(self, stopping: asyncio.Event, *, interval_seconds: float = SWEEP_SECONDS) -> None:
+        """sweep_once every interval (the first one interval after start-up), and prune now and then."""
+        loop = asyncio.get_running_loop()
+        last_prune = loop.time()
+        while not stopping.is_set():
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=interval_seconds)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await self.sweep_once()
+                if loop.time() - last_prune >= _PRUNE_EVERY_SECONDS:
+                    last_prune = loop.time()
+                    await self.prune()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the database is away: try again next round
+                log.warning("limit sweep failed", extra={"error": str(exc)})
+
+    async def prune(self) -> int:
+        async def txn(conn: Conn) -> int:
+            now = await self.store.now_txn(conn)
+            return await self.store.prune_txn(conn, before=now - PRUNE_AFTER, limit=_PRUNE_BATCH)
+        return await self.db.transaction(txn)
+
+    # --- rate ----------------------------------------------------------------------------------------------
+
+    async def throttle(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str, limit: int,
+                       period_ms: int, burst: int, max_wait_ms: int, over: Over) -> Answer:
+        self._check(ref, execution_id, limit_name, limit_key)
+        if not 0 <= max_wait_ms <= MAX_IN_PROCESS_WAIT_MS:
+            raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_IN_PROCESS_WAIT_MS}, got {max_wait_ms}")
+        if not 1 <= limit <= MAX_RATE:
+            raise InvalidArgument(f"limit must be 1 to {MAX_RATE}, got {limit}")
+        if not 1 <= period_ms <= MAX_PERIOD_MS:
+            raise InvalidArgument(f"period_ms must be 1 to {MAX_PERIOD_MS} (one day), got {period_ms}")
+        burst = burst or 1
+        if not 1 <= burst <= limit:
+            raise InvalidArgument(f"burst must be 1 to limit ({limit}), got {burst}")
+        key = LimitId(ref.namespace, "rate", limit_name, limit_key)
+        spacing = timedelta(milliseconds=period_ms) / limit
+        tolerance = spacing * (burst - 1)
+        in_process = timedelta(milliseconds=max_wait_ms)
+
+        async def txn(conn: Conn) -> Answer:
+            now = await self.store.now_txn(conn)
+            inst = await self._leased(conn, ref, execution_id, now)
+            row = await self.store.lock_txn(conn, key, now=now)
+            mine = await self.store.entry_of_txn(conn, key, ref)
+            if mine is not None and mine.at is not None and mine.sequence == inst.last_sequence:
+                # The slot reserved when this instance was parked: spent now, once.
+                if mine.at - now <= in_process:
+                    await self.store.delete_txn(conn, mine.id)
+                    metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
+                    metrics.LIMIT_WAIT_SECONDS.labels("rate").observe(max(0.0, (mine.at - mine.created_at)
+                                                                          .total_seconds()))
+                    return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(mine.at - now), at=mine.at)
+                parked = await self._park(conn, ref, now=now, until=mine.at, kind="limit_waiting", actor=execution_id,
+                                          detail=f"rate {limit_name} [{limit_key}]: slot at {mine.at.isoformat()}")
+                return Answer(Outcome.WAITING, parked, at=mine.at)
+            if mine is not None:  # reserved before a newer checkpoint: that pass is over, its slot spent
+                await self.store.delete_txn(conn, mine.id)
+            theoretical = max(row.next_at or now, now)
+            slot = max(now, theoretical - tolerance)
+            if slot - now <= in_process:
+                await self.store.set_txn(conn, key, now=now, capacity=None, next_at=theoretical + spacing,
+                                         burst_started_at=None)
+                metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
+                if slot > now:
+                    metrics.LIMIT_WAIT_SECONDS.labels("rate").observe((slot - now).total_seconds())
+                return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(slot - now), at=slot)
+            if over is Over.REFUSE:
+                metrics.LIMIT_CALLS.labels("rate", "busy").inc()
+                return Answer(Outcome.BUSY, inst, at=slot)
+            await self.store.set_txn(conn, key, now=now, capacity=None, next_at=theoretical + spacing,
+                                     burst_started_at=None)
+            await self.store.insert_txn(conn, key, ref, state="reserved", owner="", sequence=inst.last_sequence,
+                                        at=slot, now=now)
+            parked = await self._park(conn, ref, now=now, until=slot, kind="limit_waiting", actor=execution_id,
+                                      detail=f"rate {limit_name} [{limit_key}]: slot at {slot.isoformat()}")
+            metrics.LIMIT_CALLS.labels("rate", "waiting").inc()
+            return Answer(Outcome.WAITING, parked, at=slot)
+
+        return await self.db.transaction(txn)
+
+    # --- debounce ------------------------------------------------------------------------------------------
+
+    async def debounce(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str,
+                       quiet_ms: int, max_wait_ms: int, keep: Keep) -> Answer:
+        self._check(ref, execution_id, limit_name, limit_key)
+        if not 1 <= quiet_ms <= MAX_PERIOD_MS:
+            raise InvalidArgument(f"quiet_ms must be 1 to {MAX_PERIOD_MS} (one day), got {quiet_ms}")
+        if max_wait_ms and not quiet_ms <= max_wait_ms <= MAX_PERIOD_MS:
+            raise InvalidArgument(f"max_wait_ms must be 0 (no maximum) or quiet_ms ({quiet_ms}) to {MAX_PERIOD_MS}, "
+                                  f"got {max_wait_ms}")
+        key = LimitId(ref.namespace, "debounce", limit_name, limit_key)
+        quiet = timedelta(milliseconds=quiet_ms)
+        longest = timedelta(milliseconds=max_wait_ms) if max_wait_ms else None
+        where = f"debounce {limit_name} [{limit_key}]"
+
+        async def txn(conn: Conn) -> Answer:
+            now = await self.store.now_txn(conn)
+            inst = await self._leased(conn, ref, execution_id, now)
+            row = await self.store.lock_txn(conn, key, now=now)
+            entries = await self.store.entries_txn(conn, key)
+            mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
+                                                                                     ref.instance_key)), None)
+            if mine is not None and mine.sequence != inst.last_sequence:
+                # A decision of an earlier pass (the instance saved since): this is a new arrival.
+                await self.store.delete_txn(conn, mine.id)
+                entries.remove(mine)
+                mine = None
+            if mine is not None and mine.state in ("run", "debounced"):
+                return Answer(Outcome(mine.state), inst)
+            candidate = next((e for e in entries if e.state == "candidate"), None)
+            open_burst = row.burst_started_at is not None and candidate is not None
+            if open_burst and row.next_at is not None and row.next_at <= now:
+                # The burst ended: its candidate runs, and this call (if a new item) opens the next one.
+                assert candidate is not None
+                await self.store.update_txn(conn, candidate.id, state="run", owner="", sequence=candidate.sequence,
+                                            at=None)
+                self._decided("run", now, candidate)
+                if candidate is mine:
+                    await self.store.set_txn(conn, key, now=now, capacity=None, next_at=None, burst_started_at=None)
+                    await self.instances.add_event_txn(conn, ref, "debounce_run", actor=execution_id,
+                                                       detail=f"{where}: the burst was quiet; this item runs")
+                    return Answer(Outcome.RUN, inst)
+                await self._wake(conn, candidate.ref(ref.namespace), now=now, at=now, kind="debounce_run",
+                                 detail=f"{where}: the burst was quiet; this item runs")
+                open_burst = False
+            if mine is not None:  # the open burst's candidate, called again before the burst ended
+                deadline = row.next_at or now
+                parked = await self._park(conn, ref, now=now, until=deadline, kind="debounce_waiting",
+                                          actor=execution_id, detail=f"{where}: until {deadline.isoformat()}")
+                return Answer(Outcome.WAITING, parked, at=deadline)
+            started = row.burst_started_at if open_burst and row.burst_started_at is not None else now
+            deadline = now + quiet
+            if longest is not None and deadline > started + longest:
+                deadline = started + longest
+            await self.store.set_txn(conn, key, now=now, capacity=None, next_at=deadline, burst_started_at=started)
+            if open_burst and candidate is not None and keep is Keep.FIRST:
+                await self.store.insert_txn(conn, key, ref, state="debounced", owner="", sequence=inst.last_sequence,
+                                            at=None, now=now)
+                await self._wake(conn, candidate.ref(ref.namespace), now=now, at=deadline, kind="debounce_extended",
+                                 detail=f"{where}: a later item arrived; the burst ends {deadline.isoformat()}")
+                self._decided("debounced", now)
+                await self.instances.add_event_txn(conn, ref, "debounced", actor=execution_id,
+                                                   detail=f"{where}: the burst's first item runs")
+                return Answer(Outcome.DEBOUNCED, inst)
+            if open_burst and candidate is not None:  # keep LAST: the candidate so far is debounced
+                await self.store.update_txn(conn, candidate.id, state="debounced", owner="",
+                                            sequence=candidate.sequence, at=None)
+                self._decided("debounced", now, candidate)
+                await self._wake(conn, candidate.ref(ref.namespace), now=now, at=now, kind="debounced",
+                                 detail=f"{where}: a later item of the burst runs")
+            await self.store.insert_txn(conn, key, ref, state="candidate", owner="", sequence=inst.last_sequence,
+                                        at=None, now=now)
+            parked = await self._park(conn, ref, now=now, until=deadline, kind="debounce_waiting", actor=execution_id,
+                                      detail=f"{where}: until {deadline.isoformat()}")
+            metrics.LIMIT_CALLS.labels("debounce", "waiting").inc()
+            return Answer(Outcome.WAITING, parked, at=deadline)
+
+        return await self.db.transaction(txn)
+
+    @staticmethod
+    def _decided(outcome: str, now: datetime, entry: Entry | None = None) -> None:
+        metrics.LIMIT_CALLS.labels("debounce", outcome).inc()
+        if entry is not None:
+            metrics.LIMIT_WAIT_SECONDS.labels("debounce").observe(max(0.0, (now - entry.created_at).total_seconds()))
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    async def list_keys(self, namespace: str, *, kind: str, limit_name: str, page: Page) -> tuple[list[KeyState], str]:
+        validation.identifier("limit_name", limit_name, required=False)
+        return await self.db.transaction(
+            lambda conn: self.store.list_txn(conn, namespace, kind=kind, name=limit_name, page=page))
+
+    async def gauges(self) -> list[tuple[str, str, str, int]]:
+        return await self.db.transaction(self.store.gauges_txn)
