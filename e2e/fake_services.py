@@ -39,6 +39,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 SERVICES = ("payment", "inventory", "shipping", "coupon", "notify")
+# The rate-limited CRM (POST /crm, body { orderId, customerId }): per customer at most CRM_RATE requests in any
+# CRM_WINDOW_S (sliding, every request counted) and CRM_CONCURRENT in flight, else 429 and nothing performed;
+# each call takes CRM_SERVICE_S. GET /crm lists every request (customer, order, at, end, status).
+CRM_RATE, CRM_WINDOW_S, CRM_CONCURRENT, CRM_SERVICE_S = 5, 1.0, 2, 0.05
 
 
 @dataclass
@@ -72,6 +76,9 @@ class Ledger:
     # (make chaos turns it on; the keys being performed are in `performing`).
     conflict_in_progress: bool = False
     performing: set[tuple[str, str]] = field(default_factory=set)
+    # The CRM's requests (see CRM_RATE) and its customers' requests in flight.
+    crm: list[dict[str, Any]] = field(default_factory=list)
+    crm_in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Notified (under `lock`) whenever an order takes a route.
     routed: threading.Condition = field(init=False)
 
@@ -135,7 +142,45 @@ class _Handler(BaseHTTPRequestHandler):
             with self.ledger.lock:
                 self._reply(200, {"slow_seconds": dict(self.ledger.delays)})
             return
+        if self.path == "/crm":
+            with self.ledger.lock:
+                self._reply(200, {"requests": [dict(r) for r in self.ledger.crm]})
+            return
         self._reply(404, {"error": "not found"})
+
+    def _crm(self, body: dict[str, Any]) -> None:
+        """The rate-limited CRM: 429 over CRM_RATE per CRM_WINDOW_S or CRM_CONCURRENT in flight per customer."""
+        customer, order = str(body.get("customerId", "")), str(body.get("orderId", ""))
+        key = self.headers.get("Idempotency-Key", "")
+        now = time.time()
+        with self.ledger.lock:
+            recent = sum(1 for r in self.ledger.crm if r["customer"] == customer and r["at"] > now - CRM_WINDOW_S)
+            busy = self.ledger.crm_in_flight[customer]
+            record: dict[str, Any] = {"customer": customer, "order": order, "at": now, "end": now, "status": 0,
+                                      "recent": recent, "in_flight": busy}
+            self.ledger.crm.append(record)
+            if recent >= CRM_RATE or busy >= CRM_CONCURRENT:
+                record["status"] = 429
+            else:
+                self.ledger.crm_in_flight[customer] += 1
+            stall = "crm" in self.ledger.stalled
+        if record["status"] == 429:
+            self._reply(429, {"error": "too many requests", "recent": recent, "in_flight": busy})
+            return
+        if stall:
+            self.ledger.release.wait(timeout=120)
+        time.sleep(CRM_SERVICE_S)
+        with self.ledger.lock:
+            self.ledger.crm_in_flight[customer] -= 1
+            record["status"], record["end"] = 200, time.time()
+            if key and ("crm", key) in self.ledger.responses:
+                reply = {**self.ledger.responses[("crm", key)], "replayed": True}
+            else:
+                self.ledger.effects["crm"][order] += 1
+                reply = {"id": f"crm_{uuid.uuid4().hex[:12]}", "status": "ok", "orderId": order}
+                if key:
+                    self.ledger.responses[("crm", key)] = reply
+        self._reply(200, reply)
 
     def _slow(self) -> None:
         """POST /slow?payment=10&shipping=0: seconds per call, per service (0 turns a service's delay off)."""
@@ -170,6 +215,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.strip("/").split("?")[0]
         if path == "slow":
             self._slow()
+            return
+        if path == "crm":
+            self._crm(body)
             return
         if path.startswith("route/"):
             # Records which route of a workflow an order took (e.g. "completed").
@@ -296,6 +344,11 @@ class FakeServices:
         """A copy of every call's record (service, order, key, at, body, status, effective, reply_id), in order."""
         with self.ledger.lock:
             return [dict(c) for c in self.ledger.calls]
+
+    def crm_requests(self) -> list[dict[str, Any]]:
+        """Every request the rate-limited CRM saw (customer, order, at, end, status), in arrival order."""
+        with self.ledger.lock:
+            return [dict(r) for r in self.ledger.crm]
 
     def heal(self) -> None:
         with self.ledger.lock:

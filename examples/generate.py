@@ -72,16 +72,17 @@ def http(flow: Flow, name: str, path: str, pos: tuple[int, int], body: str, key_
     return flow.node(name, "n8n-nodes-base.httpRequest", 4.2, params, pos)
 
 
-def intake(flow: Flow, path: str, pos: tuple[int, int], amount: bool = False) -> tuple[str, str]:
+def intake(flow: Flow, path: str, pos: tuple[int, int], amount: bool = False,
+           fields: tuple[str, ...] = ("orderId",)) -> tuple[str, str]:
     """The door (docs/intake.md): the Webhook answers through a Respond to Webhook after the Resume Point,
-    and a body that can never make an order is answered 400 before it. Returns (webhook, check): the
-    Resume Point goes on the check's true output."""
+    and a body that can never make an order is answered 400 before it (each of `fields` must be text of 1 to
+    255 characters). Returns (webhook, check): the Resume Point goes on the check's true output."""
     webhook = flow.node("Webhook", "n8n-nodes-base.webhook", 2.1, {
         "httpMethod": "POST", "path": path, "responseMode": "responseNode", "options": {},
     }, pos, webhookId=_id("webhook", flow.wf_id))
-    rule = "typeof $json.body?.orderId === 'string' && $json.body.orderId.trim() !== '' " \
-           "&& $json.body.orderId.length <= 255"
-    why = "orderId must be text of 1 to 255 characters"
+    rule = " && ".join(f"typeof $json.body?.{f} === 'string' && $json.body.{f}.trim() !== '' "
+                       f"&& $json.body.{f}.length <= 255" for f in fields)
+    why = f"{' and '.join(fields)} must be text of 1 to 255 characters"
     if amount:
         rule += " && typeof $json.body.amount === 'number' && $json.body.amount > 0"
         why += " and amount a positive number"
@@ -354,8 +355,107 @@ def carrier_webhook() -> None:
             "(500 when the order does not exist: the carrier retries).")
 
 
+LIMIT = f"{PKG}.durableLimit"
+
+
+def crm_sync() -> None:
+    """Orders pushed to a CRM that allows each customer 2 requests at once and 5 a second (HTTP 429 above)."""
+    f = Flow("durableCrmSync", "CRM sync: two at once and five a second per customer")
+    rp_y = 3 * ROW
+    _, check = intake(f, "crm-sync", (0, rp_y - ROW), fields=("orderId", "customerId"))
+    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {}, (0, rp_y), creds=True)
+    rp = resume_point(f, {"instanceKey": "={{ $json.body.orderId }}"}, (2 * COL, rp_y))
+    f.link(check, rp)
+    f.link(trigger, rp)
+    answer_refusals(f, rp, 4)
+    ok = accepted(f, (3 * COL, ROW))
+    customer = "={{ $json.body.customerId }}"
+    enter = f.node("Two at Once per Customer", LIMIT, 1, {
+        "operation": "enterSection", "limitName": "crm-api", "limitKey": customer, "maxHolders": 2,
+    }, (4 * COL, 2 * ROW), creds=True)
+    # The CRM's own limit is 5 a second; a period 10 % longer absorbs the network's jitter between this
+    # node and the CRM (two calls a few ms apart here can arrive closer together there).
+    rate = f.node("Five a Second per Customer", LIMIT, 1, {
+        "operation": "rateLimit", "limitName": "crm-api", "limitKey": customer, "maxItems": 5,
+        "periodAmount": 1.1, "periodUnit": "seconds", "options": {},
+    }, (5 * COL, 2 * ROW), creds=True)
+    claim = f.node("Claim Sync", f"{PKG}.idempotencyGuard", GUARD, {
+        "operation": "claim", "scope": "crm", "options": {},
+    }, (6 * COL, 2 * ROW), creds=True)
+    push = http(f, "Push to CRM", "crm", (7 * COL, ROW),
+                "={{ JSON.stringify({ orderId: $json.body.orderId, customerId: $json.body.customerId }) }}",
+                "={{ $json.idempotency.derivedKey }}")
+    leave = f.node("Leave Section", LIMIT, 1, {
+        "operation": "leaveSection", "limitName": "crm-api", "limitKey": customer,
+    }, (8 * COL, 2 * ROW), creds=True)
+    save = f.node("Save Synced", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "save", "stepName": "synced", "options": {"completeInstance": True},
+    }, (9 * COL, 2 * ROW), creds=True)
+    # Resume Point outputs: 0 Start, 1 Resume (a waiting order whose turn came, or one that crashed), 2
+    # Finished, 3 Busy.
+    f.link(rp, ok, 0)
+    f.link(ok, enter)
+    f.link(rp, enter, 1)
+    f.link(enter, rate)
+    f.link(rate, claim)
+    f.link(claim, push, 0)
+    f.link(claim, leave, 1)  # Done Before: the CRM has it; give the place back and save
+    f.link(push, leave)
+    f.link(leave, save)
+    f.write("crm-sync.json",
+            "Each order (webhook: orderId, customerId) is pushed to a CRM that answers 429 when a customer has more "
+            "than 2 requests in flight or more than 5 in a second. Durable Limit keeps every n8n process and worker "
+            "within that, per customer: Enter Section (2 at once) → Rate Limit (5 per 1.1 s) → Claim → Push to CRM "
+            "→ Leave Section → Save (Complete Instance). An order over a limit waits in the sidecar, holding no "
+            "execution; when its turn comes the Resume Trigger brings it back through Resume.")
+
+
+def chat_debounce() -> None:
+    """A chat bot answers once per burst of messages: after 2 s without a new message in that chat."""
+    f = Flow("durableChatDebounce", "Chat: one answer per burst of messages")
+    rp_y = 3 * ROW
+    _, check = intake(f, "chat", (0, rp_y - ROW), fields=("messageId", "chatId"))
+    trigger = f.node("Resume Trigger", f"{PKG}.resumeTrigger", 1, {}, (0, rp_y), creds=True)
+    rp = resume_point(f, {"instanceKey": "={{ $json.body.messageId }}"}, (2 * COL, rp_y))
+    f.link(check, rp)
+    f.link(trigger, rp)
+    answer_refusals(f, rp, 4)
+    ok = accepted(f, (3 * COL, ROW))
+    debounce = f.node("Quiet for 2 s per Chat", LIMIT, 1, {
+        "operation": "debounce", "limitName": "chat-reply", "limitKey": "={{ $json.body.chatId }}",
+        "quietAmount": 2, "quietUnit": "seconds", "keep": "last", "options": {"maxWaitAmount": 30},
+    }, (4 * COL, 2 * ROW), creds=True)
+    claim = f.node("Claim Reply", f"{PKG}.idempotencyGuard", GUARD, {
+        "operation": "claim", "scope": "reply", "options": {},
+    }, (5 * COL, ROW), creds=True)
+    reply = http(f, "Send Reply", "notify", (6 * COL, 0),
+                 "={{ JSON.stringify({ orderId: $json.body.chatId, messageId: $json.body.messageId }) }}",
+                 "={{ $json.idempotency.derivedKey }}")
+    save = f.node("Save Replied", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "save", "stepName": "replied", "options": {"completeInstance": True},
+    }, (7 * COL, ROW), creds=True)
+    done = f.node("Done, Debounced", f"{PKG}.durableCheckpoint", 2, {
+        "operation": "complete", "instanceFrom": "resumePoint",
+    }, (5 * COL, 3 * ROW), creds=True)
+    f.link(rp, ok, 0)
+    f.link(ok, debounce)
+    f.link(rp, debounce, 1)
+    f.link(debounce, claim, 0)
+    f.link(debounce, done, 1)
+    f.link(claim, reply, 0)
+    f.link(claim, save, 1)
+    f.link(reply, save)
+    f.write("chat-debounce.json",
+            "Each chat message (webhook: messageId, chatId, text) is an instance. Durable Limit (Debounce, per "
+            "chat) holds each message until the chat was quiet for 2 s (30 s at most): the burst's last message "
+            "leaves by Run and is answered once (Claim → Send Reply → Save, Complete Instance); every earlier one "
+            "leaves by Debounced and is completed without an answer. A waiting message holds no execution; the "
+            "Resume Trigger brings it back through Resume when its burst is decided.")
+
+
+# Every example, as `python examples/generate.py` writes them (tests/test_examples.py runs the same list).
+WRITERS = (order_tracking, renewal_reminder, order_delivery, carrier_webhook, crm_sync, chat_debounce)
+
 if __name__ == "__main__":
-    order_tracking()
-    renewal_reminder()
-    order_delivery()
-    carrier_webhook()
+    for write in WRITERS:
+        write()

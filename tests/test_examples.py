@@ -32,8 +32,7 @@ def test_the_committed_examples_are_what_generate_py_writes(tmp_path: Path) -> N
     generate: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
     generate.HERE = tmp_path  # write into the test's folder, not over the committed files
-    for writer in (generate.order_tracking, generate.renewal_reminder, generate.order_delivery,
-                   generate.carrier_webhook):
+    for writer in generate.WRITERS:
         writer()
     written = sorted(p.name for p in tmp_path.glob("*.json"))
     assert written == [p.name for p in EXAMPLES], "examples/*.json and generate.py's files differ"
@@ -97,7 +96,8 @@ def test_the_order_examples_end_with_the_last_save_not_a_complete_node() -> None
         assert save["parameters"]["options"] == {"completeInstance": True}, (name, save["parameters"])
 
 
-@pytest.mark.parametrize("name", ["order-tracking.json", "renewal-reminder.json", "order-delivery.json"])
+@pytest.mark.parametrize("name", ["order-tracking.json", "renewal-reminder.json", "order-delivery.json",
+                                  "crm-sync.json", "chat-debounce.json"])
 def test_every_webhook_example_has_the_door(name: str) -> None:
     """docs/intake.md, The door: a body that can never make an order is answered 400 before the Resume Point;
     the Resume Point's error output answers the status its error item names (never a fixed 4xx: an

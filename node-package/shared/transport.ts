@@ -35,6 +35,13 @@ export type { AwaitEventResponse, SignalInstanceResponse } from './gen/durable/v
 export { ClaimOutcome, KeyStatus } from './gen/durable/v1/idempotency';
 export type { IdempotencyKey, ClaimItem, ClaimResult } from './gen/durable/v1/idempotency';
 export { ResumeReason, StartOutcome } from './gen/durable/v1/instance';
+export {
+	AcquireOutcome,
+	DebounceKeep,
+	DebounceOutcome,
+	OverLimit,
+	ThrottleOutcome,
+} from './gen/durable/v1/limits';
 export type {
 	ResumableInstance,
 	StartOrResumeResponse,

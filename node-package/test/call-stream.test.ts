@@ -1,4 +1,3 @@
-/* eslint-disable @n8n/community-nodes/no-restricted-globals -- test code runs in Node, never inside n8n */
 /**
  * The nodes' calls travel on one open CallService/Call stream per connection
  * (shared/grpc/call-stream.ts), through a real sidecar: counted there by their

@@ -55,10 +55,11 @@ const readmeUrl = `${repoUrl}/blob/main/${pkg.repository.directory}/README.md`;
 const nodesUrl = `${repoUrl}/blob/main/docs/nodes.md`;
 
 describe('codex files', () => {
-	it('cover the five nodes', () => {
+	it('cover the six nodes', () => {
 		expect(codexes.map(([folder]) => folder).sort()).toEqual([
 			'DurableCheckpoint',
 			'DurableInstance',
+			'DurableLimit',
 			'IdempotencyGuard',
 			'ResumePoint',
 			'ResumeTrigger',

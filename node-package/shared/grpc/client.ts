@@ -57,6 +57,17 @@ import {
 	type WatchResumableResponse,
 } from '../gen/durable/v1/instance';
 import {
+	AcquireSlotRequest,
+	DebounceRequest,
+	LimitServiceService,
+	ReleaseSlotRequest,
+	ThrottleRequest,
+	type AcquireSlotResponse,
+	type DebounceResponse,
+	type ReleaseSlotResponse,
+	type ThrottleResponse,
+} from '../gen/durable/v1/limits';
+import {
 	HeartbeatRequest,
 	OpenSessionRequest,
 	SessionServiceClient,
@@ -234,6 +245,22 @@ export class SidecarClient {
 
 	signalInstance(request: DeepPartial<SignalInstanceRequest>): Promise<SignalInstanceResponse> {
 		return this.unary(EventServiceService.signalInstance, SignalInstanceRequest, request);
+	}
+
+	acquireSlot(request: DeepPartial<AcquireSlotRequest>): Promise<AcquireSlotResponse> {
+		return this.unary(LimitServiceService.acquireSlot, AcquireSlotRequest, request);
+	}
+
+	releaseSlot(request: DeepPartial<ReleaseSlotRequest>): Promise<ReleaseSlotResponse> {
+		return this.unary(LimitServiceService.releaseSlot, ReleaseSlotRequest, request);
+	}
+
+	throttle(request: DeepPartial<ThrottleRequest>): Promise<ThrottleResponse> {
+		return this.unary(LimitServiceService.throttle, ThrottleRequest, request);
+	}
+
+	debounce(request: DeepPartial<DebounceRequest>): Promise<DebounceResponse> {
+		return this.unary(LimitServiceService.debounce, DebounceRequest, request);
 	}
 
 	retryInstance(request: DeepPartial<RetryInstanceRequest>): Promise<RetryInstanceResponse> {

@@ -109,5 +109,7 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                               key_lease_seconds=settings.idempotency_lease_seconds)
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
+    limits = LimitService(db, backend.instances, backend.limits)
+    limits.on_due = sessions.wake_streams
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances),
-                    sessions, LimitService(db, backend.instances, backend.limits))
+                    sessions, limits)

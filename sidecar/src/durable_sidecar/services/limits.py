@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from .. import metrics, validation
 from ..domain import Instance, InstanceRef, InstanceStatus, Page
@@ -25,6 +28,9 @@ from ..stores.limits import Entry, KeyState, LimitId, LimitRow, LimitStore
 from .instance_rows import check_ref, instance_name, locked_instance
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# Set by _wake inside a transaction that made an instance due now (the list of the transaction running).
+_made_due: ContextVar[list[bool] | None] = ContextVar("limits_made_due", default=None)
 
 MAX_HOLDERS = 10_000
 MAX_RATE = 1_000_000
@@ -107,6 +113,20 @@ class LimitService:
         self.db = db
         self.instances = instances
         self.store = store
+        # Called after a transaction that made instances due now (a place given, a debounce decided): this
+        # replica's Resume Trigger streams claim at once instead of at their next poll (wiring.py).
+        self.on_due: Callable[[], None] = lambda: None
+
+    async def _run(self, txn: Callable[[Conn], Awaitable[T]]) -> T:
+        """One transaction; wakes the Resume Trigger streams when it made an instance due now."""
+        token = _made_due.set([False])
+        try:
+            result = await self.db.transaction(txn)
+            if (_made_due.get() or [False])[0]:
+                self.on_due()
+            return result
+        finally:
+            _made_due.reset(token)
 
     # --- shared steps ------------------------------------------------------------------------------------
 
@@ -146,6 +166,9 @@ class LimitService:
         if inst is None or inst.status is not InstanceStatus.RUNNING or inst.lease_owner:
             return
         await self.instances.update_txn(conn, ref, now=now, wake_at=at)
+        made = _made_due.get()
+        if at <= now and made is not None:
+            made[0] = True
         await self.instances.add_event_txn(conn, ref, kind, detail=detail)
 
     async def _settle(self, conn: Conn, limit: LimitId, capacity: int, now: datetime,
@@ -218,7 +241,7 @@ class LimitService:
             metrics.LIMIT_CALLS.labels("concurrency", "waiting").inc()
             return Answer(Outcome.WAITING, parked, holders=len(holders), waiters=waiters_after, position=position)
 
-        return await self.db.transaction(txn)
+        return await self._run(txn)
 
     async def release(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str) -> Released:
         check_ref(ref)
@@ -243,7 +266,7 @@ class LimitService:
             holders, waiters, granted = await self._settle(conn, limit, row.capacity or 1, now, entries)
             return Released(mine is not None, granted, len(holders), len(waiters))
 
-        return await self.db.transaction(txn)
+        return await self._run(txn)
 
     async def _lock(self, conn: Conn, limit: LimitId, now: datetime, *, capacity: int | None = None) -> LimitRow:
         row = await self.store.lock_txn(conn, limit, now=now)
@@ -263,7 +286,7 @@ class LimitService:
                 _, _, n = await self._settle(conn, limit, row.capacity or 1, now,
                                              await self.store.entries_txn(conn, limit))
                 return n
-            granted += await self.db.transaction(txn)
+            granted += await self._run(txn)
         return granted
 
     async def run_sweeper(self, stopping: asyncio.Event, *, interval_seconds: float = SWEEP_SECONDS) -> None:
@@ -290,7 +313,7 @@ class LimitService:
         async def txn(conn: Conn) -> int:
             now = await self.store.now_txn(conn)
             return await self.store.prune_txn(conn, before=now - PRUNE_AFTER, limit=_PRUNE_BATCH)
-        return await self.db.transaction(txn)
+        return await self._run(txn)
 
     # --- rate ----------------------------------------------------------------------------------------------
 
@@ -350,7 +373,7 @@ class LimitService:
             metrics.LIMIT_CALLS.labels("rate", "waiting").inc()
             return Answer(Outcome.WAITING, parked, at=slot)
 
-        return await self.db.transaction(txn)
+        return await self._run(txn)
 
     # --- debounce ------------------------------------------------------------------------------------------
 
@@ -429,7 +452,7 @@ class LimitService:
             metrics.LIMIT_CALLS.labels("debounce", "waiting").inc()
             return Answer(Outcome.WAITING, parked, at=deadline)
 
-        return await self.db.transaction(txn)
+        return await self._run(txn)
 
     @staticmethod
     def _decided(outcome: str, now: datetime, entry: Entry | None = None) -> None:

@@ -442,6 +442,10 @@ class SessionService:
         for waker in self._wakers:
             waker.set()
 
+    def wake_streams(self) -> None:
+        """This replica's Resume Trigger streams claim now: another service made instances due (a limit)."""
+        self._wake()
+
     async def wait_for_freed(self, timeout: float, stopping: asyncio.Event) -> None:
         """Sleeps up to `timeout`, less when leases are freed (here or by another replica) or at shutdown."""
         waker = asyncio.Event()

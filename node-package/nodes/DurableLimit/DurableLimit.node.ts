@@ -1,0 +1,229 @@
+/** The Durable Limit: places per key, rate limits and debounce shared by every n8n process; one file per operation (actions/). */
+import {
+	NodeConnectionTypes,
+	type INodeProperties,
+	type INodeType,
+	type INodeTypeDescription,
+} from 'n8n-workflow';
+
+import { sidecarNodeMethods } from '../../shared/credential-test';
+import { optionsCollection } from '../../shared/descriptions';
+import { router } from './actions/router';
+import { configuredOutputs } from './outputs';
+
+export { configuredOutputs };
+
+const UNITS = [
+	{ name: 'Seconds', value: 'seconds' },
+	{ name: 'Minutes', value: 'minutes' },
+	{ name: 'Hours', value: 'hours' },
+];
+
+const section = { show: { operation: ['enterSection'] } };
+const rate = { show: { operation: ['rateLimit'] } };
+const debounce = { show: { operation: ['debounce'] } };
+
+const overLimit: INodeProperties = {
+	displayName: 'Over the Limit',
+	name: 'overLimit',
+	type: 'options',
+	noDataExpression: true,
+	default: 'wait',
+	displayOptions: { show: { operation: ['enterSection', 'rateLimit'] } },
+	options: [
+		{
+			name: 'Wait',
+			value: 'wait',
+			description:
+				'The item waits its turn in the sidecar, holding no execution, and comes back through the Resume Point (Resume Trigger) to this node when its turn comes',
+		},
+		{
+			name: 'Leave by Busy',
+			value: 'busy',
+			description: 'The item leaves at once by an extra output, Busy; nothing is recorded',
+		},
+	],
+	description: 'What an item over the limit does',
+};
+
+export class DurableLimit implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Durable Limit',
+		name: 'durableLimit',
+		icon: { light: 'file:durableLimit.svg', dark: 'file:durableLimit.dark.svg' },
+		group: ['transform'],
+		version: 1,
+		subtitle:
+			'={{ ({ enterSection: "enter ", leaveSection: "leave ", rateLimit: "rate limit ", debounce: "debounce " })[$parameter["operation"] || "enterSection"] + ($parameter["limitName"] || "") }}',
+		description:
+			'Limits shared by every n8n process and worker, per key: at most N items in a section at once, at most N per period, or one run per quiet burst. Items over a limit wait durably. Place after a Resume Point.',
+		defaults: { name: 'Durable Limit' },
+		usableAsTool: true,
+		inputs: [NodeConnectionTypes.Main],
+		outputs: `={{(${configuredOutputs})($parameter)}}`,
+		credentials: [{ name: 'durableSidecarApi', required: true, testedBy: 'durableSidecarApiTest' }],
+		properties: [
+			{
+				displayName: 'Operation',
+				name: 'operation',
+				type: 'options',
+				noDataExpression: true,
+				default: 'enterSection',
+				options: [
+					{
+						name: 'Enter Section',
+						value: 'enterSection',
+						description:
+							'At most N items at once between this node and a Leave Section with the same name and key (concurrency per key)',
+						action: 'Enter a limited section',
+					},
+					{
+						name: 'Leave Section',
+						value: 'leaveSection',
+						description: 'Give the place back; the next waiting item goes on at once',
+						action: 'Leave a limited section',
+					},
+					{
+						name: 'Rate Limit',
+						value: 'rateLimit',
+						description:
+							'At most N items per period per key, spaced evenly (for a rate-limited API)',
+						action: 'Rate limit items',
+					},
+					{
+						name: 'Debounce',
+						value: 'debounce',
+						description:
+							'Of a burst of items per key, only one goes on once the burst went quiet; the others leave by Debounced',
+						action: 'Debounce items',
+					},
+				],
+			},
+			{
+				displayName: 'Limit Name',
+				name: 'limitName',
+				type: 'string',
+				default: '',
+				required: true,
+				placeholder: 'e.g. stripe-api',
+				description:
+					'Names the limit: every node, workflow and worker that uses the same name (and key) shares it. Enter and Leave Section of one section use the same name.',
+			},
+			{
+				displayName: 'Key',
+				name: 'limitKey',
+				type: 'string',
+				default: '',
+				placeholder: 'e.g. {{ $json.body.customerId }}',
+				description:
+					'What the limit is counted per, such as a customer or chat ID. Empty: one count for all items.',
+			},
+			{
+				displayName: 'Most at Once',
+				name: 'maxHolders',
+				type: 'number',
+				default: 1,
+				typeOptions: { minValue: 1, maxValue: 10000 },
+				displayOptions: section,
+				description: 'How many items per key may be in the section at the same time',
+			},
+			{
+				displayName: 'Most Items',
+				name: 'maxItems',
+				type: 'number',
+				default: 10,
+				typeOptions: { minValue: 1, maxValue: 1000000 },
+				displayOptions: rate,
+				description: 'How many items per key may pass in each period',
+			},
+			{
+				displayName: 'Per',
+				name: 'periodAmount',
+				type: 'number',
+				default: 1,
+				typeOptions: { minValue: 0.001, numberPrecision: 3 },
+				displayOptions: rate,
+				description: 'The period, in the unit below (at most one day)',
+			},
+			{
+				displayName: 'Unit',
+				name: 'periodUnit',
+				type: 'options',
+				default: 'seconds',
+				options: UNITS,
+				displayOptions: rate,
+			},
+			overLimit,
+			{
+				displayName: 'Quiet For',
+				name: 'quietAmount',
+				type: 'number',
+				default: 10,
+				typeOptions: { minValue: 0.001, numberPrecision: 3 },
+				displayOptions: debounce,
+				description: 'A burst ends when no item with its key arrived for this long',
+			},
+			{
+				displayName: 'Unit',
+				name: 'quietUnit',
+				type: 'options',
+				default: 'seconds',
+				options: UNITS,
+				displayOptions: debounce,
+			},
+			{
+				displayName: 'Keep',
+				name: 'keep',
+				type: 'options',
+				noDataExpression: true,
+				default: 'last',
+				displayOptions: debounce,
+				options: [
+					{ name: 'Last Item', value: 'last', description: "The burst's newest item goes on" },
+					{ name: 'First Item', value: 'first', description: "The burst's first item goes on" },
+				],
+			},
+			optionsCollection(
+				[
+					{
+						displayName: 'Burst',
+						name: 'burst',
+						type: 'number',
+						default: 1,
+						typeOptions: { minValue: 1 },
+						description:
+							'How many items may pass at once after a quiet spell (at most Most Items). 1: evenly spaced. Over any period at most Most Items + Burst - 1 pass.',
+					},
+					{
+						displayName: 'Max Wait Inside the Execution (Seconds)',
+						name: 'maxWaitSeconds',
+						type: 'number',
+						default: 10,
+						typeOptions: { minValue: 0, maxValue: 300 },
+						description:
+							'An item whose turn comes within this long waits in the running execution; a later turn parks it in the sidecar. Only a run with one item waits in n8n: with several, items not allowed now are parked.',
+					},
+				],
+				rate,
+			),
+			optionsCollection(
+				[
+					{
+						displayName: 'Longest Burst',
+						name: 'maxWaitAmount',
+						type: 'number',
+						default: 0,
+						typeOptions: { minValue: 0, numberPrecision: 3 },
+						description:
+							'A burst ends at the latest this long after its first item, however busy (in the Quiet For unit; at most one day). 0: no maximum.',
+					},
+				],
+				debounce,
+			),
+		],
+	};
+
+	methods = sidecarNodeMethods;
+
+	execute = router;
+}

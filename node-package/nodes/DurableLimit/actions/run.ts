@@ -1,0 +1,155 @@
+/** What every Durable Limit operation works with: the items, their instances, the limit's name and key, and the routing. */
+import { NodeOperationError } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
+
+import { perItem } from '../../../shared/batch';
+import {
+	asNodeError,
+	errorItem,
+	executionIdOf,
+	sidecarFor,
+	UNIT_SECONDS,
+	workflowIdOf,
+} from '../../../shared/node-helpers';
+import type { SidecarClient } from '../../../shared/transport';
+import { nodeParameter, targetOf, Upstream, type Target } from '../../../shared/upstream';
+
+export type Operation = 'enterSection' | 'leaveSection' | 'rateLimit' | 'debounce';
+
+/** The key of items whose Key is empty: one count for all of them. */
+export const ALL_ITEMS_KEY = 'all';
+
+export interface LimitRun {
+	node: INode;
+	items: INodeExecutionData[];
+	client: SidecarClient;
+	executionId: string;
+	/** The item's instance, and the execution that holds it (the caller's, in a sub-workflow). */
+	target: (i: number) => Target;
+	/** The limit's name and key for an item. */
+	limitOf: (i: number) => { limitName: string; limitKey: string };
+}
+
+/** One of the node's operations, on all items; its outputs in the order configuredOutputs names them. */
+export type LimitOperation = (
+	ctx: IExecuteFunctions,
+	run: LimitRun,
+) => Promise<INodeExecutionData[][]>;
+
+/**
+ * Where an item goes: an output's index and what the item carries under `limit` (none: the item as it
+ * came, for a pass-through such as Leave Section before a Save); undefined: parked, no output.
+ */
+export type Routed = { output: number; limit?: IDataObject } | undefined;
+
+export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
+	const node = ctx.getNode();
+	const items = ctx.getInputData();
+	const workflowId = workflowIdOf(ctx);
+	const executionId = executionIdOf(ctx);
+	const upstream = new Upstream(ctx);
+	const text = (name: string, i: number): string => {
+		const raw: unknown = nodeParameter(ctx, name, i, '');
+		return typeof raw === 'string'
+			? raw.trim()
+			: raw === undefined || raw === null
+				? ''
+				: String(raw);
+	};
+	return {
+		node,
+		items,
+		client: await sidecarFor(ctx),
+		executionId,
+		target: (i) =>
+			targetOf(
+				ctx,
+				upstream.requireInstance(
+					i,
+					items[i],
+					'The Durable Limit counts instances: place it after a Resume Point, so that an item that waits can come back.',
+				),
+				i,
+				{ workflowId, executionId },
+			),
+		limitOf: (i) => {
+			const limitName = text('limitName', i);
+			if (!limitName) {
+				throw new NodeOperationError(node, 'Limit Name is empty', {
+					itemIndex: i,
+					description:
+						'Name the limit, e.g. stripe-api: every node that uses the name shares the limit.',
+				});
+			}
+			return { limitName, limitKey: text('limitKey', i) || ALL_ITEMS_KEY };
+		},
+	};
+}
+
+/**
+ * One call per item (several in flight), each item routed to the output its answer names, with
+ * `limit` on its JSON; a failed item fails the run, or under Continue On Fail leaves by
+ * `failedOutput` (the output that runs nothing) as n8n's error item.
+ */
+export async function routeItems(
+	ctx: IExecuteFunctions,
+	run: LimitRun,
+	action: string,
+	outputs: number,
+	failedOutput: number,
+	call: (i: number, target: Target) => Promise<Routed>,
+): Promise<INodeExecutionData[][]> {
+	const { node, items, client } = run;
+	const settled = await perItem(ctx, client, action, items.length, async (i) => {
+		let target: Target;
+		try {
+			target = run.target(i);
+		} catch (error) {
+			throw asNodeError(node, error, i);
+		}
+		return await call(i, target);
+	});
+	const out: INodeExecutionData[][] = Array.from({ length: outputs }, () => []);
+	for (let i = 0; i < items.length; i++) {
+		const result = settled[i];
+		if (!result.ok) {
+			if (!ctx.continueOnFail()) throw result.error;
+			out[failedOutput].push(errorItem(items[i], result.error, i));
+			continue;
+		}
+		if (result.value === undefined) continue;
+		const { output, limit } = result.value;
+		out[output].push({
+			json: limit ? { ...items[i].json, limit } : items[i].json,
+			binary: items[i].binary,
+			pairedItem: { item: i },
+		});
+	}
+	return out;
+}
+
+/** An amount parameter in the unit parameter beside it, in milliseconds; `what` names it in an error. */
+export function millisecondsOf(
+	ctx: IExecuteFunctions,
+	node: INode,
+	i: number,
+	amount: string,
+	unit: string,
+	what: string,
+	{ zero = false }: { zero?: boolean } = {},
+): number {
+	const value = Number(nodeParameter(ctx, amount, i, 0));
+	const seconds = UNIT_SECONDS[String(nodeParameter(ctx, unit, i, 'seconds'))] ?? 1;
+	const ms = Math.round(value * seconds * 1000);
+	if (!Number.isFinite(ms) || ms < (zero ? 0 : 1) || ms > 86_400_000) {
+		throw new NodeOperationError(
+			node,
+			`${what} must be ${zero ? '0' : 'at least 1 ms'} to one day`,
+			{
+				itemIndex: i,
+				description: `Got ${String(value)} ${String(nodeParameter(ctx, unit, i, 'seconds'))}.`,
+			},
+		);
+	}
+	return ms;
+}

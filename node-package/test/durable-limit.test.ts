@@ -1,0 +1,206 @@
+/**
+ * The Durable Limit against the real `durable-sidecar serve`: items come from a Resume Point, an item
+ * over a limit is parked and comes back through the Resume Point (the Resume Trigger's claim), and each
+ * operation routes to the outputs configuredOutputs names.
+ */
+import { sleep, type INodeExecutionData } from 'n8n-workflow';
+
+import { configuredOutputs, DurableLimit } from '../nodes/DurableLimit/DurableLimit.node';
+import { OUTPUT_RESUME, OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
+import { ResumeReason } from '../shared/transport';
+import { client, runNode, sidecar, useSidecar } from './support/waits-and-signals';
+
+useSidecar();
+
+const wf = 'wf-limits';
+let n = 0;
+const unique = (prefix: string) => `${prefix}-${Date.now()}-${++n}`;
+
+/** New instances through the Resume Point, as a webhook's executions would start them: their Start items. */
+async function started(keys: string[], executionId = 'exec-1'): Promise<INodeExecutionData[]> {
+	const out = await runNode(
+		new ResumePoint(),
+		{ instanceKey: '={{ $json.orderId }}' },
+		{ workflowId: wf, executionId, items: keys.map((orderId) => ({ orderId })) },
+	);
+	expect(out[OUTPUT_START]).toHaveLength(keys.length);
+	return out[OUTPUT_START];
+}
+
+const limit = (
+	params: Record<string, string | number>,
+	items: INodeExecutionData[],
+	executionId = 'exec-1',
+	continueOnFail = false,
+) => runNode(new DurableLimit(), params, { workflowId: wf, executionId, items, continueOnFail });
+
+/** What the Resume Trigger does: claim the instances that are due, then the Resume Point takes each. */
+async function resumed(keys: string[], executionId: string): Promise<INodeExecutionData[]> {
+	for (let attempt = 0; attempt < 50; attempt++) {
+		const claimed = await new Promise<
+			Array<{ claimToken: string; reason: ResumeReason; instance?: { instanceKey: string } }>
+		>((resolve, reject) =>
+			client.instances.claimResumable(
+				{ workflowIds: [wf], claimant: 'jest', maxInstances: 50, leaseSeconds: 30 },
+				client.metadata(),
+				client.options(),
+				(error, response) => (error ? reject(error) : resolve(response.instances)),
+			),
+		);
+		const mine = claimed.filter((c) => keys.includes(c.instance?.instanceKey ?? ''));
+		if (mine.length > 0) {
+			for (const c of mine) expect(c.reason).toBe(ResumeReason.RESUME_REASON_WAKE_UP);
+			const out = await runNode(
+				new ResumePoint(),
+				{ instanceKey: 'ignored' },
+				{
+					workflowId: wf,
+					executionId,
+					items: mine.map((c) => ({
+						durable: {
+							claimToken: c.claimToken,
+							instanceKey: c.instance?.instanceKey,
+							workflowId: wf,
+						},
+					})),
+				},
+			);
+			return out[OUTPUT_RESUME];
+		}
+		await sleep(100);
+	}
+	return [];
+}
+
+const keysOf = (items: INodeExecutionData[]) =>
+	items.map((i) => (i.json.durable as { instanceKey: string }).instanceKey);
+
+describe('Durable Limit with the real sidecar', () => {
+	test('outputs follow the operation and Over the Limit', () => {
+		const names = (p: Record<string, string>) => configuredOutputs(p).map((o) => o.displayName);
+		expect(names({})).toEqual(['Entered']);
+		expect(names({ operation: 'enterSection', overLimit: 'busy' })).toEqual(['Entered', 'Busy']);
+		expect(names({ operation: 'leaveSection' })).toEqual(['Left']);
+		expect(names({ operation: 'rateLimit' })).toEqual(['Allowed']);
+		expect(names({ operation: 'rateLimit', overLimit: 'busy' })).toEqual(['Allowed', 'Busy']);
+		expect(names({ operation: 'debounce' })).toEqual(['Run', 'Debounced']);
+	});
+
+	test('Enter Section: places per key; an item over the limit is parked, and enters when it comes back', async () => {
+		const name = unique('section');
+		const [a, b, c] = [unique('a'), unique('b'), unique('c')];
+		const items = await started([a, b, c]);
+		const params = {
+			operation: 'enterSection',
+			limitName: name,
+			limitKey: 'customer-1',
+			maxHolders: 2,
+		};
+		const [entered] = await limit(params, items);
+		expect(keysOf(entered).sort()).toHaveLength(2);
+		expect(entered[0].json.limit).toMatchObject({ name, key: 'customer-1', outcome: 'entered' });
+		const waiting = [a, b, c].find((k) => !keysOf(entered).includes(k))!;
+		const [row] = await sidecar.sql<{ lease_owner: string | null }>(
+			'SELECT lease_owner FROM durable_instances WHERE workflow_id = $1 AND instance_key = $2',
+			[wf, waiting],
+		);
+		expect(row.lease_owner ?? '').toBe(''); // parked: no execution holds it
+		const [left] = await limit(
+			{ operation: 'leaveSection', limitName: name, limitKey: 'customer-1' },
+			[entered[0]],
+		);
+		expect(left[0].json).toEqual(entered[0].json); // passed on as it came (a Save after it records the call)
+		const back = await resumed([waiting], 'exec-2');
+		expect(keysOf(back)).toEqual([waiting]);
+		const [again] = await limit(params, back, 'exec-2');
+		expect(keysOf(again)).toEqual([waiting]);
+	});
+
+	test('Enter Section with Leave by Busy: the item leaves by Busy, still held by its execution', async () => {
+		const name = unique('busy');
+		const items = await started([unique('x'), unique('y')]);
+		const [entered, busy] = await limit(
+			{ operation: 'enterSection', limitName: name, maxHolders: 1, overLimit: 'busy' },
+			items,
+		);
+		expect(entered).toHaveLength(1);
+		expect(busy).toHaveLength(1);
+		expect(busy[0].json.limit).toMatchObject({ key: 'all', outcome: 'busy', holders: 1 });
+		expect(busy[0].pairedItem).toBeDefined();
+	});
+
+	test('Rate Limit: a lone item waits in the execution for its slot; in a run of several, the rest are parked', async () => {
+		const name = unique('rate');
+		const params = {
+			operation: 'rateLimit',
+			limitName: name,
+			maxItems: 2,
+			periodAmount: 1,
+			periodUnit: 'seconds',
+		};
+		const [first] = await limit(params, await started([unique('r')]));
+		expect(first[0].json.limit).toMatchObject({ outcome: 'allowed', waitedMs: 0 });
+		const t0 = Date.now();
+		const [second] = await limit(params, await started([unique('r')]));
+		expect(second[0].json.limit).toMatchObject({ outcome: 'allowed' });
+		const waited = (second[0].json.limit as { waitedMs: number }).waitedMs;
+		expect(waited).toBeGreaterThan(0);
+		expect(Date.now() - t0).toBeGreaterThanOrEqual(waited);
+		const several = await started([unique('s'), unique('s'), unique('s')]);
+		const [allowed] = await limit({ ...params, periodAmount: 60 }, several);
+		expect(allowed.length).toBeLessThanOrEqual(1);
+		const parked = keysOf(several).filter((k) => !keysOf(allowed).includes(k));
+		const rows = await sidecar.sql<{ instance_key: string; state: string }>(
+			'SELECT instance_key, state FROM durable_limit_entries WHERE limit_name = $1',
+			[name],
+		);
+		expect(rows.map((r) => r.instance_key).sort()).toEqual(parked.sort());
+		expect(new Set(rows.map((r) => r.state))).toEqual(new Set(['reserved']));
+	});
+
+	test('Debounce keep First: the first item waits for the burst to end; later ones leave by Debounced at once', async () => {
+		const name = unique('deb');
+		const params = {
+			operation: 'debounce',
+			limitName: name,
+			limitKey: 'chat-1',
+			quietAmount: 0.3,
+			keep: 'first',
+		};
+		const [first, second] = [unique('m'), unique('m')];
+		const [run1, debounced1] = await limit(params, await started([first]));
+		expect([run1, debounced1]).toEqual([[], []]);
+		const [run2, debounced2] = await limit(params, await started([second]));
+		expect(run2).toEqual([]);
+		expect(keysOf(debounced2)).toEqual([second]);
+		expect(debounced2[0].json.limit).toMatchObject({ outcome: 'debounced' });
+		const back = await resumed([first], 'exec-3');
+		const [run3] = await limit(params, back, 'exec-3');
+		expect(keysOf(run3)).toEqual([first]);
+	});
+
+	test('clear errors: no Limit Name; an item without an instance; Continue On Fail leaves by the output that runs nothing', async () => {
+		const items = await started([unique('e')]);
+		await expect(limit({ operation: 'enterSection', limitName: '' }, items)).rejects.toThrow(
+			'Limit Name is empty',
+		);
+		await expect(
+			limit({ operation: 'enterSection', limitName: 'x' }, [{ json: { orderId: 'loose' } }]),
+		).rejects.toThrow('Resume Point');
+		const [run, debounced] = await limit(
+			{ operation: 'debounce', limitName: 'x', quietAmount: 0 },
+			items,
+			'exec-1',
+			true,
+		);
+		expect(run).toEqual([]);
+		expect(debounced[0].json.error).toContain('Quiet For');
+		const [, busy] = await limit(
+			{ operation: 'enterSection', limitName: 'x', maxHolders: 1, overLimit: 'busy' },
+			items,
+			'exec-other',
+			true,
+		);
+		expect(String(busy[0].json.error)).toContain('does not hold the lease');
+	});
+});
