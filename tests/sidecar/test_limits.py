@@ -137,6 +137,53 @@ def _url(harness: Harness) -> str:
     return harness.sidecar.settings.database_url
 
 
+async def test_a_caller_may_wait_in_its_call_for_a_place_keeping_its_lease_then_is_parked(harness: Harness) -> None:
+    s, name = harness.alpha, _name()
+    holder, patient, late, last = await started(s, 4)
+    await acquire(s, holder, name, max_holders=1)
+    waiting = asyncio.ensure_future(acquire(s, patient, name, max_holders=1, max_wait_ms=20_000))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    # Queued behind it, without waiting: parked, number 2.
+    queued = await acquire(s, late, name, max_holders=1)
+    assert (queued.outcome, queued.position) == (WAITING, 2)
+    await release(s, holder, name)
+    got = await asyncio.wait_for(waiting, timeout=5)  # answered when the place is given, not at a poll
+    assert (got.outcome, got.holders, got.waiters) == (ACQUIRED, 1, 1)
+    assert (await get(s, patient)).lease_owner == "exec-1"  # never parked: the same execution goes on
+    # Nobody releases: after its wait the caller is parked, in its turn.
+    parked = await acquire(s, last, name, max_holders=1, max_wait_ms=300)
+    assert (parked.outcome, parked.position) == (WAITING, 2)
+    assert (await get(s, last)).lease_owner == ""
+    code, detail = await refused(acquire(s, holder, name, max_wait_ms=60_001))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "max_wait_ms" in detail
+
+
+async def test_release_without_a_key_leaves_every_key_of_the_limit(harness: Harness) -> None:
+    s, name = harness.alpha, _name()
+    a, b, c = await started(s, 3)
+    await acquire(s, a, name, lkey="k1", max_holders=1)
+    await acquire(s, a, name, lkey="k2", max_holders=1)
+    await acquire(s, b, name, lkey="k1", max_holders=1)
+    await acquire(s, c, name, lkey="k2", max_holders=1)
+    freed = await release(s, a, name, lkey="")
+    assert (freed.released, freed.granted) == (True, 2)
+    assert sorted(h.instance.instance_key for h in await handed_out(s, [b, c])) == sorted([b, c])
+    listed = await s.limits.ListLimitKeys(limits_pb2.ListLimitKeysRequest(limit_name=name), metadata=s.metadata)
+    assert [(k.limit_key, k.holders, k.waiters) for k in listed.keys] == [("k1", 1, 0), ("k2", 1, 0)]
+    assert (await release(s, a, name, lkey="")).released is False
+
+
+async def test_a_finished_holder_is_not_listed_as_holding(harness: Harness) -> None:
+    s, name = harness.alpha, _name()
+    (a,) = await started(s, 1)
+    await acquire(s, a, name)
+    await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
+        workflow_id=WF, instance_key=a, execution_id="exec-1"), metadata=s.metadata)
+    listed = await s.limits.ListLimitKeys(limits_pb2.ListLimitKeysRequest(limit_name=name), metadata=s.metadata)
+    assert [(k.holders, list(k.entries)) for k in listed.keys] == [(0, [])]
+
+
 async def test_refuse_leaves_by_busy_and_records_nothing(harness: Harness) -> None:
     s, name = harness.alpha, _name()
     a, b = await started(s, 2)

@@ -74,7 +74,7 @@ DEBOUNCE_OUTCOME_RUN: DebounceOutcome
 DEBOUNCE_OUTCOME_DEBOUNCED: DebounceOutcome
 
 class AcquireSlotRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key", "max_holders", "over_limit")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key", "max_holders", "over_limit", "max_wait_ms")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class AcquireSlotRequest(_message.Message):
     LIMIT_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -89,7 +90,8 @@ class AcquireSlotRequest(_message.Message):
     limit_key: str
     max_holders: int
     over_limit: OverLimit
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., limit_name: _Optional[str] = ..., limit_key: _Optional[str] = ..., max_holders: _Optional[int] = ..., over_limit: _Optional[_Union[OverLimit, str]] = ...) -> None: ...
+    max_wait_ms: int
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., limit_name: _Optional[str] = ..., limit_key: _Optional[str] = ..., max_holders: _Optional[int] = ..., over_limit: _Optional[_Union[OverLimit, str]] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
 
 class AcquireSlotResponse(_message.Message):
     __slots__ = ("outcome", "holders", "waiters", "position", "instance")

@@ -77,8 +77,9 @@ class LimitServiceServicer:
         - The instance holds a place already (a repeated call, or the resumed
         execution of a waiter that was given one): ACQUIRED.
         - Full, or others wait: with over_limit WAIT (the default) the instance
-        is queued and parked (WAITING, with its position); with REFUSE nothing
-        is recorded (BUSY).
+        is queued (its turn kept) and, after up to max_wait_ms waiting in the
+        call for a place (ACQUIRED when one is given meanwhile), parked
+        (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
 
         NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
         RUNNING or the execution does not hold its lease.
@@ -88,10 +89,11 @@ class LimitServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseSlot(self, request, context):
-        """Leaves the section (or the queue) of (limit_name, limit_key); the freed
-        place goes to the oldest waiter at once. Releasing what the instance does
-        not hold changes nothing (released false). NOT_FOUND for an unknown
-        instance.
+        """Leaves the section (or the queue) of (limit_name, limit_key), or of every
+        key of limit_name the instance holds or waits at when limit_key is
+        empty; the freed places go to the oldest waiters at once. Releasing what
+        the instance does not hold changes nothing (released false). NOT_FOUND
+        for an unknown instance.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

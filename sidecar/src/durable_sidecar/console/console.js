@@ -7,6 +7,7 @@
 import { jsonDiff, nodeDiff } from "./diff.js";
 import { renderInstance, renderInstances } from "./instances.js";
 import { renderKeys } from "./keys.js";
+import { renderLimits } from "./limits.js";
 import { TOKEN_KEY, config, encodeBytes, errorBox, show } from "./lib.js";
 import { renderLogin } from "./login.js";
 import { renderVersions } from "./versions.js";
@@ -30,6 +31,7 @@ export async function route() {
     if (page === "instance") await renderInstance(params);
     else if (page === "keys") await renderKeys(params);
     else if (page === "versions") await renderVersions(params);
+    else if (page === "limits") await renderLimits(params);
     else await renderInstances(params);
   } catch (err) {
     if (err.status !== 401) show(errorBox(err));

@@ -11,11 +11,12 @@ resumed execution calls again, getting the answer its turn earned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -29,13 +30,26 @@ from .instance_rows import check_ref, instance_name, locked_instance
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-# Set by _wake inside a transaction that made an instance due now (the list of the transaction running).
-_made_due: ContextVar[list[bool] | None] = ContextVar("limits_made_due", default=None)
+
+
+@dataclass
+class _AfterCommit:
+    """What a transaction did that others must hear of once it committed."""
+
+    due: bool = False  # it made an instance due now: wake the Resume Trigger streams
+    granted: set[LimitId] = field(default_factory=set)  # keys whose waiters got places: wake in-process waiters
+
+
+_after: ContextVar[_AfterCommit | None] = ContextVar("limits_after_commit", default=None)
 
 MAX_HOLDERS = 10_000
 MAX_RATE = 1_000_000
 MAX_PERIOD_MS = 86_400_000
 MAX_IN_PROCESS_WAIT_MS = 300_000
+# AcquireSlot's wait in the caller's process for a place (it holds the RPC open: below the nodes' deadline).
+MAX_ACQUIRE_WAIT_MS = 60_000
+# How often a call waiting here for a place looks again (a place given by another replica).
+IN_PROCESS_POLL_SECONDS = 1.0
 # A waiter for a place is parked with this wake-up as a safety net: woken without a place, it parks again
 # (keeping its turn). Places are handed out at once by ReleaseSlot and within SWEEP_SECONDS otherwise.
 WAITER_RECHECK = timedelta(hours=1)
@@ -116,17 +130,24 @@ class LimitService:
         # Called after a transaction that made instances due now (a place given, a debounce decided): this
         # replica's Resume Trigger streams claim at once instead of at their next poll (wiring.py).
         self.on_due: Callable[[], None] = lambda: None
+        # AcquireSlot calls waiting in this process for a place, by key (set when a place is given here).
+        self._waiters: dict[LimitId, set[asyncio.Event]] = {}
 
     async def _run(self, txn: Callable[[Conn], Awaitable[T]]) -> T:
-        """One transaction; wakes the Resume Trigger streams when it made an instance due now."""
-        token = _made_due.set([False])
+        """One transaction; then wakes the Resume Trigger streams when it made an instance due now, and the calls
+        waiting here for a place on a key it gave places on."""
+        after = _AfterCommit()
+        token = _after.set(after)
         try:
             result = await self.db.transaction(txn)
-            if (_made_due.get() or [False])[0]:
-                self.on_due()
-            return result
         finally:
-            _made_due.reset(token)
+            _after.reset(token)
+        if after.due:
+            self.on_due()
+        for limit in after.granted:
+            for event in self._waiters.get(limit, ()):
+                event.set()
+        return result
 
     # --- shared steps ------------------------------------------------------------------------------------
 
@@ -166,9 +187,9 @@ class LimitService:
         if inst is None or inst.status is not InstanceStatus.RUNNING or inst.lease_owner:
             return
         await self.instances.update_txn(conn, ref, now=now, wake_at=at)
-        made = _made_due.get()
-        if at <= now and made is not None:
-            made[0] = True
+        after = _after.get()
+        if at <= now and after is not None:
+            after.due = True
         await self.instances.add_event_txn(conn, ref, kind, detail=detail)
 
     async def _settle(self, conn: Conn, limit: LimitId, capacity: int, now: datetime,
@@ -194,77 +215,122 @@ class LimitService:
             metrics.LIMIT_WAIT_SECONDS.labels("concurrency").observe(max(0.0, (now - w.created_at).total_seconds()))
             holders.append(replace(w, state="holding", owner=""))
             granted += 1
+        after = _after.get()
+        if granted and after is not None:
+            after.granted.add(limit)
         return holders, waiters, granted
 
     # --- concurrency ---------------------------------------------------------------------------------------
 
     async def acquire(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str,
-                      max_holders: int, over: Over) -> Answer:
+                      max_holders: int, over: Over, max_wait_ms: int = 0) -> Answer:
+        """A place, or a turn in the queue. With max_wait_ms, a caller without a place waits here (its execution
+        keeps the lease, its turn is kept in the queue) until it is given one, and only then is parked."""
         self._check(ref, execution_id, limit_name, limit_key)
+        if not 0 <= max_wait_ms <= MAX_ACQUIRE_WAIT_MS:
+            raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_ACQUIRE_WAIT_MS}, got {max_wait_ms}")
         if not 1 <= max_holders <= MAX_HOLDERS:
             raise InvalidArgument(f"max_holders must be 1 to {MAX_HOLDERS}, got {max_holders}")
         limit = LimitId(ref.namespace, "concurrency", limit_name, limit_key)
 
-        async def txn(conn: Conn) -> Answer:
-            now = await self.store.now_txn(conn)
-            inst = await self._leased(conn, ref, execution_id, now)
-            await self._lock(conn, limit, now, capacity=max_holders)
-            holders, waiters, _ = await self._settle(conn, limit, max_holders, now,
-                                                     await self.store.entries_txn(conn, limit))
-            mine = next((e for e in holders + waiters if (e.workflow_id, e.instance_key) == (ref.workflow_id,
-                                                                                               ref.instance_key)), None)
-            if mine is not None and mine.state == "holding":
-                if mine.owner != execution_id:
-                    await self.store.update_txn(conn, mine.id, state="holding", owner=execution_id,
-                                                sequence=inst.last_sequence, at=None)
-                metrics.LIMIT_CALLS.labels("concurrency", "acquired").inc()
-                return Answer(Outcome.ACQUIRED, inst, holders=len(holders), waiters=len(waiters))
-            if mine is None and len(holders) < max_holders and not waiters:
-                await self.store.insert_txn(conn, limit, ref, state="holding", owner=execution_id,
-                                            sequence=inst.last_sequence, at=None, now=now)
-                metrics.LIMIT_CALLS.labels("concurrency", "acquired").inc()
-                return Answer(Outcome.ACQUIRED, inst, holders=len(holders) + 1, waiters=len(waiters))
-            if mine is None and over is Over.REFUSE:
-                metrics.LIMIT_CALLS.labels("concurrency", "busy").inc()
-                return Answer(Outcome.BUSY, inst, holders=len(holders), waiters=len(waiters))
-            if mine is None:
-                await self.store.insert_txn(conn, limit, ref, state="waiting", owner="", sequence=inst.last_sequence,
-                                            at=None, now=now)
-                position = len(waiters) + 1
-                waiters_after = position
-            else:
-                position = waiters.index(mine) + 1
-                waiters_after = len(waiters)
-            parked = await self._park(conn, ref, now=now, until=now + WAITER_RECHECK, kind="limit_waiting",
-                                      actor=execution_id, detail=f"concurrency {limit_name} [{limit_key}]: "
-                                      f"{len(holders)} of {max_holders} places held, number {position} in the queue")
-            metrics.LIMIT_CALLS.labels("concurrency", "waiting").inc()
-            return Answer(Outcome.WAITING, parked, holders=len(holders), waiters=waiters_after, position=position)
+        def attempt(park: bool) -> Callable[[Conn], Awaitable[Answer]]:
+            async def txn(conn: Conn) -> Answer:
+                return await self._acquire_txn(conn, ref, limit, execution_id, max_holders, over, park=park)
+            return txn
 
-        return await self._run(txn)
+        if max_wait_ms == 0 or over is Over.REFUSE:
+            return await self._run(attempt(park=True))
+        event = asyncio.Event()
+        self._waiters.setdefault(limit, set()).add(event)
+        try:
+            answer = await self._run(attempt(park=False))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + max_wait_ms / 1000
+            while answer.outcome is Outcome.WAITING and loop.time() < deadline:
+                # Woken when a place is given on this replica; another replica's grants are seen within a poll.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=min(IN_PROCESS_POLL_SECONDS,
+                                                                     max(0.0, deadline - loop.time())))
+                event.clear()
+                answer = await self._run(attempt(park=False))
+            if answer.outcome is Outcome.WAITING:
+                answer = await self._run(attempt(park=True))
+            return answer
+        finally:
+            waiting = self._waiters.get(limit)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._waiters[limit]
+
+    async def _acquire_txn(self, conn: Conn, ref: InstanceRef, limit: LimitId, execution_id: str, max_holders: int,
+                           over: Over, *, park: bool) -> Answer:
+        now = await self.store.now_txn(conn)
+        inst = await self._leased(conn, ref, execution_id, now)
+        await self._lock(conn, limit, now, capacity=max_holders)
+        holders, waiters, _ = await self._settle(conn, limit, max_holders, now,
+                                                 await self.store.entries_txn(conn, limit))
+        mine = next((e for e in holders + waiters if (e.workflow_id, e.instance_key) == (ref.workflow_id,
+                                                                                           ref.instance_key)), None)
+        if mine is not None and mine.state == "holding":
+            if mine.owner != execution_id:
+                await self.store.update_txn(conn, mine.id, state="holding", owner=execution_id,
+                                            sequence=inst.last_sequence, at=None)
+            metrics.LIMIT_CALLS.labels("concurrency", "acquired").inc()
+            return Answer(Outcome.ACQUIRED, inst, holders=len(holders), waiters=len(waiters))
+        if mine is None and len(holders) < max_holders and not waiters:
+            await self.store.insert_txn(conn, limit, ref, state="holding", owner=execution_id,
+                                        sequence=inst.last_sequence, at=None, now=now)
+            metrics.LIMIT_CALLS.labels("concurrency", "acquired").inc()
+            return Answer(Outcome.ACQUIRED, inst, holders=len(holders) + 1, waiters=len(waiters))
+        if mine is None and over is Over.REFUSE:
+            metrics.LIMIT_CALLS.labels("concurrency", "busy").inc()
+            return Answer(Outcome.BUSY, inst, holders=len(holders), waiters=len(waiters))
+        if mine is None:
+            await self.store.insert_txn(conn, limit, ref, state="waiting", owner="", sequence=inst.last_sequence,
+                                        at=None, now=now)
+            position = len(waiters) + 1
+            waiters_after = position
+        else:
+            position = waiters.index(mine) + 1
+            waiters_after = len(waiters)
+        if not park:  # the caller waits for its turn in its own process, keeping the lease
+            return Answer(Outcome.WAITING, inst, holders=len(holders), waiters=waiters_after, position=position)
+        parked = await self._park(conn, ref, now=now, until=now + WAITER_RECHECK, kind="limit_waiting",
+                                  actor=execution_id, detail=f"concurrency {limit.name} [{limit.key}]: "
+                                  f"{len(holders)} of {max_holders} places held, number {position} in the queue")
+        metrics.LIMIT_CALLS.labels("concurrency", "waiting").inc()
+        return Answer(Outcome.WAITING, parked, holders=len(holders), waiters=waiters_after, position=position)
 
     async def release(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str) -> Released:
+        """Leaves the section (or the queue) of the key, or of every key of the limit the instance is at when
+        limit_key is empty; the freed places go to the oldest waiters. The figures are the last key's."""
         check_ref(ref)
         validation.identifier("execution_id", execution_id, required=False)
         validation.identifier("limit_name", limit_name)
-        validation.identifier("limit_key", limit_key)
-        limit = LimitId(ref.namespace, "concurrency", limit_name, limit_key)
+        validation.identifier("limit_key", limit_key, required=False)
 
         async def txn(conn: Conn) -> Released:
             await locked_instance(self.instances, conn, ref)
             now = await self.store.now_txn(conn)
-            row = await self._lock(conn, limit, now)
-            entries = await self.store.entries_txn(conn, limit)
-            mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
-                                                                                     ref.instance_key)), None)
-            if mine is not None:
-                await self.store.delete_txn(conn, mine.id)
-                entries.remove(mine)
-                if mine.state == "waiting":
-                    await self.instances.add_event_txn(conn, ref, "limit_left", actor=execution_id,
-                                                       detail=f"concurrency {limit_name} [{limit_key}]: left the queue")
-            holders, waiters, granted = await self._settle(conn, limit, row.capacity or 1, now, entries)
-            return Released(mine is not None, granted, len(holders), len(waiters))
+            keys = [limit_key] if limit_key else await self.store.keys_of_txn(conn, ref, "concurrency", limit_name)
+            released, granted, holders, waiters = False, 0, 0, 0
+            for key in sorted(keys):
+                limit = LimitId(ref.namespace, "concurrency", limit_name, key)
+                row = await self._lock(conn, limit, now)
+                entries = await self.store.entries_txn(conn, limit)
+                mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
+                                                                                         ref.instance_key)), None)
+                if mine is not None:
+                    released = True
+                    await self.store.delete_txn(conn, mine.id)
+                    entries.remove(mine)
+                    if mine.state == "waiting":
+                        await self.instances.add_event_txn(conn, ref, "limit_left", actor=execution_id,
+                                                           detail=f"concurrency {limit_name} [{key}]: left the queue")
+                live, queued, n = await self._settle(conn, limit, row.capacity or 1, now, entries)
+                granted, holders, waiters = granted + n, len(live), len(queued)
+            return Released(released, granted, holders, waiters)
 
         return await self._run(txn)
 
@@ -463,9 +529,24 @@ class LimitService:
     # --- reading -------------------------------------------------------------------------------------------
 
     async def list_keys(self, namespace: str, *, kind: str, limit_name: str, page: Page) -> tuple[list[KeyState], str]:
+        """Keys with their entries; holders that no longer hold (their instance finished or its execution died,
+        not yet swept) are left out of the entries and the counts."""
         validation.identifier("limit_name", limit_name, required=False)
-        return await self.db.transaction(
-            lambda conn: self.store.list_txn(conn, namespace, kind=kind, name=limit_name, page=page))
+
+        async def txn(conn: Conn) -> tuple[list[KeyState], str]:
+            now = await self.store.now_txn(conn)
+            keys, token = await self.store.list_txn(conn, namespace, kind=kind, name=limit_name, page=page)
+            out = []
+            for k in keys:
+                live = [e for e in k.entries if not (e.state == "holding" and not holds(e, now))
+                        and not (e.state == "waiting" and not still_waits(e))]
+                counts = dict(k.counts)
+                if sum(k.counts.values()) == len(k.entries):  # every entry read: count the live ones
+                    counts = {state: sum(1 for e in live if e.state == state) for state in k.counts}
+                out.append(replace(k, entries=live, counts=counts))
+            return out, token
+
+        return await self.db.transaction(txn)
 
     async def gauges(self) -> list[tuple[str, str, str, int]]:
         return await self.db.transaction(self.store.gauges_txn)

@@ -112,6 +112,9 @@ class LimitStore:
         self._update = d.sql("""UPDATE durable_limit_entries SET state = %(state)s, owner = %(owner)s,
             sequence = %(seq)s, at = %(at)s WHERE id = %(id)s""")
         self._delete = d.sql("DELETE FROM durable_limit_entries WHERE id = %(id)s")
+        self._keys_of = d.sql("""SELECT DISTINCT limit_key FROM durable_limit_entries
+            WHERE namespace = %(ns)s AND kind = %(kind)s AND limit_name = %(name)s AND workflow_id = %(wf)s
+              AND instance_key = %(key)s""")
         self._waiting_keys = d.sql("""SELECT DISTINCT namespace, kind, limit_name, limit_key
             FROM durable_limit_entries WHERE state = 'waiting' LIMIT %(limit)s""")
         self._prune = d.sql("""DELETE FROM durable_limits WHERE updated_at < %(before)s
@@ -184,6 +187,12 @@ class LimitStore:
 
     async def delete_txn(self, conn: Conn, entry_id: int) -> None:
         await self.r.execute(conn, self._delete, {"id": entry_id})
+
+    async def keys_of_txn(self, conn: Conn, ref: InstanceRef, kind: str, name: str) -> list[str]:
+        """The keys of a limit the instance has entries at."""
+        rows = await self.r.all(conn, self._keys_of, {"ns": ref.namespace, "kind": kind, "name": name,
+                                                      "wf": ref.workflow_id, "key": ref.instance_key})
+        return [r["limit_key"] for r in rows]
 
     async def waiting_keys_txn(self, conn: Conn, *, limit: int) -> list[LimitId]:
         """Keys that have waiters (the sweep hands freed places to them)."""

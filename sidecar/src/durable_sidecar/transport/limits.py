@@ -48,7 +48,7 @@ class LimitServicer(limits_pb2_grpc.LimitServiceServicer):
         a = await self.service.acquire(
             InstanceRef(ns, request.workflow_id, request.instance_key), execution_id=request.execution_id,
             limit_name=request.limit_name, limit_key=request.limit_key, max_holders=request.max_holders,
-            over=_OVER[request.over_limit])
+            over=_OVER[request.over_limit], max_wait_ms=request.max_wait_ms)
         return limits_pb2.AcquireSlotResponse(outcome=_ACQUIRE[a.outcome], holders=a.holders, waiters=a.waiters,
                                           position=a.position, instance=convert.instance(a.instance))
 

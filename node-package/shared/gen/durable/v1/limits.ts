@@ -114,6 +114,14 @@ export interface AcquireSlotRequest {
   /** Required: holders at most, 1 to 10000. */
   maxHolders: number;
   overLimit: OverLimit;
+  /**
+   * With over_limit WAIT: how long the call may wait for a place, 0 to
+   * 60000 ms, before the instance is parked. Meanwhile the execution keeps
+   * the instance's lease and its turn in the queue; a place given on this
+   * sidecar answers at once, one given by another replica within a second.
+   * 0: parked at once. Keep it below the call's deadline.
+   */
+  maxWaitMs: number;
 }
 
 export interface AcquireSlotResponse {
@@ -133,7 +141,10 @@ export interface ReleaseSlotRequest {
   instanceKey: string;
   /** Optional: the releasing execution, for the audit trail. */
   executionId: string;
-  /** Required: the limit and key. */
+  /**
+   * Required: the limit. Optional: the key (empty: every key of the limit
+   * the instance is at).
+   */
   limitName: string;
   limitKey: string;
 }
@@ -143,6 +154,10 @@ export interface ReleaseSlotResponse {
   released: boolean;
   /** Waiters given a place by this release. */
   granted: number;
+  /**
+   * The key's holders and waiters after the call (the last key's, for
+   * several).
+   */
   holders: number;
   waiters: number;
 }
@@ -256,7 +271,16 @@ export interface ListLimitKeysResponse {
 }
 
 function createBaseAcquireSlotRequest(): AcquireSlotRequest {
-  return { workflowId: "", instanceKey: "", executionId: "", limitName: "", limitKey: "", maxHolders: 0, overLimit: 0 };
+  return {
+    workflowId: "",
+    instanceKey: "",
+    executionId: "",
+    limitName: "",
+    limitKey: "",
+    maxHolders: 0,
+    overLimit: 0,
+    maxWaitMs: 0,
+  };
 }
 
 export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
@@ -281,6 +305,9 @@ export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
     }
     if (message.overLimit !== 0) {
       writer.uint32(56).int32(message.overLimit);
+    }
+    if (message.maxWaitMs !== 0) {
+      writer.uint32(64).int64(message.maxWaitMs);
     }
     return writer;
   },
@@ -354,6 +381,14 @@ export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
             message.overLimit = reader.int32() as any;
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.maxWaitMs = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -378,6 +413,7 @@ export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
     message.limitKey = object.limitKey ?? "";
     message.maxHolders = object.maxHolders ?? 0;
     message.overLimit = object.overLimit ?? 0;
+    message.maxWaitMs = object.maxWaitMs ?? 0;
     return message;
   },
 };
@@ -1613,8 +1649,9 @@ export const LimitServiceService = {
    * - The instance holds a place already (a repeated call, or the resumed
    *   execution of a waiter that was given one): ACQUIRED.
    * - Full, or others wait: with over_limit WAIT (the default) the instance
-   *   is queued and parked (WAITING, with its position); with REFUSE nothing
-   *   is recorded (BUSY).
+   *   is queued (its turn kept) and, after up to max_wait_ms waiting in the
+   *   call for a place (ACQUIRED when one is given meanwhile), parked
+   *   (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
    *
    * NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
    * RUNNING or the execution does not hold its lease.
@@ -1629,10 +1666,11 @@ export const LimitServiceService = {
     responseDeserialize: (value: Buffer): AcquireSlotResponse => AcquireSlotResponse.decode(value),
   },
   /**
-   * Leaves the section (or the queue) of (limit_name, limit_key); the freed
-   * place goes to the oldest waiter at once. Releasing what the instance does
-   * not hold changes nothing (released false). NOT_FOUND for an unknown
-   * instance.
+   * Leaves the section (or the queue) of (limit_name, limit_key), or of every
+   * key of limit_name the instance holds or waits at when limit_key is
+   * empty; the freed places go to the oldest waiters at once. Releasing what
+   * the instance does not hold changes nothing (released false). NOT_FOUND
+   * for an unknown instance.
    */
   releaseSlot: {
     path: "/durable.v1.LimitService/ReleaseSlot" as const,
@@ -1722,18 +1760,20 @@ export interface LimitServiceServer extends UntypedServiceImplementation {
    * - The instance holds a place already (a repeated call, or the resumed
    *   execution of a waiter that was given one): ACQUIRED.
    * - Full, or others wait: with over_limit WAIT (the default) the instance
-   *   is queued and parked (WAITING, with its position); with REFUSE nothing
-   *   is recorded (BUSY).
+   *   is queued (its turn kept) and, after up to max_wait_ms waiting in the
+   *   call for a place (ACQUIRED when one is given meanwhile), parked
+   *   (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
    *
    * NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
    * RUNNING or the execution does not hold its lease.
    */
   acquireSlot: handleUnaryCall<AcquireSlotRequest, AcquireSlotResponse>;
   /**
-   * Leaves the section (or the queue) of (limit_name, limit_key); the freed
-   * place goes to the oldest waiter at once. Releasing what the instance does
-   * not hold changes nothing (released false). NOT_FOUND for an unknown
-   * instance.
+   * Leaves the section (or the queue) of (limit_name, limit_key), or of every
+   * key of limit_name the instance holds or waits at when limit_key is
+   * empty; the freed places go to the oldest waiters at once. Releasing what
+   * the instance does not hold changes nothing (released false). NOT_FOUND
+   * for an unknown instance.
    */
   releaseSlot: handleUnaryCall<ReleaseSlotRequest, ReleaseSlotResponse>;
   /**
@@ -1790,8 +1830,9 @@ export interface LimitServiceClient extends Client {
    * - The instance holds a place already (a repeated call, or the resumed
    *   execution of a waiter that was given one): ACQUIRED.
    * - Full, or others wait: with over_limit WAIT (the default) the instance
-   *   is queued and parked (WAITING, with its position); with REFUSE nothing
-   *   is recorded (BUSY).
+   *   is queued (its turn kept) and, after up to max_wait_ms waiting in the
+   *   call for a place (ACQUIRED when one is given meanwhile), parked
+   *   (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
    *
    * NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
    * RUNNING or the execution does not hold its lease.
@@ -1812,10 +1853,11 @@ export interface LimitServiceClient extends Client {
     callback: (error: ServiceError | null, response: AcquireSlotResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Leaves the section (or the queue) of (limit_name, limit_key); the freed
-   * place goes to the oldest waiter at once. Releasing what the instance does
-   * not hold changes nothing (released false). NOT_FOUND for an unknown
-   * instance.
+   * Leaves the section (or the queue) of (limit_name, limit_key), or of every
+   * key of limit_name the instance holds or waits at when limit_key is
+   * empty; the freed places go to the oldest waiters at once. Releasing what
+   * the instance does not hold changes nothing (released false). NOT_FOUND
+   * for an unknown instance.
    */
   releaseSlot(
     request: ReleaseSlotRequest,
