@@ -296,3 +296,45 @@ def test_console_retry_a_failed_instance_and_resume_a_parked_one(stack: Stack, p
     assert not resumed.HasField("wake_at") or resumed.wake_at.ToDatetime(tzinfo=dt.UTC) < soon, resumed
     REPORT.add("console: retry and resume (browser)", 2, 0, 0, time.monotonic() - t0,
                note="RecoveryService through the confirmation dialog")
+
+
+def test_console_limits_show_each_keys_holders_and_waiters_in_order(stack: Stack, page: Any) -> None:
+    """The Limits page (issue 43): a concurrency limit's key with its holder and its waiters, oldest first, each
+    linked to its instance; the kind filter narrows the list."""
+    from durable.v1 import limits_pb2, limits_pb2_grpc
+
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    run = uuid.uuid4().hex[:6]
+    name, wf = f"console-{run}-crm", "consoleLimits"
+    keys = [f"console-{run}-lim-{i}" for i in range(3)]
+    instances = instance_pb2_grpc.InstanceServiceStub(sidecar.channel)
+    limits = limits_pb2_grpc.LimitServiceStub(sidecar.channel)
+    outcomes = []
+    for i, key in enumerate(keys):
+        instances.StartOrResume(instance_pb2.StartOrResumeRequest(workflow_id=wf, instance_key=key,
+                                                                  execution_id=f"exec-{run}-{i}"),
+                                metadata=sidecar.md, timeout=5)
+        outcomes.append(limits.AcquireSlot(limits_pb2.AcquireSlotRequest(
+            workflow_id=wf, instance_key=key, execution_id=f"exec-{run}-{i}", limit_name=name,
+            limit_key="customer-7", max_holders=1), metadata=sidecar.md, timeout=5).outcome)
+    assert outcomes == [limits_pb2.ACQUIRE_OUTCOME_ACQUIRED] + [limits_pb2.ACQUIRE_OUTCOME_WAITING] * 2
+
+    _login(page, sidecar.http_url)
+    page.goto(f"{sidecar.http_url}/console/#/limits?name={name}")
+    page.wait_for_selector("[data-testid=limits-table]")
+    rows = page.locator("[data-testid=limits-table] tbody tr").all_inner_texts()
+    assert len(rows) == 1, rows
+    cells = rows[0].split("\t")
+    assert cells[:5] == ["concurrency", name, "customer-7", "1", "2"], cells
+    entries = page.locator("[data-testid=limits-table] ul.entries li").all_inner_texts()
+    assert [e.split()[0] for e in entries] == ["holding", "waiting", "waiting"], entries
+    assert [e.split()[1] for e in entries] == keys, entries
+    _shot(page, "console-limits.png")
+    page.click(f"[data-testid=limits-table] a:has-text('{keys[1]}')")
+    page.wait_for_selector("[data-testid=timeline]")
+    assert "limit_waiting" in _kinds(page)
+    page.goto(f"{sidecar.http_url}/console/#/limits?name={name}&kind=RATE")
+    page.wait_for_selector("text=No limit key matches.")
+    REPORT.add("console: limits page (browser)", 3, 0, 0, time.monotonic() - t0,
+               note="a key's holder and its two waiters in order, linked to their instances")

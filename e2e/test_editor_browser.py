@@ -5,14 +5,16 @@ user would try ("durable", "checkpoint", "idempotency", "resume") and expects al
 nodes each time, then opens the order example at fit-to-screen and checks that no output label
 on the canvas is cut: every label's text fits its box (n8n cuts a label wider than 96 CSS px
 with an ellipsis) and, where the node type declares fixed output names, the label is that name.
-A screenshot of the canvas goes to e2e/results/ (DURABLE_E2E_CANVAS_PNG chooses the file, e.g.
-docs/images/order-example-canvas.png to refresh the one in the docs).
+The same for the flow-control examples (crm-sync, chat-debounce). A screenshot of each canvas goes to
+e2e/results/ (DURABLE_E2E_CANVAS_PNG_DIR chooses the folder, e.g. docs/images to refresh the ones in the
+docs).
 
 Playwright never downloads a browser here: `make browser-setup` installs Debian's chromium.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -24,7 +26,8 @@ from conftest import ORDER_WF, REPORT, Stack
 from harness import OWNER_EMAIL, OWNER_PASSWORD, REPO
 
 CHROMIUM = "/usr/bin/chromium"
-OUR_NODES = {"Resume Point", "Durable Checkpoint", "Idempotency Guard", "Resume Trigger", "Durable Instance"}
+OUR_NODES = {"Resume Point", "Durable Checkpoint", "Idempotency Guard", "Resume Trigger", "Durable Instance",
+             "Durable Limit"}
 SEARCH_WORDS = ("durable", "checkpoint", "idempotency", "resume")
 VIEWPORT = {"width": 1600, "height": 1000}
 
@@ -57,7 +60,7 @@ def open_workflow(page: Any, stack: Stack, workflow_id: str) -> None:
     page.wait_for_load_state("networkidle")
 
 
-def test_editor_node_panel_finds_all_four_nodes_for_each_word(stack: Stack, editor: Any) -> None:
+def test_editor_node_panel_finds_all_six_nodes_for_each_word(stack: Stack, editor: Any) -> None:
     t0 = time.monotonic()
     open_workflow(editor, stack, ORDER_WF)
     editor.click("[data-test-id=node-creator-plus-button]")
@@ -65,7 +68,7 @@ def test_editor_node_panel_finds_all_four_nodes_for_each_word(stack: Stack, edit
     found: dict[str, list[str]] = {}
     for word in SEARCH_WORDS:
         search.fill(word)
-        # The list filters as one types: give it up to 10 s to show all five (a loaded machine is slow).
+        # The list filters as one types: give it up to 10 s to show all six (a loaded machine is slow).
         deadline = time.monotonic() + 10
         while True:
             editor.wait_for_timeout(300)
@@ -75,7 +78,7 @@ def test_editor_node_panel_finds_all_four_nodes_for_each_word(stack: Stack, edit
     editor.keyboard.press("Escape")
     missing = {word: sorted(OUR_NODES - set(names)) for word, names in found.items() if OUR_NODES - set(names)}
     assert not missing, f"the node panel search misses our nodes: {missing}; it showed {found}"
-    REPORT.add("browser: node panel finds all 5 nodes for 4 words", 0, 0, 0, time.monotonic() - t0,
+    REPORT.add("browser: node panel finds all 6 nodes for 4 words", 0, 0, 0, time.monotonic() - t0,
                note=", ".join(SEARCH_WORDS))
 
 
@@ -101,9 +104,24 @@ def declared_output_names(page: Any, stack: Stack, workflow: dict[str, Any]) -> 
     return out
 
 
-def test_editor_order_example_shows_every_output_label_whole(stack: Stack, editor: Any) -> None:
+# The examples whose canvas the docs show: (workflow id, file, its screenshot's name in e2e/results/).
+CANVASES = [(ORDER_WF, "order-tracking.json", "order-example-canvas.png"),
+            ("durableCrmSync", "crm-sync.json", "crm-sync-canvas.png"),
+            ("durableChatDebounce", "chat-debounce.json", "chat-debounce-canvas.png")]
+
+
+@pytest.mark.parametrize(("workflow_id", "file", "png"), CANVASES, ids=[c[0] for c in CANVASES])
+def test_editor_example_shows_every_output_label_whole(stack: Stack, editor: Any, workflow_id: str, file: str,
+                                                       png: str) -> None:
     t0 = time.monotonic()
-    open_workflow(editor, stack, ORDER_WF)
+    if workflow_id not in stack.workflows:  # imported unpublished: its webhooks stay off this n8n
+        from conftest import customise
+        from harness import publish_workflow
+
+        wf = customise(json.loads((REPO / "examples" / file).read_text()), stack.services.url)
+        publish_workflow(stack.n8n, wf, publish=False)
+        stack.workflows[workflow_id] = wf
+    open_workflow(editor, stack, workflow_id)
     # What a user sees first: no side panel, the whole workflow fitted to the screen.
     for close in editor.locator("[data-test-id=suggested-actions-close]").all():  # the Production Checklist
         if close.is_visible():
@@ -120,7 +138,7 @@ def test_editor_order_example_shows_every_output_label_whole(stack: Stack, edito
                      scrollWidth: label.scrollWidth, clientWidth: label.clientWidth, maxWidth: style.maxWidth}];
         })""")
     assert labels, "no output label found on the canvas (did n8n's canvas markup change?)"
-    workflow = stack.workflows[ORDER_WF]
+    workflow = stack.workflows[workflow_id]
     declared = declared_output_names(editor, stack, workflow)
     cut = [f"{lb['node']} output {lb['index']} \"{lb['text']}\": {lb['scrollWidth']} px in a box of "
            f"{lb['clientWidth']} px (max-width {lb['maxWidth']})"
@@ -130,7 +148,8 @@ def test_editor_order_example_shows_every_output_label_whole(stack: Stack, edito
                for lb in labels if lb["node"] in declared and lb["index"] < len(declared[lb["node"]])
                and lb["text"] != declared[lb["node"]][lb["index"]]]
 
-    shot = Path(os.environ.get("DURABLE_E2E_CANVAS_PNG", str(REPO / "e2e" / "results" / "order-example-canvas.png")))
+    folder = Path(os.environ.get("DURABLE_E2E_CANVAS_PNG_DIR", str(REPO / "e2e" / "results")))
+    shot = (folder if folder.is_absolute() else REPO / folder) / png
     shot.parent.mkdir(parents=True, exist_ok=True)
     editor.screenshot(path=str(shot))
     widest = max(labels, key=lambda lb: lb["scrollWidth"])
@@ -138,6 +157,6 @@ def test_editor_order_example_shows_every_output_label_whole(stack: Stack, edito
           f"(max-width {widest['maxWidth']}); screenshot {shot}")
     assert not cut, "output labels cut on the canvas:\n" + "\n".join(cut)
     assert not renamed, "\n".join(renamed)
-    REPORT.add("browser: order example, no output label cut", 0, 0, 0, time.monotonic() - t0,
+    REPORT.add(f"browser: {file}, no output label cut", 0, 0, 0, time.monotonic() - t0,
                note=f"{len(labels)} labels, widest {widest['scrollWidth']} px of {widest['maxWidth']}")
 

@@ -117,6 +117,15 @@ export class DurableLimit implements INodeType {
 				placeholder: 'e.g. {{ $json.body.customerId }}',
 				description:
 					'What the limit is counted per, such as a customer or chat ID. Empty: one count for all items.',
+				displayOptions: { show: { operation: ['enterSection', 'rateLimit', 'debounce'] } },
+			},
+			{
+				displayName:
+					"Leave Section gives back every place the item's instance holds (or waits for) under this Limit Name, whatever its key, so it needs no Key: the item here is often a call's answer, not the one the key was read from.",
+				name: 'leaveNotice',
+				type: 'notice',
+				default: '',
+				displayOptions: { show: { operation: ['leaveSection'] } },
 			},
 			{
 				displayName: 'Most at Once',
@@ -191,6 +200,7 @@ export class DurableLimit implements INodeType {
 						type: 'number',
 						default: 1,
 						typeOptions: { minValue: 1 },
+						displayOptions: { show: { '/operation': ['rateLimit'] } },
 						description:
 							'How many items may pass at once after a quiet spell (at most Most Items). 1: evenly spaced. Over any period at most Most Items + Burst - 1 pass.',
 					},
@@ -199,12 +209,12 @@ export class DurableLimit implements INodeType {
 						name: 'maxWaitSeconds',
 						type: 'number',
 						default: 10,
-						typeOptions: { minValue: 0, maxValue: 300 },
+						typeOptions: { minValue: 0, maxValue: 60 },
 						description:
-							'An item whose turn comes within this long waits in the running execution; a later turn parks it in the sidecar. Only a run with one item waits in n8n: with several, items not allowed now are parked.',
+							'An item whose place or slot comes within this long waits for it in the running execution; a later one is parked in the sidecar and comes back through the Resume Point. Only a run with one item waits in the execution: with several, items not let through now are parked.',
 					},
 				],
-				rate,
+				{ show: { operation: ['enterSection', 'rateLimit'] } },
 			),
 			optionsCollection(
 				[

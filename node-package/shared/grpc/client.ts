@@ -247,8 +247,15 @@ export class SidecarClient {
 		return this.unary(EventServiceService.signalInstance, SignalInstanceRequest, request);
 	}
 
+	/** The credential's deadline plus the time the call may wait for a place in the sidecar. */
 	acquireSlot(request: DeepPartial<AcquireSlotRequest>): Promise<AcquireSlotResponse> {
-		return this.unary(LimitServiceService.acquireSlot, AcquireSlotRequest, request);
+		const waits = Math.max(0, Number(request.maxWaitMs ?? 0)) / 1000;
+		return this.unary(
+			LimitServiceService.acquireSlot,
+			AcquireSlotRequest,
+			request,
+			this.connection.deadlineSeconds + waits,
+		);
 	}
 
 	releaseSlot(request: DeepPartial<ReleaseSlotRequest>): Promise<ReleaseSlotResponse> {

@@ -1,13 +1,19 @@
-/** Enter Section: at most N items per key between here and Leave Section; an item over the limit waits parked, or leaves by Busy. */
+/**
+ * Enter Section: at most N items per key between here and Leave Section. An item over the limit waits for
+ * its place in the execution for a while (a lone item), then parked in the sidecar; or it leaves by Busy.
+ */
 import { AcquireOutcome, OverLimit } from '../../../shared/transport';
 import { nodeParameter } from '../../../shared/upstream';
-import { routeItems, type LimitOperation } from './run';
+import { routeItems, waitMs, type LimitOperation } from './run';
 
 const ENTERED = 0;
 const BUSY = 1;
 
 export const execute: LimitOperation = async (ctx, run) => {
 	const busy = nodeParameter(ctx, 'overLimit', 0, 'wait') === 'busy';
+	// Only a lone item waits for its place inside the execution: the items of one run leave together, so one
+	// that got a place would sit on it while another of the run waits.
+	const alone = run.items.length === 1;
 	return await routeItems(
 		ctx,
 		run,
@@ -22,6 +28,7 @@ export const execute: LimitOperation = async (ctx, run) => {
 				limitKey,
 				maxHolders: Number(nodeParameter(ctx, 'maxHolders', i, 1)),
 				overLimit: busy ? OverLimit.OVER_LIMIT_REFUSE : OverLimit.OVER_LIMIT_WAIT,
+				maxWaitMs: alone && !busy ? waitMs(ctx, i) : 0,
 			});
 			const limit = {
 				name: limitName,

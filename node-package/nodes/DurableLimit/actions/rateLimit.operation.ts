@@ -7,7 +7,7 @@ import { sleep } from 'n8n-workflow';
 
 import { OverLimit, ThrottleOutcome } from '../../../shared/transport';
 import { nodeParameter } from '../../../shared/upstream';
-import { millisecondsOf, routeItems, type LimitOperation } from './run';
+import { millisecondsOf, routeItems, waitMs, type LimitOperation } from './run';
 
 const ALLOWED = 0;
 const BUSY = 1;
@@ -23,7 +23,6 @@ export const execute: LimitOperation = async (ctx, run) => {
 		busy ? BUSY : ALLOWED,
 		async (i, target) => {
 			const { limitName, limitKey } = run.limitOf(i);
-			const waitSeconds = Number(nodeParameter(ctx, 'options.maxWaitSeconds', i, 10));
 			const answer = await run.client.throttle({
 				...target,
 				limitName,
@@ -31,7 +30,7 @@ export const execute: LimitOperation = async (ctx, run) => {
 				limit: Number(nodeParameter(ctx, 'maxItems', i, 10)),
 				periodMs: millisecondsOf(ctx, run.node, i, 'periodAmount', 'periodUnit', 'Per'),
 				burst: Number(nodeParameter(ctx, 'options.burst', i, 1)),
-				maxWaitMs: alone ? Math.max(0, Math.round(waitSeconds * 1000)) : 0,
+				maxWaitMs: alone ? waitMs(ctx, i) : 0,
 				overLimit: busy ? OverLimit.OVER_LIMIT_REFUSE : OverLimit.OVER_LIMIT_WAIT,
 			});
 			const limit = {

@@ -128,6 +128,12 @@ export async function routeItems(
 	return out;
 }
 
+/** The option Max Wait Inside the Execution, in milliseconds (0 to 60 s). */
+export function waitMs(ctx: IExecuteFunctions, i: number): number {
+	const seconds = Number(nodeParameter(ctx, 'options.maxWaitSeconds', i, 10));
+	return Number.isFinite(seconds) ? Math.min(60_000, Math.max(0, Math.round(seconds * 1000))) : 0;
+}
+
 /** An amount parameter in the unit parameter beside it, in milliseconds; `what` names it in an error. */
 export function millisecondsOf(
 	ctx: IExecuteFunctions,
