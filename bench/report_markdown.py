@@ -17,6 +17,8 @@ OP_TITLES = {
     "n8n_mix": "an n8n order's RPCs (per RPC), unary",
     "n8n_mix_stream": "an n8n order's RPCs (per call), on one open call stream as the nodes send them",
     "claim_new": "idempotency claim, new key",
+    "limit_pair": "Enter + Leave Section (AcquireSlot + ReleaseSlot, two calls), a shared key",
+    "limit_rate": "Rate Limit acquire (Throttle), a shared key, under its rate",
     "claim_done": "idempotency claim, completed key (Redis hit)",
     "claim_done_redis_down": "idempotency claim, completed key, Redis down",
     "claim_new_redis_down": "idempotency claim, new key, Redis down",
@@ -110,7 +112,8 @@ def markdown(data: dict[str, Any]) -> str:
                   "docs/bench/findings.md).", ""]
     lines += ["## How it was measured", "", *_method(meta), ""]
     lines += ["## Sidecar", "", *_rows_table(ix, "sidecar", ["save", "load", "batch", "start", "n8n_mix",
-                                                                "n8n_mix_stream", "claim_new", "claim_done",
+                                                                "n8n_mix_stream", "limit_pair", "limit_rate",
+                                                                "claim_new", "claim_done",
                                                                 "claim_done_redis_down", "claim_new_redis_down"]), ""]
     lines += ["## Floors", "", *_rows_table(ix, "floor", ["insert", "grpc_save", "grpc_stream_save", "select",
                                                               "grpc_load"]), ""]

@@ -145,7 +145,7 @@ def floor_for(ix: Index, row: Row) -> tuple[float, float, str] | None:
     if op == "n8n_mix_stream":
         f = stream_floor(ix, c)
         return (*f, "INSERT + no-op call on a stream (1 KB)") if f else None
-    if op in ("claim_new", "claim_new_redis_down", "start", "n8n_mix"):
+    if op in ("claim_new", "claim_new_redis_down", "start", "n8n_mix", "limit_pair", "limit_rate"):
         f = save_floor(ix, KB, c)
         return (*f, "INSERT + no-op gRPC (1 KB)") if f else None
     return None

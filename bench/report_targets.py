@@ -100,6 +100,45 @@ def targets(ix: Index) -> list[Target]:
     over_floors("the same mix as the nodes send it, on one open call stream, c1: p50 per call over floors (INSERT + "
                 "a no-op call on a stream)", "n8n_mix_stream", 1.0, on_stream=True)
 
+    # 3d. Issue 43: an Enter and a Leave Section (two calls) at c1, over the floors, and as their ratio.
+    name = "acquire and release (Enter + Leave Section: two calls), c1: p50 over floors (INSERT + no-op gRPC)"
+    goal = "p50 ≤ 2 × floors + 2.0 ms (two calls, each within its floors + 1.0 ms as the n8n mix)"
+
+    def pair_over(rd: Round) -> float | None:
+        row, ins, grpc = rd.get("sidecar", "limit_pair", 0, 1), rd.get("floor", "insert", KB, 1), \
+            rd.get("floor", "grpc_save", KB, 1)
+        return row["p50_ms"] - 2 * (ins["p50_ms"] + grpc["p50_ms"]) if row and ins and grpc else None
+
+    pair, floor = ix.get("sidecar", "limit_pair", 0, 1), save_floor(ix, KB, 1)
+    judged = over_rounds(ix, pair_over)
+    if pair and floor and judged:
+        over, each = judged
+        out.append(Target(name, goal, f"{_ms(pair['p50_ms'])} ms vs floors {_ms(floor[0])} ms: "
+                          f"{pair['p50_ms'] / floor[0]:.2f}× the floors, {each[0]:+.3f} ms over twice them"
+                          f"{_each(each, '+.3f')}", over <= 2.0,
+                          _margin(over - 2.0, "ms", lower_is_better=True), profile="limit_pair-0KB-c1"))
+    else:
+        missing(name, goal)
+
+    # 3e. Issue 43: the rate limiter's acquires per second at 16 callers on one key, against the no-op floor.
+    name, goal = "rate limit acquires (Throttle, one shared key), c16: throughput vs no-op gRPC", \
+        "≥ 35 % of the no-op gRPC floor's calls/s"
+
+    def rate_share(rd: Round) -> float | None:
+        row, grpc = rd.get("sidecar", "limit_rate", 0, 16), rd.get("floor", "grpc_save", KB, 16)
+        return row["calls_per_s"] / grpc["calls_per_s"] if row and grpc else None
+
+    rate, grpc = ix.get("sidecar", "limit_rate", 0, 16), ix.get("floor", "grpc_save", KB, 16)
+    judged = over_rounds(ix, rate_share)
+    if rate and grpc and judged:
+        share, each = judged
+        out.append(Target(name, goal, f"{_rate(rate['calls_per_s'])}/s vs {_rate(grpc['calls_per_s'])}/s = "
+                          f"{each[0]:.0%}{_each(each, '.0%')}", share >= 0.35,
+                          _margin((share - 0.35) * 100, "points", lower_is_better=False),
+                          profile="limit_rate-0KB-c16"))
+    else:
+        missing(name, goal)
+
     # 4. Claim of a completed key at c1 against the no-op gRPC call.
     name, goal = "claim completed key, c1: p50 vs no-op gRPC", "p50 ≤ no-op gRPC p50 + 0.3 ms"
 

@@ -60,7 +60,7 @@ MEMORY_RUN_BYTES = 10 * payloads.MB
 PROFILED = [("sidecar", "save", KB, 1), ("sidecar", "save", KB, 16), ("sidecar", "claim_done", KB, 1),
             ("sidecar", "claim_new", KB, 1), ("sidecar", "start", 0, 1), ("sidecar", "batch", KB, 1),
             ("sidecar", "batch", KB, 64), ("sidecar", "save", 10 * payloads.MB, 1), ("sidecar", "n8n_mix", 0, 1),
-            ("sidecar", "n8n_mix_stream", 0, 1)]
+            ("sidecar", "n8n_mix_stream", 0, 1), ("sidecar", "limit_pair", 0, 1), ("sidecar", "limit_rate", 0, 16)]
 
 
 _T0 = time.monotonic()
@@ -247,6 +247,14 @@ class Bench:
                                    server=self.noop)
                 await self.measure("sidecar", "n8n_mix_stream", 0, c, client.n8n_mix_stream_bodies(c),
                                    server=self.sidecar)
+            if plan.wants("limits"):
+                await self.settle("the main round's limits")
+            for c in plan.concurrency if plan.wants("limits") else []:
+                # Issue 43: an Enter and a Leave Section per call, and a Rate Limit acquire per call.
+                await self.measure("sidecar", "limit_pair", 0, c, client.limit_pair_bodies(await client.limit_setup(c)),
+                                   server=self.sidecar)
+                await self.measure("sidecar", "limit_rate", 0, c, client.limit_rate_bodies(await client.limit_setup(c)),
+                                   server=self.sidecar)
             if plan.wants("claims"):
                 await self.settle("the main round's claims")
             for c in plan.concurrency if plan.wants("claims") else []:
@@ -264,7 +272,8 @@ class Bench:
                 section("profiling the sidecar with py-spy (separate runs)")
                 for key in PROFILED:
                     _, op, size, c = key
-                    group = {"claim_new": "claims", "claim_done": "claims", "n8n_mix_stream": "n8n_mix"}.get(op, op)
+                    group = {"claim_new": "claims", "claim_done": "claims", "n8n_mix_stream": "n8n_mix",
+                             "limit_pair": "limits", "limit_rate": "limits"}.get(op, op)
                     if (size and size not in plan.sizes) or c not in plan.concurrency or not plan.wants(group):
                         continue
                     payload = payloads.state_json(size) if size else one_kb  # start-or-resume sends no state
@@ -290,6 +299,12 @@ class Bench:
                             return client.n8n_mix_stream_bodies(c)
 
                         await self.profiled(key, mix_stream_bodies)
+                    elif op in ("limit_pair", "limit_rate"):
+                        async def limit_bodies(c: int = c, op: str = op) -> list[WorkerBody]:
+                            keys = await client.limit_setup(c)
+                            return client.limit_pair_bodies(keys) if op == "limit_pair" else client.limit_rate_bodies(keys)
+
+                        await self.profiled(key, limit_bodies)
                     elif op == "claim_new":
                         async def new_bodies(c: int = c) -> list[WorkerBody]:
                             return client.claim_new_bodies(one_kb, c)
@@ -360,6 +375,14 @@ class Bench:
                     keys = await client.completed_keys(one_kb, one_kb, c)
                     await self.measure("sidecar", "claim_done", KB, c,
                                        client.claim_done_bodies(keys, one_kb, one_kb), server=self.sidecar, note=note)
+                    if plan.wants("limits"):
+                        await self.measure("sidecar", "limit_pair", 0, c,
+                                           client.limit_pair_bodies(await client.limit_setup(c)),
+                                           server=self.sidecar, note=note)
+                elif plan.wants("limits"):
+                    await self.measure("sidecar", "limit_rate", 0, c,
+                                       client.limit_rate_bodies(await client.limit_setup(c)), server=self.sidecar,
+                                       note=note)
 
     def run_dbos(self, dbos_url: str, sizes: list[int], variants: list[str]) -> None:
         """DBOS in its own child process (a library: it runs inside its caller), one child per variant."""
@@ -397,7 +420,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dbos-variants", default="async,sync", help="DBOS APIs to run: async, sync or both")
     p.add_argument("--only", default="",
                    help="comma-separated scenario groups to run (default all): save, load, batch, start, n8n_mix, "
-                        "claims, redis_down, dbos (save and load include their floors)")
+                        "limits, claims, redis_down, dbos (save and load include their floors)")
     p.add_argument("--repeats", type=int,
                    help="extra rounds of the small targets' cells next to their floors (default 2, quick 0)")
     p.add_argument("--out", type=Path, help="results directory (default bench/results/<time>)")

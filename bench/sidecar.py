@@ -19,6 +19,8 @@ from durable.v1 import (
     idempotency_pb2_grpc,
     instance_pb2,
     instance_pb2_grpc,
+    limits_pb2,
+    limits_pb2_grpc,
 )
 
 from bench import n8n_mix
@@ -162,6 +164,57 @@ class SidecarClient:
                     raise WrongOutcome("a batch answered the wrong number of results")
 
             bodies.append(timed(save_batch))
+        return bodies
+
+    # -- limits (issue 43) ----------------------------------------------------------------------------
+
+    def limits(self, worker: int) -> limits_pb2_grpc.LimitServiceStub:
+        return limits_pb2_grpc.LimitServiceStub(self.channels[worker % len(self.channels)])
+
+    async def limit_setup(self, concurrency: int) -> list[str]:
+        """One new instance per worker, held by its execution (what a Resume Point leaves before the limit)."""
+        keys = [self.unique("limit") for _ in range(concurrency)]
+        await _bounded([lambda w=w: self.start_instance(w, keys[w], f"exec-{keys[w]}") for w in range(concurrency)])
+        return keys
+
+    def limit_pair_bodies(self, keys: list[str]) -> list[WorkerBody]:
+        """An Enter Section and a Leave Section per call (AcquireSlot, ReleaseSlot), on one key shared by every
+        worker with a place for each (a section of an order's side effect)."""
+        name, shared = self.unique("section"), "customer-1"
+        bodies = []
+        for worker, key in enumerate(keys):
+            stub = self.limits(worker)
+
+            async def pair(stub: limits_pb2_grpc.LimitServiceStub = stub, key: str = key) -> None:
+                got = await stub.AcquireSlot(limits_pb2.AcquireSlotRequest(
+                    workflow_id=WORKFLOW, instance_key=key, execution_id=f"exec-{key}", limit_name=name,
+                    limit_key=shared, max_holders=len(keys)), metadata=METADATA)
+                if got.outcome != limits_pb2.ACQUIRE_OUTCOME_ACQUIRED:
+                    raise WrongOutcome(f"AcquireSlot with a place for every worker answered {got.outcome}")
+                await stub.ReleaseSlot(limits_pb2.ReleaseSlotRequest(
+                    workflow_id=WORKFLOW, instance_key=key, execution_id=f"exec-{key}", limit_name=name),
+                    metadata=METADATA)
+
+            bodies.append(timed(pair))
+        return bodies
+
+    def limit_rate_bodies(self, keys: list[str]) -> list[WorkerBody]:
+        """A Rate Limit acquire per call (Throttle) on one key every worker shares, with a rate above what the
+        sidecar serves (every call ALLOWED at once): what the limiter costs per acquire."""
+        name = self.unique("rate")
+        bodies = []
+        for worker, key in enumerate(keys):
+            stub = self.limits(worker)
+
+            async def take(stub: limits_pb2_grpc.LimitServiceStub = stub, key: str = key) -> None:
+                got = await stub.Throttle(limits_pb2.ThrottleRequest(
+                    workflow_id=WORKFLOW, instance_key=key, execution_id=f"exec-{key}", limit_name=name,
+                    limit_key="api", limit=1_000_000, period_ms=1000, burst=1_000_000, max_wait_ms=0),
+                    metadata=METADATA)
+                if got.outcome != limits_pb2.THROTTLE_OUTCOME_ALLOWED:
+                    raise WrongOutcome(f"Throttle under its rate answered {got.outcome}")
+
+            bodies.append(timed(take))
         return bodies
 
     # -- instances -----------------------------------------------------------------------------------

@@ -148,8 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(404, {"error": "not found"})
 
-    def _crm(self, body: dict[str, Any]) -> None:
-        """The rate-limited CRM: 429 over CRM_RATE per CRM_WINDOW_S or CRM_CONCURRENT in flight per customer."""
+    def _crm(self, body: dict[str, Any], free: bool = False) -> None:
+        """The rate-limited CRM: 429 over CRM_RATE per CRM_WINDOW_S or CRM_CONCURRENT in flight per customer
+        (`free`: /crm?free=1 enforces neither, for measuring a workflow without limits)."""
         customer, order = str(body.get("customerId", "")), str(body.get("orderId", ""))
         key = self.headers.get("Idempotency-Key", "")
         now = time.time()
@@ -159,7 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
             record: dict[str, Any] = {"customer": customer, "order": order, "at": now, "end": now, "status": 0,
                                       "recent": recent, "in_flight": busy}
             self.ledger.crm.append(record)
-            if recent >= CRM_RATE or busy >= CRM_CONCURRENT:
+            if not free and (recent >= CRM_RATE or busy >= CRM_CONCURRENT):
                 record["status"] = 429
             else:
                 self.ledger.crm_in_flight[customer] += 1
@@ -217,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._slow()
             return
         if path == "crm":
-            self._crm(body)
+            self._crm(body, free="free=1" in urlsplit(self.path).query)
             return
         if path.startswith("route/"):
             # Records which route of a workflow an order took (e.g. "completed").

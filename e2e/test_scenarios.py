@@ -23,7 +23,8 @@ def test_0_package_loads_in_n8n_with_every_node_icon_and_parameters(stack: Stack
     # usableAsTool nodes also appear as "<name>Tool" variants for AI agents.
     ours = {t["name"]: t for t in types
             if t["name"].startswith("n8n-nodes-durable.") and not t["name"].endswith("Tool")}
-    expected = {"resumePoint", "durableCheckpoint", "idempotencyGuard", "resumeTrigger", "durableInstance"}
+    expected = {"resumePoint", "durableCheckpoint", "idempotencyGuard", "resumeTrigger", "durableInstance",
+                "durableLimit"}
     assert {n.split(".", 1)[1] for n in ours} == expected, sorted(ours)
     for name, t in ours.items():
         assert t.get("icon") or t.get("iconUrl"), f"{name} has no icon"
@@ -34,7 +35,7 @@ def test_0_package_loads_in_n8n_with_every_node_icon_and_parameters(stack: Stack
     assert "durableSidecarApi" in creds
     props = {p["name"] for p in creds["durableSidecarApi"]["properties"]}
     assert {"host", "port", "tls", "token", "deadlineSeconds"} <= props
-    REPORT.add("0. package loads: 5 nodes + credential", 0, 0, 0, 0,
+    REPORT.add("0. package loads: 6 nodes + credential", 0, 0, 0, 0,
                note=", ".join(sorted(n.split(".", 1)[1] for n in ours)))
 
 

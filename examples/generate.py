@@ -385,8 +385,10 @@ def crm_sync() -> None:
     push = http(f, "Push to CRM", "crm", (7 * COL, ROW),
                 "={{ JSON.stringify({ orderId: $json.body.orderId, customerId: $json.body.customerId }) }}",
                 "={{ $json.idempotency.derivedKey }}")
+    # No Key: Leave Section gives back every place of "crm-api" the order holds (the item here is the CRM's
+    # answer, which has no customerId).
     leave = f.node("Leave Section", LIMIT, 1, {
-        "operation": "leaveSection", "limitName": "crm-api", "limitKey": customer,
+        "operation": "leaveSection", "limitName": "crm-api",
     }, (8 * COL, 2 * ROW), creds=True)
     save = f.node("Save Synced", f"{PKG}.durableCheckpoint", 2, {
         "operation": "save", "stepName": "synced", "options": {"completeInstance": True},

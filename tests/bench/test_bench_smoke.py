@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {
     ("floor", "insert"), ("floor", "grpc_save"), ("floor", "grpc_stream_save"), ("floor", "select"),
     ("floor", "grpc_load"), ("sidecar", "save"), ("sidecar", "load"), ("sidecar", "batch"), ("sidecar", "start"),
-    ("sidecar", "n8n_mix"), ("sidecar", "n8n_mix_stream"),
+    ("sidecar", "n8n_mix"), ("sidecar", "n8n_mix_stream"), ("sidecar", "limit_pair"), ("sidecar", "limit_rate"),
     ("sidecar", "claim_new"), ("sidecar", "claim_done"), ("sidecar", "claim_done_redis_down"),
     ("sidecar", "claim_new_redis_down"), ("dbos", "step_async"), ("dbos", "step_sync"),
 }
@@ -40,12 +40,13 @@ def test_quick_bench_runs_every_scenario_and_writes_the_report(tmp_path: Path) -
     repeated = {(r["system"], r["op"], r["concurrency"]) for r in rows if r.get("note") == "repeat 1"}
     assert repeated == {("floor", "insert", 1), ("floor", "grpc_save", 1), ("sidecar", "save", 1),
                         ("sidecar", "start", 1), ("sidecar", "claim_done", 1), ("sidecar", "n8n_mix", 1),
-                        ("floor", "grpc_stream_save", 1), ("sidecar", "n8n_mix_stream", 1)}, repeated
+                        ("floor", "grpc_stream_save", 1), ("sidecar", "n8n_mix_stream", 1),
+                        ("sidecar", "limit_pair", 1)}, repeated
 
     summary = (tmp_path / "summary.md").read_text()
     assert "## Targets" in summary and "save 1 KB, c1" in summary
-    # save c1, start c1, the n8n mix c1 unary and on a stream, claim c1 (no c16)
-    assert summary.count("median of 2 rounds") == 5, summary
+    # save c1, start c1, the n8n mix c1 unary and on a stream, the acquire-and-release c1, claim c1 (no c16)
+    assert summary.count("median of 2 rounds") == 6, summary
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

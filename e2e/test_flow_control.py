@@ -1,0 +1,219 @@
+"""End-to-end, issue 43: flow control in real n8n in queue mode (a main and two workers on Redis), every option
+of the examples as they are shipped.
+
+- 300 orders across 10 customers through examples/crm-sync.json to a CRM that answers 429 when a customer has
+  more than 5 requests in a second or 2 in flight: no 429, and the time against the ideal schedule, printed.
+- kill -9 of a worker while its orders hold places inside the CRM call: the places are freed, every order
+  completes, and the CRM performs each once.
+- 50 chat messages in 5 bursts for each of 2 chats through examples/chat-debounce.json: one answer per burst
+  per chat, to the burst's last message.
+
+It stops the regular n8n of the shared stack while it runs (two cores: one n8n at a time) and starts it again
+afterwards, so scenarios in later files find the stack as they expect.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from conftest import REPORT, Stack, customise
+from durable.v1 import limits_pb2, limits_pb2_grpc
+from fake_services import CRM_RATE, CRM_SERVICE_S, CRM_WINDOW_S
+from harness import REPO, http, wait_until
+from scenarios import all_completed, wait_for
+
+CRM_WF, CHAT_WF = "durableCrmSync", "durableChatDebounce"
+CUSTOMERS, PER_CUSTOMER = 10, 30
+
+
+def _deliver(url: str, bodies: list[dict[str, Any]], threads: int = 16) -> list[int]:
+    with ThreadPoolExecutor(threads) as pool:
+        return [status for status, _ in pool.map(lambda b: http("POST", url, b, timeout=120), bodies)]
+
+
+def _without_limits(wf: dict[str, Any]) -> dict[str, Any]:
+    """The CRM example without its Durable Limit nodes, calling the CRM without its limits: n8n's own pace."""
+    gone = {"Two at Once per Customer", "Five a Second per Customer", "Leave Section"}
+    wf = json.loads(json.dumps(wf))
+    wf["id"], wf["name"] = "durableCrmSyncPlain", wf["name"] + " (no limits)"
+    wf["nodes"] = [n for n in wf["nodes"] if n["name"] not in gone]
+    for node in wf["nodes"]:
+        if node["type"] == "n8n-nodes-base.webhook":
+            node["parameters"]["path"], node["webhookId"] = "crm-plain", str(uuid.uuid4())
+        if node["name"] == "Push to CRM":
+            node["parameters"]["url"] += "?free=1"
+    skip = {"Two at Once per Customer": "Claim Sync", "Leave Section": "Save Synced"}
+    links = {src: out for src, out in wf["connections"].items() if src not in gone}
+    for outs in links.values():
+        for targets in outs["main"]:
+            for t in targets:
+                t["node"] = skip.get(t["node"], t["node"])
+    wf["connections"] = links
+    return wf
+
+
+def _places(stack: Stack) -> list[limits_pb2.LimitKeyState]:
+    stub = limits_pb2_grpc.LimitServiceStub(stack.sidecar.channel)
+    reply = stub.ListLimitKeys(limits_pb2.ListLimitKeysRequest(kind=limits_pb2.LIMIT_KIND_CONCURRENCY,
+                                                               limit_name="crm-api", page_size=1000),
+                               metadata=stack.sidecar.md, timeout=10)
+    return list(reply.keys)
+
+
+@pytest.mark.timeout(1500)
+def test_28_flow_control_in_queue_mode_limits_per_customer_survives_a_worker_kill_and_debounces_chats(
+        stack: Stack) -> None:
+    from harness import N8n, create_db, drop_db, import_credential, publish_workflow
+
+    t0 = time.monotonic()
+    stack.n8n.stop_all()  # two cores: one n8n at a time
+    database = create_db("n8n_e2e_limits")
+    queue_env = {"EXECUTIONS_MODE": "queue", "QUEUE_BULL_REDIS_HOST": "127.0.0.1", "QUEUE_BULL_REDIS_PORT": "6379",
+                 "QUEUE_BULL_PREFIX": f"durable-e2e-{uuid.uuid4().hex[:8]}", "QUEUE_HEALTH_CHECK_ACTIVE": "false"}
+    work = stack.work / "limits"
+    work.mkdir()
+    n8n = N8n(work, database, REPO / "node-package", extra_env=queue_env)
+    services = stack.services
+
+    def worker() -> Any:
+        w = n8n.process("worker", env={"N8N_LOG_LEVEL": "info"})  # default concurrency; it says when it is ready
+        w.start()
+        wait_until(f"{w.name} to be ready", lambda: "worker is now ready" in w.log.read_text(errors="replace"),
+                   timeout=180)
+        return w
+
+    try:
+        import_credential(n8n, stack.sidecar)
+        crm = customise(json.loads((REPO / "examples" / "crm-sync.json").read_text()), services.url)
+        for wf in (crm, _without_limits(crm),
+                   customise(json.loads((REPO / "examples" / "chat-debounce.json").read_text()), services.url)):
+            publish_workflow(n8n, wf)
+        n8n.start_main()
+        workers = [worker(), worker()]
+        n8n.wait_webhook("crm-sync", timeout=120)
+        n8n.wait_webhook("chat", timeout=120)
+        n8n.wait_webhook("crm-plain", timeout=120)
+        crm_url, chat_url = f"{n8n.url}/webhook/crm-sync", f"{n8n.url}/webhook/chat"
+
+        # n8n's own pace on this machine: the same 300 orders through the example without its limits.
+        run = uuid.uuid4().hex[:6]
+        plain = [{"orderId": f"plain-{run}-{c}-{i:02d}", "customerId": f"plain-{run}-{c}"}
+                 for i in range(PER_CUSTOMER) for c in range(CUSTOMERS)]
+        assert _deliver(f"{n8n.url}/webhook/crm-plain", plain).count(200) == len(plain)
+        wait_for("every order without limits to complete",
+                 lambda: all_completed(stack, [b["orderId"] for b in plain], "durableCrmSyncPlain"), time.monotonic(),
+                 600)
+        calls = [r for r in services.crm_requests() if r["customer"].startswith(f"plain-{run}-")]
+        unlimited = max(r["end"] for r in calls) - min(r["at"] for r in calls)
+
+        # a) 300 orders, 10 customers, delivered at once.
+        run = uuid.uuid4().hex[:6]
+        bodies = [{"orderId": f"crm-{run}-{c}-{i:02d}", "customerId": f"cust-{run}-{c}"}
+                  for i in range(PER_CUSTOMER) for c in range(CUSTOMERS)]
+        keys = [b["orderId"] for b in bodies]
+        started = time.monotonic()
+        statuses = _deliver(crm_url, bodies)
+        assert statuses.count(200) == len(bodies), sorted(set(statuses))
+        wait_for("every CRM order to complete", lambda: all_completed(stack, keys, CRM_WF), started, 600,
+                 lambda: stack.diagnose(keys[:5], CRM_WF))
+        mine = [r for r in services.crm_requests() if r["customer"].startswith(f"cust-{run}-")]
+        refused = [r for r in mine if r["status"] == 429]
+        assert refused == [], f"{len(refused)} answers 429, e.g. {refused[:3]}"
+        assert all(services.effects("crm", k) == 1 for k in keys), "a CRM effect missing or repeated"
+        # The ideal schedule: each customer's 30 calls at the CRM's own rate, back to back.
+        ideal = (PER_CUSTOMER - 1) * CRM_WINDOW_S / CRM_RATE + CRM_SERVICE_S
+        took = max(r["end"] for r in mine) - min(r["at"] for r in mine)
+        intake_s = time.monotonic() - started
+        print(f"\n28a: {len(keys)} orders, {CUSTOMERS} customers: 429 answers {len(refused)}; CRM calls from first "
+              f"to last {took:.2f} s against the ideal {ideal:.2f} s ({took / ideal:.2f}x; goal within 1.15x); "
+              f"{len(mine)} requests; all completed {intake_s:.1f} s after the first delivery; the same orders "
+              f"without the limits (n8n's own pace here) {unlimited:.2f} s")
+        assert all(k.holders == 0 and k.waiters == 0 for k in _places(stack) if k.limit_key.startswith(f"cust-{run}"))
+        REPORT.add("28a. 300 orders, 10 customers, a CRM limiting 5/s and 2 in flight per customer, queue mode",
+                   len(keys), len(keys), 0, intake_s,
+                   note=f"0 answers 429; first to last CRM call {took:.2f} s, ideal {ideal:.2f} s "
+                        f"({took / ideal:.2f}x, goal 1.15x); without the limits {unlimited:.2f} s",
+                   crm_429=len(refused), schedule_s=round(took, 2), ideal_s=round(ideal, 2),
+                   schedule_ratio=round(took / ideal, 3), unlimited_s=round(unlimited, 2))
+
+        # b) kill -9 of a worker while orders hold places inside the CRM call.
+        t1 = time.monotonic()
+        run = uuid.uuid4().hex[:6]
+        held = [{"orderId": f"kill-{run}-{c}-{i}", "customerId": f"kc-{run}-{c}"} for i in range(4) for c in range(3)]
+        held_keys = [b["orderId"] for b in held]
+        services.stall("crm")
+        try:
+            statuses = _deliver(crm_url, held)
+            assert statuses.count(200) == len(held)
+            inside = lambda: sum(1 for r in services.crm_requests()  # noqa: E731
+                                 if r["customer"].startswith(f"kc-{run}") and r["status"] == 0)
+            wait_until("every customer's two places to be inside the CRM call",
+                       lambda: inside() >= 2 * 3, timeout=120)
+            victim = workers.pop(0)
+            victim.kill9()
+            killed = time.monotonic()
+        finally:
+            services.unstall()
+        done_s = wait_for("every order of the killed worker to complete", lambda: all_completed(stack, held_keys, CRM_WF),
+                          killed, 300, lambda: stack.diagnose(held_keys, CRM_WF))
+        assert all(services.effects("crm", k) == 1 for k in held_keys), \
+            {k: services.effects("crm", k) for k in held_keys}
+        late = [r for r in services.crm_requests() if r["customer"].startswith(f"kc-{run}") and r["status"] == 429]
+        assert all(k.holders == 0 and k.waiters == 0 for k in _places(stack) if k.limit_key.startswith(f"kc-{run}"))
+        assert workers[0].alive
+        REPORT.add("28b. kill -9 of a worker whose orders hold places inside the CRM call", len(held_keys),
+                   len(held_keys), 0, time.monotonic() - t1,
+                   note=f"places freed, every order completed {done_s:.1f} s after the kill, each performed once "
+                        f"at the CRM; {len(late)} answers 429", kill_to_completed_s=round(done_s, 1))
+
+        # c) 50 chat messages: 5 bursts for each of 2 chats, 5 messages 0.1 s apart, 3 s between bursts.
+        t2 = time.monotonic()
+        run = uuid.uuid4().hex[:6]
+        chats = [f"chat-{run}-{c}" for c in range(2)]
+        lasts: dict[str, list[str]] = defaultdict(list)
+        messages: list[str] = []
+        failures: list[int] = []
+
+        def talk(chat: str) -> None:
+            for burst in range(5):
+                for m in range(5):
+                    mid = f"{chat}-b{burst}-m{m}"
+                    messages.append(mid)
+                    status, _ = http("POST", chat_url, {"messageId": mid, "chatId": chat, "text": f"hi {m}"},
+                                     timeout=60)
+                    if status != 200:
+                        failures.append(status)
+                    time.sleep(0.1)
+                lasts[chat].append(mid)
+                time.sleep(3.0)
+
+        talkers = [threading.Thread(target=talk, args=(c,)) for c in chats]
+        for t in talkers:
+            t.start()
+        for t in talkers:
+            t.join()
+        assert failures == [] and len(messages) == 50
+        wait_for("every chat message to be decided and completed",
+                 lambda: all_completed(stack, messages, CHAT_WF), t2, 240,
+                 lambda: stack.diagnose(messages[:5], CHAT_WF))
+        for chat in chats:
+            answered = [b.get("messageId") for b in services.bodies("notify", chat)]
+            assert sorted(answered) == sorted(lasts[chat]), (chat, answered, lasts[chat])
+            assert services.effects("notify", chat) == 5
+        replied = [m for m in messages if "replied" in stack.sidecar.trail(CHAT_WF, m)]
+        assert sorted(replied) == sorted(m for c in chats for m in lasts[c])
+        REPORT.add("28c. 50 chat messages, 5 bursts for each of 2 chats, Debounce (quiet 2 s), queue mode", 50, 50, 0,
+                   time.monotonic() - t2, note="one answer per burst per chat, to the burst's last message; the "
+                                               "other 40 completed as debounced")
+        print(f"28: all parts {time.monotonic() - t0:.0f} s")
+    finally:
+        n8n.stop_all()
+        drop_db(database)
+        stack.restart_n8n()
