@@ -19,7 +19,10 @@ from chaos.model import (
     LAST_NODE,
     RESPOND_NODE,
     RETRY_POLICY_BACKOFF_S,
+    RATE_ITEMS,
+    RATE_PERIOD_S,
     RETRY_POLICY_RESUMES,
+    SECTION_PLACES,
     Case,
     Segment,
     Shape,
@@ -271,8 +274,9 @@ def block_wait(b: Builder, seg: Segment) -> str:
 
 
 def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
-    """[Wait →] Claim → [Code] → call (or IF → two calls → Merge, or Switch → 2–3 calls → Merge) → Save; Done
-    Before → the same Save. Returns the segment's entry and exit nodes."""
+    """[Wait →] [Enter Section or Rate Limit →] Claim → [Code] → call (or IF → two calls → Merge, or Switch → 2–3
+    calls → Merge) → [Leave Section →] Save; Done Before → the same Save (or Leave Section). Returns the segment's
+    entry and exit nodes."""
     wait = block_wait(b, seg) if seg.wait_s else None
     entry, exit_ = _segment_body(b, seg, last)
     if wait is None:
@@ -281,12 +285,41 @@ def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     return wait, exit_
 
 
+def limit_params(b: Builder, seg: Segment) -> dict[str, Any]:
+    """The limit's name (one per case and side effect) and its key: the order's customer, which every key of the
+    case shares, so the case's orders contend."""
+    return {"limitName": f"{b.case_id}-{seg.step}", "limitKey": "={{ $json.body.customer }}"}
+
+
+def block_enter_section(b: Builder, seg: Segment) -> tuple[str, str]:
+    """Durable Limit Enter Section (Most at Once SECTION_PLACES) before the Claim, Leave Section (no Key) after the
+    call, before the Save; the Claim's Done Before goes to the Leave Section too (node README "Flow control")."""
+    enter = b.f.durable(f"Enter {seg.step}", "durableLimit", {
+        "operation": "enterSection", **limit_params(b, seg), "maxHolders": SECTION_PLACES}, b.at())
+    leave = b.f.durable(f"Leave {seg.step}", "durableLimit", {
+        "operation": "leaveSection", "limitName": limit_params(b, seg)["limitName"]}, b.at(1))
+    return enter, leave
+
+
+def block_rate_limit(b: Builder, seg: Segment) -> str:
+    """Durable Limit Rate Limit (Most Items RATE_ITEMS per RATE_PERIOD_S seconds) before the Claim, its options at
+    their defaults."""
+    return b.f.durable(f"Rate {seg.step}", "durableLimit", {
+        "operation": "rateLimit", **limit_params(b, seg), "maxItems": RATE_ITEMS, "periodAmount": RATE_PERIOD_S,
+        "periodUnit": "seconds", "options": {}}, b.at())
+
+
 def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     if seg.shape == "sub":
         node = block_sub_workflow(b, seg)
         return node, node
     if seg.shape == "lines":
         return block_line_items(b, seg)
+    gate = leave = None
+    if seg.limit == "section":
+        gate, leave = block_enter_section(b, seg)
+    elif seg.limit == "rate":
+        gate = block_rate_limit(b, seg)
     claim = block_claim(b, seg)
     first_run = claim
     if seg.code:
@@ -301,9 +334,15 @@ def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
         done = block_call(b, seg, "plain", f"Call {seg.step}")
         b.f.link(first_run, done, 0)
     save = block_save(b, seg, last)
-    b.f.link(done, save)
-    b.f.link(claim, save, 1)  # Done Before
-    return claim, save
+    before_save = leave or save
+    b.f.link(done, before_save)
+    b.f.link(claim, before_save, 1)  # Done Before
+    if leave is not None:
+        b.f.link(leave, save)
+    if gate is None:
+        return claim, save
+    b.f.link(gate, claim)
+    return gate, save
 
 
 @dataclass(frozen=True)
@@ -337,6 +376,10 @@ BLOCKS = (
     Block("n8n Retry On Fail vs a failing provider", block_http_retry, lambda s: any(g.http_retry for g in s.segments)),
     Block("Resume Point retry policy vs a failing provider", block_retry_policy, lambda s: s.retry_policy),
     Block("Complete Instance on the last Save", block_complete_on_last_save, lambda s: True),
+    Block("Durable Limit Enter Section … Leave Section around the call, shared by the case's keys",
+          block_enter_section, lambda s: any(g.limit == "section" for g in s.segments)),
+    Block("Durable Limit Rate Limit before the Claim, shared by the case's keys", block_rate_limit,
+          lambda s: any(g.limit == "rate" for g in s.segments)),
 )
 
 

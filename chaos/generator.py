@@ -18,14 +18,17 @@ from itertools import pairwise
 from typing import Any
 
 from chaos.blocks import blocks_used, build_workflows
-from chaos.history import ExpectedCall
+from chaos.history import ExpectedCall, LimitedCall
 from chaos.model import (
     CHANNELS,
     LAST_NODE,
     MAX_LINES,
     PROVIDERS,
+    RATE_ITEMS,
+    RATE_PERIOD_S,
     RESPOND_NODE,
     RETRY_POLICY_RESUMES,
+    SECTION_PLACES,
     SIGNAL_AFTER_S,
     SLOW_S,
     STALL_S,
@@ -76,7 +79,19 @@ def draw_shape(rng: random.Random) -> Shape:
     waits_for = [s.number for s, nxt in pairwise(segments) if s.shape not in ("sub", "lines") and not nxt.wait_s]
     event_after = rng.choice(waits_for) if waits_for and rng.random() < 0.3 else 0
     signal_via = rng.choice(["workflow", "http"]) if event_after else ""
+    segments = draw_limits(rng, segments)
     return Shape(respond, tuple(segments), retry_policy, event_after, signal_via)
+
+
+def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
+    """A Durable Limit (docs/nodes.md) on some side effects, shared by the case's keys: a section (one call at a
+    time) or a rate (RATE_ITEMS per RATE_PERIOD_S). Not on a sub-workflow or line items (their Claims are inside a
+    loop or another workflow), and no rate where n8n's Retry On Fail sends the call again without the limit."""
+    out = []
+    for s in segments:
+        kinds = [] if s.shape in ("sub", "lines") else ["section"] if s.http_retry else ["section", "rate"]
+        out.append(replace(s, limit=rng.choice(kinds)) if kinds and rng.random() < 0.25 else s)
+    return out
 
 
 def failing_segment(shape: Shape) -> Segment | None:
@@ -148,10 +163,32 @@ def expectations(case: Case) -> dict[str, Expected]:
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
         bound += sum(2 * s.wait_s for s in shape.segments)  # a resumed instance waits again
         bound += case.signal_after_s.get(key, 0.0)
+        bound += limit_wait_s(case, key)
         out[key] = Expected(case.workflow_id, key, trail, calls, shape.retry_policy, fail_first,
                             shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound,
-                            tuple(s.step for s in shape.segments if s.shape == "lines"))
+                            tuple(s.step for s in shape.segments if s.shape == "lines"),
+                            tuple(limited_call(s) for s in shape.segments if s.limit))
     return out
+
+
+def limited_call(seg: Segment) -> LimitedCall:
+    if seg.limit == "section":
+        return LimitedCall(seg.provider, "section", SECTION_PLACES)
+    return LimitedCall(seg.provider, "rate", RATE_ITEMS, float(RATE_PERIOD_S))
+
+
+def limit_wait_s(case: Case, key: str) -> float:
+    """What waiting for the case's other keys at its limits may add: at a section, their calls (each with its
+    provider's delay and a retry policy's backoff); at a rate, their slots; and the park and wake-up of each turn."""
+    others = [k for k in case.keys if k != key]
+    extra = 0.0
+    for seg in case.shape.segments:
+        if seg.limit == "section":
+            extra += sum(s.delay_s + 20.0 * s.fail_first + 10.0 for s in case.schedules
+                         if s.provider == seg.provider and s.key in others)
+        elif seg.limit == "rate":
+            extra += len(others) * (RATE_PERIOD_S / RATE_ITEMS + 10.0)
+    return extra
 
 
 def generate(seed: int, index: int, services_url: str) -> Case:
@@ -175,18 +212,19 @@ def generate(seed: int, index: int, services_url: str) -> Case:
 
 def delivery_body(case: Case, key: str) -> dict[str, Any]:
     """What a sender posts for `key` (every copy the same body: a re-delivery, never another order)."""
-    return {"orderId": key, "amount": 42, "email": f"{key}@example.com", "method": case.methods[key],
+    return {"orderId": key, "customer": case.workflow_id, "amount": 42, "email": f"{key}@example.com",
+            "method": case.methods[key],
             "channel": case.channels.get(key, CHANNELS[0]),
             "lines": [{"sku": sku} for sku in line_skus(case.lines.get(key, 1))]}
 
 
 def simpler(seg: Segment) -> Segment | None:
     """The segment with the fewest nodes that still calls its provider once per key: no IF, Switch or line items
-    (one plain Claim → call → Save), no Code node, no n8n Wait; None if it is that already, or a sub-workflow
+    (one plain Claim → call → Save), no Code node, no n8n Wait, no Durable Limit; None if it is that already, or a sub-workflow
     (which the shrinker drops with the side effects after it). Retry On Fail stays: a failing provider needs it."""
     if seg.shape == "sub":
         return None
-    plain = replace(seg, shape="plain", code=False, outputs=0, wait_s=0, loop=False)
+    plain = replace(seg, shape="plain", code=False, outputs=0, wait_s=0, loop=False, limit="")
     return None if plain == seg else plain
 
 

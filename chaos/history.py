@@ -29,6 +29,16 @@ class ExpectedCall(NamedTuple):
         return json.dumps([key, self.line], separators=(",", ":")) if self.line else key
 
 
+class LimitedCall(NamedTuple):
+    """A side effect behind a Durable Limit that every key of its case shares: the provider's calls of those keys
+    are at most `most` in flight at once ("section"), or at most `most` started per `period_s` ("rate")."""
+
+    provider: str
+    kind: str
+    most: int
+    period_s: float = 0.0
+
+
 def belongs_to(order: str, key: str) -> bool:
     """Whether a provider's orderId is the key's own or one of its line items'."""
     return order == key or order.startswith(f"{key}:")
@@ -50,6 +60,7 @@ class Expectation:
     # Steps saved once per line item: a resumed instance walks its lines again (the charged ones leave the Claim
     # by Done Before and are saved again), so their run in the trail may be longer than the lines.
     rewalked: tuple[str, ...] = ()
+    limits: tuple[LimitedCall, ...] = ()        # shared with the other keys of its case (same `case` and `wave`)
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,7 @@ class CallFact:
     effective: bool             # it performed the side effect (not a replay of the key's stored answer)
     reply_id: str
     logic: str                  # the branch the workflow took ("plain", "card", "account")
+    end: float = 0.0            # when the provider answered it (0: still performing)
 
 
 @dataclass(frozen=True)

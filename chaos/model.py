@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.history import ExpectedCall
+from chaos.history import ExpectedCall, LimitedCall
 
 # The fake services (e2e/fake_services.py): each segment of a case calls its own.
 PROVIDERS = ("payment", "inventory", "shipping", "coupon", "notify")
@@ -29,6 +29,12 @@ SIGNAL_AFTER_S = (0.0, 8.0)
 # Each key's order has 1–3 line items (`body.lines`, each with its `sku`) where a case claims per line.
 MAX_LINES = 3
 
+# Durable Limit on a side effect (issue 43), shared by every key of the case (its `customer`): a section of
+# SECTION_PLACES at once around the call, or a rate of RATE_ITEMS per RATE_PERIOD_S before its Claim.
+SECTION_PLACES = 1
+RATE_ITEMS = 1
+RATE_PERIOD_S = 2
+
 RESPOND_NODE = "responseNode"    # Webhook → Respond: Using 'Respond to Webhook' Node ("Accepted" after Start)
 LAST_NODE = "lastNode"           # Webhook → Respond: When Last Node Finishes (Finished, Busy → No Operation)
 
@@ -47,6 +53,8 @@ class Segment:
     outputs: int = 0        # a switch's outputs: 3 (one rule per channel) or 2 (a rule for "web", the fallback)
     wait_s: int = 0         # n8n's Wait node (After Time Interval, seconds) before the segment's Claim
     loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
+    limit: str = ""         # Durable Limit shared by the case's keys: "section" (Enter Section … Leave Section around
+                            # the call) or "rate" (Rate Limit before the Claim); "" none
 
     @property
     def step(self) -> str:
@@ -101,6 +109,7 @@ class Expected:
     suspension_allowed: bool
     base_bound_s: float
     rewalked: tuple[str, ...] = ()              # steps saved once per line item (walked again on a resume)
+    limits: tuple[LimitedCall, ...] = ()        # side effects behind a Durable Limit the case's keys share
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The oracle of issue 41: five rules, each a pure function of a History, each returning its violations.
+"""The oracle of issue 41: six rules, each a pure function of a History, each returning its violations.
 
 1. Every acknowledged delivery's instance completes; a suspension only where the schedule could exhaust the
    retry policy, and then `durable-sidecar instances retry` finishes it.
@@ -8,6 +8,10 @@
 3. No instance stays unfinished past a bound derived from its schedule and the faults of its wave.
 4. Each completed instance's trail and final state equal the generator's expectation.
 5. No checkpoint after its instance completed; no instance or key completed twice.
+6. A side effect behind a Durable Limit its case's keys share stays within it at the provider: no more calls in
+   flight at once than a section's places, unless a holder died meanwhile (its place is freed while the call it
+   sent may still run); no more calls started within half a rate's period than its items, unless a fault of the
+   wave came between (a sidecar or database outage holds calls back and lets them go together).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ RULES = {
     3: "no instance unfinished past its bound",
     4: "completed state equals the expected state",
     5: "nothing after completion, nothing completed twice",
+    6: "a Durable Limit shared by a case's keys holds at the provider",
 }
 
 # The sidecar's session grace (DURABLE_SESSION_GRACE_SECONDS, its default): a silent n8n process's instances
@@ -251,9 +256,44 @@ def rule_5_nothing_after_completion(h: History) -> list[Violation]:
     return out
 
 
+def _fault_near(h: History, wave: int, t0: float, t1: float) -> bool:
+    """A fault of the wave from IN_FLIGHT_S before t0 until t1, or one whose part came back up to WOKEN_S before
+    t0 (calls it held back go out together once it is back)."""
+    return any(f.at - IN_FLIGHT_S <= t1 and t0 <= f.back_at + WOKEN_S for f in _wave_faults(h, wave))
+
+
+def rule_6_limits_hold(h: History) -> list[Violation]:
+    out = []
+    groups: dict[tuple[int, int], list[Expectation]] = {}
+    for e in h.expectations:
+        if e.limits:
+            groups.setdefault((e.case, e.wave), []).append(e)
+    for group in groups.values():
+        owner = {e.key: e for e in group}
+        for limit in group[0].limits:
+            calls = sorted((c for c in h.calls if c.provider == limit.provider and c.key in owner),
+                           key=lambda c: c.at)
+            if limit.kind == "section":
+                for i, c in enumerate(calls):
+                    running = [p for p in calls[:i] if (p.end or h.collected_at) > c.at
+                               and not _holder_died_between(h, owner[p.key], p.at, c.at)]
+                    if len(running) >= limit.most:
+                        out.append(Violation(6, c.key, f"{limit.provider}: called while {len(running)} call(s) of the "
+                                                       f"section ({', '.join(p.key for p in running)}) still ran, "
+                                                       f"{limit.most} at once allowed, and no holder died"))
+                continue
+            window = limit.period_s / 2
+            for first, last in zip(calls, calls[limit.most:], strict=False):
+                if last.at - first.at < window and not _fault_near(h, owner[first.key].wave, first.at, last.at):
+                    out.append(Violation(6, last.key, f"{limit.provider}: {limit.most + 1} calls within "
+                                                      f"{last.at - first.at:.2f} s ({first.key} first), at most "
+                                                      f"{limit.most} per {limit.period_s:g} s allowed"))
+    return out
+
+
 RULE_CHECKS: tuple[Callable[[History], list[Violation]], ...] = (
     rule_1_acknowledged_completes, rule_2_one_effective_call, rule_3_nothing_stuck, rule_4_expected_state,
-    rule_5_nothing_after_completion)
+    rule_5_nothing_after_completion, rule_6_limits_hold)
 
 
 def check(h: History) -> list[Violation]:

@@ -41,7 +41,7 @@ class Providers:
             if c["order"] not in keys:
                 continue
             out.append(CallFact(c["service"], c["order"], c["key"], c["at"], c["status"], c["effective"],
-                                c["reply_id"], str(c["body"].get("logic", ""))))
+                                c["reply_id"], str(c["body"].get("logic", "")), c.get("end", 0.0)))
         return out
 
     def stop(self) -> None:

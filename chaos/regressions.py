@@ -22,7 +22,7 @@ from typing import Any
 
 from chaos import faults
 from chaos.generator import generate
-from chaos.history import ExpectedCall
+from chaos.history import ExpectedCall, LimitedCall
 from chaos.model import Case, Delivery, Expected, ProviderSchedule, Segment, Shape
 
 FOLDER = Path(__file__).resolve().parent / "regressions"
@@ -45,7 +45,8 @@ def case_from_json(data: dict[str, Any], services_url: str) -> Case:
     segments = tuple(Segment(**_known(Segment, s)) for s in shape["segments"])
     expected = {k: Expected(**{**_known(Expected, e), "trail": tuple(e["trail"]),
                                "calls": tuple(ExpectedCall(*c) for c in e["calls"]),
-                               "rewalked": tuple(e.get("rewalked", ()))})
+                               "rewalked": tuple(e.get("rewalked", ())),
+                               "limits": tuple(LimitedCall(*c) for c in e.get("limits", ()))})
                 for k, e in data["expected"].items()}
     built = {"seed", "index", "workflow_id", "path", "shape", "blocks", "workflows", "keys", "methods", "deliveries",
              "schedules", "expected"}

@@ -45,7 +45,7 @@ class WaveRecord:
 
 def expectations(case: Case, wave: int) -> list[Expectation]:
     return [Expectation(case.index, wave, e.workflow_id, e.key, e.trail, e.calls, e.suspension_allowed,
-                        e.retry_policy, e.base_bound_s, e.rewalked) for e in case.expected.values()]
+                        e.retry_policy, e.base_bound_s, e.rewalked, e.limits) for e in case.expected.values()]
 
 
 def _send(url: str, body: dict[str, object]) -> tuple[int, int]:

@@ -246,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
             conflict = (not failing and self.ledger.conflict_in_progress and not self.ledger.ignore_keys
                         and bool(key) and (path, key) in self.ledger.performing)
             if failing or conflict:
-                call["status"] = 500 if failing else 409
+                call["status"], call["end"] = (500 if failing else 409), time.time()
             else:
                 self.ledger.in_flight[path] += 1
                 if key:
@@ -282,6 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
             with self.ledger.lock:
                 self.ledger.in_flight[path] -= 1
                 self.ledger.performing.discard((path, key))
+                call["end"] = time.time()
         self._reply(200, reply)
 
 
@@ -342,7 +343,8 @@ class FakeServices:
             self.ledger.conflict_in_progress = True
 
     def call_records(self) -> list[dict[str, Any]]:
-        """A copy of every call's record (service, order, key, at, body, status, effective, reply_id), in order."""
+        """A copy of every call's record (service, order, key, at, body, status, effective, reply_id, and end once
+        answered), in order."""
         with self.ledger.lock:
             return [dict(c) for c in self.ledger.calls]
 

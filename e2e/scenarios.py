@@ -97,7 +97,7 @@ class DocsFlow:
         from generate import GUARD, RESUME_POINT, Flow
 
         self.flow, self.services_url = Flow(workflow_id, name), services_url
-        self.versions = {"resumeTrigger": 1, "idempotencyGuard": GUARD, "resumePoint": RESUME_POINT}
+        self.versions = {"resumeTrigger": 1, "idempotencyGuard": GUARD, "resumePoint": RESUME_POINT, "durableLimit": 1}
         self.cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
         self.node, self.link = self.flow.node, self.flow.link
 

@@ -15,6 +15,14 @@ from chaos.model import LAST_NODE, RESPOND_NODE, Case, Segment
 URL = "http://127.0.0.1:9"
 
 
+def body_entry(seg: Segment) -> str:
+    """The first node of a segment after any n8n Wait: its sub-workflow's runner, its Split Out, its Durable Limit
+    gate (Enter Section or Rate Limit) or its Claim."""
+    if seg.limit:
+        return f"{'Enter' if seg.limit == 'section' else 'Rate'} {seg.step}"
+    return {"sub": f"Run {seg.step}", "lines": f"Lines {seg.step}"}.get(seg.shape, f"Claim {seg.step}")
+
+
 def links(wf: dict[str, Any]) -> list[tuple[str, int, str, int]]:
     return [(src, out, dst["node"], dst["index"]) for src, conns in wf["connections"].items()
             for out, targets in enumerate(conns["main"]) for dst in targets]
@@ -55,7 +63,7 @@ def test_every_generated_workflow_is_wired_to_nodes_it_has_and_answers_its_sende
         def entry(seg: Segment) -> str:
             if seg.wait_s:
                 return f"Wait {seg.step}"
-            return {"sub": f"Run {seg.step}", "lines": f"Lines {seg.step}"}.get(seg.shape, f"Claim {seg.step}")
+            return body_entry(seg)
 
         for out in steps:
             before, nxt = segments[out - 4], segments[out - 3]
@@ -152,7 +160,7 @@ def test_a_wait_node_follows_a_save_of_the_same_workflow_and_the_resume_point_le
             assert wait["type"] == "n8n-nodes-base.wait" and 1 <= wait["parameters"]["amount"] <= 3
             into = {(src, out) for src, out, dst, _ in links(main) if dst == wait["name"]}
             out_of = [dst for src, _, dst, _ in links(main) if src == wait["name"]]
-            assert out_of == [{"sub": f"Run {seg.step}", "lines": f"Lines {seg.step}"}.get(seg.shape, f"Claim {seg.step}")]
+            assert out_of == [body_entry(seg)]
             # Line items walk again from their entry: the Resume Point's output for their own step leads there too.
             again = {("Resume Point", 4 + i)} if seg.shape == "lines" else set()
             if i == 0:
@@ -213,7 +221,7 @@ def test_a_wait_for_event_follows_a_save_and_a_carrier_workflow_signals_the_case
         assert wait["parameters"] == {"operation": "awaitEvent", "eventName": "delivered"}
         out = {(src, o): dst for src, o, dst, _ in links(main)}
         assert out[(f"Save {before.step}", 0)] == "Wait for Delivered"
-        assert out[("Wait for Delivered", 0)] in (f"Claim {nxt.step}", f"Run {nxt.step}", f"Lines {nxt.step}")
+        assert out[("Wait for Delivered", 0)] == body_entry(nxt)
         assert set(case.signal_after_s) == set(case.keys)
         carriers = [wf for wf in case.workflows if wf["id"] == f"{case.workflow_id}signal"]
         if case.shape.signal_via == "http":
@@ -254,3 +262,41 @@ def test_the_shrinker_can_cut_a_side_effect_to_a_plain_claim_call_save() -> None
             first = next(s for s in big.schedules if s.provider == provider and s.key == f"{base}:sku-1")
             assert sched.key == key and (sched.kind, sched.delay_s) == (first.kind, first.delay_s)
     assert simpler(small.shape.segments[0]) is None  # plain already: nothing more to cut
+
+
+def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> None:
+    """Enter Section → Claim, the call (or its Merge) and Done Before → Leave Section → Save; Rate Limit → Claim;
+    one limit name per case and side effect, keyed by the order's customer (every key of the case the same),
+    never on a sub-workflow or line items, no rate where Retry On Fail re-sends the call."""
+    seen = set()
+    for index in range(80):
+        case = generate(29, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        out = {(src, o): dst for src, o, dst, _ in links(main)}
+        customers = {delivery_body(case, k)["customer"] for k in case.keys}
+        assert customers == {case.workflow_id}
+        for seg, e in ((s, s.step) for s in case.shape.segments):
+            if not seg.limit:
+                assert not any(n.startswith((f"Enter {e}", f"Leave {e}", f"Rate {e}")) for n in nodes)
+                continue
+            seen.add(seg.limit)
+            assert seg.shape not in ("sub", "lines") and not (seg.limit == "rate" and seg.http_retry)
+            gate = nodes[body_entry(seg)]
+            assert gate["type"] == "n8n-nodes-durable.durableLimit" and gate["typeVersion"] == 1
+            assert gate["parameters"]["limitName"] == f"{case.workflow_id}-{e}"
+            assert gate["parameters"]["limitKey"] == "={{ $json.body.customer }}"
+            assert out[(gate["name"], 0)] == f"Claim {e}"
+            if seg.limit == "rate":
+                assert gate["parameters"]["operation"] == "rateLimit"
+                assert out[(f"Claim {e}", 1)] == f"Save {e}"
+                continue
+            assert gate["parameters"]["operation"] == "enterSection" and gate["parameters"]["maxHolders"] == 1
+            leave = nodes[f"Leave {e}"]
+            assert leave["parameters"] == {"operation": "leaveSection", "limitName": f"{case.workflow_id}-{e}"}
+            assert out[(f"Claim {e}", 1)] == f"Leave {e}" and out[(f"Leave {e}", 0)] == f"Save {e}"
+            into_leave = {src for src, _o, dst, _i in links(main) if dst == f"Leave {e}"}
+            assert len(into_leave) == 2 and f"Claim {e}" in into_leave   # Done Before, and the call or its Merge
+        for key, exp in case.expected.items():
+            assert {x.provider for x in exp.limits} == {s.provider for s in case.shape.segments if s.limit}, key
+    assert seen == {"section", "rate"}

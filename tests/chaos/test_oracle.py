@@ -16,6 +16,7 @@ from chaos.history import (
     History,
     InstanceFact,
     KeyFact,
+    LimitedCall,
 )
 
 WF, KEY, T0 = "chaos7x0", "s7c0k0", 1_000_000.0
@@ -228,3 +229,53 @@ def test_a_line_key_left_in_progress_fails_rule_5() -> None:
     h = lines_history()
     h.keys[1] = replace(h.keys[1], status="in_progress")
     assert rules_broken(h) == {5}
+
+
+# Rule 6: a Durable Limit shared by a case's keys holds at the provider.
+
+K2 = "s7c0k1"
+
+
+def limited_history(kind: str) -> History:
+    """Two keys of one case through payment behind a section (one at a time) or a rate (one per 2 s)."""
+    h = good_history()
+    limit = LimitedCall("payment", "section", 1) if kind == "section" else LimitedCall("payment", "rate", 1, 2.0)
+    e1 = replace(h.expectations[0], calls=(ExpectedCall("payment", "s1", "plain"),), trail=("s1",), limits=(limit,))
+    e2 = replace(e1, key=K2)
+    h.expectations = [e1, e2]
+    h.faults = []
+    h.calls = [CallFact("payment", KEY, "dk-1", T0 + 1, 200, True, "payment_1", "plain", T0 + 3),
+               CallFact("payment", K2, "dk-2", T0 + 3.1, 200, True, "payment_2", "plain", T0 + 3.2)]
+    return h
+
+
+def test_rule_6_passes_calls_one_at_a_time_through_a_section_and_spaced_by_a_rate() -> None:
+    assert oracle.rule_6_limits_hold(limited_history("section")) == []
+    assert oracle.rule_6_limits_hold(limited_history("rate")) == []
+
+
+def test_rule_6_fails_when_a_section_lets_a_second_call_in_while_one_runs() -> None:
+    h = limited_history("section")
+    h.calls[1] = replace(h.calls[1], at=T0 + 2.0)
+    assert [v.rule for v in oracle.rule_6_limits_hold(h)] == [6]
+    h.calls[0] = replace(h.calls[0], end=0.0)   # still performing when collected
+    h.calls[1] = replace(h.calls[1], at=T0 + 30.0)
+    assert [v.rule for v in oracle.rule_6_limits_hold(h)] == [6]
+
+
+def test_rule_6_allows_a_section_overlap_only_after_the_holder_died() -> None:
+    h = limited_history("section")
+    h.calls[1] = replace(h.calls[1], at=T0 + 2.0)
+    h.faults = [FaultFact("n8n-kill", 0, "n8n main", T0 + 1.5, T0 + 10)]
+    assert oracle.rule_6_limits_hold(h) == []
+    h.faults = [FaultFact("redis-kill", 0, "redis", T0 + 1.5, T0 + 10)]   # no holder died
+    assert [v.rule for v in oracle.rule_6_limits_hold(h)] == [6]
+
+
+def test_rule_6_fails_when_a_rate_lets_calls_out_closer_than_half_its_period_without_a_fault() -> None:
+    h = limited_history("rate")
+    h.calls[1] = replace(h.calls[1], at=T0 + 1.4)
+    assert [v.rule for v in oracle.rule_6_limits_hold(h)] == [6]
+    assert 6 in rules_broken(h)
+    h.faults = [FaultFact("sidecar-kill", 0, "sidecar", T0 - 3, T0 + 0.5)]  # it held both calls back
+    assert oracle.rule_6_limits_hold(h) == []

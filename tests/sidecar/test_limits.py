@@ -351,6 +351,29 @@ async def test_a_slot_beyond_the_in_process_wait_parks_the_item_until_its_slot(h
     assert after.slot_at.ToDatetime() > behind.slot_at.ToDatetime()  # a call after that is a new slot
 
 
+async def test_a_parked_slot_wakes_its_item_ahead_so_the_call_goes_out_on_time(harness: Harness) -> None:
+    """An item parked for a slot wakes RATE_RESUME_LEAD (at most its in-process wait) before it; its resumed
+    execution asks again before the slot and is told to wait the rest in its process."""
+    s, name = harness.alpha, _name()
+    first, second = await started(s, 2)
+    await throttle(s, first, name, limit=1, period_ms=5000, max_wait_ms=3000)
+    parked = await throttle(s, second, name, limit=1, period_ms=5000, max_wait_ms=3000)
+    assert parked.outcome == T_WAITING
+    slot = parked.slot_at.ToDatetime()
+    lead = (slot - (await get(s, second)).wake_at.ToDatetime()).total_seconds()
+    assert lead == pytest.approx(2.0)
+    # Woken: the resumed execution (its slot about 2 s ahead, within its 3 s) waits in its process.
+    handed = await handed_out(s, [second])
+    await resume(s, handed[0], "exec-2")
+    got = await throttle(s, second, name, execution="exec-2", limit=1, period_ms=5000, max_wait_ms=3000)
+    assert got.outcome == ALLOWED and got.slot_at == parked.slot_at and 0 < got.wait_ms <= 2000
+    # A caller that cannot wait in its process is woken at the slot itself (not ahead, not twice).
+    (third,) = await started(s, 1)
+    late = await throttle(s, third, name, limit=1, period_ms=5000, max_wait_ms=0)
+    assert late.outcome == T_WAITING
+    assert (await get(s, third)).wake_at.ToDatetime() == late.slot_at.ToDatetime()
+
+
 async def test_throttle_refuses_bad_input(harness: Harness) -> None:
     s, name = harness.alpha, _name()
     (key,) = await started(s, 1)

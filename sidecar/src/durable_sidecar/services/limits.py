@@ -54,6 +54,11 @@ IN_PROCESS_POLL_SECONDS = 1.0
 # (keeping its turn). Places are handed out at once by ReleaseSlot and within SWEEP_SECONDS otherwise.
 WAITER_RECHECK = timedelta(hours=1)
 SWEEP_SECONDS = 1.0
+# A parked rate-limited item is woken this much before its slot (at most its call's in-process wait): the
+# resumed execution, which takes a moment to start (a queue-mode worker, under load a second or more), asks
+# again before the slot and waits in its process until it, so its call goes out on time, not late among the
+# next slots' calls (which would put more calls in some window of the API than the rate allows).
+RATE_RESUME_LEAD = timedelta(seconds=2)
 _SWEEP_KEYS = 100
 # Entries of finished instances, and idle keys, are dropped this long after.
 PRUNE_AFTER = timedelta(hours=1)
@@ -399,6 +404,9 @@ class LimitService:
         spacing = timedelta(milliseconds=period_ms) / limit
         tolerance = spacing * (burst - 1)
         in_process = timedelta(milliseconds=max_wait_ms)
+        # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call
+        # is answered ALLOWED with the rest of the wait (never parked again).
+        lead = min(RATE_RESUME_LEAD, in_process)
 
         async def txn(conn: Conn) -> Answer:
             now = await self.store.now_txn(conn)
@@ -413,7 +421,8 @@ class LimitService:
                     metrics.LIMIT_WAIT_SECONDS.labels("rate").observe(max(0.0, (mine.at - mine.created_at)
                                                                           .total_seconds()))
                     return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(mine.at - now), at=mine.at)
-                parked = await self._park(conn, ref, now=now, until=mine.at, kind="limit_waiting", actor=execution_id,
+                parked = await self._park(conn, ref, now=now, until=mine.at - lead, kind="limit_waiting",
+                                          actor=execution_id,
                                           detail=f"rate {limit_name} [{limit_key}]: slot at {mine.at.isoformat()}")
                 return Answer(Outcome.WAITING, parked, at=mine.at)
             if mine is not None:  # reserved before a newer checkpoint: that pass is over, its slot spent
@@ -434,8 +443,9 @@ class LimitService:
                                      burst_started_at=None)
             await self.store.insert_txn(conn, key, ref, state="reserved", owner="", sequence=inst.last_sequence,
                                         at=slot, now=now)
-            parked = await self._park(conn, ref, now=now, until=slot, kind="limit_waiting", actor=execution_id,
-                                      detail=f"rate {limit_name} [{limit_key}]: slot at {slot.isoformat()}")
+            parked = await self._park(conn, ref, now=now, until=slot - lead, kind="limit_waiting",
+                                      actor=execution_id, detail=f"rate {limit_name} [{limit_key}]: slot at "
+                                      f"{slot.isoformat()}")
             metrics.LIMIT_CALLS.labels("rate", "waiting").inc()
             return Answer(Outcome.WAITING, parked, at=slot)
 
