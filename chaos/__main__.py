@@ -25,7 +25,7 @@ from chaos.run import collect, run_wave, trails
 from chaos.stack import ChaosStack
 
 REPO = Path(__file__).resolve().parents[1]
-PLANTS = ("provider-ignores-keys",)
+PLANTS = ("provider-ignores-keys", "limits-ignored")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,14 +64,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault], mode: str) -> list[faults.PlannedFault]:
+def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault], mode: str,
+                        plant: str = "provider-ignores-keys") -> list[faults.PlannedFault]:
     """With a planted provider defect, the first wave's calls take 3 s at least and n8n (in queue mode: both
     workers) is killed inside one, so a resumed call repeats its key: a provider that ignores keys then performs
-    it twice."""
+    it twice. With `limits-ignored`, the first wave's calls take 3 s at least, no fault comes, and its workflows'
+    Durable Limits let everything through (a limiter that does not limit) while the oracle expects the drawn
+    limits: rule 6 must fail wherever a limit is shared by two keys or more."""
     from dataclasses import replace
 
     for case in cases:
         case.schedules = [replace(s, delay_s=max(s.delay_s, 3.0)) for s in case.schedules]
+    if plant == "limits-ignored":
+        for case in cases:
+            for wf in case.workflows:
+                for node in wf["nodes"]:
+                    params = node["parameters"] if node["type"].endswith(".durableLimit") else {}
+                    if params.get("operation") == "enterSection":
+                        params["maxHolders"] = 1000
+                    elif params.get("operation") == "rateLimit":
+                        params |= {"maxItems": 1000, "periodAmount": 1}
+        return []
     if mode == "queue":
         return [faults.PlannedFault("worker-kill", 2.0, "w0 in-call", 0.0),
                 faults.PlannedFault("worker-kill", 2.1, "w1 in-call", 0.0), *plan]
@@ -121,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             wave_cases = [generate(seed, i, providers.url) for i in wave_indexes]
             plan = faults.schedule(seed, w, kind_deck[w])
             if args.plant and w == min(waves):
-                plan = plant_in_first_wave(wave_cases, plan, modes[w])
+                plan = plant_in_first_wave(wave_cases, plan, modes[w], args.plant)
             runs.append((w, "", modes[w], wave_cases, plan))
         stack.start(runs[0][2])
         print(f"stack ready in {time.monotonic() - started:.0f} s", flush=True)

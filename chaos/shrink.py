@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         deck = faults.kinds_for_waves(args.seed, len(modes), args.faults_per_wave, kinds, modes, args.database)
         plan = faults.schedule(args.seed, wave, deck[wave])
         if args.plant:
-            plan = plant_in_first_wave([original], plan, modes[wave])
+            plan = plant_in_first_wave([original], plan, modes[wave], args.plant)
         violations, history = attempt(stack, original, wave, plan)
         if not violations:
             print(f"seed {args.seed} case {args.case} keeps every rule: nothing to shrink")

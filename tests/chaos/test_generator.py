@@ -300,3 +300,21 @@ def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> Non
         for key, exp in case.expected.items():
             assert {x.provider for x in exp.limits} == {s.provider for s in case.shape.segments if s.limit}, key
     assert seen == {"section", "rate"}
+
+
+def test_the_limits_ignored_plant_opens_every_limit_but_keeps_the_expectations() -> None:
+    """`--plant limits-ignored` (the oracle's rule 6 must then fail in a real run): the first wave's Enter
+    Sections and Rate Limits let everything through, the Leave Sections stay, no fault is injected, and the
+    expectations still name the drawn limits."""
+    from chaos.__main__ import plant_in_first_wave
+
+    cases = [generate(101, i, URL) for i in range(3)]
+    plan = plant_in_first_wave(cases, [], "regular", "limits-ignored")
+    assert plan == []
+    gates = [n["parameters"] for c in cases for wf in c.workflows for n in wf["nodes"]
+             if n["type"] == "n8n-nodes-durable.durableLimit"]
+    assert {p["operation"] for p in gates} == {"enterSection", "leaveSection", "rateLimit"}
+    assert all(p["maxHolders"] == 1000 for p in gates if p["operation"] == "enterSection")
+    assert all((p["maxItems"], p["periodAmount"]) == (1000, 1) for p in gates if p["operation"] == "rateLimit")
+    assert all(e.limits for c in cases for e in c.expected.values())
+    assert all(s.delay_s >= 3.0 for c in cases for s in c.schedules)

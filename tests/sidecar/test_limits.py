@@ -328,6 +328,32 @@ async def test_a_rate_limit_never_gives_more_slots_in_any_window_than_it_allows(
     assert _most_in_window(times, timedelta(milliseconds=100)) <= burst
 
 
+async def test_throttle_calls_arriving_together_are_each_answered_as_if_alone(harness: Harness) -> None:
+    """Calls of one key that arrive together are answered by one transaction where they can be (the sidecar
+    groups them): still exactly the burst at once, every later one its own reserved slot, spaced exactly, and a
+    caller whose execution does not hold its instance refused alone."""
+    s, name = harness.alpha, _name()
+    keys = await started(s, 24)
+    (stranger,) = await started(s, 1)
+    answers = await asyncio.gather(
+        *(throttle(s, k, name, limit=4, period_ms=1000, burst=4, max_wait_ms=0) for k in keys[:12]),
+        refused(throttle(s, stranger, name, execution="exec-other", limit=4, period_ms=1000, burst=4)),
+        *(throttle(s, k, name, limit=4, period_ms=1000, burst=4, max_wait_ms=0) for k in keys[12:]))
+    code, details = answers.pop(12)  # type: ignore[misc]
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "does not hold the lease" in details
+    outcomes = [a.outcome for a in answers]  # type: ignore[union-attr]
+    assert outcomes.count(ALLOWED) == 4 and outcomes.count(T_WAITING) == 20
+    slots = sorted(a.slot_at.ToDatetime() for a in answers)  # type: ignore[union-attr]
+    waiting = slots[4:]
+    assert all(b - a == timedelta(milliseconds=250) for a, b in itertools.pairwise(waiting))
+    assert _most_in_window(slots, timedelta(seconds=1)) <= 4 + 4 - 1
+    for key, a in zip(keys, answers, strict=True):
+        inst = await get(s, key)
+        parked = a.outcome == T_WAITING  # type: ignore[union-attr]
+        assert (inst.lease_owner == "") is parked
+    assert (await get(s, stranger)).lease_owner == "exec-1"  # the refused caller changed nothing
+
+
 async def test_a_slot_beyond_the_in_process_wait_parks_the_item_until_its_slot(harness: Harness) -> None:
     s, name = harness.alpha, _name()
     first, second, third = await started(s, 3)

@@ -22,10 +22,11 @@ from typing import TypeVar
 
 from .. import metrics, validation
 from ..domain import Instance, InstanceRef, InstanceStatus, Page
-from ..errors import FailedPrecondition, InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument, NotFound
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
 from ..stores.limits import Entry, KeyState, LimitId, LimitRow, LimitStore
+from .grouping import StatementGroups
 from .instance_rows import check_ref, instance_name, locked_instance
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ SWEEP_SECONDS = 1.0
 # next slots' calls (which would put more calls in some window of the API than the rate allows).
 RATE_RESUME_LEAD = timedelta(seconds=2)
 _SWEEP_KEYS = 100
+# Throttle calls of one key answered by one transaction at most.
+_RATE_GROUP_MAX = 100
 # Entries of finished instances, and idle keys, are dropped this long after.
 PRUNE_AFTER = timedelta(hours=1)
 _PRUNE_EVERY_SECONDS = 600.0
@@ -106,6 +109,26 @@ class Released:
     waiters: int
 
 
+@dataclass(frozen=True)
+class _RateCall:
+    """One Throttle call, validated: what its transaction needs."""
+
+    ref: InstanceRef
+    execution_id: str
+    key: LimitId
+    spacing: timedelta
+    tolerance: timedelta
+    in_process: timedelta
+    lead: timedelta
+    over: Over
+
+
+def _gcra(next_at: datetime | None, now: datetime, call: _RateCall) -> tuple[datetime, datetime]:
+    """The generic cell rate algorithm on a key's row: (the caller's slot, the row's next theoretical time)."""
+    theoretical = max(next_at or now, now)
+    return max(now, theoretical - call.tolerance), theoretical + call.spacing
+
+
 def holds(e: Entry, now: datetime) -> bool:
     """Whether a holder entry still holds its place: its instance runs, and the execution it names holds the
     lease; a waiter given a place and not yet resumed holds it while parked or once an execution leases it."""
@@ -137,6 +160,11 @@ class LimitService:
         self.on_due: Callable[[], None] = lambda: None
         # AcquireSlot calls waiting in this process for a place, by key (set when a place is given here).
         self._waiters: dict[LimitId, set[asyncio.Event]] = {}
+        # Throttle calls of one key (and the same rate) arriving while one runs go to the database together: one
+        # lock of the key's row and one commit for all of them (a key's callers otherwise take turns on it).
+        self._rate_groups: StatementGroups[_RateCall, Answer] = StatementGroups(
+            lambda _group, call: self._throttle_alone(call), self._throttle_many,
+            flushers=1, max_items=_RATE_GROUP_MAX)
 
     async def _run(self, txn: Callable[[Conn], Awaitable[T]]) -> T:
         """One transaction; then wakes the Resume Trigger streams when it made an instance due now, and the calls
@@ -400,56 +428,108 @@ class LimitService:
         burst = burst or 1
         if not 1 <= burst <= limit:
             raise InvalidArgument(f"burst must be 1 to limit ({limit}), got {burst}")
-        key = LimitId(ref.namespace, "rate", limit_name, limit_key)
         spacing = timedelta(milliseconds=period_ms) / limit
-        tolerance = spacing * (burst - 1)
         in_process = timedelta(milliseconds=max_wait_ms)
         # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call
         # is answered ALLOWED with the rest of the wait (never parked again).
-        lead = min(RATE_RESUME_LEAD, in_process)
+        call = _RateCall(ref, execution_id, LimitId(ref.namespace, "rate", limit_name, limit_key), spacing,
+                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over)
+        group = "\x00".join((ref.namespace, limit_name, limit_key, str(limit), str(period_ms), str(burst),
+                              str(max_wait_ms), over.value))
+        return await self._rate_groups.write(group, call)
 
+    async def _throttle_alone(self, call: _RateCall) -> Answer:
         async def txn(conn: Conn) -> Answer:
-            now = await self.store.now_txn(conn)
-            inst = await self._leased(conn, ref, execution_id, now)
-            row = await self.store.lock_txn(conn, key, now=now)
-            mine = await self.store.entry_of_txn(conn, key, ref)
-            if mine is not None and mine.at is not None and mine.sequence == inst.last_sequence:
-                # The slot reserved when this instance was parked: spent now, once.
-                if mine.at - now <= in_process:
-                    await self.store.delete_txn(conn, mine.id)
-                    metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
-                    metrics.LIMIT_WAIT_SECONDS.labels("rate").observe(max(0.0, (mine.at - mine.created_at)
-                                                                          .total_seconds()))
-                    return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(mine.at - now), at=mine.at)
-                parked = await self._park(conn, ref, now=now, until=mine.at - lead, kind="limit_waiting",
-                                          actor=execution_id,
-                                          detail=f"rate {limit_name} [{limit_key}]: slot at {mine.at.isoformat()}")
-                return Answer(Outcome.WAITING, parked, at=mine.at)
-            if mine is not None:  # reserved before a newer checkpoint: that pass is over, its slot spent
-                await self.store.delete_txn(conn, mine.id)
-            theoretical = max(row.next_at or now, now)
-            slot = max(now, theoretical - tolerance)
-            if slot - now <= in_process:
-                await self.store.set_txn(conn, key, now=now, capacity=None, next_at=theoretical + spacing,
-                                         burst_started_at=None)
-                metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
-                if slot > now:
-                    metrics.LIMIT_WAIT_SECONDS.labels("rate").observe((slot - now).total_seconds())
-                return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(slot - now), at=slot)
-            if over is Over.REFUSE:
-                metrics.LIMIT_CALLS.labels("rate", "busy").inc()
-                return Answer(Outcome.BUSY, inst, at=slot)
-            await self.store.set_txn(conn, key, now=now, capacity=None, next_at=theoretical + spacing,
-                                     burst_started_at=None)
-            await self.store.insert_txn(conn, key, ref, state="reserved", owner="", sequence=inst.last_sequence,
-                                        at=slot, now=now)
-            parked = await self._park(conn, ref, now=now, until=slot - lead, kind="limit_waiting",
-                                      actor=execution_id, detail=f"rate {limit_name} [{limit_key}]: slot at "
-                                      f"{slot.isoformat()}")
-            metrics.LIMIT_CALLS.labels("rate", "waiting").inc()
-            return Answer(Outcome.WAITING, parked, at=slot)
-
+            return await self._throttle_txn(conn, call)
         return await self._run(txn)
+
+    async def _throttle_txn(self, conn: Conn, call: _RateCall) -> Answer:
+        """One Throttle call in its own transaction: every case (a reservation spent or parked again, a slot now
+        or soon, a refusal, a new reservation)."""
+        ref, key, where = call.ref, call.key, f"rate {call.key.name} [{call.key.key}]"
+        now = await self.store.now_txn(conn)
+        inst = await self._leased(conn, ref, call.execution_id, now)
+        row = await self.store.lock_txn(conn, key, now=now)
+        mine = await self.store.entry_of_txn(conn, key, ref)
+        if mine is not None and mine.at is not None and mine.sequence == inst.last_sequence:
+            # The slot reserved when this instance was parked: spent now, once.
+            if mine.at - now <= call.in_process:
+                await self.store.delete_txn(conn, mine.id)
+                metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
+                metrics.LIMIT_WAIT_SECONDS.labels("rate").observe(max(0.0, (mine.at - mine.created_at)
+                                                                      .total_seconds()))
+                return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(mine.at - now), at=mine.at)
+            parked = await self._park(conn, ref, now=now, until=mine.at - call.lead, kind="limit_waiting",
+                                      actor=call.execution_id, detail=f"{where}: slot at {mine.at.isoformat()}")
+            return Answer(Outcome.WAITING, parked, at=mine.at)
+        if mine is not None:  # reserved before a newer checkpoint: that pass is over, its slot spent
+            await self.store.delete_txn(conn, mine.id)
+        slot, next_at = _gcra(row.next_at, now, call)
+        if slot - now <= call.in_process:
+            await self.store.set_txn(conn, key, now=now, capacity=None, next_at=next_at, burst_started_at=None)
+            return self._allowed(inst, now, slot)
+        if call.over is Over.REFUSE:
+            metrics.LIMIT_CALLS.labels("rate", "busy").inc()
+            return Answer(Outcome.BUSY, inst, at=slot)
+        await self.store.set_txn(conn, key, now=now, capacity=None, next_at=next_at, burst_started_at=None)
+        await self.store.insert_txn(conn, key, ref, state="reserved", owner="", sequence=inst.last_sequence,
+                                    at=slot, now=now)
+        parked = await self._park(conn, ref, now=now, until=slot - call.lead, kind="limit_waiting",
+                                  actor=call.execution_id, detail=f"{where}: slot at {slot.isoformat()}")
+        metrics.LIMIT_CALLS.labels("rate", "waiting").inc()
+        return Answer(Outcome.WAITING, parked, at=slot)
+
+    @staticmethod
+    def _allowed(inst: Instance, now: datetime, slot: datetime) -> Answer:
+        metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
+        if slot > now:
+            metrics.LIMIT_WAIT_SECONDS.labels("rate").observe((slot - now).total_seconds())
+        return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(slot - now), at=slot)
+
+    async def _throttle_many(self, _group: str, calls: list[_RateCall]) -> list[Answer | BaseException]:
+        """Calls of one key and rate that came together: one transaction gives a slot to each whose instance its
+        execution holds, that has no reservation and whose slot is within its in-process wait, in arrival order;
+        the rest (a reservation to spend, a slot too far, a refused caller) go on alone afterwards."""
+        key = calls[0].key
+        out: list[Answer | BaseException | None] = [None] * len(calls)
+
+        async def txn(conn: Conn) -> None:
+            now = await self.store.now_txn(conn)
+            leased: dict[int, Instance] = {}
+            for i in sorted(range(len(calls)), key=lambda i: (calls[i].ref.workflow_id, calls[i].ref.instance_key)):
+                try:
+                    leased[i] = await self._leased(conn, calls[i].ref, calls[i].execution_id, now)
+                except (FailedPrecondition, NotFound) as exc:
+                    out[i] = exc
+            if not leased:
+                return
+            row = await self.store.lock_txn(conn, key, now=now)
+            reserved = await self.store.entry_refs_txn(conn, key, [calls[i].ref for i in leased])
+            next_at = row.next_at
+            for i, inst in sorted(leased.items()):
+                if (calls[i].ref.workflow_id, calls[i].ref.instance_key) in reserved:
+                    continue
+                slot, after = _gcra(next_at, now, calls[i])
+                if slot - now > calls[i].in_process:
+                    break  # this one and every later one: alone, in order
+                next_at = after
+                out[i] = self._allowed(inst, now, slot)
+            if next_at != row.next_at:
+                await self.store.set_txn(conn, key, now=now, capacity=None, next_at=next_at, burst_started_at=None)
+
+        try:
+            await self._run(txn)
+        except Exception as exc:  # noqa: BLE001 - the transaction failed: each caller raises it
+            return [exc] * len(calls)
+        for i, answer in enumerate(out):
+            if answer is None:
+                try:
+                    out[i] = await self._throttle_alone(calls[i])
+                except Exception as exc:  # noqa: BLE001 - this caller's own error
+                    out[i] = exc
+        done = [a for a in out if a is not None]
+        assert len(done) == len(calls), "every call answered"
+        return done
 
     # --- debounce ------------------------------------------------------------------------------------------
 

@@ -153,9 +153,11 @@ class LimitStore:
     async def lock_txn(self, conn: Conn, limit: LimitId, *, now: datetime) -> LimitRow:
         """The key's row, made when missing, locked to the end of the transaction."""
         params = {**limit.params(), "now": self.r.at(now)}
-        await self.r.execute(conn, self._ensure, params)
         row = await self.r.one(conn, self._lock, params)
-        assert row is not None, "made just above"
+        if row is None:  # a new key: made (or made meanwhile by a racing call), then locked
+            await self.r.execute(conn, self._ensure, params)
+            row = await self.r.one(conn, self._lock, params)
+            assert row is not None, "made just above"
         return self._row(limit, row)
 
     async def set_txn(self, conn: Conn, limit: LimitId, *, now: datetime, capacity: int | None,
@@ -171,6 +173,17 @@ class LimitStore:
         row = await self.r.one(conn, self._entry_of, {**limit.params(), "wf": ref.workflow_id,
                                                       "key": ref.instance_key})
         return self._entry(row) if row else None
+
+    async def entry_refs_txn(self, conn: Conn, limit: LimitId, refs: list[InstanceRef]) -> set[tuple[str, str]]:
+        """Which of these instances have an entry at the key: (workflow id, instance key) pairs."""
+        pairs = ", ".join(f"(%(w{i})s, %(k{i})s)" for i in range(len(refs)))
+        params: dict[str, Any] = {**limit.params()}
+        for i, ref in enumerate(refs):
+            params[f"w{i}"], params[f"k{i}"] = ref.workflow_id, ref.instance_key
+        rows = await self.r.all(conn, self.r.dialect.sql(
+            f"""SELECT workflow_id, instance_key FROM durable_limit_entries WHERE {LIMIT_KEY}
+                AND (workflow_id, instance_key) IN ({pairs})"""), params)
+        return {(r["workflow_id"], r["instance_key"]) for r in rows}
 
     async def insert_txn(self, conn: Conn, limit: LimitId, ref: InstanceRef, *, state: str, owner: str,
                          sequence: int, at: datetime | None, now: datetime) -> int:
