@@ -191,9 +191,10 @@ class LimitService:
         validation.identifier("limit_name", limit_name)
         validation.identifier("limit_key", limit_key)
 
-    async def _leased(self, conn: Conn, ref: InstanceRef, execution_id: str, now: datetime) -> Instance:
-        """The caller's instance, locked; it must run and the execution must hold its lease."""
-        inst = await locked_instance(self.instances, conn, ref)
+    @staticmethod
+    def _leased(inst: Instance, ref: InstanceRef, execution_id: str, now: datetime) -> Instance:
+        """The caller's instance (locked first, then the key's row, which tells the time): it must run and the
+        execution must hold its lease."""
         if inst.status is not InstanceStatus.RUNNING or inst.suspended_at is not None:
             state = "suspended" if inst.suspended_at is not None else inst.status.value
             raise FailedPrecondition(f"instance {instance_name(ref)} is {state}; only running instances pass limits")
@@ -298,9 +299,9 @@ class LimitService:
 
     async def _acquire_txn(self, conn: Conn, ref: InstanceRef, limit: LimitId, execution_id: str, max_holders: int,
                            over: Over, *, park: bool) -> Answer:
-        now = await self.store.now_txn(conn)
-        inst = await self._leased(conn, ref, execution_id, now)
-        await self._lock(conn, limit, now, capacity=max_holders)
+        locked = await locked_instance(self.instances, conn, ref)
+        _, now = await self._lock(conn, limit, capacity=max_holders)
+        inst = self._leased(locked, ref, execution_id, now)
         holders, waiters, _ = await self._settle(conn, limit, max_holders, now,
                                                  await self.store.entries_txn(conn, limit))
         mine = next((e for e in holders + waiters if (e.workflow_id, e.instance_key) == (ref.workflow_id,
@@ -345,12 +346,11 @@ class LimitService:
 
         async def txn(conn: Conn) -> Released:
             await locked_instance(self.instances, conn, ref)
-            now = await self.store.now_txn(conn)
             keys = [limit_key] if limit_key else await self.store.keys_of_txn(conn, ref, "concurrency", limit_name)
             released, granted, holders, waiters = False, 0, 0, 0
             for key in sorted(keys):
                 limit = LimitId(ref.namespace, "concurrency", limit_name, key)
-                row = await self._lock(conn, limit, now)
+                row, now = await self._lock(conn, limit)
                 entries = await self.store.entries_txn(conn, limit)
                 mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
                                                                                          ref.instance_key)), None)
@@ -367,12 +367,13 @@ class LimitService:
 
         return await self._run(txn)
 
-    async def _lock(self, conn: Conn, limit: LimitId, now: datetime, *, capacity: int | None = None) -> LimitRow:
-        row = await self.store.lock_txn(conn, limit, now=now)
+    async def _lock(self, conn: Conn, limit: LimitId, *,
+                    capacity: int | None = None) -> tuple[LimitRow, datetime]:
+        row, now = await self.store.lock_txn(conn, limit)
         if capacity is not None and row.capacity != capacity:
             await self.store.set_txn(conn, limit, now=now, capacity=capacity, next_at=row.next_at,
                                      burst_started_at=row.burst_started_at)
-        return row
+        return row, now
 
     async def sweep_once(self) -> int:
         """Hands places freed without a ReleaseSlot (a holder finished, died or parked) to waiters; how many."""
@@ -380,8 +381,7 @@ class LimitService:
         granted = 0
         for limit in keys:
             async def txn(conn: Conn, limit: LimitId = limit) -> int:
-                now = await self.store.now_txn(conn)
-                row = await self.store.lock_txn(conn, limit, now=now)
+                row, now = await self.store.lock_txn(conn, limit)
                 _, _, n = await self._settle(conn, limit, row.capacity or 1, now,
                                              await self.store.entries_txn(conn, limit))
                 return n
@@ -447,9 +447,9 @@ class LimitService:
         """One Throttle call in its own transaction: every case (a reservation spent or parked again, a slot now
         or soon, a refusal, a new reservation)."""
         ref, key, where = call.ref, call.key, f"rate {call.key.name} [{call.key.key}]"
-        now = await self.store.now_txn(conn)
-        inst = await self._leased(conn, ref, call.execution_id, now)
-        row = await self.store.lock_txn(conn, key, now=now)
+        locked = await locked_instance(self.instances, conn, ref)
+        row, now = await self.store.lock_txn(conn, key)
+        inst = self._leased(locked, ref, call.execution_id, now)
         mine = await self.store.entry_of_txn(conn, key, ref)
         if mine is not None and mine.at is not None and mine.sequence == inst.last_sequence:
             # The slot reserved when this instance was parked: spent now, once.
@@ -494,16 +494,23 @@ class LimitService:
         out: list[Answer | BaseException | None] = [None] * len(calls)
 
         async def txn(conn: Conn) -> None:
-            now = await self.store.now_txn(conn)
-            leased: dict[int, Instance] = {}
+            locked: dict[int, Instance] = {}
             for i in sorted(range(len(calls)), key=lambda i: (calls[i].ref.workflow_id, calls[i].ref.instance_key)):
                 try:
-                    leased[i] = await self._leased(conn, calls[i].ref, calls[i].execution_id, now)
-                except (FailedPrecondition, NotFound) as exc:
+                    locked[i] = await locked_instance(self.instances, conn, calls[i].ref)
+                except NotFound as exc:
+                    out[i] = exc
+            if not locked:
+                return
+            row, now = await self.store.lock_txn(conn, key)
+            leased: dict[int, Instance] = {}
+            for i, inst in locked.items():
+                try:
+                    leased[i] = self._leased(inst, calls[i].ref, calls[i].execution_id, now)
+                except FailedPrecondition as exc:
                     out[i] = exc
             if not leased:
                 return
-            row = await self.store.lock_txn(conn, key, now=now)
             reserved = await self.store.entry_refs_txn(conn, key, [calls[i].ref for i in leased])
             next_at = row.next_at
             for i, inst in sorted(leased.items()):
@@ -547,9 +554,9 @@ class LimitService:
         where = f"debounce {limit_name} [{limit_key}]"
 
         async def txn(conn: Conn) -> Answer:
-            now = await self.store.now_txn(conn)
-            inst = await self._leased(conn, ref, execution_id, now)
-            row = await self.store.lock_txn(conn, key, now=now)
+            locked = await locked_instance(self.instances, conn, ref)
+            row, now = await self.store.lock_txn(conn, key)
+            inst = self._leased(locked, ref, execution_id, now)
             entries = await self.store.entries_txn(conn, key)
             mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
                                                                                      ref.instance_key)), None)

@@ -88,10 +88,11 @@ class LimitStore:
     def __init__(self, runner: Runner) -> None:
         self.r = runner
         d = runner.dialect
-        self._ensure = d.sql("""INSERT INTO durable_limits (namespace, kind, limit_name, limit_key, updated_at)
-            VALUES (%(ns)s, %(kind)s, %(name)s, %(lkey)s, %(now)s) ON CONFLICT DO NOTHING""")
-        self._lock = d.sql(f"""SELECT capacity, next_at, burst_started_at, updated_at FROM durable_limits
-            WHERE {LIMIT_KEY}{d.lock(True)}""")
+        self._ensure = d.sql(f"""INSERT INTO durable_limits (namespace, kind, limit_name, limit_key, updated_at)
+            VALUES (%(ns)s, %(kind)s, %(name)s, %(lkey)s, {d.now_sql}) ON CONFLICT DO NOTHING""")
+        # The transaction's database time comes with the lock (one round trip for both).
+        self._lock = d.sql(f"""SELECT capacity, next_at, burst_started_at, updated_at, {d.now_sql} AS now
+            FROM durable_limits WHERE {LIMIT_KEY}{d.lock(True)}""")
         self._set = d.sql(f"""UPDATE durable_limits SET capacity = %(cap)s, next_at = %(next)s, burst_started_at = %(burst)s,
             updated_at = %(now)s WHERE {LIMIT_KEY}""")
         entries_from = ("FROM durable_limit_entries e LEFT JOIN durable_instances i ON i.namespace = e.namespace "
@@ -150,15 +151,16 @@ class LimitStore:
     async def now_txn(self, conn: Conn) -> datetime:
         return await self.r.now(conn)
 
-    async def lock_txn(self, conn: Conn, limit: LimitId, *, now: datetime) -> LimitRow:
-        """The key's row, made when missing, locked to the end of the transaction."""
-        params = {**limit.params(), "now": self.r.at(now)}
+    async def lock_txn(self, conn: Conn, limit: LimitId) -> tuple[LimitRow, datetime]:
+        """The key's row, made when missing, locked to the end of the transaction; and the transaction's
+        database time."""
+        params = await self.r.with_now(conn, **limit.params())
         row = await self.r.one(conn, self._lock, params)
         if row is None:  # a new key: made (or made meanwhile by a racing call), then locked
             await self.r.execute(conn, self._ensure, params)
             row = await self.r.one(conn, self._lock, params)
             assert row is not None, "made just above"
-        return self._row(limit, row)
+        return self._row(limit, row), self.r.dialect.time(row["now"])
 
     async def set_txn(self, conn: Conn, limit: LimitId, *, now: datetime, capacity: int | None,
                       next_at: datetime | None, burst_started_at: datetime | None) -> None:
