@@ -338,3 +338,95 @@ def test_console_limits_show_each_keys_holders_and_waiters_in_order(stack: Stack
     page.wait_for_selector("text=No limit key matches.")
     REPORT.add("console: limits page (browser)", 3, 0, 0, time.monotonic() - t0,
                note="a key's holder and its two waiters in order, linked to their instances")
+
+
+def test_console_polish_found_by_a_new_user(stack: Stack, page: Any) -> None:
+    """Issue 44's console defects, each checked: no navigation on the log-in page; the namespace shown; a
+    Resume Trigger's claim token shown short; an id that is not an n8n execution not linked; a completed
+    instance without its past "Last error"; a version that was never registered said so; the Versions page
+    listing the workflows; a timeline that says when it shows only part of an instance's history."""
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    run = uuid.uuid4().hex[:6]
+    wf = f"consolePolish{run}"
+    claimed, done, long_key = f"polish-{run}-claimed", f"polish-{run}-done", f"polish-{run}-long"
+    instances = instance_pb2_grpc.InstanceServiceStub(sidecar.channel)
+    md = sidecar.md
+
+    def start(key: str, execution: str) -> None:
+        instances.StartOrResume(instance_pb2.StartOrResumeRequest(workflow_id=wf, instance_key=key,
+                                                                  execution_id=execution), metadata=md, timeout=5)
+
+    # Held by a Resume Trigger's claim (the token the lease owner shows until an execution takes it over).
+    start(claimed, "9001")
+    instances.ScheduleWakeUp(instance_pb2.ScheduleWakeUpRequest(workflow_id=wf, instance_key=claimed,
+                                                                execution_id="9001", delay_seconds=0),
+                             metadata=md, timeout=5)
+    got = instances.ClaimResumable(instance_pb2.ClaimResumableRequest(workflow_ids=[wf], claimant="e2e-trigger",
+                                                                      max_instances=5, lease_seconds=600),
+                                   metadata=md, timeout=5)
+    token = next(r.claim_token for r in got.instances if r.instance.instance_key == claimed)
+    assert token.startswith("claim:") and len(token) > 40, token
+    # Run by a script (execution ids that are not n8n's), failed once under the retry policy, then completed.
+    start(done, "ops-script-7")
+    instances.FailInstance(instance_pb2.FailInstanceRequest(workflow_id=wf, instance_key=done,
+                                                            execution_id="ops-script-7",
+                                                            error_message="lease lapsed while the CRM was down",
+                                                            retry=True), metadata=md, timeout=5)
+    start(done, "ops-script-8")
+    finished = instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
+        workflow_id=wf, instance_key=done, execution_id="ops-script-8"), metadata=md, timeout=5).instance
+    assert finished.last_error == "lease lapsed while the CRM was down"  # kept by the sidecar; the console hides it
+    # More checkpoints than the console reads per source (2,000).
+    start(long_key, "9002")
+    for i in range(2001):
+        sidecar.checkpoints.SaveCheckpoints(checkpoint_pb2.SaveCheckpointsRequest(items=[
+            checkpoint_pb2.SaveCheckpointItem(workflow_id=wf, instance_key=long_key, step_name=f"step-{i}",
+                                              state_json=b'{"i": %d}' % i, execution_id="9002",
+                                              node_name="Durable Checkpoint")]), metadata=md, timeout=5)
+    namespace = audit_pb2_grpc.AuditServiceStub(sidecar.channel).GetCaller(audit_pb2.GetCallerRequest(),
+                                                                           metadata=md, timeout=5).namespace
+
+    # The log-in page shows no navigation and no Log out (a new tab: no token yet).
+    tab = page.context.new_page()
+    try:
+        tab.goto(f"{sidecar.http_url}/console/")
+        tab.wait_for_selector("#token")
+        assert not tab.locator("#nav").is_visible() and not tab.locator("#logout").is_visible()
+    finally:
+        tab.close()
+
+    _login(page, sidecar.http_url)
+    page.wait_for_selector("#namespace b")
+    assert page.inner_text("#namespace b") == namespace and page.locator("#nav").is_visible()
+
+    # The claim token is shown short, whole in its tooltip; script ids are text, not links into n8n.
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={claimed}")
+    page.wait_for_selector("[data-testid=timeline]")
+    owner = page.locator("dl.facts dd [data-claim]")
+    assert owner.inner_text() == "Resume Trigger claim" and owner.get_attribute("title") == token
+    assert token not in page.inner_text("[data-testid=timeline]")
+    assert page.locator("dl.facts dt:text-is('Bound version') + dd").inner_text() == "not registered"
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={done}")
+    page.wait_for_selector("[data-testid=timeline] tr[data-kind=completed]")
+    assert page.locator("[data-testid=timeline] a").count() == 0  # no link to an n8n execution that isn't one
+    assert "ops-script-8" in page.inner_text("[data-testid=timeline] tr[data-kind=completed]")
+    facts = page.inner_text("dl.facts")
+    assert "Last error" not in facts and "CRM was down" not in facts, facts
+    assert page.locator("[data-testid=timeline-truncated]").count() == 0
+
+    # A timeline cut at 2,000 checkpoints says so.
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={long_key}")
+    page.wait_for_selector("[data-testid=timeline-truncated]")
+    assert "the first 2000 checkpoints" in page.inner_text("[data-testid=timeline-truncated]")
+
+    # The Versions page lists the workflows (this one: no version registered, three instances).
+    page.goto(f"{sidecar.http_url}/console/#/versions")
+    page.wait_for_selector(f"[data-testid=workflows-table] tr[data-wf='{wf}']")
+    cells = page.locator(f"[data-testid=workflows-table] tr[data-wf='{wf}'] td").all_inner_texts()
+    assert cells == [wf, "0", "none registered", "3"], cells
+    _shot(page, "console-workflows.png")
+    page.click(f"[data-testid=workflows-table] a:text-is('{wf}')")
+    page.wait_for_selector("h1:has-text('Versions of')")
+    REPORT.add("console: defects a new user found (browser)", 3, 0, 0, time.monotonic() - t0,
+               note="log-in page, namespace, claim token, links, last error, version, workflows, cut timeline")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import grpc
 import pytest
-from durable.v1 import audit_pb2, common_pb2, idempotency_pb2, instance_pb2
+from durable.v1 import audit_pb2, common_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs
 from tests.sidecar.storage import expire_instance_lease
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
+from tests.sidecar.version_helpers import workflow
 
 
 async def events(s: Stubs, key: str, **kw: object) -> audit_pb2.ListInstanceEventsResponse:
@@ -136,3 +138,52 @@ async def test_list_keys_by_key_prefix_finds_an_instances_keys_in_every_scope(ha
             scope=scope, key=key, holder="exec-1")]), metadata=s.metadata)
     reply = await s.idempotency.ListKeys(idempotency_pb2.ListKeysRequest(key_prefix=order), metadata=s.metadata)
     assert sorted((k.scope, k.key) for k in reply.keys) == [("email", order + "-confirmation"), ("payment", order)]
+
+
+async def test_get_caller_names_the_namespace_of_the_token(harness: Harness) -> None:
+    alpha = await harness.alpha.audit.GetCaller(audit_pb2.GetCallerRequest(), metadata=harness.alpha.metadata)
+    beta = await harness.beta.audit.GetCaller(audit_pb2.GetCallerRequest(), metadata=harness.beta.metadata)
+    assert alpha.namespace.startswith("ns-alpha-") and beta.namespace.startswith("ns-beta-")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await harness.alpha.audit.GetCaller(audit_pb2.GetCallerRequest(), metadata=(("authorization", "Bearer nope-123"),))
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def _all_workflows(s: Stubs, page_size: int) -> list[audit_pb2.WorkflowSummary]:
+    out: list[audit_pb2.WorkflowSummary] = []
+    token = ""
+    while True:
+        reply = await s.audit.ListWorkflows(audit_pb2.ListWorkflowsRequest(page_size=page_size, page_token=token),
+                                            metadata=s.metadata)
+        out.extend(reply.workflows)
+        token = reply.next_page_token
+        if not token:
+            return out
+
+
+async def test_list_workflows_shows_each_workflow_with_versions_or_instances_once_in_its_namespace(
+        harness: Harness) -> None:
+    s, run = harness.alpha, new_key()
+    only_instances, versioned = f"wf-{run}-a", f"wf-{run}-b"
+    for i in range(3):
+        await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=only_instances, instance_key=f"k{i}", execution_id="exec-1"), metadata=s.metadata)
+    for label in ("1.0.0", "1.1.0"):
+        await s.versions.RegisterVersion(version_pb2.RegisterVersionRequest(
+            workflow_id=versioned, definition_json=json.dumps(workflow(ship=f"Ship {label}")).encode(), actor="tester",
+            label=label), metadata=s.metadata)
+    await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+        workflow_id=versioned, instance_key="k0", execution_id="exec-1"), metadata=s.metadata)
+    for size in (1, 2, 1000):  # paged one at a time, two at a time, or all at once: each workflow once, in order
+        listed = await _all_workflows(s, size)
+        ids = [w.workflow_id for w in listed]
+        assert ids == sorted(set(ids)), size
+        mine = {w.workflow_id: w for w in listed if w.workflow_id.startswith(f"wf-{run}")}
+        assert (mine[only_instances].instances, mine[only_instances].versions,
+                mine[only_instances].latest_version) == (3, 0, 0)
+        assert (mine[versioned].instances, mine[versioned].versions, mine[versioned].latest_version,
+                mine[versioned].latest_label) == (1, 2, 2, "1.1.0")
+    assert not [w for w in await _all_workflows(harness.beta, 1000) if w.workflow_id.startswith(f"wf-{run}")]
+    with pytest.raises(grpc.aio.AioRpcError) as bad:
+        await s.audit.ListWorkflows(audit_pb2.ListWorkflowsRequest(page_token="not-a-token"), metadata=s.metadata)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT

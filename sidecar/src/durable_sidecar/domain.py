@@ -477,6 +477,17 @@ class WorkflowHead:
 
 
 @dataclass(frozen=True)
+class WorkflowSummary:
+    """A workflow of a namespace (AuditService.ListWorkflows): its registered versions and its instances."""
+
+    workflow_id: str
+    versions: int
+    latest_version: int
+    latest_label: str
+    instances: int
+
+
+@dataclass(frozen=True)
 class MoveSelector:
     workflow_id: str
     instance_keys: tuple[str, ...] = ()

@@ -111,5 +111,5 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     instances.wait_for_freed = sessions.wait_for_freed
     limits = LimitService(db, backend.instances, backend.limits)
     limits.on_due = sessions.wake_streams
-    return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances),
+    return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances, backend.versions),
                     sessions, limits)

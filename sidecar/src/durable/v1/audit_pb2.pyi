@@ -79,3 +79,43 @@ class CountInstancesResponse(_message.Message):
     stalled: int
     total: int
     def __init__(self, counts: _Optional[_Iterable[_Union[StatusCount, _Mapping]]] = ..., stalled: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetCallerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetCallerResponse(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class ListWorkflowsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class WorkflowSummary(_message.Message):
+    __slots__ = ("workflow_id", "versions", "latest_version", "latest_label", "instances")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LATEST_LABEL_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    versions: int
+    latest_version: int
+    latest_label: str
+    instances: int
+    def __init__(self, workflow_id: _Optional[str] = ..., versions: _Optional[int] = ..., latest_version: _Optional[int] = ..., latest_label: _Optional[str] = ..., instances: _Optional[int] = ...) -> None: ...
+
+class ListWorkflowsResponse(_message.Message):
+    __slots__ = ("workflows", "next_page_token")
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    workflows: _containers.RepeatedCompositeFieldContainer[WorkflowSummary]
+    next_page_token: str
+    def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

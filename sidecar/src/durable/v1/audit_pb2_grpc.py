@@ -46,6 +46,16 @@ class AuditServiceStub:
                 request_serializer=durable_dot_v1_dot_audit__pb2.CountInstancesRequest.SerializeToString,
                 response_deserializer=durable_dot_v1_dot_audit__pb2.CountInstancesResponse.FromString,
                 _registered_method=True)
+        self.GetCaller = channel.unary_unary(
+                '/durable.v1.AuditService/GetCaller',
+                request_serializer=durable_dot_v1_dot_audit__pb2.GetCallerRequest.SerializeToString,
+                response_deserializer=durable_dot_v1_dot_audit__pb2.GetCallerResponse.FromString,
+                _registered_method=True)
+        self.ListWorkflows = channel.unary_unary(
+                '/durable.v1.AuditService/ListWorkflows',
+                request_serializer=durable_dot_v1_dot_audit__pb2.ListWorkflowsRequest.SerializeToString,
+                response_deserializer=durable_dot_v1_dot_audit__pb2.ListWorkflowsResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -73,6 +83,23 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCaller(self, request, context):
+        """Who the caller is to the sidecar: the namespace its token opens (the
+        console shows it beside the navigation).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkflows(self, request, context):
+        """The workflows of the caller's namespace: each workflow id that has a
+        registered version or an instance, with how many of each, in workflow id
+        order, paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -85,6 +112,16 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.CountInstances,
                     request_deserializer=durable_dot_v1_dot_audit__pb2.CountInstancesRequest.FromString,
                     response_serializer=durable_dot_v1_dot_audit__pb2.CountInstancesResponse.SerializeToString,
+            ),
+            'GetCaller': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCaller,
+                    request_deserializer=durable_dot_v1_dot_audit__pb2.GetCallerRequest.FromString,
+                    response_serializer=durable_dot_v1_dot_audit__pb2.GetCallerResponse.SerializeToString,
+            ),
+            'ListWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflows,
+                    request_deserializer=durable_dot_v1_dot_audit__pb2.ListWorkflowsRequest.FromString,
+                    response_serializer=durable_dot_v1_dot_audit__pb2.ListWorkflowsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -143,6 +180,60 @@ class AuditService:
             '/durable.v1.AuditService/CountInstances',
             durable_dot_v1_dot_audit__pb2.CountInstancesRequest.SerializeToString,
             durable_dot_v1_dot_audit__pb2.CountInstancesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCaller(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable.v1.AuditService/GetCaller',
+            durable_dot_v1_dot_audit__pb2.GetCallerRequest.SerializeToString,
+            durable_dot_v1_dot_audit__pb2.GetCallerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable.v1.AuditService/ListWorkflows',
+            durable_dot_v1_dot_audit__pb2.ListWorkflowsRequest.SerializeToString,
+            durable_dot_v1_dot_audit__pb2.ListWorkflowsResponse.FromString,
             options,
             channel_credentials,
             insecure,

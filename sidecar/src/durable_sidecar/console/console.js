@@ -8,7 +8,7 @@ import { jsonDiff, nodeDiff } from "./diff.js";
 import { renderInstance, renderInstances } from "./instances.js";
 import { renderKeys } from "./keys.js";
 import { renderLimits } from "./limits.js";
-import { TOKEN_KEY, config, encodeBytes, errorBox, show } from "./lib.js";
+import { TOKEN_KEY, config, encodeBytes, errorBox, h, rpc, show } from "./lib.js";
 import { renderLogin } from "./login.js";
 import { renderVersions } from "./versions.js";
 
@@ -20,6 +20,7 @@ export async function route() {
     return;
   }
   document.getElementById("nav").hidden = false;
+  showNamespace();
   const hash = location.hash.replace(/^#/, "") || "/instances";
   const [path, query] = hash.split("?");
   const params = new URLSearchParams(query || "");
@@ -38,6 +39,20 @@ export async function route() {
   }
 }
 
+/** The namespace the token opens, beside the navigation (asked once per log-in). */
+async function showNamespace() {
+  const box = document.getElementById("namespace");
+  if (box.dataset.token === sessionStorage.getItem(TOKEN_KEY)) return;
+  box.dataset.token = sessionStorage.getItem(TOKEN_KEY) || "";
+  try {
+    const caller = await rpc("AuditService", "GetCaller", {});
+    box.replaceChildren("namespace ", h("b", {}, caller.namespace || ""));
+  } catch (_) {
+    box.replaceChildren();
+    delete box.dataset.token;
+  }
+}
+
 async function start() {
   try {
     Object.assign(config, await (await fetch("config.json")).json());
@@ -46,6 +61,9 @@ async function start() {
   }
   document.getElementById("logout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
+    const box = document.getElementById("namespace");
+    box.replaceChildren();
+    delete box.dataset.token;
     renderLogin("Logged out.");
   });
   window.addEventListener("hashchange", route);

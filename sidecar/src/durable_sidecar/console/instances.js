@@ -2,7 +2,7 @@
 
 import { jsonDiff, renderDiff } from "./diff.js";
 import { keyTable } from "./keys.js";
-import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, enumName, errorBox, executionLink, fmtTime, h, instanceHref, isStalled, parseJsonBytes, pretty, rpc, show, statusOf } from "./lib.js";
+import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
 
 // --- instances --------------------------------------------------------------------------------------
 
@@ -95,7 +95,7 @@ export async function renderInstances(params) {
         h("td", {}, h("a", { class: "mono", href: instanceHref(i.workflowId, i.instanceKey) }, i.instanceKey)),
         h("td", { class: "mono" }, i.workflowId),
         h("td", {}, badge(statusOf(i)), isStalled(i) ? [" ", badge("stalled")] : ""),
-        h("td", {}, i.boundVersion || i.versionLabel || "–"),
+        h("td", {}, versionText(i)),
         h("td", {}, i.lastStep || "–"),
         h("td", { class: "num" }, i.lastSequence || "0"),
         h("td", { class: "num" }, i.resumeCount || "0"),
@@ -144,7 +144,7 @@ export async function renderInstance(params) {
     ["Workflow", h("a", { class: "mono", href: `#/versions?${new URLSearchParams({ wf })}` }, wf)],
     ["Status", [badge(status), isStalled(inst) ? [" ", badge("stalled")] : "",
       inst.runState ? h("span", { class: "muted" }, ` ${enumName(inst.runState, "RUN_STATE_").toLowerCase()}`) : ""]],
-    ["Bound version", inst.boundVersion || "–"], ["Version label", inst.versionLabel || "–"],
+    ["Bound version", versionText(inst)], ["Version label", inst.versionLabel || "–"],
     ["Last step", inst.lastStep ? `${inst.lastStep} (#${inst.lastSequence})` : "–"],
     ["Checkpoints", inst.checkpointCount || "0"], ["Resumes", inst.resumeCount || "0"],
     ["Lease owner", inst.leaseOwner ? executionLink(wf, inst.leaseOwner) : "–"],
@@ -154,7 +154,8 @@ export async function renderInstance(params) {
     ["Updated", fmtTime(inst.updatedAt)], ["Finished", fmtTime(inst.finishedAt) || "–"],
   ];
   if (inst.errorMessage) facts.push(["Error / reason", inst.errorMessage]);
-  if (inst.lastError) facts.push(["Last error", inst.lastError]);
+  // An error an instance got past (it completed since) is history: the timeline keeps it.
+  if (inst.lastError && status !== "COMPLETED") facts.push(["Last error", inst.lastError]);
   if (inst.awaitedEvent) facts.push(["Awaits event", inst.awaitedEvent]);
   if (inst.resultJson) facts.push(["Result", h("code", {}, decodeBytes(inst.resultJson))]);
 
@@ -208,7 +209,7 @@ export async function renderInstance(params) {
     h("tbody", {}, entries.map((e) => h("tr", { dataset: { kind: e.kind } },
       h("td", { class: "mono" }, fmtTime(e.at)),
       h("td", {}, badge(e.kind.replace(/_/g, " "), e.kind)),
-      h("td", {}, e.execution ? executionLink(wf, e.execution) : e.actor ? h("span", { class: "muted" }, e.actor) : ""),
+      h("td", {}, e.execution ? executionLink(wf, e.execution) : e.actor ? idText(e.actor, { class: "muted" }) : ""),
       h("td", {}, e.node),
       h("td", {}, e.detail),
       h("td", {}, e.checkpoint ? pickers(Number(e.checkpoint.sequence)) : ""),
@@ -245,11 +246,23 @@ export async function renderInstance(params) {
     actions,
     h("h2", {}, "Timeline"),
     events === null ? h("p", { class: "error" }, "The audit trail could not be read (AuditService.ListInstanceEvents).") : "",
+    truncatedNote([[events, "audit events"], [checkpoints, "checkpoints"], [changes, "version changes"],
+      [signals, "signals"]]),
     timeline,
     h("div", { class: "pager" }, diffButton,
       h("span", {}, cps.length < 2 ? "A diff needs two checkpoints." : "Pick A and B in the timeline (default: the last two).")),
     diffPanel, statePanel,
     h("h2", {}, "Idempotency keys of this instance"), keysTable);
+}
+
+/** A note where a source of the timeline had more entries than the console reads (the rest exist, unshown). */
+function truncatedNote(sources) {
+  const cut = sources.filter(([rows]) => rows && rows.truncated).map(([rows, name]) => `the first ${rows.length} ${name}`);
+  if (!cut.length) return "";
+  return h("p", { class: "note", "data-testid": "timeline-truncated" }, `This timeline shows only ${cut.join(", ")}: `
+    + "the instance has more. Page through them all with AuditService.ListInstanceEvents, "
+    + "CheckpointService.ListCheckpoints, VersionService.ListChangeLog and EventService.ListEvents on the "
+    + "HTTP/JSON face (docs/http-json.md).");
 }
 
 export function instanceActions(inst, reload) {

@@ -50,6 +50,8 @@ export async function all(service, method, body, field, limit = 2000) {
     out.push(...(reply[field] || []));
     pageToken = reply.nextPageToken || "";
   } while (pageToken && out.length < limit);
+  // More were there than `limit`: the caller says so instead of showing a part as the whole.
+  out.truncated = Boolean(pageToken);
   return out;
 }
 
@@ -122,9 +124,24 @@ export function badge(text, cls) {
   return h("span", { class: `badge ${cls || String(text).toLowerCase()}` }, String(text).toLowerCase());
 }
 
+// A Resume Trigger's claim token (`claim:<host>:<pid>:<32 hex>`): it holds an instance until the execution it
+// starts takes it over.
+const CLAIM = /^claim:/;
+
+/** An id as text: a claim token named as one, a long id shortened (the whole in its tooltip). */
+export function idText(id, attrs = {}) {
+  if (CLAIM.test(id)) return h("span", { class: "muted", title: id, dataset: { claim: "" } }, "Resume Trigger claim");
+  const short = id.length > 24 ? `${id.slice(0, 14)}…${id.slice(-6)}` : id;
+  return h("span", { class: "mono", title: id, ...attrs }, short);
+}
+
+/**
+ * An n8n execution id as a link into n8n. n8n numbers its executions; anything else (an operator's name, a
+ * Resume Trigger's claim, an id a script chose) is shown as text, long ones shortened with the whole in a tooltip.
+ */
 export function executionLink(workflowId, executionId) {
   if (!executionId) return "";
-  if (!config.n8nUrl) return h("span", { class: "mono" }, executionId);
+  if (CLAIM.test(executionId) || !config.n8nUrl || !/^\d+$/.test(executionId)) return idText(executionId);
   const url = `${config.n8nUrl.replace(/\/+$/, "")}/workflow/${encodeURIComponent(workflowId)}/executions/${encodeURIComponent(executionId)}`;
   return h("a", { class: "mono", href: url, target: "_blank", rel: "noopener noreferrer" }, executionId);
 }
@@ -198,4 +215,11 @@ export function confirmAction({ title, text, okLabel, extra, run }) {
     dialog.showModal();
     (actor.value ? reason : actor).focus();
   });
+}
+
+/** An instance's version as the lists show it: its number (and the author's label), or that none was bound. */
+export function versionText(inst) {
+  const label = inst.versionLabel ? ` (${inst.versionLabel})` : "";
+  if (inst.boundVersion && inst.boundVersion !== "0") return `v${inst.boundVersion}${label}`;
+  return inst.versionLabel ? `not registered${label}` : "not registered";
 }

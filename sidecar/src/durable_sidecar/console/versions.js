@@ -3,6 +3,27 @@
 import { jsonDiff, nodeDiff, renderDiff } from "./diff.js";
 import { all, enumName, errorBox, fmtTime, h, instanceHref, parseJsonBytes, rpc, show } from "./lib.js";
 
+/** Every workflow of the namespace that has a registered version or an instance, each linked to its versions. */
+async function workflowsTable() {
+  let rows;
+  try {
+    rows = await all("AuditService", "ListWorkflows", {}, "workflows", 1000);
+  } catch (err) {
+    return errorBox(err);
+  }
+  if (!rows.length) return h("p", { class: "muted", "data-testid": "no-workflows" }, "No workflow has a registered version or an instance yet.");
+  return h("div", {},
+    h("table", { "data-testid": "workflows-table" },
+      h("thead", {}, h("tr", {}, ["Workflow", "Versions", "Newest version", "Instances"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.map((w) => h("tr", { dataset: { wf: w.workflowId } },
+        h("td", {}, h("a", { class: "mono", href: `#/versions?${new URLSearchParams({ wf: w.workflowId })}` }, w.workflowId)),
+        h("td", { class: "num" }, w.versions || "0"),
+        h("td", {}, w.latestVersion && w.latestVersion !== "0"
+          ? `v${w.latestVersion}${w.latestLabel ? " (" + w.latestLabel + ")" : ""}` : "none registered"),
+        h("td", { class: "num" }, h("a", { href: `#/instances?${new URLSearchParams({ wf: w.workflowId })}` }, w.instances || "0")))))),
+    rows.truncated ? h("p", { class: "note" }, `The first ${rows.length} workflows; give a workflow ID for another.`) : "");
+}
+
 // --- versions -----------------------------------------------------------------------------------------
 
 export async function renderVersions(params) {
@@ -15,7 +36,9 @@ export async function renderVersions(params) {
     },
   }, h("label", {}, "Workflow ID", h("input", { name: "wf", value: wf, required: true })), h("button", { type: "submit" }, "Show"));
   if (!wf) {
-    show(h("h1", {}, "Versions"), form, h("p", { class: "muted" }, "Give a workflow ID."));
+    const box = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+    show(h("h1", {}, "Versions"), form, h("h2", {}, "Workflows"), box);
+    box.replaceChildren(await workflowsTable());
     return;
   }
   const versionsBox = h("div", {}, h("p", { class: "muted" }, "Loading…"));

@@ -1,13 +1,15 @@
-"""AuditService: the read-only operator views (an instance's audit trail, instance counts by status)."""
+"""AuditService: the read-only operator views (an instance's audit trail, instance counts by status, the
+namespace's workflows)."""
 
 from __future__ import annotations
 
 from .. import validation
-from ..domain import InstanceEvent, InstanceFilter, InstanceRef, Page, StatusCounts
+from ..domain import InstanceEvent, InstanceFilter, InstanceRef, Page, StatusCounts, WorkflowSummary
 from ..errors import InvalidArgument, NotFound
 from ..logs import instance_key_var
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
+from ..stores.versions import VersionStore
 
 
 def check_filter(flt: InstanceFilter) -> None:
@@ -19,9 +21,10 @@ def check_filter(flt: InstanceFilter) -> None:
 
 
 class AuditService:
-    def __init__(self, db: Database, instances: InstanceStore) -> None:
+    def __init__(self, db: Database, instances: InstanceStore, versions: VersionStore) -> None:
         self.db = db
         self.instances = instances
+        self.versions = versions
 
     async def list_events(self, ref: InstanceRef, page: Page) -> tuple[list[InstanceEvent], str]:
         validation.identifier("workflow_id", ref.workflow_id)
@@ -41,5 +44,11 @@ class AuditService:
 
         async def txn(conn: Conn) -> StatusCounts:
             return await self.instances.count_txn(conn, namespace, flt)
+
+        return await self.db.transaction(txn)
+
+    async def list_workflows(self, namespace: str, page: Page) -> tuple[list[WorkflowSummary], str]:
+        async def txn(conn: Conn) -> tuple[list[WorkflowSummary], str]:
+            return await self.versions.workflows_txn(conn, namespace, page)
 
         return await self.db.transaction(txn)

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..domain import ChangeKind, ChangeLogEntry, InstanceMove, NewVersion, Page, Version, WorkflowHead
+from ..domain import (
+    ChangeKind,
+    ChangeLogEntry,
+    InstanceMove,
+    NewVersion,
+    Page,
+    Version,
+    WorkflowHead,
+    WorkflowSummary,
+)
 from .base import Conn
 from .core import Dialect, Row, Runner, blob
 from .paging import cut_page, decode_cursor
@@ -192,6 +201,32 @@ class VersionStore:
             f"SELECT {VERSION_META} FROM durable_versions WHERE {WORKFLOW_WHERE}{after} "
             "ORDER BY version DESC LIMIT %(limit)s"), {**params, "ns": namespace, "wf": workflow_id})
         return cut_page([version_of(d, r) for r in found], page.size, lambda r: [r.version])
+
+    async def workflows_txn(self, conn: Conn, namespace: str, page: Page) -> tuple[list[WorkflowSummary], str]:
+        """Every workflow id of the namespace with a registered version or an instance, in id order, keyset-paged,
+        with its versions (how many, the newest's number and label) and how many instances it has."""
+        after = ""
+        if page.token:
+            (value,) = decode_cursor(page.token, 1)
+            after = value if isinstance(value, str) else ""
+        rows = await self.r.all(conn, self.r.dialect.sql("""
+            SELECT w.workflow_id AS workflow_id,
+                   (SELECT count(*) FROM durable_versions v
+                     WHERE v.namespace = %(ns)s AND v.workflow_id = w.workflow_id) AS versions,
+                   (SELECT v.version FROM durable_versions v WHERE v.namespace = %(ns)s
+                      AND v.workflow_id = w.workflow_id ORDER BY v.version DESC LIMIT 1) AS latest,
+                   (SELECT v.label FROM durable_versions v WHERE v.namespace = %(ns)s
+                      AND v.workflow_id = w.workflow_id ORDER BY v.version DESC LIMIT 1) AS label,
+                   (SELECT count(*) FROM durable_instances i
+                     WHERE i.namespace = %(ns)s AND i.workflow_id = w.workflow_id) AS instances
+            FROM (SELECT workflow_id FROM durable_workflows WHERE namespace = %(ns)s AND workflow_id > %(after)s
+                  UNION
+                  SELECT DISTINCT workflow_id FROM durable_instances WHERE namespace = %(ns)s
+                     AND workflow_id > %(after)s) w
+            ORDER BY w.workflow_id LIMIT %(limit)s"""), {"ns": namespace, "after": after, "limit": page.size + 1})
+        found = [WorkflowSummary(r["workflow_id"], int(r["versions"]), int(r["latest"] or 0), r["label"] or "",
+                                 int(r["instances"])) for r in rows]
+        return cut_page(found, page.size, lambda w: [w.workflow_id])
 
     async def log_registration_txn(self, conn: Conn, new: NewVersion, *, from_version: int, to_version: int,
                                    reason: str) -> None:

@@ -42,3 +42,14 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
             counts=[audit_pb2.StatusCount(status=convert.status(s), count=counts.by_status[s]) for s in InstanceStatus],
             stalled=counts.stalled, total=sum(counts.by_status.values()),
         )
+
+    @unary("GetCaller")
+    async def GetCaller(self, request: audit_pb2.GetCallerRequest, ns: str) -> audit_pb2.GetCallerResponse:  # noqa: N802
+        return audit_pb2.GetCallerResponse(namespace=ns)
+
+    @unary("ListWorkflows")
+    async def ListWorkflows(self, request: audit_pb2.ListWorkflowsRequest, ns: str) -> audit_pb2.ListWorkflowsResponse:  # noqa: N802
+        rows, token = await self.service.list_workflows(ns, Page(page_size(request.page_size), request.page_token))
+        return audit_pb2.ListWorkflowsResponse(workflows=[audit_pb2.WorkflowSummary(
+            workflow_id=w.workflow_id, versions=w.versions, latest_version=w.latest_version,
+            latest_label=w.latest_label, instances=w.instances) for w in rows], next_page_token=token)

@@ -111,6 +111,41 @@ export interface CountInstancesResponse {
   total: number;
 }
 
+export interface GetCallerRequest {
+}
+
+export interface GetCallerResponse {
+  /** The namespace every call with this token reads and writes. */
+  namespace: string;
+}
+
+export interface ListWorkflowsRequest {
+  /** 1 to 1000; 0 means 100. */
+  pageSize: number;
+  /** Opaque token from a previous response; empty for the first page. */
+  pageToken: string;
+}
+
+/** One workflow as the sidecar knows it. */
+export interface WorkflowSummary {
+  workflowId: string;
+  /**
+   * Registered versions (VersionService), and the newest one's number and
+   * label (0 and empty when none is registered).
+   */
+  versions: number;
+  latestVersion: number;
+  latestLabel: string;
+  /** Instances of every status. */
+  instances: number;
+}
+
+export interface ListWorkflowsResponse {
+  workflows: WorkflowSummary[];
+  /** Empty when this was the last page. */
+  nextPageToken: string;
+}
+
 function createBaseInstanceEvent(): InstanceEvent {
   return { id: 0, kind: "", actor: "", executionId: "", detail: "", createdAt: undefined };
 }
@@ -652,6 +687,341 @@ export const CountInstancesResponse: MessageFns<CountInstancesResponse> = {
   },
 };
 
+function createBaseGetCallerRequest(): GetCallerRequest {
+  return {};
+}
+
+export const GetCallerRequest: MessageFns<GetCallerRequest> = {
+  encode(_: GetCallerRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetCallerRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetCallerRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GetCallerRequest>, I>>(base?: I): GetCallerRequest {
+    return GetCallerRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetCallerRequest>, I>>(_: I): GetCallerRequest {
+    const message = createBaseGetCallerRequest();
+    return message;
+  },
+};
+
+function createBaseGetCallerResponse(): GetCallerResponse {
+  return { namespace: "" };
+}
+
+export const GetCallerResponse: MessageFns<GetCallerResponse> = {
+  encode(message: GetCallerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.namespace !== "") {
+      writer.uint32(10).string(message.namespace);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetCallerResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetCallerResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GetCallerResponse>, I>>(base?: I): GetCallerResponse {
+    return GetCallerResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetCallerResponse>, I>>(object: I): GetCallerResponse {
+    const message = createBaseGetCallerResponse();
+    message.namespace = object.namespace ?? "";
+    return message;
+  },
+};
+
+function createBaseListWorkflowsRequest(): ListWorkflowsRequest {
+  return { pageSize: 0, pageToken: "" };
+}
+
+export const ListWorkflowsRequest: MessageFns<ListWorkflowsRequest> = {
+  encode(message: ListWorkflowsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pageSize !== 0) {
+      writer.uint32(8).int32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(18).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListWorkflowsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListWorkflowsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListWorkflowsRequest>, I>>(base?: I): ListWorkflowsRequest {
+    return ListWorkflowsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListWorkflowsRequest>, I>>(object: I): ListWorkflowsRequest {
+    const message = createBaseListWorkflowsRequest();
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseWorkflowSummary(): WorkflowSummary {
+  return { workflowId: "", versions: 0, latestVersion: 0, latestLabel: "", instances: 0 };
+}
+
+export const WorkflowSummary: MessageFns<WorkflowSummary> = {
+  encode(message: WorkflowSummary, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workflowId !== "") {
+      writer.uint32(10).string(message.workflowId);
+    }
+    if (message.versions !== 0) {
+      writer.uint32(16).int64(message.versions);
+    }
+    if (message.latestVersion !== 0) {
+      writer.uint32(24).int64(message.latestVersion);
+    }
+    if (message.latestLabel !== "") {
+      writer.uint32(34).string(message.latestLabel);
+    }
+    if (message.instances !== 0) {
+      writer.uint32(40).int64(message.instances);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WorkflowSummary {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWorkflowSummary();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workflowId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.versions = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.latestVersion = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.latestLabel = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.instances = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WorkflowSummary>, I>>(base?: I): WorkflowSummary {
+    return WorkflowSummary.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WorkflowSummary>, I>>(object: I): WorkflowSummary {
+    const message = createBaseWorkflowSummary();
+    message.workflowId = object.workflowId ?? "";
+    message.versions = object.versions ?? 0;
+    message.latestVersion = object.latestVersion ?? 0;
+    message.latestLabel = object.latestLabel ?? "";
+    message.instances = object.instances ?? 0;
+    return message;
+  },
+};
+
+function createBaseListWorkflowsResponse(): ListWorkflowsResponse {
+  return { workflows: [], nextPageToken: "" };
+}
+
+export const ListWorkflowsResponse: MessageFns<ListWorkflowsResponse> = {
+  encode(message: ListWorkflowsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.workflows) {
+      WorkflowSummary.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListWorkflowsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListWorkflowsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workflows.push(WorkflowSummary.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListWorkflowsResponse>, I>>(base?: I): ListWorkflowsResponse {
+    return ListWorkflowsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListWorkflowsResponse>, I>>(object: I): ListWorkflowsResponse {
+    const message = createBaseListWorkflowsResponse();
+    message.workflows = object.workflows?.map((e) => WorkflowSummary.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
 /**
  * Nothing here writes: every RPC is a read inside the caller's namespace and
  * may be retried freely.
@@ -692,6 +1062,34 @@ export const AuditServiceService = {
       Buffer.from(CountInstancesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CountInstancesResponse => CountInstancesResponse.decode(value),
   },
+  /**
+   * Who the caller is to the sidecar: the namespace its token opens (the
+   * console shows it beside the navigation).
+   */
+  getCaller: {
+    path: "/durable.v1.AuditService/GetCaller" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetCallerRequest): Buffer => Buffer.from(GetCallerRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetCallerRequest => GetCallerRequest.decode(value),
+    responseSerialize: (value: GetCallerResponse): Buffer => Buffer.from(GetCallerResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetCallerResponse => GetCallerResponse.decode(value),
+  },
+  /**
+   * The workflows of the caller's namespace: each workflow id that has a
+   * registered version or an instance, with how many of each, in workflow id
+   * order, paged.
+   */
+  listWorkflows: {
+    path: "/durable.v1.AuditService/ListWorkflows" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListWorkflowsRequest): Buffer => Buffer.from(ListWorkflowsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListWorkflowsRequest => ListWorkflowsRequest.decode(value),
+    responseSerialize: (value: ListWorkflowsResponse): Buffer =>
+      Buffer.from(ListWorkflowsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListWorkflowsResponse => ListWorkflowsResponse.decode(value),
+  },
 } as const;
 
 export interface AuditServiceServer extends UntypedServiceImplementation {
@@ -709,6 +1107,17 @@ export interface AuditServiceServer extends UntypedServiceImplementation {
    * the same filters, without statuses (every status is counted) and paging.
    */
   countInstances: handleUnaryCall<CountInstancesRequest, CountInstancesResponse>;
+  /**
+   * Who the caller is to the sidecar: the namespace its token opens (the
+   * console shows it beside the navigation).
+   */
+  getCaller: handleUnaryCall<GetCallerRequest, GetCallerResponse>;
+  /**
+   * The workflows of the caller's namespace: each workflow id that has a
+   * registered version or an instance, with how many of each, in workflow id
+   * order, paged.
+   */
+  listWorkflows: handleUnaryCall<ListWorkflowsRequest, ListWorkflowsResponse>;
 }
 
 export interface AuditServiceClient extends Client {
@@ -753,6 +1162,45 @@ export interface AuditServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CountInstancesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Who the caller is to the sidecar: the namespace its token opens (the
+   * console shows it beside the navigation).
+   */
+  getCaller(
+    request: GetCallerRequest,
+    callback: (error: ServiceError | null, response: GetCallerResponse) => void,
+  ): ClientUnaryCall;
+  getCaller(
+    request: GetCallerRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetCallerResponse) => void,
+  ): ClientUnaryCall;
+  getCaller(
+    request: GetCallerRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetCallerResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The workflows of the caller's namespace: each workflow id that has a
+   * registered version or an instance, with how many of each, in workflow id
+   * order, paged.
+   */
+  listWorkflows(
+    request: ListWorkflowsRequest,
+    callback: (error: ServiceError | null, response: ListWorkflowsResponse) => void,
+  ): ClientUnaryCall;
+  listWorkflows(
+    request: ListWorkflowsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListWorkflowsResponse) => void,
+  ): ClientUnaryCall;
+  listWorkflows(
+    request: ListWorkflowsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListWorkflowsResponse) => void,
   ): ClientUnaryCall;
 }
 
