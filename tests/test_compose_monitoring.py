@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from typing import Any
 
 import yaml
@@ -57,11 +58,26 @@ def test_monitoring_services_are_opt_in_and_mount_the_deploy_files(compose: dict
 
 def test_prometheus_scrapes_the_sidecar_and_loads_the_alert_rules() -> None:
     config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
-    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    # Relative to the config file: the container mounts both files in /etc/prometheus.
+    assert config["rule_files"] == ["alerts.yml"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = [t for group in jobs["durable-sidecar"]["static_configs"] for t in group["targets"]]
     assert targets == ["sidecar:9464"] and jobs["durable-sidecar"].get("metrics_path", "/metrics") == "/metrics"
     assert Settings().metrics_address.endswith(":9464") and "DURABLE_METRICS_ADDRESS" in dict(dockerfile_env())
+
+
+def test_promtool_accepts_the_prometheus_config_and_its_alert_rules_as_shipped() -> None:
+    """Prometheus's own checker on the files in the repository (make test unpacks promtool: make promtool-setup)."""
+    promtool = os.environ.get("DURABLE_PROMTOOL", "")
+    assert promtool and os.access(promtool, os.X_OK), \
+        f"promtool not found at {promtool!r}: run `make promtool-setup` (make test does)"
+    config = subprocess.run([promtool, "check", "config", str(PROMETHEUS_DIR / "prometheus.yml")],
+                            capture_output=True, text=True, timeout=60)
+    assert config.returncode == 0, config.stdout + config.stderr
+    assert "SUCCESS: 1 rule files found" in config.stdout + config.stderr, config.stdout + config.stderr
+    rules = subprocess.run([promtool, "check", "rules", str(PROMETHEUS_DIR / "alerts.yml")],
+                           capture_output=True, text=True, timeout=60)
+    assert rules.returncode == 0, rules.stdout + rules.stderr
 
 
 def test_alert_rules_are_valid_and_use_exported_metrics() -> None:
