@@ -39,6 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 ADMIN_URL = os.environ.get("DURABLE_E2E_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 TOKEN = "e2e-token-" + uuid.uuid4().hex[:8]
+# A second token of the same namespace with the read role (the console's role test logs in with it).
+READ_TOKEN = "e2e-reader-" + uuid.uuid4().hex[:8]
 NAMESPACE = "e2e"
 CREDENTIAL_ID = "durableSidecarE2E"
 OWNER_EMAIL = "owner@example.com"
@@ -173,7 +175,7 @@ class Sidecar:
                "DURABLE_REDIS_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/0",
                "DURABLE_LISTEN_ADDRESS": f"127.0.0.1:{self.port}",
                "DURABLE_METRICS_ADDRESS": "",
-               "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE}",
+               "DURABLE_AUTH_TOKENS": f"{TOKEN}={NAMESPACE},{READ_TOKEN}={NAMESPACE}:read",
                "DURABLE_HTTP_LISTEN_ADDRESS": f"127.0.0.1:{self.http_port}",
                "DURABLE_CONSOLE_ENABLED": "true",
                "DURABLE_CONSOLE_N8N_URL": console_n8n_url,

@@ -35,7 +35,7 @@ from durable.v1 import (
     version_pb2,
     version_pb2_grpc,
 )
-from harness import REPO, TOKEN, wait_until
+from harness import READ_TOKEN, REPO, TOKEN, wait_until
 from test_http_request_node import HTTP_WF, http_face_workflow, install_http_face_workflow, post_http_face_order
 
 CHROMIUM = "/usr/bin/chromium"
@@ -430,3 +430,42 @@ def test_console_polish_found_by_a_new_user(stack: Stack, page: Any) -> None:
     page.wait_for_selector("h1:has-text('Versions of')")
     REPORT.add("console: defects a new user found (browser)", 3, 0, 0, time.monotonic() - t0,
                note="log-in page, namespace, claim token, links, last error, version, workflows, cut timeline")
+
+
+def test_console_hides_what_a_read_token_may_not_do(stack: Stack, page: Any) -> None:
+    """Issue 44's roles in the console: a read token sees the instance and its timeline but no action (the
+    sidecar would refuse it: PERMISSION_DENIED), and its role beside the namespace; the admin token sees
+    Cancel and Move."""
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    run = uuid.uuid4().hex[:6]
+    wf, key = f"consoleRoles{run}", f"roles-{run}"
+    instance_pb2_grpc.InstanceServiceStub(sidecar.channel).StartOrResume(instance_pb2.StartOrResumeRequest(
+        workflow_id=wf, instance_key=key, execution_id="9100"), metadata=sidecar.md, timeout=5)
+    tab = page.context.browser.new_context(viewport=VIEWPORT).new_page()  # a tab of its own: its own token
+    try:
+        tab.goto(f"{sidecar.http_url}/console/")
+        tab.fill("#token", READ_TOKEN)
+        tab.click("#login")
+        tab.wait_for_selector("#namespace b")
+        assert tab.get_attribute("#namespace", "data-role") == "read" and "read" in tab.inner_text("#namespace")
+        tab.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={key}")
+        tab.wait_for_selector("[data-testid=read-only]")
+        assert tab.locator("#cancel-instance, #move-instance, #retry-instance, #resume-instance").count() == 0
+        # What the page would have sent is refused by the sidecar for this token, whatever the client.
+        refused = tab.evaluate("""async ([token, workflowId, instanceKey]) => {
+            const r = await fetch('/durable.v1.InstanceService/CancelInstance', {method: 'POST',
+              headers: {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + token},
+              body: JSON.stringify({workflowId, instanceKey, actor: 'ops:reader', reason: 'try'})});
+            return [r.status, (await r.json()).code];
+        }""", [READ_TOKEN, wf, key])
+        assert refused == [403, "permission_denied"], refused
+    finally:
+        tab.context.close()
+    _login(page, sidecar.http_url)
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={key}")
+    page.wait_for_selector("#cancel-instance")
+    assert page.locator("#move-instance").count() == 1
+    assert sidecar.instance(wf, key).status == common_pb2.INSTANCE_STATUS_RUNNING  # type: ignore[union-attr]
+    REPORT.add("console: a read token sees no action (browser)", 1, 0, 0, time.monotonic() - t0,
+               note="role beside the namespace; the sidecar answers 403 permission_denied")

@@ -265,7 +265,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         log.warning("Redis not reachable at start-up; serving from the database until it is")
 
     services = build_services(settings, backend, cache)
-    auth = Authenticator(settings.tokens, disabled=settings.auth_disabled)
+    auth = Authenticator(settings.tokens, disabled=settings.auth_disabled, roles=settings.token_roles)
     stopping = asyncio.Event()
     boundary = Boundary(
         max_json_bytes=settings.max_state_bytes, max_repeated=settings.max_batch_items,

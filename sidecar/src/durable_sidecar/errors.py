@@ -35,6 +35,10 @@ class Unauthenticated(DomainError):
     """Missing or unknown bearer token."""
 
 
+class PermissionDenied(DomainError):
+    """The token's role does not allow the call."""
+
+
 class Unavailable(DomainError):
     """A dependency (PostgreSQL, n8n) cannot be reached; the call may be retried as it is."""
 

@@ -265,7 +265,9 @@ class Settings:
         default="",
         metadata=_meta(
             "DURABLE_AUTH_TOKENS",
-            "Comma-separated token=namespace pairs; a bearer token selects its namespace.",
+            "Comma-separated token=namespace pairs; a bearer token selects its namespace. token=namespace:read "
+            "or token=namespace:operate gives the token a role with fewer rights than admin (the default): "
+            "docs/operations.md, Who may do what.",
         ),
     )
     auth_disabled: bool = field(
@@ -326,6 +328,11 @@ class Settings:
     def tokens(self) -> dict[str, str]:
         """Token to namespace map parsed from auth_tokens."""
         return _parse_tokens(self.auth_tokens)
+
+    @property
+    def token_roles(self) -> dict[str, str]:
+        """Token to role ("read", "operate", "admin") parsed from auth_tokens."""
+        return {token: role for token, (_, role) in _parse_token_entries(self.auth_tokens).items()}
 
     @property
     def tls_enabled(self) -> bool:
@@ -509,22 +516,36 @@ def _parse_float(raw: str) -> float:
 _PARSERS: dict[type, Callable[[str], Any]] = {str: str, int: _parse_int, float: _parse_float, bool: _parse_bool}
 
 
-def _parse_tokens(raw: str) -> dict[str, str]:
-    tokens: dict[str, str] = {}
+# What a token may do (transport/auth.py ROLES): token=namespace is an admin token (every right, as before
+# roles existed); token=namespace:read and token=namespace:operate give less.
+TOKEN_ROLES = ("read", "operate", "admin")
+
+
+def _parse_token_entries(raw: str) -> dict[str, tuple[str, str]]:
+    """token → (namespace, role) from `token=namespace[:role]` entries."""
+    tokens: dict[str, tuple[str, str]] = {}
     for part in raw.split(","):
         part = part.strip()
         if not part:
             continue
-        token, sep, namespace = part.partition("=")
-        token, namespace = token.strip(), namespace.strip()
+        token, sep, target = part.partition("=")
+        token, target = token.strip(), target.strip()
+        namespace, colon, role = target.rpartition(":") if ":" in target else (target, "", "admin")
+        namespace, role = namespace.strip(), role.strip()
         if not sep or not token or not namespace:
-            raise ValueError("each entry must be token=namespace")
+            raise ValueError("each entry must be token=namespace or token=namespace:role")
+        if colon and role not in TOKEN_ROLES:
+            raise ValueError(f"unknown role {role!r} (roles: {', '.join(TOKEN_ROLES)})")
         if len(token) < 8:
             raise ValueError("tokens must be at least 8 characters")
         if token in tokens:
             raise ValueError("a token is listed twice")
-        tokens[token] = namespace
+        tokens[token] = (namespace, role)
     return tokens
+
+
+def _parse_tokens(raw: str) -> dict[str, str]:
+    return {token: namespace for token, (namespace, _) in _parse_token_entries(raw).items()}
 
 
 def _is_host_port(value: str) -> bool:

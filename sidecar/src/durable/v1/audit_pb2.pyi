@@ -85,10 +85,12 @@ class GetCallerRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetCallerResponse(_message.Message):
-    __slots__ = ("namespace",)
+    __slots__ = ("namespace", "role")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     namespace: str
-    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+    role: str
+    def __init__(self, namespace: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class ListWorkflowsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")

@@ -84,8 +84,9 @@ class AuditServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetCaller(self, request, context):
-        """Who the caller is to the sidecar: the namespace its token opens (the
-        console shows it beside the navigation).
+        """Who the caller is to the sidecar: the namespace its token opens and its
+        role (the console shows the namespace and hides what the role may not
+        do).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

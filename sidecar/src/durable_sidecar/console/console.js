@@ -8,7 +8,7 @@ import { jsonDiff, nodeDiff } from "./diff.js";
 import { renderInstance, renderInstances } from "./instances.js";
 import { renderKeys } from "./keys.js";
 import { renderLimits } from "./limits.js";
-import { TOKEN_KEY, config, encodeBytes, errorBox, h, rpc, show } from "./lib.js";
+import { TOKEN_KEY, caller, config, encodeBytes, errorBox, h, rpc, show } from "./lib.js";
 import { renderLogin } from "./login.js";
 import { renderVersions } from "./versions.js";
 
@@ -20,7 +20,7 @@ export async function route() {
     return;
   }
   document.getElementById("nav").hidden = false;
-  showNamespace();
+  await showCaller();
   const hash = location.hash.replace(/^#/, "") || "/instances";
   const [path, query] = hash.split("?");
   const params = new URLSearchParams(query || "");
@@ -39,15 +39,18 @@ export async function route() {
   }
 }
 
-/** The namespace the token opens, beside the navigation (asked once per log-in). */
-async function showNamespace() {
+/** The namespace the token opens, beside the navigation, and its role (asked once per log-in). */
+async function showCaller() {
   const box = document.getElementById("namespace");
   if (box.dataset.token === sessionStorage.getItem(TOKEN_KEY)) return;
-  box.dataset.token = sessionStorage.getItem(TOKEN_KEY) || "";
   try {
-    const caller = await rpc("AuditService", "GetCaller", {});
-    box.replaceChildren("namespace ", h("b", {}, caller.namespace || ""));
+    const got = await rpc("AuditService", "GetCaller", {});
+    Object.assign(caller, { namespace: got.namespace || "", role: got.role || "" });
+    box.dataset.token = sessionStorage.getItem(TOKEN_KEY) || "";
+    box.dataset.role = caller.role;
+    box.replaceChildren("namespace ", h("b", {}, caller.namespace), ` · ${caller.role}`);
   } catch (_) {
+    Object.assign(caller, { namespace: "", role: "" });
     box.replaceChildren();
     delete box.dataset.token;
   }
@@ -64,6 +67,7 @@ async function start() {
     const box = document.getElementById("namespace");
     box.replaceChildren();
     delete box.dataset.token;
+    Object.assign(caller, { namespace: "", role: "" });
     renderLogin("Logged out.");
   });
   window.addEventListener("hashchange", route);

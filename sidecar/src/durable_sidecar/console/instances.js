@@ -2,7 +2,7 @@
 
 import { jsonDiff, renderDiff } from "./diff.js";
 import { keyTable } from "./keys.js";
-import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
+import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, may, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
 
 // --- instances --------------------------------------------------------------------------------------
 
@@ -273,6 +273,10 @@ export function instanceActions(inst, reload) {
   const done = (result) => { if (result) reload(); };
   const parked = status === "SUSPENDED" || ["RUN_STATE_WAITING", "RUN_STATE_SCHEDULED"].includes(inst.runState)
     || (status === "RUNNING" && !inst.runState && inst.wakeAt);
+  if (!may("operate")) {
+    out.append(h("span", { class: "muted", "data-testid": "read-only" }, "none with this token (its role is read)."));
+    return out;
+  }
   if (status === "RUNNING" || status === "SUSPENDED") {
     out.append(h("button", { type: "button", class: "danger", id: "cancel-instance",
       onclick: async () => done(await confirmAction({
@@ -300,7 +304,7 @@ export function instanceActions(inst, reload) {
         run: (actor, reason) => rpc("RecoveryService", "ResumeInstance", { ...ref, actor, reason }),
       })) }, "Resume now…"));
   }
-  if (status === "RUNNING" || status === "SUSPENDED") {
+  if ((status === "RUNNING" || status === "SUSPENDED") && may("admin")) {
     out.append(h("button", { type: "button", class: "secondary", id: "move-instance",
       onclick: () => moveDialog(inst).then(done) }, "Move to version…"));
   }

@@ -7,6 +7,14 @@ export const ACTOR_KEY = "durable.console.actor";
 export const STATUSES = ["RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SUSPENDED"];
 export const config = { n8nUrl: "" };
 
+// The token's role (AuditService.GetCaller): read < operate < admin. Actions the role may not take are not
+// shown (the sidecar refuses them anyway, with PERMISSION_DENIED).
+export const caller = { namespace: "", role: "" };
+const RANK = { read: 1, operate: 2, admin: 3 };
+export function may(role) {
+  return (RANK[caller.role] || 0) >= RANK[role];
+}
+
 // --- calls ----------------------------------------------------------------------------------------
 
 export class RpcError extends Error {

@@ -8,7 +8,7 @@ from ..domain import InstanceEvent, InstanceFilter, InstanceRef, InstanceStatus,
 from ..services.audit import AuditService
 from ..validation import page_size
 from . import convert
-from .auth import Authenticator
+from .auth import Authenticator, caller_role
 from .rpc import unary
 
 
@@ -45,7 +45,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
 
     @unary("GetCaller")
     async def GetCaller(self, request: audit_pb2.GetCallerRequest, ns: str) -> audit_pb2.GetCallerResponse:  # noqa: N802
-        return audit_pb2.GetCallerResponse(namespace=ns)
+        return audit_pb2.GetCallerResponse(namespace=ns, role=caller_role.get().label)
 
     @unary("ListWorkflows")
     async def ListWorkflows(self, request: audit_pb2.ListWorkflowsRequest, ns: str) -> audit_pb2.ListWorkflowsResponse:  # noqa: N802

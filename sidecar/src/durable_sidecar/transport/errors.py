@@ -14,6 +14,7 @@ STATUS_BY_ERROR: dict[type[errors.DomainError], grpc.StatusCode] = {
     errors.StaleFencingToken: grpc.StatusCode.ABORTED,
     errors.TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
 }

@@ -100,7 +100,8 @@ async def _learn(sessions: Sessions | None, session_id: str, method: str, namesp
         await sessions.learn(namespace, owners(request, response), session_id)
 
 
-def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> str:
+def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator, method: str) -> str:
+    """The caller's namespace, once its token is known and its role allows the method."""
     metadata = context.invocation_metadata()
     rid = ""
     for item in metadata or ():
@@ -108,7 +109,7 @@ def _begin(context: grpc.aio.ServicerContext[Any, Any], auth: Authenticator) -> 
             rid = str(item[1])[:64]
     request_id_var.set(rid or f"{_RID_PREFIX}{next(_RID_COUNTER) & 0xFFFFFFFF:08x}")
     instance_key_var.set("")
-    namespace = auth.namespace_for(metadata)
+    namespace, _ = auth.authorize(metadata, method)
     namespace_var.set(namespace)
     return namespace
 
@@ -139,7 +140,7 @@ def unary(method: str) -> Callable[
             message = namespace = ""
             span = telemetry.start_rpc(method, context.invocation_metadata())
             try:
-                namespace = _begin(context, self.auth)
+                namespace = _begin(context, self.auth, method)
                 boundary = _boundary(self)
                 await _admit(boundary, method, namespace, request)
                 sessions, session_id = await _enter(self, method, namespace, context)
@@ -179,7 +180,7 @@ def server_stream(method: str) -> Callable[
             message = namespace = ""
             span = telemetry.start_rpc(method, context.invocation_metadata())
             try:
-                namespace = _begin(context, self.auth)
+                namespace = _begin(context, self.auth, method)
                 boundary = _boundary(self)
                 await _admit(boundary, method, namespace, request)
                 sessions, session_id = await _enter(self, method, namespace, context)

@@ -117,6 +117,12 @@ export interface GetCallerRequest {
 export interface GetCallerResponse {
   /** The namespace every call with this token reads and writes. */
   namespace: string;
+  /**
+   * What the token may do: "read" (lists, timelines, states), "operate"
+   * (also the nodes' calls and cancel, retry, resume) or "admin" (also moves
+   * between versions and deleting data). DURABLE_AUTH_TOKENS gives it.
+   */
+  role: string;
 }
 
 export interface ListWorkflowsRequest {
@@ -731,13 +737,16 @@ export const GetCallerRequest: MessageFns<GetCallerRequest> = {
 };
 
 function createBaseGetCallerResponse(): GetCallerResponse {
-  return { namespace: "" };
+  return { namespace: "", role: "" };
 }
 
 export const GetCallerResponse: MessageFns<GetCallerResponse> = {
   encode(message: GetCallerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.namespace !== "") {
       writer.uint32(10).string(message.namespace);
+    }
+    if (message.role !== "") {
+      writer.uint32(18).string(message.role);
     }
     return writer;
   },
@@ -763,6 +772,14 @@ export const GetCallerResponse: MessageFns<GetCallerResponse> = {
             message.namespace = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -781,6 +798,7 @@ export const GetCallerResponse: MessageFns<GetCallerResponse> = {
   fromPartial<I extends Exact<DeepPartial<GetCallerResponse>, I>>(object: I): GetCallerResponse {
     const message = createBaseGetCallerResponse();
     message.namespace = object.namespace ?? "";
+    message.role = object.role ?? "";
     return message;
   },
 };
@@ -1063,8 +1081,9 @@ export const AuditServiceService = {
     responseDeserialize: (value: Buffer): CountInstancesResponse => CountInstancesResponse.decode(value),
   },
   /**
-   * Who the caller is to the sidecar: the namespace its token opens (the
-   * console shows it beside the navigation).
+   * Who the caller is to the sidecar: the namespace its token opens and its
+   * role (the console shows the namespace and hides what the role may not
+   * do).
    */
   getCaller: {
     path: "/durable.v1.AuditService/GetCaller" as const,
@@ -1108,8 +1127,9 @@ export interface AuditServiceServer extends UntypedServiceImplementation {
    */
   countInstances: handleUnaryCall<CountInstancesRequest, CountInstancesResponse>;
   /**
-   * Who the caller is to the sidecar: the namespace its token opens (the
-   * console shows it beside the navigation).
+   * Who the caller is to the sidecar: the namespace its token opens and its
+   * role (the console shows the namespace and hides what the role may not
+   * do).
    */
   getCaller: handleUnaryCall<GetCallerRequest, GetCallerResponse>;
   /**
@@ -1164,8 +1184,9 @@ export interface AuditServiceClient extends Client {
     callback: (error: ServiceError | null, response: CountInstancesResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Who the caller is to the sidecar: the namespace its token opens (the
-   * console shows it beside the navigation).
+   * Who the caller is to the sidecar: the namespace its token opens and its
+   * role (the console shows the namespace and hides what the role may not
+   * do).
    */
   getCaller(
     request: GetCallerRequest,
