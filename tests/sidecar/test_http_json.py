@@ -8,6 +8,7 @@ cases of test_instances, test_checkpoints and test_idempotency that take only
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import inspect
 import json
@@ -19,9 +20,19 @@ from typing import Any
 
 import aiohttp
 import pytest
-from durable.v1 import instance_pb2
+from durable.v1 import (
+    audit_pb2,
+    checkpoint_pb2,
+    events_pb2,
+    idempotency_pb2,
+    instance_pb2,
+    limits_pb2,
+    session_pb2,
+    version_pb2,
+)
 from durable_sidecar import app, telemetry
 from durable_sidecar.settings import SettingsError
+from google.protobuf import json_format
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -149,13 +160,92 @@ async def test_connect_unary_json_round_trip_and_errors(http: tuple[str, str, ap
     assert (status, body["code"]) == (400, "invalid_argument")
     status, body = await _post(get, {"workflowId": "", "instanceKey": ""}, token=token)
     assert (status, body["code"]) == (400, "invalid_argument")
-    # Routing: only unary methods of durable.v1, POST, JSON.
+    # Routing: the unary methods of durable.v1; a streaming one or an unknown name is 404 unimplemented (what a
+    # Connect client reports as unimplemented), naming what was asked for.
     status, body = await _post(f"{base}/durable.v1.InstanceService/WatchResumable", {}, token=token)
-    assert (status, body["code"]) == (501, "unimplemented")
-    assert (await _post(f"{base}/durable.v1.InstanceService/Nope", {}, token=token))[0] == 501
-    assert (await _post(get, {}, token=token, content_type="application/proto"))[0] == 415
-    async with aiohttp.ClientSession() as session, session.get(get) as reply:
-        assert reply.status == 405
+    assert (status, body["code"]) == (404, "unimplemented") and "streaming method" in body["message"]
+    status, body = await _post(f"{base}/durable.v1.InstanceService/Nope", {}, token=token)
+    assert (status, body["code"]) == (404, "unimplemented") and "Nope" in body["message"]
+    assert "WatchResumable" not in body["message"]
+    assert (await _post(get, {}, token=token, content_type="text/plain"))[0] == 415
+    # A write is never served by GET (405, Allow: POST).
+    async with aiohttp.ClientSession() as session, session.get(start) as reply:
+        assert reply.status == 405 and reply.headers["Allow"] == "POST"
+
+
+async def test_connect_binary_protobuf_get_for_reads_and_the_call_timeout(http: tuple[str, str, app.Sidecar]) -> None:
+    """The rest of Connect's unary protocol: the binary codec both ways, the GET form of the methods the proto
+    marks free of side effects (JSON or binary, base64url or plain), and Connect-Timeout-Ms, which the sidecar
+    itself enforces (a call waiting longer ends with deadline_exceeded)."""
+    base, token, _ = http
+    key = f"order-{uuid.uuid4().hex[:8]}"
+    auth = {"Authorization": f"Bearer {token}"}
+    start = f"{base}/durable.v1.InstanceService/StartOrResume"
+    request = instance_pb2.StartOrResumeRequest(workflow_id="wf-http", instance_key=key, execution_id="e1")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(start, data=request.SerializeToString(),
+                                headers={**auth, "Content-Type": "application/proto"}) as reply:
+            assert reply.status == 200 and reply.content_type == "application/proto"
+            started = instance_pb2.StartOrResumeResponse.FromString(await reply.read())
+        assert started.outcome == instance_pb2.START_OUTCOME_STARTED and started.instance.instance_key == key
+        # An undecodable binary body is invalid_argument (JSON error body), after authentication.
+        async with session.post(start, data=b"\xff\xff\xff", headers={**auth, "Content-Type": "application/proto"}) as reply:
+            assert reply.status == 400 and (await reply.json())["code"] == "invalid_argument"
+
+        get = f"{base}/durable.v1.InstanceService/GetInstance"
+        wanted = instance_pb2.GetInstanceRequest(workflow_id="wf-http", instance_key=key)
+        as_json = json.dumps({"workflowId": "wf-http", "instanceKey": key})
+        as_b64 = base64.urlsafe_b64encode(wanted.SerializeToString()).decode().rstrip("=")
+        for query, binary in (({"encoding": "json", "message": as_json}, False),
+                              ({"encoding": "proto", "message": as_b64, "base64": "1"}, True),
+                              ({"encoding": "json", "message": base64.urlsafe_b64encode(as_json.encode()).decode(),
+                                "base64": "1", "connect": "v1"}, False)):
+            async with session.get(get, params=query, headers=auth) as reply:
+                assert reply.status == 200, await reply.text()
+                got = (instance_pb2.GetInstanceResponse.FromString(await reply.read()) if binary else
+                       json_format.Parse(await reply.read(), instance_pb2.GetInstanceResponse()))
+                assert got.instance.instance_key == key
+        async with session.get(get, params={"encoding": "xml", "message": as_json}, headers=auth) as reply:
+            assert reply.status == 415
+        async with session.get(get, params={"encoding": "json", "message": as_json}) as reply:
+            assert reply.status == 401  # GET needs the token as much as POST
+        async with session.put(get, data=as_json, headers={**auth, "Content-Type": "application/json"}) as reply:
+            assert reply.status == 405 and reply.headers["Allow"] == "POST, GET"
+
+        # Connect-Timeout-Ms: a place held, a second caller that would wait 30 s in its call is ended by the sidecar.
+        limits = f"{base}/durable.v1.LimitService/AcquireSlot"
+        place = {"workflowId": "wf-http", "limitName": "http-timeout", "limitKey": "one", "maxHolders": 1}
+        other = f"{key}-other"
+        assert (await _post(start, {"workflowId": "wf-http", "instanceKey": other, "executionId": "e2"},
+                            token=token))[0] == 200
+        assert (await _post(limits, {**place, "instanceKey": key, "executionId": "e1"}, token=token))[0] == 200
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        status, body = await _post(limits, {**place, "instanceKey": other, "executionId": "e2", "maxWaitMs": 30000},
+                                   token=token, headers={"Connect-Timeout-Ms": "600"})
+        assert (status, body["code"]) == (504, "deadline_exceeded") and "600 ms" in body["message"]
+        assert loop.time() - began < 10
+        status, body = await _post(get, {"workflowId": "wf-http", "instanceKey": key}, token=token,
+                                   headers={"Connect-Timeout-Ms": "soon"})
+        assert (status, body["code"]) == (400, "invalid_argument")
+        status, body = await _post(get, {"workflowId": "wf-http", "instanceKey": key}, token=token,
+                                   headers={"Connect-Timeout-Ms": "5000"})
+        assert status == 200 and body["instance"]["instanceKey"] == key
+
+
+def test_the_reads_are_marked_free_of_side_effects_in_the_proto() -> None:
+    """Every Get/List/Count method (and nothing that writes) carries idempotency_level = NO_SIDE_EFFECTS, so
+    Connect clients may send it by GET."""
+    from durable_sidecar.transport.auth import ROLES, Role
+    from google.protobuf import descriptor_pb2
+
+    for module in (instance_pb2, checkpoint_pb2, idempotency_pb2, version_pb2, events_pb2, session_pb2,
+                   limits_pb2, audit_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                marked = method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
+                read = ROLES[method.name] is Role.READ and not method.server_streaming
+                assert marked == read, (method.full_name, marked, read)
 
 
 async def test_http_calls_are_traced_with_the_callers_parent(http: tuple[str, str, app.Sidecar]) -> None:

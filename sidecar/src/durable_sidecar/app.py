@@ -325,7 +325,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
         http_server = http_json.HttpJsonServer(
             settings.http_listen_address, table,
             max_body_bytes=settings.max_message_bytes, ssl_context=tls,
-            console=http_json.Console(settings.console_n8n_url) if settings.console_enabled else None)
+            console=http_json.Console(settings.console_n8n_url) if settings.console_enabled else None,
+            streaming=dispatch.streaming([descriptor for descriptor, _ in servicers]))
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
         await http_server.start()
     await server.start()

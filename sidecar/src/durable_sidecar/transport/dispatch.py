@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.protobuf import message, message_factory
+from google.protobuf import descriptor_pb2, message, message_factory
 
 
 class Aborted(Exception):
@@ -46,6 +46,8 @@ class Route:
     method: str  # /durable.v1.Service/Method
     request_type: type[message.Message]
     handler: Callable[[Any, Any], Awaitable[message.Message]]
+    # Marked `idempotency_level = NO_SIDE_EFFECTS` in the proto: a read (the HTTP/JSON face also serves it by GET).
+    read_only: bool = False
 
 
 def routes(servicers: Sequence[tuple[Any, Any]]) -> dict[str, Route]:
@@ -57,5 +59,12 @@ def routes(servicers: Sequence[tuple[Any, Any]]) -> dict[str, Route]:
                 continue  # WatchResumable, WatchSession, the call stream itself: gRPC only
             path = f"/{service.full_name}/{method.name}"
             request_type = message_factory.GetMessageClass(method.input_type)
-            out[path] = Route(path, request_type, getattr(servicer, method.name))
+            read_only = method.GetOptions().idempotency_level == descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS
+            out[path] = Route(path, request_type, getattr(servicer, method.name), read_only)
     return out
+
+
+def streaming(services: Sequence[Any]) -> set[str]:
+    """The paths of the services' streaming methods (served on gRPC only)."""
+    return {f"/{service.full_name}/{method.name}" for service in services for method in service.methods
+            if method.server_streaming or method.client_streaming}

@@ -1,19 +1,28 @@
-"""The durable.v1 contract over HTTP/JSON: the Connect protocol's unary JSON form, on an opt-in address.
+"""The durable.v1 contract over HTTP: the Connect protocol's unary calls, on an opt-in address.
 
 Every unary method of the proto's services is served as
-`POST /durable.v1.<Service>/<Method>` with `Content-Type: application/json`,
-its body the request message in protobuf's canonical JSON mapping (bytes as
-base64, 64-bit integers as strings, field names in lowerCamelCase; both spellings
-are accepted). The request goes to the very handler gRPC calls (auth, the input
-boundary, metrics, spans, error mapping: transport/rpc.py), with the HTTP headers
-as its metadata. An error is the Connect error body `{"code": "...", "message":
-"..."}` with the HTTP status of `_HTTP_STATUS`, the one table of this boundary.
-Server streaming (WatchResumable) stays gRPC-only.
+`POST /durable.v1.<Service>/<Method>`, its body the request message either as
+JSON (`Content-Type: application/json`: protobuf's canonical JSON mapping, bytes
+as base64, 64-bit integers as strings, field names in lowerCamelCase; both
+spellings are accepted) or as binary protobuf (`application/proto`); the answer
+comes in the request's encoding. A method the proto marks free of side effects
+(`idempotency_level = NO_SIDE_EFFECTS`: the reads) is served by GET as well,
+Connect's form: `?encoding=json|proto&message=<the request>` (`&base64=1` when the
+message is base64url-encoded). `Connect-Timeout-Ms` bounds the call. The request
+goes to the very handler gRPC calls (auth, the input boundary, metrics, spans,
+error mapping: transport/rpc.py), with the HTTP headers as its metadata. An error
+is the Connect error body `{"code": "...", "message": "..."}` with the HTTP status
+of `_HTTP_STATUS`, the one table of this boundary. Streaming methods
+(WatchResumable, WatchSession, the call stream) stay gRPC-only: asked for here,
+they answer 404 `unimplemented`, which Connect clients report as unimplemented.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import logging
+import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +31,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from .boundary import Undecodable
 from .dispatch import Aborted, Context, Route
@@ -52,9 +62,14 @@ _HTTP_STATUS: dict[grpc.StatusCode, tuple[str, int]] = {
 _METADATA_HEADERS = ("authorization", "x-request-id", "traceparent", "tracestate", "durable-session")
 
 
-def _error(code: grpc.StatusCode, details: str) -> web.Response:
-    name, status = _HTTP_STATUS.get(code, ("unknown", 500))
-    return web.json_response({"code": name, "message": details}, status=status)
+def _error(code: grpc.StatusCode, details: str, *, status: int = 0) -> web.Response:
+    name, mapped = _HTTP_STATUS.get(code, ("unknown", 500))
+    return web.json_response({"code": name, "message": details}, status=status or mapped)
+
+
+# Connect's unary encodings: the Content-Type of a POST (the `encoding` of a GET) and how each reads and writes.
+_ENCODINGS = {"application/json": "json", "application/proto": "proto"}
+_TIMEOUT = re.compile(r"[0-9]{1,10}")
 
 
 @dataclass(frozen=True)
@@ -80,9 +95,11 @@ class HttpJsonServer:
     """An aiohttp server for the routes (and the console, when given); `port` is the bound port once started."""
 
     def __init__(self, address: str, table: dict[str, Route], *, max_body_bytes: int,
-                 ssl_context: ssl.SSLContext | None, console: Console | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None, console: Console | None = None,
+                 streaming: set[str] | None = None) -> None:
         self.address = address
         self._routes = table
+        self._streaming = streaming or set()
         self._ssl = ssl_context
         self._console = console
         self._app = web.Application(client_max_size=max_body_bytes)
@@ -126,28 +143,64 @@ class HttpJsonServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = self._routes.get(request.path)
         if route is None:
-            return _error(grpc.StatusCode.UNIMPLEMENTED, f"no unary method {request.path} (WatchResumable is gRPC only)")
-        if request.method != "POST":
-            return web.json_response({"code": "unimplemented", "message": "use POST"}, status=405,
-                                     headers={"Allow": "POST"})
-        if request.content_type != "application/json":
-            return web.json_response({"code": "unknown", "message": "Content-Type must be application/json"},
-                                     status=415, headers={"Accept-Post": "application/json"})
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "request body larger than DURABLE_MAX_MESSAGE_BYTES")
+            # 404: what a Connect client reports as unimplemented (a 501 it would report as unknown).
+            if request.path in self._streaming:
+                return _error(grpc.StatusCode.UNIMPLEMENTED, f"{request.path} is a streaming method, served on gRPC "
+                              "only; the HTTP face serves the unary methods", status=404)
+            return _error(grpc.StatusCode.UNIMPLEMENTED, f"no method {request.path}: the HTTP face serves "
+                          "/durable.v1.<Service>/<Method> for the contract's unary methods", status=404)
+        allowed = "POST, GET" if route.read_only else "POST"
+        if request.method == "GET" and route.read_only:
+            encoding = request.query.get("encoding", "")
+            if encoding not in ("json", "proto"):
+                return web.json_response({"code": "unknown", "message": "encoding must be json or proto"},
+                                         status=415)
+            raw = request.query.get("message", "")
+            try:
+                body = (base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)) if request.query.get("base64") == "1"
+                        else raw.encode())
+            except ValueError as exc:
+                return _error(grpc.StatusCode.INVALID_ARGUMENT, f"message is not base64url: {exc}")
+        elif request.method == "POST":
+            encoding = _ENCODINGS.get(request.content_type, "")
+            if not encoding:
+                return web.json_response(
+                    {"code": "unknown", "message": "Content-Type must be application/json or application/proto"},
+                    status=415, headers={"Accept-Post": "application/json, application/proto"})
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return _error(grpc.StatusCode.RESOURCE_EXHAUSTED, "request body larger than DURABLE_MAX_MESSAGE_BYTES")
+        else:
+            hint = " (GET for this read)" if route.read_only else " (this method changes state: GET is for reads)"
+            return web.json_response({"code": "unimplemented", "message": f"use {allowed}{hint}"}, status=405,
+                                     headers={"Allow": allowed})
+        timeout = request.headers.get("connect-timeout-ms")
+        if timeout is not None and not _TIMEOUT.fullmatch(timeout):
+            return _error(grpc.StatusCode.INVALID_ARGUMENT, "Connect-Timeout-Ms must be 1 to 10 digits of milliseconds")
         decoded: Any
         try:
-            decoded = json_format.Parse(body or b"{}", route.request_type(), ignore_unknown_fields=False)
-        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            if encoding == "json":
+                decoded = json_format.Parse(body or b"{}", route.request_type(), ignore_unknown_fields=False)
+            else:
+                decoded = route.request_type.FromString(body)
+        except (json_format.ParseError, DecodeError, UnicodeDecodeError, ValueError) as exc:
             # Refused by the handler after authentication, like an undecodable gRPC request.
             decoded = Undecodable(route.method, str(exc))
         metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
         try:
-            response = await route.handler(decoded, Context(metadata))
+            if timeout is None:
+                response = await route.handler(decoded, Context(metadata))
+            else:
+                async with asyncio.timeout(int(timeout) / 1000):
+                    response = await route.handler(decoded, Context(metadata))
         except Aborted as aborted:
             return _error(aborted.code, aborted.details)
+        except TimeoutError:
+            return _error(grpc.StatusCode.DEADLINE_EXCEEDED, f"the call took longer than its Connect-Timeout-Ms "
+                          f"({timeout} ms)")
+        if encoding == "proto":
+            return web.Response(body=response.SerializeToString(), content_type="application/proto")
         text = json_format.MessageToJson(response, indent=None)
         return web.Response(body=text.encode(), content_type="application/json")
 

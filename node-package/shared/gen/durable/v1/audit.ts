@@ -111,6 +111,7 @@ export interface CountInstancesResponse {
   total: number;
 }
 
+/** No fields: the call's token says who calls. */
 export interface GetCallerRequest {
 }
 
