@@ -1,4 +1,4 @@
-/* eslint-disable @n8n/community-nodes/no-restricted-globals, @n8n/community-nodes/no-restricted-imports, @n8n/community-nodes/no-dangerous-functions -- test code runs in Node, never inside n8n */
+/* eslint-disable @n8n/community-nodes/no-restricted-imports, @n8n/community-nodes/no-dangerous-functions -- test code runs in Node, never inside n8n */
 /**
  * The HTTP face with the official Connect client (connect-es, @connectrpc/connect-node) against a real sidecar:
  * JSON and binary protobuf, the GET form of a read, a server-streaming method reported as unimplemented, and

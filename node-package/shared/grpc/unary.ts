@@ -91,7 +91,16 @@ export function callUnary<Req, Res>(
 	let backoffMs = RETRY_INITIAL_MS;
 	let retried = false;
 	return new Promise<Res>((resolve, reject) => {
+		// A retry runs from a timer: whatever it throws (the client closed while the call waited to retry, as
+		// when n8n shuts down) must end this call, never escape as an unhandled rejection of the timer.
 		const attempt = () => {
+			try {
+				send();
+			} catch (error) {
+				reject(error);
+			}
+		};
+		const send = () => {
 			if (stream?.carries(encoded.length) && channel.isReady()) {
 				stream.send(method.path, encoded, session, deadline).then(
 					(response) => resolve(method.responseDeserialize(response)),
