@@ -124,14 +124,18 @@ def _holder_died_between(h: History, e: Expectation, t0: float, t1: float) -> bo
     may finish a provider call n8n was retrying, with the same key, before its next call to the sidecar is
     refused; and one that ended up to WOKEN_S before t0: the woken process sent the answered call, and the
     execution resumed meanwhile called again), or an error answer to one of the key's calls (a 500, or a 409 for a key still being performed: its
-    execution failed there), between t0 and t1. A kill up to IN_FLIGHT_S before t0 counts too: a kill aimed at a
+    execution failed there), between t0 and t1, or up to IN_FLIGHT_S before t0 (a sibling line item's call of the
+    same execution). A kill up to IN_FLIGHT_S before t0 counts too: a kill aimed at a
     call in flight can land as the process sends its next one, which the provider records a moment later."""
     for f in _wave_faults(h, e.wave):
         if f.kind in HOLDER_DEATHS and t0 - IN_FLIGHT_S <= f.at <= t1:
             return True
         if f.kind == "worker-freeze" and f.at <= t1 and t0 <= f.back_at + WOKEN_S:
             return True
-    return any(belongs_to(c.key, e.key) and c.status >= 400 and t0 <= c.at <= t1 for c in h.calls)
+    # An error answer ends its execution; one up to IN_FLIGHT_S before t0 counts as well: the calls of one
+    # execution go out together (an order's line items), and a sibling's error can be stamped a moment before
+    # the answered call it ends the execution of.
+    return any(belongs_to(c.key, e.key) and c.status >= 400 and t0 - IN_FLIGHT_S <= c.at <= t1 for c in h.calls)
 
 
 def rule_2_one_effective_call(h: History) -> list[Violation]:

@@ -279,3 +279,23 @@ def test_rule_6_fails_when_a_rate_lets_calls_out_closer_than_half_its_period_wit
     assert 6 in rules_broken(h)
     h.faults = [FaultFact("sidecar-kill", 0, "sidecar", T0 - 3, T0 + 0.5)]  # it held both calls back
     assert oracle.rule_6_limits_hold(h) == []
+
+
+def test_a_sibling_lines_error_stamped_just_before_an_answered_call_is_its_executions_death() -> None:
+    """Seen in CI (seed 819873, case 7): the lines' calls of one execution went out together; sku-1's got a 409
+    (its key still being performed) stamped 1 ms before sku-2's answered replay, the execution failed on it, and
+    the execution resumed after it called sku-2 again 10 s later (answered from the record). The 409 up to
+    IN_FLIGHT_S before the answered call is that execution's death; one well before it is not."""
+    h = lines_history()
+    h.faults = []
+    h.calls = [c for c in h.calls if c.provider != "inventory"] + [
+        CallFact("inventory", f"{KEY}:sku-1", "dk-l1", T0 + 1, 200, True, "inventory_1", "plain"),
+        CallFact("inventory", f"{KEY}:sku-2", "dk-l2", T0 + 1, 200, True, "inventory_2", "plain"),
+        CallFact("inventory", f"{KEY}:sku-1", "dk-l1", T0 + 8.000, 409, False, "", "plain"),
+        CallFact("inventory", f"{KEY}:sku-2", "dk-l2", T0 + 8.001, 200, False, "inventory_2", "plain"),
+        CallFact("inventory", f"{KEY}:sku-2", "dk-l2", T0 + 18.3, 200, False, "inventory_2", "plain"),
+        CallFact("inventory", f"{KEY}:sku-1", "dk-l1", T0 + 18.3, 200, False, "inventory_1", "plain")]
+    h.faults = [FaultFact("n8n-kill", 0, "n8n main", T0 + 5, T0 + 7)]  # what made the calls of T0 + 8
+    assert [v for v in oracle.rule_2_one_effective_call(h)] == []
+    h.calls[-4] = replace(h.calls[-4], at=T0 + 6.0)  # the 409 two seconds before: not this execution's
+    assert 2 in {v.rule for v in oracle.rule_2_one_effective_call(h)}
