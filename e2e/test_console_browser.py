@@ -363,7 +363,7 @@ def test_console_polish_found_by_a_new_user(stack: Stack, page: Any) -> None:
                                                                 execution_id="9001", delay_seconds=0),
                              metadata=md, timeout=5)
     got = instances.ClaimResumable(instance_pb2.ClaimResumableRequest(workflow_ids=[wf], claimant="e2e-trigger",
-                                                                      max_instances=5, lease_seconds=600),
+                                                                      max_instances=5),
                                    metadata=md, timeout=5)
     token = next(r.claim_token for r in got.instances if r.instance.instance_key == claimed)
     assert token.startswith("claim:") and len(token) > 40, token

@@ -199,4 +199,3 @@ def test_session_tokens_of_the_nodes_need_operate() -> None:
     for name in ("OpenSession", "Heartbeat", "WatchSession", "CloseSession", "WatchResumable", "ClaimResumable",
                  "AcquireSlot", "Throttle", "Debounce", "ReleaseSlot", "AwaitEvent", "SignalInstance"):
         assert ROLES[name] is Role.OPERATE, name
-    _ = session_pb2, limits_pb2  # (the services whose methods the allow-list test walks)

@@ -1,6 +1,7 @@
 """Flow control across every n8n process and worker (issue 43): concurrency per key, rate limits, debounce.
 
-The rules live here; stores/limits.py holds their SQL, once for both backends.
+The rules live here (rate limits in services/limit_rates.py, the shared vocabulary in
+services/limit_terms.py); stores/limits.py holds their SQL, once for both backends.
 Each call is one transaction that locks the caller's instance, then the
 (limit, key) row, so racing callers on any number of replicas take turns on
 a key. An item over a limit is an instance parked like a scheduled wake-up
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -22,12 +22,13 @@ from typing import TypeVar
 
 from .. import metrics, validation
 from ..domain import Instance, InstanceRef, InstanceStatus, Page
-from ..errors import FailedPrecondition, InvalidArgument, NotFound
+from ..errors import InvalidArgument
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
 from ..stores.limits import Entry, KeyState, LimitId, LimitRow, LimitStore
-from .grouping import StatementGroups
-from .instance_rows import check_ref, instance_name, locked_instance
+from .instance_rows import check_ref, locked_instance
+from .limit_rates import RateLimiter
+from .limit_terms import MAX_PERIOD_MS, Answer, Keep, Outcome, Over, Released, check_call, leased
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,9 +45,6 @@ class _AfterCommit:
 _after: ContextVar[_AfterCommit | None] = ContextVar("limits_after_commit", default=None)
 
 MAX_HOLDERS = 10_000
-MAX_RATE = 1_000_000
-MAX_PERIOD_MS = 86_400_000
-MAX_IN_PROCESS_WAIT_MS = 300_000
 # AcquireSlot's wait in the caller's process for a place (it holds the RPC open: below the nodes' deadline).
 MAX_ACQUIRE_WAIT_MS = 60_000
 # How often a call waiting here for a place looks again (a place given by another replica).
@@ -55,78 +53,11 @@ IN_PROCESS_POLL_SECONDS = 1.0
 # (keeping its turn). Places are handed out at once by ReleaseSlot and within SWEEP_SECONDS otherwise.
 WAITER_RECHECK = timedelta(hours=1)
 SWEEP_SECONDS = 1.0
-# A parked rate-limited item is woken this much before its slot (at most its call's in-process wait): the
-# resumed execution, which takes a moment to start (a queue-mode worker, under load a second or more), asks
-# again before the slot and waits in its process until it, so its call goes out on time, not late among the
-# next slots' calls (which would put more calls in some window of the API than the rate allows).
-RATE_RESUME_LEAD = timedelta(seconds=2)
 _SWEEP_KEYS = 100
-# Throttle calls of one key answered by one transaction at most.
-_RATE_GROUP_MAX = 100
 # Entries of finished instances, and idle keys, are dropped this long after.
 PRUNE_AFTER = timedelta(hours=1)
 _PRUNE_EVERY_SECONDS = 600.0
 _PRUNE_BATCH = 1000
-
-
-class Over(enum.Enum):
-    WAIT = "wait"
-    REFUSE = "refuse"
-
-
-class Outcome(enum.Enum):
-    ACQUIRED = "acquired"
-    ALLOWED = "allowed"
-    WAITING = "waiting"
-    BUSY = "busy"
-    RUN = "run"
-    DEBOUNCED = "debounced"
-
-
-class Keep(enum.Enum):
-    LAST = "last"
-    FIRST = "first"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a limit call answers: the outcome, the instance after it, and the figures the outcome comes with."""
-
-    outcome: Outcome
-    instance: Instance
-    holders: int = 0
-    waiters: int = 0
-    position: int = 0
-    wait_ms: int = 0
-    at: datetime | None = None  # a slot's time, or when a debounce burst ends
-
-
-@dataclass(frozen=True)
-class Released:
-    released: bool
-    granted: int
-    holders: int
-    waiters: int
-
-
-@dataclass(frozen=True)
-class _RateCall:
-    """One Throttle call, validated: what its transaction needs."""
-
-    ref: InstanceRef
-    execution_id: str
-    key: LimitId
-    spacing: timedelta
-    tolerance: timedelta
-    in_process: timedelta
-    lead: timedelta
-    over: Over
-
-
-def _gcra(next_at: datetime | None, now: datetime, call: _RateCall) -> tuple[datetime, datetime]:
-    """The generic cell rate algorithm on a key's row: (the caller's slot, the row's next theoretical time)."""
-    theoretical = max(next_at or now, now)
-    return max(now, theoretical - call.tolerance), theoretical + call.spacing
 
 
 def holds(e: Entry, now: datetime) -> bool:
@@ -144,10 +75,6 @@ def still_waits(e: Entry) -> bool:
     return e.status is InstanceStatus.RUNNING and not e.suspended
 
 
-def _ms(delta: timedelta) -> int:
-    return max(0, int(delta / timedelta(milliseconds=1) + 0.999))
-
-
 class LimitService:
     """AcquireSlot, ReleaseSlot, Throttle, Debounce and ListLimitKeys; the sweep that hands out freed places."""
 
@@ -160,12 +87,8 @@ class LimitService:
         self.on_due: Callable[[], None] = lambda: None
         # AcquireSlot calls waiting in this process for a place, by key (set when a place is given here).
         self._waiters: dict[LimitId, set[asyncio.Event]] = {}
-        # Throttle calls of one key (and the same rate) arriving while one runs go to the database together: one
-        # lock of the key's row and one commit for all of them (a key's callers otherwise take turns on it).
-        self._rate_groups: StatementGroups[_RateCall, Answer] = StatementGroups(
-            lambda _group, call: self._throttle_alone(call), self._throttle_many,
-            flushers=1, max_items=_RATE_GROUP_MAX)
-
+        # Rate limits (services/limit_rates.py), in this service's transactions and parking.
+        self.rates = RateLimiter(store, instances, self._run, self._park)
     async def _run(self, txn: Callable[[Conn], Awaitable[T]]) -> T:
         """One transaction; then wakes the Resume Trigger streams when it made an instance due now, and the calls
         waiting here for a place on a key it gave places on."""
@@ -183,27 +106,6 @@ class LimitService:
         return result
 
     # --- shared steps ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check(ref: InstanceRef, execution_id: str, limit_name: str, limit_key: str) -> None:
-        check_ref(ref)
-        validation.identifier("execution_id", execution_id)
-        validation.identifier("limit_name", limit_name)
-        validation.identifier("limit_key", limit_key)
-
-    @staticmethod
-    def _leased(inst: Instance, ref: InstanceRef, execution_id: str, now: datetime) -> Instance:
-        """The caller's instance (locked first, then the key's row, which tells the time): it must run and the
-        execution must hold its lease."""
-        if inst.status is not InstanceStatus.RUNNING or inst.suspended_at is not None:
-            state = "suspended" if inst.suspended_at is not None else inst.status.value
-            raise FailedPrecondition(f"instance {instance_name(ref)} is {state}; only running instances pass limits")
-        if inst.lease_owner != execution_id or inst.lease_expires_at is None or inst.lease_expires_at <= now:
-            held = (f"held by {inst.lease_owner}" if inst.lease_owner and inst.lease_expires_at
-                    and inst.lease_expires_at > now else "not held")
-            raise FailedPrecondition(f"execution {execution_id} does not hold the lease of instance "
-                                     f"{instance_name(ref)} ({held}): start or resume it first (Resume Point)")
-        return inst
 
     async def _park(self, conn: Conn, ref: InstanceRef, *, now: datetime, until: datetime, kind: str,
                     detail: str, actor: str) -> Instance:
@@ -260,7 +162,7 @@ class LimitService:
                       max_holders: int, over: Over, max_wait_ms: int = 0) -> Answer:
         """A place, or a turn in the queue. With max_wait_ms, a caller without a place waits here (its execution
         keeps the lease, its turn is kept in the queue) until it is given one, and only then is parked."""
-        self._check(ref, execution_id, limit_name, limit_key)
+        check_call(ref, execution_id, limit_name, limit_key)
         if not 0 <= max_wait_ms <= MAX_ACQUIRE_WAIT_MS:
             raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_ACQUIRE_WAIT_MS}, got {max_wait_ms}")
         if not 1 <= max_holders <= MAX_HOLDERS:
@@ -301,7 +203,7 @@ class LimitService:
                            over: Over, *, park: bool) -> Answer:
         locked = await locked_instance(self.instances, conn, ref)
         _, now = await self._lock(conn, limit, capacity=max_holders)
-        inst = self._leased(locked, ref, execution_id, now)
+        inst = leased(locked, ref, execution_id, now)
         holders, waiters, _ = await self._settle(conn, limit, max_holders, now,
                                                  await self.store.entries_txn(conn, limit))
         mine = next((e for e in holders + waiters if (e.workflow_id, e.instance_key) == (ref.workflow_id,
@@ -418,131 +320,15 @@ class LimitService:
 
     async def throttle(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str, limit: int,
                        period_ms: int, burst: int, max_wait_ms: int, over: Over) -> Answer:
-        self._check(ref, execution_id, limit_name, limit_key)
-        if not 0 <= max_wait_ms <= MAX_IN_PROCESS_WAIT_MS:
-            raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_IN_PROCESS_WAIT_MS}, got {max_wait_ms}")
-        if not 1 <= limit <= MAX_RATE:
-            raise InvalidArgument(f"limit must be 1 to {MAX_RATE}, got {limit}")
-        if not 1 <= period_ms <= MAX_PERIOD_MS:
-            raise InvalidArgument(f"period_ms must be 1 to {MAX_PERIOD_MS} (one day), got {period_ms}")
-        burst = burst or 1
-        if not 1 <= burst <= limit:
-            raise InvalidArgument(f"burst must be 1 to limit ({limit}), got {burst}")
-        spacing = timedelta(milliseconds=period_ms) / limit
-        in_process = timedelta(milliseconds=max_wait_ms)
-        # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call
-        # is answered ALLOWED with the rest of the wait (never parked again).
-        call = _RateCall(ref, execution_id, LimitId(ref.namespace, "rate", limit_name, limit_key), spacing,
-                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over)
-        group = "\x00".join((ref.namespace, limit_name, limit_key, str(limit), str(period_ms), str(burst),
-                              str(max_wait_ms), over.value))
-        return await self._rate_groups.write(group, call)
-
-    async def _throttle_alone(self, call: _RateCall) -> Answer:
-        async def txn(conn: Conn) -> Answer:
-            return await self._throttle_txn(conn, call)
-        return await self._run(txn)
-
-    async def _throttle_txn(self, conn: Conn, call: _RateCall) -> Answer:
-        """One Throttle call in its own transaction: every case (a reservation spent or parked again, a slot now
-        or soon, a refusal, a new reservation)."""
-        ref, key, where = call.ref, call.key, f"rate {call.key.name} [{call.key.key}]"
-        locked = await locked_instance(self.instances, conn, ref)
-        row, now = await self.store.lock_txn(conn, key)
-        inst = self._leased(locked, ref, call.execution_id, now)
-        mine = await self.store.entry_of_txn(conn, key, ref)
-        if mine is not None and mine.at is not None and mine.sequence == inst.last_sequence:
-            # The slot reserved when this instance was parked: spent now, once.
-            if mine.at - now <= call.in_process:
-                await self.store.delete_txn(conn, mine.id)
-                metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
-                metrics.LIMIT_WAIT_SECONDS.labels("rate").observe(max(0.0, (mine.at - mine.created_at)
-                                                                      .total_seconds()))
-                return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(mine.at - now), at=mine.at)
-            parked = await self._park(conn, ref, now=now, until=mine.at - call.lead, kind="limit_waiting",
-                                      actor=call.execution_id, detail=f"{where}: slot at {mine.at.isoformat()}")
-            return Answer(Outcome.WAITING, parked, at=mine.at)
-        if mine is not None:  # reserved before a newer checkpoint: that pass is over, its slot spent
-            await self.store.delete_txn(conn, mine.id)
-        slot, next_at = _gcra(row.next_at, now, call)
-        if slot - now <= call.in_process:
-            await self.store.set_txn(conn, key, now=now, capacity=None, next_at=next_at, burst_started_at=None)
-            return self._allowed(inst, now, slot)
-        if call.over is Over.REFUSE:
-            metrics.LIMIT_CALLS.labels("rate", "busy").inc()
-            return Answer(Outcome.BUSY, inst, at=slot)
-        await self.store.set_txn(conn, key, now=now, capacity=None, next_at=next_at, burst_started_at=None)
-        await self.store.insert_txn(conn, key, ref, state="reserved", owner="", sequence=inst.last_sequence,
-                                    at=slot, now=now)
-        parked = await self._park(conn, ref, now=now, until=slot - call.lead, kind="limit_waiting",
-                                  actor=call.execution_id, detail=f"{where}: slot at {slot.isoformat()}")
-        metrics.LIMIT_CALLS.labels("rate", "waiting").inc()
-        return Answer(Outcome.WAITING, parked, at=slot)
-
-    @staticmethod
-    def _allowed(inst: Instance, now: datetime, slot: datetime) -> Answer:
-        metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
-        if slot > now:
-            metrics.LIMIT_WAIT_SECONDS.labels("rate").observe((slot - now).total_seconds())
-        return Answer(Outcome.ALLOWED, inst, wait_ms=_ms(slot - now), at=slot)
-
-    async def _throttle_many(self, _group: str, calls: list[_RateCall]) -> list[Answer | BaseException]:
-        """Calls of one key and rate that came together: one transaction gives a slot to each whose instance its
-        execution holds, that has no reservation and whose slot is within its in-process wait, in arrival order;
-        the rest (a reservation to spend, a slot too far, a refused caller) go on alone afterwards."""
-        key = calls[0].key
-        out: list[Answer | BaseException | None] = [None] * len(calls)
-
-        async def txn(conn: Conn) -> None:
-            locked: dict[int, Instance] = {}
-            for i in sorted(range(len(calls)), key=lambda i: (calls[i].ref.workflow_id, calls[i].ref.instance_key)):
-                try:
-                    locked[i] = await locked_instance(self.instances, conn, calls[i].ref)
-                except NotFound as exc:
-                    out[i] = exc
-            if not locked:
-                return
-            row, now = await self.store.lock_txn(conn, key)
-            leased: dict[int, Instance] = {}
-            for i, inst in locked.items():
-                try:
-                    leased[i] = self._leased(inst, calls[i].ref, calls[i].execution_id, now)
-                except FailedPrecondition as exc:
-                    out[i] = exc
-            if not leased:
-                return
-            reserved = await self.store.entry_refs_txn(conn, key, [calls[i].ref for i in leased])
-            next_at = row.next_at
-            for i, inst in sorted(leased.items()):
-                if (calls[i].ref.workflow_id, calls[i].ref.instance_key) in reserved:
-                    continue
-                slot, after = _gcra(next_at, now, calls[i])
-                if slot - now > calls[i].in_process:
-                    break  # this one and every later one: alone, in order
-                next_at = after
-                out[i] = self._allowed(inst, now, slot)
-            if next_at != row.next_at:
-                await self.store.set_txn(conn, key, now=now, capacity=None, next_at=next_at, burst_started_at=None)
-
-        try:
-            await self._run(txn)
-        except Exception as exc:  # noqa: BLE001 - the transaction failed: each caller raises it
-            return [exc] * len(calls)
-        for i, answer in enumerate(out):
-            if answer is None:
-                try:
-                    out[i] = await self._throttle_alone(calls[i])
-                except Exception as exc:  # noqa: BLE001 - this caller's own error
-                    out[i] = exc
-        done = [a for a in out if a is not None]
-        assert len(done) == len(calls), "every call answered"
-        return done
+        return await self.rates.throttle(ref, execution_id=execution_id, limit_name=limit_name, limit_key=limit_key,
+                                         limit=limit, period_ms=period_ms, burst=burst, max_wait_ms=max_wait_ms,
+                                         over=over)
 
     # --- debounce ------------------------------------------------------------------------------------------
 
     async def debounce(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str,
                        quiet_ms: int, max_wait_ms: int, keep: Keep) -> Answer:
-        self._check(ref, execution_id, limit_name, limit_key)
+        check_call(ref, execution_id, limit_name, limit_key)
         if not 1 <= quiet_ms <= MAX_PERIOD_MS:
             raise InvalidArgument(f"quiet_ms must be 1 to {MAX_PERIOD_MS} (one day), got {quiet_ms}")
         if max_wait_ms and not quiet_ms <= max_wait_ms <= MAX_PERIOD_MS:
@@ -556,7 +342,7 @@ class LimitService:
         async def txn(conn: Conn) -> Answer:
             locked = await locked_instance(self.instances, conn, ref)
             row, now = await self.store.lock_txn(conn, key)
-            inst = self._leased(locked, ref, execution_id, now)
+            inst = leased(locked, ref, execution_id, now)
             entries = await self.store.entries_txn(conn, key)
             mine = next((e for e in entries if (e.workflow_id, e.instance_key) == (ref.workflow_id,
                                                                                      ref.instance_key)), None)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from durable.v1 import limits_pb2, limits_pb2_grpc
 
 from ..domain import InstanceRef, Page
-from ..services.limits import Answer, Keep, LimitService, Outcome, Over
+from ..services.limit_terms import Answer, Keep, Outcome, Over
+from ..services.limits import LimitService
 from ..stores.limits import KeyState
 from ..validation import page_size
 from . import convert
