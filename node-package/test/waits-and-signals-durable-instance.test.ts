@@ -105,7 +105,7 @@ describe('Durable Instance', () => {
 		await expect(failure).rejects.toThrow(NodeOperationError);
 		await expect(failure).rejects.toMatchObject({
 			message: expect.stringContaining('does not exist'),
-			description: expect.stringContaining('a signal never starts one'),
+			description: expect.stringContaining('starts one only with Start If Absent'),
 		});
 		const [out] = await runNode(new DurableInstance(), params, { items, continueOnFail: true });
 		expect(out[0].json.error).toMatch(/does not exist/);

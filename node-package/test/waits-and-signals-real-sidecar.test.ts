@@ -6,7 +6,7 @@ import { NodeOperationError } from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { DurableInstance } from '../nodes/DurableInstance/DurableInstance.node';
-import { OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
+import { OUTPUT_RESUME, OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
 import { InstanceStatus, ResumeReason, type Instance } from '../shared/transport';
 import { client, runNode, sidecar, useSidecar } from './support/waits-and-signals';
 
@@ -103,9 +103,100 @@ describe('with the real sidecar', () => {
 		expect(received[0].json.event).toMatchObject({ name: 'delivered', dedupeId: 'evt-early' });
 	});
 
+	test('Start If Absent: the signal starts the unknown instance with the item; the trigger runs it and the wait takes the event', async () => {
+		const params = {
+			instanceKey: 'real-sws',
+			eventName: 'delivered',
+			payloadJson: '{"by":"carrier"}',
+			dedupeId: 'evt-sws',
+			startIfAbsent: true,
+		};
+		const context = {
+			workflowId: wf,
+			executionId: 'carrier-exec',
+			items: [{ body: { orderId: 'real-sws' } }],
+		};
+		const [first] = await runNode(new DurableInstance(), params, context);
+		expect(first[0].json.signal).toMatchObject({ outcome: 'started', runState: 'scheduled' });
+		const [again] = await runNode(new DurableInstance(), params, context);
+		expect(again[0].json.signal).toMatchObject({ outcome: 'duplicate' });
+		const claimed = await new Promise<Array<{ claimToken: string; reason: ResumeReason }>>(
+			(resolve, reject) =>
+				client.instances.claimResumable(
+					{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
+					client.metadata(),
+					client.options(),
+					(error, response) => (error ? reject(error) : resolve(response.instances)),
+				),
+		);
+		const mine = claimed.filter(
+			(c) => c.claimToken && c.reason === ResumeReason.RESUME_REASON_WAKE_UP,
+		);
+		expect(mine).toHaveLength(1);
+		const out = await runNode(
+			new ResumePoint(),
+			{ instanceKey: 'ignored', waitOutputs: true },
+			{
+				workflowId: wf,
+				executionId: 'exec-sws',
+				items: [
+					{ durable: { claimToken: mine[0].claimToken, instanceKey: 'real-sws', workflowId: wf } },
+				],
+			},
+		);
+		// Resumed from its start item: the delivery the signal carried.
+		expect(out[OUTPUT_RESUME]).toHaveLength(1);
+		expect(out[OUTPUT_RESUME][0].json.body).toEqual({ orderId: 'real-sws' });
+		await runNode(
+			new DurableCheckpoint(),
+			{
+				operation: 'save',
+				instanceFrom: 'key',
+				instanceKey: 'real-sws',
+				stepName: 'paid',
+				saveWhat: 'item',
+			},
+			{ workflowId: wf, executionId: 'exec-sws', items: out[OUTPUT_RESUME] },
+		);
+		const [received] = await runNode(
+			new DurableCheckpoint(),
+			{
+				operation: 'awaitEvent',
+				instanceFrom: 'key',
+				instanceKey: 'real-sws',
+				eventName: 'delivered',
+			},
+			{ workflowId: wf, executionId: 'exec-sws' },
+		);
+		expect(received).toHaveLength(1);
+		expect(received[0].json.event).toMatchObject({ name: 'delivered', dedupeId: 'evt-sws' });
+	});
+
+	test('Start If Absent with a custom start item that is not an object is refused before anything is sent', async () => {
+		await expect(
+			runNode(
+				new DurableInstance(),
+				{
+					instanceKey: 'real-sws-bad',
+					eventName: 'delivered',
+					dedupeId: 'evt-bad',
+					startIfAbsent: true,
+					startItemFrom: 'json',
+					startItemJson: '[1, 2]',
+				},
+				{ workflowId: wf },
+			),
+		).rejects.toThrow('Start Item (JSON) must be a JSON object');
+		const rows = await sidecar.sql<{ n: string }>(
+			'SELECT count(*) AS n FROM durable_instances WHERE instance_key = $1',
+			['real-sws-bad'],
+		);
+		expect(Number(rows[0].n)).toBe(0);
+	});
+
 	test('signal to an unknown or finished instance is a clear error', async () => {
 		await expect(signal('real-nobody', 'evt-x')).rejects.toMatchObject({
-			description: expect.stringContaining('a signal never starts one'),
+			description: expect.stringContaining('only with Start If Absent'),
 		});
 		await startAndSave('real-3');
 		await runNode(

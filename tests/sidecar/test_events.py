@@ -209,7 +209,7 @@ async def test_timeout_hands_the_instance_out_with_its_own_reason(harness: Harne
 async def test_signal_to_unknown_or_finished_instance_is_a_clear_error(harness: Harness) -> None:
     s = harness.alpha
     code, msg = await refused(signal(s, new_key(), "d-1", {}))
-    assert code == grpc.StatusCode.NOT_FOUND and "never starts an instance" in msg
+    assert code == grpc.StatusCode.NOT_FOUND and "only with start_if_absent" in msg
     key = new_key()
     await started_with_checkpoint(s, key)
     await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(workflow_id=WF, instance_key=key,

@@ -119,6 +119,44 @@ export class DurableInstance implements INodeType {
 				displayOptions: { show: { operation: ['signal'] } },
 			},
 			{
+				displayName: 'Start If Absent',
+				name: 'startIfAbsent',
+				type: 'boolean',
+				default: false,
+				description:
+					"Whether a signal for a key no instance has yet starts that instance, with the start item below and the event in its mailbox, in one step (signal-with-start): an event can then never arrive too early. The target workflow's Resume Trigger runs the new instance from its Resume Point, as a delivery of the start item. Off: a signal never starts an instance (error: does not exist).",
+				displayOptions: { show: { operation: ['signal'] } },
+			},
+			...withCustomJson(
+				{
+					displayName: 'Start Item',
+					name: 'startItemFrom',
+					type: 'options',
+					default: 'item',
+					options: [
+						{
+							name: 'Whole Item',
+							value: 'item',
+							description:
+								"The item as it is, as the target workflow's Resume Point stores a delivery",
+						},
+						{
+							name: 'Custom JSON',
+							value: 'json',
+							description: 'A JSON object built with an expression',
+						},
+					],
+					description:
+						'What the started instance runs with, when the signal starts it (ignored when the instance exists)',
+					displayOptions: { show: { operation: ['signal'], startIfAbsent: [true] } },
+				},
+				{
+					displayName: 'Start Item (JSON)',
+					name: 'startItemJson',
+					placeholder: 'e.g. {{ JSON.stringify($json.body) }}',
+				},
+			),
+			{
 				displayName: 'Reason',
 				name: 'reason',
 				type: 'string',

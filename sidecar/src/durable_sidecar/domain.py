@@ -264,6 +264,7 @@ class SignalOutcome(enum.Enum):
     DELIVERED = "delivered"
     STORED = "stored"
     DUPLICATE = "duplicate"
+    STARTED = "started"
 
 
 class AwaitOutcome(enum.Enum):

@@ -16,6 +16,7 @@ from .services.instances import InstanceService
 from .services.limits import LimitService
 from .services.recovery import RecoveryService
 from .services.sessions import SessionService
+from .services.signal_start import SignalStarts
 from .services.versions import VersionService
 from .settings import Settings
 from .stores.backend import Backend, open_postgres, open_sqlite
@@ -104,6 +105,8 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     checkpoints.completer = instances.complete_txn
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
                           default_lease_seconds=settings.lease_seconds)
+    events.starts = SignalStarts(backend.instances, backend.checkpoints, checkpoints, versions, backend.waits,
+                                 default_lease_seconds=settings.lease_seconds)
     recovery = RecoveryService(db, backend.instances, backend.waits)
     sessions = SessionService(db, backend.sessions, grace_seconds=settings.session_grace_seconds,
                               key_lease_seconds=settings.idempotency_lease_seconds)

@@ -1,6 +1,11 @@
 /** Signal: an event for an instance's mailbox, delivered once per deduplication id. */
 import { createHash } from 'crypto';
-import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } from 'n8n-workflow';
+import {
+	NodeOperationError,
+	type IDataObject,
+	type IExecuteFunctions,
+	type INodeExecutionData,
+} from 'n8n-workflow';
 
 import { GrpcStatus } from '../../../shared/errors';
 import {
@@ -19,7 +24,7 @@ const MAX_ID = 255;
 
 const SIGNAL_HINTS: Partial<Record<number, string>> = {
 	[GrpcStatus.NOT_FOUND]:
-		"No instance has this key in that workflow, and a signal never starts one. Check Workflow ID (the target workflow's ID, from its URL; empty means this workflow) and Instance Key (the key that workflow's Resume Point uses). A signal that may arrive before its instance exists can be routed with Continue On Fail and sent again later.",
+		"No instance has this key in that workflow, and a signal starts one only with Start If Absent. Check Workflow ID (the target workflow's ID, from its URL; empty means this workflow) and Instance Key (the key that workflow's Resume Point uses). A signal that may arrive before its instance exists: turn on Start If Absent (signal-with-start).",
 	[GrpcStatus.FAILED_PRECONDITION]:
 		'The instance has finished (completed, failed or cancelled) and takes no more events. Expect late events? Route them with Continue On Fail.',
 };
@@ -51,6 +56,8 @@ export async function execute(
 			});
 		}
 		const sender = text('options.sender', i) || run.who;
+		const startIfAbsent = ctx.getNodeParameter('startIfAbsent', i, false) as boolean;
+		const startItem = startIfAbsent ? startItemOf(ctx, run, i) : undefined;
 		return async () => {
 			const response = await client.signalInstance({
 				workflowId,
@@ -59,6 +66,8 @@ export async function execute(
 				payloadJson: payload === undefined ? Buffer.alloc(0) : toJsonBytes(payload),
 				dedupeId,
 				sender,
+				startIfAbsent,
+				startItemJson: startItem === undefined ? Buffer.alloc(0) : toJsonBytes(startItem),
 			});
 			const inst = response.instance;
 			return {
@@ -75,6 +84,26 @@ export async function execute(
 			};
 		};
 	});
+}
+
+/** Signal-with-start's start item: the whole item, or a custom JSON object. */
+function startItemOf(ctx: IExecuteFunctions, { node, items }: InstanceRun, i: number): IDataObject {
+	if ((ctx.getNodeParameter('startItemFrom', i, 'item') as string) !== 'json')
+		return userJson(items[i]);
+	const value = jsonParameter(
+		node,
+		ctx.getNodeParameter('startItemJson', i, '{}'),
+		'Start Item (JSON)',
+		i,
+	);
+	if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+		throw new NodeOperationError(node, 'Start Item (JSON) must be a JSON object', {
+			itemIndex: i,
+			description:
+				'The started instance runs with it as a delivery, like a webhook item: give an object such as {"orderId": "A-1"}.',
+		});
+	}
+	return value as IDataObject;
 }
 
 function outcomeName(outcome: SignalOutcome): string {

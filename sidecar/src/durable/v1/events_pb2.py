@@ -26,7 +26,7 @@ from durable.v1 import common_pb2 as durable_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64urable/v1/events.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x01\n\x11\x41waitEventRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nevent_name\x18\x04 \x01(\t\x12.\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x19\n\x0ftimeout_seconds\x18\x06 \x01(\x03H\x00\x42\t\n\x07timeout\"\x89\x01\n\x12\x41waitEventResponse\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.durable.v1.AwaitOutcome\x12&\n\x08instance\x18\x02 \x01(\x0b\x32\x14.durable.v1.Instance\x12 \n\x05\x65vent\x18\x03 \x01(\x0b\x32\x11.durable.v1.Event\"\x8f\x01\n\x15SignalInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x12\n\nevent_name\x18\x03 \x01(\t\x12\x14\n\x0cpayload_json\x18\x04 \x01(\x0c\x12\x11\n\tdedupe_id\x18\x05 \x01(\t\x12\x0e\n\x06sender\x18\x06 \x01(\t\"\x8e\x01\n\x16SignalInstanceResponse\x12*\n\x07outcome\x18\x01 \x01(\x0e\x32\x19.durable.v1.SignalOutcome\x12 \n\x05\x65vent\x18\x02 \x01(\x0b\x32\x11.durable.v1.Event\x12&\n\x08instance\x18\x03 \x01(\x0b\x32\x14.durable.v1.Instance\"{\n\x11ListEventsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0cpending_only\x18\x03 \x01(\x08\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"P\n\x12ListEventsResponse\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.durable.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"`\n\x14RetryInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"?\n\x15RetryInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"a\n\x15ResumeInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"@\n\x16ResumeInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance*d\n\x0c\x41waitOutcome\x12\x1d\n\x19\x41WAIT_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41WAIT_OUTCOME_WAITING\x10\x01\x12\x1a\n\x16\x41WAIT_OUTCOME_RECEIVED\x10\x02*\x86\x01\n\rSignalOutcome\x12\x1e\n\x1aSIGNAL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18SIGNAL_OUTCOME_DELIVERED\x10\x01\x12\x19\n\x15SIGNAL_OUTCOME_STORED\x10\x02\x12\x1c\n\x18SIGNAL_OUTCOME_DUPLICATE\x10\x03\x32\x86\x02\n\x0c\x45ventService\x12K\n\nAwaitEvent\x12\x1d.durable.v1.AwaitEventRequest\x1a\x1e.durable.v1.AwaitEventResponse\x12W\n\x0eSignalInstance\x12!.durable.v1.SignalInstanceRequest\x1a\".durable.v1.SignalInstanceResponse\x12P\n\nListEvents\x12\x1d.durable.v1.ListEventsRequest\x1a\x1e.durable.v1.ListEventsResponse\"\x03\x90\x02\x01\x32\xc0\x01\n\x0fRecoveryService\x12T\n\rRetryInstance\x12 .durable.v1.RetryInstanceRequest\x1a!.durable.v1.RetryInstanceResponse\x12W\n\x0eResumeInstance\x12!.durable.v1.ResumeInstanceRequest\x1a\".durable.v1.ResumeInstanceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64urable/v1/events.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x01\n\x11\x41waitEventRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nevent_name\x18\x04 \x01(\t\x12.\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x19\n\x0ftimeout_seconds\x18\x06 \x01(\x03H\x00\x42\t\n\x07timeout\"\x89\x01\n\x12\x41waitEventResponse\x12)\n\x07outcome\x18\x01 \x01(\x0e\x32\x18.durable.v1.AwaitOutcome\x12&\n\x08instance\x18\x02 \x01(\x0b\x32\x14.durable.v1.Instance\x12 \n\x05\x65vent\x18\x03 \x01(\x0b\x32\x11.durable.v1.Event\"\xc1\x01\n\x15SignalInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x12\n\nevent_name\x18\x03 \x01(\t\x12\x14\n\x0cpayload_json\x18\x04 \x01(\x0c\x12\x11\n\tdedupe_id\x18\x05 \x01(\t\x12\x0e\n\x06sender\x18\x06 \x01(\t\x12\x17\n\x0fstart_if_absent\x18\x07 \x01(\x08\x12\x17\n\x0fstart_item_json\x18\x08 \x01(\x0c\"\x8e\x01\n\x16SignalInstanceResponse\x12*\n\x07outcome\x18\x01 \x01(\x0e\x32\x19.durable.v1.SignalOutcome\x12 \n\x05\x65vent\x18\x02 \x01(\x0b\x32\x11.durable.v1.Event\x12&\n\x08instance\x18\x03 \x01(\x0b\x32\x14.durable.v1.Instance\"{\n\x11ListEventsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0cpending_only\x18\x03 \x01(\x08\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"P\n\x12ListEventsResponse\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.durable.v1.Event\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"`\n\x14RetryInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"?\n\x15RetryInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance\"a\n\x15ResumeInstanceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"@\n\x16ResumeInstanceResponse\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.durable.v1.Instance*d\n\x0c\x41waitOutcome\x12\x1d\n\x19\x41WAIT_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41WAIT_OUTCOME_WAITING\x10\x01\x12\x1a\n\x16\x41WAIT_OUTCOME_RECEIVED\x10\x02*\xa2\x01\n\rSignalOutcome\x12\x1e\n\x1aSIGNAL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18SIGNAL_OUTCOME_DELIVERED\x10\x01\x12\x19\n\x15SIGNAL_OUTCOME_STORED\x10\x02\x12\x1c\n\x18SIGNAL_OUTCOME_DUPLICATE\x10\x03\x12\x1a\n\x16SIGNAL_OUTCOME_STARTED\x10\x04\x32\x86\x02\n\x0c\x45ventService\x12K\n\nAwaitEvent\x12\x1d.durable.v1.AwaitEventRequest\x1a\x1e.durable.v1.AwaitEventResponse\x12W\n\x0eSignalInstance\x12!.durable.v1.SignalInstanceRequest\x1a\".durable.v1.SignalInstanceResponse\x12P\n\nListEvents\x12\x1d.durable.v1.ListEventsRequest\x1a\x1e.durable.v1.ListEventsResponse\"\x03\x90\x02\x01\x32\xc0\x01\n\x0fRecoveryService\x12T\n\rRetryInstance\x12 .durable.v1.RetryInstanceRequest\x1a!.durable.v1.RetryInstanceResponse\x12W\n\x0eResumeInstance\x12!.durable.v1.ResumeInstanceRequest\x1a\".durable.v1.ResumeInstanceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,32 +35,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EVENTSERVICE'].methods_by_name['ListEvents']._loaded_options = None
   _globals['_EVENTSERVICE'].methods_by_name['ListEvents']._serialized_options = b'\220\002\001'
-  _globals['_AWAITOUTCOME']._serialized_start=1256
-  _globals['_AWAITOUTCOME']._serialized_end=1356
-  _globals['_SIGNALOUTCOME']._serialized_start=1359
-  _globals['_SIGNALOUTCOME']._serialized_end=1493
+  _globals['_AWAITOUTCOME']._serialized_start=1306
+  _globals['_AWAITOUTCOME']._serialized_end=1406
+  _globals['_SIGNALOUTCOME']._serialized_start=1409
+  _globals['_SIGNALOUTCOME']._serialized_end=1571
   _globals['_AWAITEVENTREQUEST']._serialized_start=98
   _globals['_AWAITEVENTREQUEST']._serialized_end=288
   _globals['_AWAITEVENTRESPONSE']._serialized_start=291
   _globals['_AWAITEVENTRESPONSE']._serialized_end=428
   _globals['_SIGNALINSTANCEREQUEST']._serialized_start=431
-  _globals['_SIGNALINSTANCEREQUEST']._serialized_end=574
-  _globals['_SIGNALINSTANCERESPONSE']._serialized_start=577
-  _globals['_SIGNALINSTANCERESPONSE']._serialized_end=719
-  _globals['_LISTEVENTSREQUEST']._serialized_start=721
-  _globals['_LISTEVENTSREQUEST']._serialized_end=844
-  _globals['_LISTEVENTSRESPONSE']._serialized_start=846
-  _globals['_LISTEVENTSRESPONSE']._serialized_end=926
-  _globals['_RETRYINSTANCEREQUEST']._serialized_start=928
-  _globals['_RETRYINSTANCEREQUEST']._serialized_end=1024
-  _globals['_RETRYINSTANCERESPONSE']._serialized_start=1026
-  _globals['_RETRYINSTANCERESPONSE']._serialized_end=1089
-  _globals['_RESUMEINSTANCEREQUEST']._serialized_start=1091
-  _globals['_RESUMEINSTANCEREQUEST']._serialized_end=1188
-  _globals['_RESUMEINSTANCERESPONSE']._serialized_start=1190
-  _globals['_RESUMEINSTANCERESPONSE']._serialized_end=1254
-  _globals['_EVENTSERVICE']._serialized_start=1496
-  _globals['_EVENTSERVICE']._serialized_end=1758
-  _globals['_RECOVERYSERVICE']._serialized_start=1761
-  _globals['_RECOVERYSERVICE']._serialized_end=1953
+  _globals['_SIGNALINSTANCEREQUEST']._serialized_end=624
+  _globals['_SIGNALINSTANCERESPONSE']._serialized_start=627
+  _globals['_SIGNALINSTANCERESPONSE']._serialized_end=769
+  _globals['_LISTEVENTSREQUEST']._serialized_start=771
+  _globals['_LISTEVENTSREQUEST']._serialized_end=894
+  _globals['_LISTEVENTSRESPONSE']._serialized_start=896
+  _globals['_LISTEVENTSRESPONSE']._serialized_end=976
+  _globals['_RETRYINSTANCEREQUEST']._serialized_start=978
+  _globals['_RETRYINSTANCEREQUEST']._serialized_end=1074
+  _globals['_RETRYINSTANCERESPONSE']._serialized_start=1076
+  _globals['_RETRYINSTANCERESPONSE']._serialized_end=1139
+  _globals['_RESUMEINSTANCEREQUEST']._serialized_start=1141
+  _globals['_RESUMEINSTANCEREQUEST']._serialized_end=1238
+  _globals['_RESUMEINSTANCERESPONSE']._serialized_start=1240
+  _globals['_RESUMEINSTANCERESPONSE']._serialized_end=1304
+  _globals['_EVENTSERVICE']._serialized_start=1574
+  _globals['_EVENTSERVICE']._serialized_end=1836
+  _globals['_RECOVERYSERVICE']._serialized_start=1839
+  _globals['_RECOVERYSERVICE']._serialized_end=2031
 # @@protoc_insertion_point(module_scope)

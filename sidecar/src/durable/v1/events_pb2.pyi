@@ -23,6 +23,7 @@ class SignalOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SIGNAL_OUTCOME_DELIVERED: _ClassVar[SignalOutcome]
     SIGNAL_OUTCOME_STORED: _ClassVar[SignalOutcome]
     SIGNAL_OUTCOME_DUPLICATE: _ClassVar[SignalOutcome]
+    SIGNAL_OUTCOME_STARTED: _ClassVar[SignalOutcome]
 AWAIT_OUTCOME_UNSPECIFIED: AwaitOutcome
 AWAIT_OUTCOME_WAITING: AwaitOutcome
 AWAIT_OUTCOME_RECEIVED: AwaitOutcome
@@ -30,6 +31,7 @@ SIGNAL_OUTCOME_UNSPECIFIED: SignalOutcome
 SIGNAL_OUTCOME_DELIVERED: SignalOutcome
 SIGNAL_OUTCOME_STORED: SignalOutcome
 SIGNAL_OUTCOME_DUPLICATE: SignalOutcome
+SIGNAL_OUTCOME_STARTED: SignalOutcome
 
 class AwaitEventRequest(_message.Message):
     __slots__ = ("workflow_id", "instance_key", "execution_id", "event_name", "deadline", "timeout_seconds")
@@ -58,20 +60,24 @@ class AwaitEventResponse(_message.Message):
     def __init__(self, outcome: _Optional[_Union[AwaitOutcome, str]] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ...) -> None: ...
 
 class SignalInstanceRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "event_name", "payload_json", "dedupe_id", "sender")
+    __slots__ = ("workflow_id", "instance_key", "event_name", "payload_json", "dedupe_id", "sender", "start_if_absent", "start_item_json")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EVENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
     DEDUPE_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
+    START_IF_ABSENT_FIELD_NUMBER: _ClassVar[int]
+    START_ITEM_JSON_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     event_name: str
     payload_json: bytes
     dedupe_id: str
     sender: str
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., event_name: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., dedupe_id: _Optional[str] = ..., sender: _Optional[str] = ...) -> None: ...
+    start_if_absent: bool
+    start_item_json: bytes
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., event_name: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., dedupe_id: _Optional[str] = ..., sender: _Optional[str] = ..., start_if_absent: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ...) -> None: ...
 
 class SignalInstanceResponse(_message.Message):
     __slots__ = ("outcome", "event", "instance")

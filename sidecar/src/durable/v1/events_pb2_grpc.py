@@ -100,10 +100,17 @@ class EventServiceServicer:
         (outcome DELIVERED); otherwise it is kept in the mailbox (STORED). A
         dedupe_id already used for this instance stores nothing and answers
         DUPLICATE with the original event (the second call's name and payload
-        are ignored), also after the instance finished. A signal never starts
-        an instance: NOT_FOUND for an unknown instance, FAILED_PRECONDITION for a
-        COMPLETED, FAILED or CANCELLED one (a SUSPENDED instance keeps the event
-        for when it is retried).
+        are ignored), also after the instance finished. Without start_if_absent
+        a signal never starts an instance: NOT_FOUND for an unknown instance.
+        With it (signal-with-start), an unknown instance is started in the same
+        transaction, bound to the workflow's current version, with
+        start_item_json as its start item and the event in its mailbox (outcome
+        STARTED); it is unleased and due at once, so the Resume Trigger hands it
+        out (reason WAKE_UP; its audit trail's "started" event names the signal)
+        and its Resume Point resumes it from the start item. A StartOrResume racing it finds the one instance: never two
+        instances, never two deliveries. FAILED_PRECONDITION for a COMPLETED,
+        FAILED or CANCELLED instance (a SUSPENDED instance keeps the event for
+        when it is retried).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

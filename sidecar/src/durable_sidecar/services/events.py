@@ -31,6 +31,7 @@ from ..stores.waits import WaitStore
 from .instance_rows import check_ref, instance_name, locked_instance
 from .recovery import RecoveryService
 from .retries import RetryRules, backoff_ms, check_policy
+from .signal_start import SignalStart, SignalStarts
 
 # Where callers have imported them from: the retry policy and the operator's redrive have modules of their own.
 __all__ = ["EventService", "RecoveryService", "RetryRules", "backoff_ms", "check_policy", "hand_out_reason"]
@@ -50,6 +51,8 @@ class EventService:
         self.waits = waits
         self.max_payload_bytes = max_payload_bytes
         self.default_lease_seconds = default_lease_seconds
+        # Signal-with-start (start_if_absent); without it such signals are refused.
+        self.starts: SignalStarts | None = None
 
     async def await_event(self, ref: InstanceRef, *, execution_id: str, event_name: str,
                           deadline: datetime | None, timeout_seconds: int | None
@@ -100,7 +103,8 @@ class EventService:
         return await self.db.transaction(txn)
 
     async def signal(self, ref: InstanceRef, *, event_name: str, dedupe_id: str, payload_json: bytes | None,
-                     sender: str) -> tuple[SignalOutcome, MailboxEvent, Instance]:
+                     sender: str, start_if_absent: bool = False,
+                     start_item_json: bytes = b"") -> tuple[SignalOutcome, MailboxEvent, Instance]:
         check_ref(ref)
         validation.identifier("event_name", event_name)
         validation.identifier("dedupe_id", dedupe_id)
@@ -110,10 +114,29 @@ class EventService:
                 raise TooLarge(f"payload_json is {len(payload_json)} bytes; the limit is {self.max_payload_bytes} "
                                "bytes (DURABLE_MAX_STATE_BYTES)")
             validation.json_bytes("payload_json", payload_json)
+        if start_item_json and not start_if_absent:
+            raise InvalidArgument("start_item_json is the start item of an instance the signal starts: "
+                                  "set start_if_absent, or leave start_item_json empty")
+        start: SignalStart | None = None
+        if start_if_absent:
+            if self.starts is None:
+                raise InvalidArgument("start_if_absent is not served here (no instance service)")
+            start = await self.starts.prepare(ref, start_item_json, actor=sender or "signal")
         new = NewEvent(ref, event_name, dedupe_id, payload_json or None, sender)
 
         async def txn(conn: Conn) -> tuple[SignalOutcome, MailboxEvent, Instance]:
-            inst = await locked_instance(self.instances, conn, ref, hint="; a signal never starts an instance")
+            started = False
+            inst = await self.instances.get_txn(conn, ref, for_update=True)
+            if inst is None and start is not None:
+                assert self.starts is not None
+                created = await self.starts.start_txn(
+                    conn, start, detail=f"by signal {event_name} (dedupe id {dedupe_id})")
+                started = created is not None
+                # A racing start's row (committed meanwhile) is the one instance: signal it as usual.
+                inst = created or await self.instances.get_txn(conn, ref, for_update=True)
+            if inst is None:
+                raise NotFound(f"instance {instance_name(ref)} does not exist; a signal starts an instance only "
+                               "with start_if_absent")
             seen = await self.waits.by_dedupe_txn(conn, ref, dedupe_id)
             if seen is not None:
                 return SignalOutcome.DUPLICATE, seen, inst
@@ -125,7 +148,7 @@ class EventService:
                 seen = await self.waits.by_dedupe_txn(conn, ref, dedupe_id)
                 assert seen is not None
                 return SignalOutcome.DUPLICATE, seen, inst
-            outcome = SignalOutcome.STORED
+            outcome = SignalOutcome.STARTED if started else SignalOutcome.STORED
             if inst.status is InstanceStatus.RUNNING and inst.awaited_event == event_name:
                 taken = await self.waits.consume_txn(conn, ref, stored.id, sequence=inst.last_sequence,
                                                      consumed_by=sender, now=now)
@@ -139,7 +162,10 @@ class EventService:
                                                detail=f"{event_name} (dedupe id {dedupe_id}): {outcome.value}")
             return outcome, stored, inst
 
-        return await self.db.transaction(txn)
+        outcome, event, inst = await self.db.transaction(txn)
+        if outcome is SignalOutcome.STARTED and start is not None and self.starts is not None:
+            self.starts.remember(start)
+        return outcome, event, inst
 
     async def list_events(self, ref: InstanceRef, *, pending_only: bool,
                           page: Page) -> tuple[list[MailboxEvent], str]:

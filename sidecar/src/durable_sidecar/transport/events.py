@@ -20,6 +20,7 @@ _SIGNAL_TO_PB = {
     SignalOutcome.DELIVERED: events_pb2.SIGNAL_OUTCOME_DELIVERED,
     SignalOutcome.STORED: events_pb2.SIGNAL_OUTCOME_STORED,
     SignalOutcome.DUPLICATE: events_pb2.SIGNAL_OUTCOME_DUPLICATE,
+    SignalOutcome.STARTED: events_pb2.SIGNAL_OUTCOME_STARTED,
 }
 
 
@@ -45,6 +46,7 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
         outcome, event, inst = await self.service.signal(
             InstanceRef(ns, request.workflow_id, request.instance_key), event_name=request.event_name,
             dedupe_id=request.dedupe_id, payload_json=request.payload_json or None, sender=request.sender,
+            start_if_absent=request.start_if_absent, start_item_json=request.start_item_json,
         )
         return events_pb2.SignalInstanceResponse(outcome=_SIGNAL_TO_PB[outcome], event=convert.event(event),
                                                  instance=convert.instance(inst))

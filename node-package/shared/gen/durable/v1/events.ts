@@ -57,6 +57,11 @@ export enum SignalOutcome {
   SIGNAL_OUTCOME_STORED = 2,
   /** SIGNAL_OUTCOME_DUPLICATE - The dedupe_id was used before: nothing changed; `event` is the original. */
   SIGNAL_OUTCOME_DUPLICATE = 3,
+  /**
+   * SIGNAL_OUTCOME_STARTED - No instance had this key and start_if_absent was set: it was started
+   * with start_item_json and the event is in its mailbox.
+   */
+  SIGNAL_OUTCOME_STARTED = 4,
   UNRECOGNIZED = -1,
 }
 
@@ -116,6 +121,18 @@ export interface SignalInstanceRequest {
    * audit trail.
    */
   sender: string;
+  /**
+   * Optional (signal-with-start): start the instance when no instance has
+   * this key, atomically with the delivery.
+   */
+  startIfAbsent: boolean;
+  /**
+   * With start_if_absent: the new instance's start item, a JSON object of at
+   * most DURABLE_MAX_STATE_BYTES (what a Resume Point stores for a
+   * delivery); empty means {}. Ignored when the instance exists. Refused
+   * without start_if_absent.
+   */
+  startItemJson: Buffer;
 }
 
 export interface SignalInstanceResponse {
@@ -388,7 +405,16 @@ export const AwaitEventResponse: MessageFns<AwaitEventResponse> = {
 };
 
 function createBaseSignalInstanceRequest(): SignalInstanceRequest {
-  return { workflowId: "", instanceKey: "", eventName: "", payloadJson: Buffer.alloc(0), dedupeId: "", sender: "" };
+  return {
+    workflowId: "",
+    instanceKey: "",
+    eventName: "",
+    payloadJson: Buffer.alloc(0),
+    dedupeId: "",
+    sender: "",
+    startIfAbsent: false,
+    startItemJson: Buffer.alloc(0),
+  };
 }
 
 export const SignalInstanceRequest: MessageFns<SignalInstanceRequest> = {
@@ -410,6 +436,12 @@ export const SignalInstanceRequest: MessageFns<SignalInstanceRequest> = {
     }
     if (message.sender !== "") {
       writer.uint32(50).string(message.sender);
+    }
+    if (message.startIfAbsent !== false) {
+      writer.uint32(56).bool(message.startIfAbsent);
+    }
+    if (message.startItemJson.length !== 0) {
+      writer.uint32(66).bytes(message.startItemJson);
     }
     return writer;
   },
@@ -475,6 +507,22 @@ export const SignalInstanceRequest: MessageFns<SignalInstanceRequest> = {
             message.sender = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.startIfAbsent = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.startItemJson = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -498,6 +546,8 @@ export const SignalInstanceRequest: MessageFns<SignalInstanceRequest> = {
     message.payloadJson = object.payloadJson ?? Buffer.alloc(0);
     message.dedupeId = object.dedupeId ?? "";
     message.sender = object.sender ?? "";
+    message.startIfAbsent = object.startIfAbsent ?? false;
+    message.startItemJson = object.startItemJson ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -1097,10 +1147,17 @@ export const EventServiceService = {
    * (outcome DELIVERED); otherwise it is kept in the mailbox (STORED). A
    * dedupe_id already used for this instance stores nothing and answers
    * DUPLICATE with the original event (the second call's name and payload
-   * are ignored), also after the instance finished. A signal never starts
-   * an instance: NOT_FOUND for an unknown instance, FAILED_PRECONDITION for a
-   * COMPLETED, FAILED or CANCELLED one (a SUSPENDED instance keeps the event
-   * for when it is retried).
+   * are ignored), also after the instance finished. Without start_if_absent
+   * a signal never starts an instance: NOT_FOUND for an unknown instance.
+   * With it (signal-with-start), an unknown instance is started in the same
+   * transaction, bound to the workflow's current version, with
+   * start_item_json as its start item and the event in its mailbox (outcome
+   * STARTED); it is unleased and due at once, so the Resume Trigger hands it
+   * out (reason WAKE_UP; its audit trail's "started" event names the signal)
+   * and its Resume Point resumes it from the start item. A StartOrResume racing it finds the one instance: never two
+   * instances, never two deliveries. FAILED_PRECONDITION for a COMPLETED,
+   * FAILED or CANCELLED instance (a SUSPENDED instance keeps the event for
+   * when it is retried).
    */
   signalInstance: {
     path: "/durable.v1.EventService/SignalInstance" as const,
@@ -1158,10 +1215,17 @@ export interface EventServiceServer extends UntypedServiceImplementation {
    * (outcome DELIVERED); otherwise it is kept in the mailbox (STORED). A
    * dedupe_id already used for this instance stores nothing and answers
    * DUPLICATE with the original event (the second call's name and payload
-   * are ignored), also after the instance finished. A signal never starts
-   * an instance: NOT_FOUND for an unknown instance, FAILED_PRECONDITION for a
-   * COMPLETED, FAILED or CANCELLED one (a SUSPENDED instance keeps the event
-   * for when it is retried).
+   * are ignored), also after the instance finished. Without start_if_absent
+   * a signal never starts an instance: NOT_FOUND for an unknown instance.
+   * With it (signal-with-start), an unknown instance is started in the same
+   * transaction, bound to the workflow's current version, with
+   * start_item_json as its start item and the event in its mailbox (outcome
+   * STARTED); it is unleased and due at once, so the Resume Trigger hands it
+   * out (reason WAKE_UP; its audit trail's "started" event names the signal)
+   * and its Resume Point resumes it from the start item. A StartOrResume racing it finds the one instance: never two
+   * instances, never two deliveries. FAILED_PRECONDITION for a COMPLETED,
+   * FAILED or CANCELLED instance (a SUSPENDED instance keeps the event for
+   * when it is retried).
    */
   signalInstance: handleUnaryCall<SignalInstanceRequest, SignalInstanceResponse>;
   /**
@@ -1215,10 +1279,17 @@ export interface EventServiceClient extends Client {
    * (outcome DELIVERED); otherwise it is kept in the mailbox (STORED). A
    * dedupe_id already used for this instance stores nothing and answers
    * DUPLICATE with the original event (the second call's name and payload
-   * are ignored), also after the instance finished. A signal never starts
-   * an instance: NOT_FOUND for an unknown instance, FAILED_PRECONDITION for a
-   * COMPLETED, FAILED or CANCELLED one (a SUSPENDED instance keeps the event
-   * for when it is retried).
+   * are ignored), also after the instance finished. Without start_if_absent
+   * a signal never starts an instance: NOT_FOUND for an unknown instance.
+   * With it (signal-with-start), an unknown instance is started in the same
+   * transaction, bound to the workflow's current version, with
+   * start_item_json as its start item and the event in its mailbox (outcome
+   * STARTED); it is unleased and due at once, so the Resume Trigger hands it
+   * out (reason WAKE_UP; its audit trail's "started" event names the signal)
+   * and its Resume Point resumes it from the start item. A StartOrResume racing it finds the one instance: never two
+   * instances, never two deliveries. FAILED_PRECONDITION for a COMPLETED,
+   * FAILED or CANCELLED instance (a SUSPENDED instance keeps the event for
+   * when it is retried).
    */
   signalInstance(
     request: SignalInstanceRequest,
