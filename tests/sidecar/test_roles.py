@@ -54,7 +54,7 @@ def test_every_method_of_the_contract_has_a_role_and_no_row_is_stale() -> None:
     assert not sorted(set(ROLES) - set(names)), "ROLES names methods the contract no longer has"
     # What the issue names: reads are read; the nodes' calls and cancel/retry/resume are operate; moves and
     # deleting data are admin.
-    assert {m for m, r in ROLES.items() if r is Role.ADMIN} == {"MoveInstances", "PruneCheckpoints"}
+    assert {m for m, r in ROLES.items() if r is Role.ADMIN} == {"MoveInstances", "PruneCheckpoints", "PurgeInstance"}
     assert all(ROLES[m] is Role.READ for m in names if m.startswith(("Get", "List", "Count")))
     assert all(ROLES[m] is Role.OPERATE for m in ("CancelInstance", "RetryInstance", "ResumeInstance",
                                                   "StartOrResume", "SaveCheckpoints", "Claim", "Complete"))

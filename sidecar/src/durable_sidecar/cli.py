@@ -185,6 +185,13 @@ async def _run(args: argparse.Namespace) -> int:
                 inst = await svc.instances.finish(ref, InstanceStatus.CANCELLED, actor=actor, error_message=args.reason)
             due = " (due now: the Resume Trigger takes it)" if inst.wake_reason == "redrive" else ""
             print(f"{inst.workflow_id}/{inst.instance_key}: {inst.status.value}{due}; by {actor}: {args.reason}")
+        elif cmd == "instances" and args.action == "purge":
+            actor = _actor(args.actor)
+            inst, erased = await svc.purge.purge_instance(InstanceRef(ns, args.workflow, args.key), actor=actor,
+                                                          reason=args.reason)
+            print(f"{inst.workflow_id}/{inst.instance_key}: purged ({len(erased.checkpoint_sequences)} checkpoints, "
+                  f"start item {'erased' if erased.start_item else 'none'}, {erased.event_payloads} event payloads); "
+                  f"by {actor}: {args.reason}")
         elif cmd == "versions":
             await _versions(svc.versions, ns, args)
     return 0
@@ -329,7 +336,7 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--namespace", default="default", help="namespace (a token's namespace); default 'default'")
         return sp
 
-    inst = sub.add_parser("instances", help="list, show, move, retry, resume or cancel instances").add_subparsers(dest="action", required=True)
+    inst = sub.add_parser("instances", help="list, show, move, retry, resume, cancel or purge instances").add_subparsers(dest="action", required=True)
     il = with_ns(inst.add_parser("list", help="newest first; a running instance shows its run state if not active: "
                                               "waiting, scheduled or stalled"))
     il.add_argument("--workflow")
@@ -352,7 +359,9 @@ def parser() -> argparse.ArgumentParser:
     im.add_argument("--actor", default="", help="who (default cli:<user>)")
     for action, text in (("retry", "run a suspended or failed instance again from its newest checkpoint"),
                          ("resume", "end a suspended instance's suspension or a running one's wait: due now"),
-                         ("cancel", "cancel a running, waiting or suspended instance")):
+                         ("cancel", "cancel a running, waiting or suspended instance"),
+                         ("purge", "erase a finished instance's states, start item, result, event payloads and audit "
+                                   "details for a data-protection request; a tombstone stays")):
         op = with_ns(inst.add_parser(action, help=f"{text} (an audit event with actor and reason)"))
         op.add_argument("workflow")
         op.add_argument("key")

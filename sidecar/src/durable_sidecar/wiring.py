@@ -14,6 +14,7 @@ from .services.events import EventService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
 from .services.limits import LimitService
+from .services.purge import PurgeService
 from .services.recovery import RecoveryService
 from .services.sessions import SessionService
 from .services.signal_start import SignalStarts
@@ -65,6 +66,7 @@ class Services:
     audit: AuditService
     sessions: SessionService
     limits: LimitService
+    purge: PurgeService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -107,12 +109,14 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
                           default_lease_seconds=settings.lease_seconds)
     events.starts = SignalStarts(backend.instances, backend.checkpoints, checkpoints, versions, backend.waits,
                                  default_lease_seconds=settings.lease_seconds)
-    recovery = RecoveryService(db, backend.instances, backend.waits)
+    recovery = RecoveryService(db, backend.instances, backend.waits, purged=backend.purge)
     sessions = SessionService(db, backend.sessions, grace_seconds=settings.session_grace_seconds,
                               key_lease_seconds=settings.idempotency_lease_seconds)
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
     limits = LimitService(db, backend.instances, backend.limits)
     limits.on_due = sessions.wake_streams
+    # The cache the states are in: the CLI's shared one (Redis), else the server's own.
+    purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances, backend.versions),
-                    sessions, limits)
+                    sessions, limits, purge)

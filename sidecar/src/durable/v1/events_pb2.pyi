@@ -146,3 +146,27 @@ class ResumeInstanceResponse(_message.Message):
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     instance: _common_pb2.Instance
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
+
+class PurgeInstanceRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "actor", "reason")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    actor: str
+    reason: str
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PurgeInstanceResponse(_message.Message):
+    __slots__ = ("instance", "checkpoints_erased", "start_item_erased", "event_payloads_erased")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_ERASED_FIELD_NUMBER: _ClassVar[int]
+    START_ITEM_ERASED_FIELD_NUMBER: _ClassVar[int]
+    EVENT_PAYLOADS_ERASED_FIELD_NUMBER: _ClassVar[int]
+    instance: _common_pb2.Instance
+    checkpoints_erased: int
+    start_item_erased: bool
+    event_payloads_erased: int
+    def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., checkpoints_erased: _Optional[int] = ..., start_item_erased: _Optional[bool] = ..., event_payloads_erased: _Optional[int] = ...) -> None: ...

@@ -265,6 +265,11 @@ class RecoveryServiceStub:
                 request_serializer=durable_dot_v1_dot_events__pb2.ResumeInstanceRequest.SerializeToString,
                 response_deserializer=durable_dot_v1_dot_events__pb2.ResumeInstanceResponse.FromString,
                 _registered_method=True)
+        self.PurgeInstance = channel.unary_unary(
+                '/durable.v1.RecoveryService/PurgeInstance',
+                request_serializer=durable_dot_v1_dot_events__pb2.PurgeInstanceRequest.SerializeToString,
+                response_deserializer=durable_dot_v1_dot_events__pb2.PurgeInstanceResponse.FromString,
+                _registered_method=True)
 
 
 class RecoveryServiceServicer:
@@ -300,6 +305,28 @@ class RecoveryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeInstance(self, request, context):
+        """Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
+        request, for data-protection duties, in one transaction: every
+        checkpoint (all its states), its start item, its result and error texts,
+        the payloads of its mailbox events, and the detail text of its audit
+        events (which can quote an error); then the cached states (Redis, or the
+        in-process cache). What stays: the instance row (workflow, key, status,
+        version, counters, times), the audit trail's kinds, actors and times,
+        and the mailbox's dedupe ids (a sender's retry is still a duplicate).
+        The tombstone is one audit event "purged" naming the actor, the reason
+        and what was erased, with no payload. A purged instance cannot be
+        retried. Idempotency keys are not tied to instances and are left alone
+        (their results expire with their TTL). Role admin. FAILED_PRECONDITION
+        for an unfinished instance (cancel it first); NOT_FOUND when unknown;
+        UNAVAILABLE when the database is erased but the cache could not be
+        reached (purge again: a repeated purge erases nothing more, clears the
+        cache again and records another tombstone).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RecoveryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -312,6 +339,11 @@ def add_RecoveryServiceServicer_to_server(servicer, server):
                     servicer.ResumeInstance,
                     request_deserializer=durable_dot_v1_dot_events__pb2.ResumeInstanceRequest.FromString,
                     response_serializer=durable_dot_v1_dot_events__pb2.ResumeInstanceResponse.SerializeToString,
+            ),
+            'PurgeInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeInstance,
+                    request_deserializer=durable_dot_v1_dot_events__pb2.PurgeInstanceRequest.FromString,
+                    response_serializer=durable_dot_v1_dot_events__pb2.PurgeInstanceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -372,6 +404,33 @@ class RecoveryService:
             '/durable.v1.RecoveryService/ResumeInstance',
             durable_dot_v1_dot_events__pb2.ResumeInstanceRequest.SerializeToString,
             durable_dot_v1_dot_events__pb2.ResumeInstanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable.v1.RecoveryService/PurgeInstance',
+            durable_dot_v1_dot_events__pb2.PurgeInstanceRequest.SerializeToString,
+            durable_dot_v1_dot_events__pb2.PurgeInstanceResponse.FromString,
             options,
             channel_credentials,
             insecure,

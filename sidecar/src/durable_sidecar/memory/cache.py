@@ -65,9 +65,10 @@ class MemoryCache(Cache):
             oldest, (old_value, _) = self._entries.popitem(last=False)
             self.used_bytes -= self._size(oldest, old_value)
 
-    async def _delete(self, op: str, keys: list[str]) -> None:
+    async def _delete(self, op: str, keys: list[str]) -> bool:
         for key in keys:
             self._forget(key)
+        return True
 
     async def close(self) -> None:
         self._entries.clear()

@@ -114,6 +114,11 @@ class CheckpointService:
             self.memory.put(ref, 0, start_item_json or None,
                             hashlib.sha256(encoded.data).hexdigest() if encoded is not None else "")
 
+    def forget(self, ref: InstanceRef) -> None:
+        """The instance's states are erased (a purge): this process keeps no copy."""
+        if self.memory.enabled:
+            self.memory.forget(ref)
+
     def remember(self, ref: InstanceRef, checkpoint: Checkpoint) -> None:
         """The instance's newest checkpoint, read with its state (a resume)."""
         if self.memory.enabled and checkpoint.state is not None:

@@ -10,6 +10,7 @@ from ..domain import Instance, InstanceRef, InstanceStatus, RunState
 from ..errors import FailedPrecondition
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
+from ..stores.purge import PurgeStore
 from ..stores.waits import WaitStore
 from .instance_rows import check_ref, instance_name, locked_instance
 
@@ -19,10 +20,13 @@ log = logging.getLogger(__name__)
 class RecoveryService:
     """An operator's RetryInstance and ResumeInstance (CancelInstance is InstanceService.finish)."""
 
-    def __init__(self, db: Database, instances: InstanceStore, waits: WaitStore) -> None:
+    def __init__(self, db: Database, instances: InstanceStore, waits: WaitStore, *,
+                 purged: PurgeStore | None = None) -> None:
         self.db = db
         self.instances = instances
         self.waits = waits
+        # Tells a purged instance (its states erased: nothing to run again from).
+        self.purged = purged
 
     @staticmethod
     def _check(ref: InstanceRef, actor: str, reason: str) -> None:
@@ -66,6 +70,9 @@ class RecoveryService:
             if inst.status in (InstanceStatus.COMPLETED, InstanceStatus.CANCELLED):
                 raise FailedPrecondition(f"instance {instance_name(ref)} is {inst.status.value}; only suspended or failed "
                                          "instances can be retried")
+            if self.purged is not None and await self.purged.was_purged_txn(conn, ref):
+                raise FailedPrecondition(f"instance {instance_name(ref)} was purged (PurgeInstance): its states are "
+                                         "erased and it cannot run again; start a new instance")
             return None
 
         return await self._act(ref, kind="retried", actor=actor, reason=reason, refuse=refuse)

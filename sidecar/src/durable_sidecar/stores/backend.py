@@ -21,6 +21,7 @@ from .postgres import instances as pg_instances
 from .postgres import migrate as pg_migrate
 from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
+from .purge import PurgeStore
 from .schema import Dialect, Migration
 from .sessions import SessionStore
 from .sqlite.db import RUNNER as SQLITE_RUNNER
@@ -48,6 +49,7 @@ class Backend:
     waits: WaitStore
     sessions: SessionStore
     limits: LimitStore
+    purge: PurgeStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -68,7 +70,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
                    CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys),
-                   LimitStore(SQLITE_RUNNER), tuple(applied))
+                   LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -82,7 +84,8 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
     return Backend("postgres", pool, instances,
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
-                   SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), tuple(applied))
+                   SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
+                   tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

@@ -81,7 +81,8 @@ class Cache(ABC):
     async def _set(self, op: str, key: str, value: bytes, ttl_seconds: int) -> None: ...
 
     @abstractmethod
-    async def _delete(self, op: str, keys: list[str]) -> None: ...
+    async def _delete(self, op: str, keys: list[str]) -> bool:
+        """Deletes the keys; False when the cache could not be reached (nothing is known to be deleted)."""
 
     async def _set_many(self, op: str, entries: list[tuple[str, bytes, int]]) -> None:
         """Several (key, value, ttl) at once; an implementation with round trips sends them together."""
@@ -109,6 +110,12 @@ class Cache(ABC):
                    for wf, key, seq, state in states if len(state) <= self.max_item_bytes]
         if entries:
             await self._set_many("checkpoint_state", entries)
+
+    async def forget_states(self, ns: str, wf: str, key: str, sequences: list[int]) -> bool:
+        """Deletes an instance's cached states (a purge); False when the cache could not be reached."""
+        if not self.enabled or not sequences:
+            return True
+        return await self._delete("checkpoint_state", [self._key("cp", ns, wf, key, seq) for seq in sequences])
 
     # Completed idempotency keys: (fingerprint, attempt, result) frozen until expiry.
     async def get_completed_key(self, ns: str, scope: str, key: str) -> bytes | None:
@@ -215,11 +222,13 @@ class RedisCache(Cache):
         except (RedisError, OSError) as exc:
             self._failed(op, exc)
 
-    async def _delete(self, op: str, keys: list[str]) -> None:
+    async def _delete(self, op: str, keys: list[str]) -> bool:
         client = self._usable()
         if client is None:
-            return
+            return False
         try:
             await client.delete(*keys)
         except (RedisError, OSError) as exc:
             self._failed(op, exc)
+            return False
+        return True

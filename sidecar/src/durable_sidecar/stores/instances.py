@@ -39,11 +39,12 @@ RESUME_REASON = "CASE WHEN wake_at IS NULL THEN 'stalled' ELSE 'wake_up' END AS 
 # What moving an instance to a final status sets besides status, error_message and result_json.
 FINISH_SET = "lease_owner = '', lease_expires_at = NULL, wake_at = NULL, finished_at = {now}, updated_at = {now}"
 
-# Instance columns a wait, retry or redrive may set (update_txn), and which of them hold times.
+# Instance columns a wait, retry, redrive or purge may set (update_txn), and which of them hold times.
 SETTABLE = frozenset({
     "status", "error_message", "finished_at", "lease_owner", "lease_expires_at", "wake_at", "wake_reason",
     "awaited_event", "wait_outcome", "wait_sequence", "wait_event_id", "retry_max_resumes", "retry_initial_ms",
     "retry_max_ms", "retry_multiplier", "retry_jitter", "attempt", "attempt_sequence", "last_error", "suspended_at",
+    "result_json",
 })
 _TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
 

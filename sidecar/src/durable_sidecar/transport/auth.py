@@ -5,7 +5,7 @@ A token carries one role (DURABLE_AUTH_TOKENS `token=namespace[:role]`, admin wh
 - **read**: lists, timelines, states, counts: every call that changes nothing;
 - **operate**: also what the n8n nodes send (start, save, claim, complete, wait, signal, limits, sessions)
   and the operator's actions on instances (cancel, retry, resume);
-- **admin**: also moves between versions and deleting data (pruning checkpoints).
+- **admin**: also moves between versions and deleting data (pruning checkpoints, purging an instance).
 
 Every method of the contract has its row in ROLES (tests/sidecar/test_roles.py fails for a method without
 one); a call with too small a role is refused with PERMISSION_DENIED before it does anything, whichever face
@@ -53,7 +53,7 @@ ROLES: dict[str, Role] = {
     "MoveInstances": _ADMIN, "ListChangeLog": _READ,
     # EventService, RecoveryService
     "AwaitEvent": _OPERATE, "SignalInstance": _OPERATE, "ListEvents": _READ,
-    "RetryInstance": _OPERATE, "ResumeInstance": _OPERATE,
+    "RetryInstance": _OPERATE, "ResumeInstance": _OPERATE, "PurgeInstance": _ADMIN,
     # SessionService (what every n8n process opens)
     "OpenSession": _OPERATE, "Heartbeat": _OPERATE, "WatchSession": _OPERATE, "CloseSession": _OPERATE,
     "ListSessions": _READ,

@@ -6,6 +6,7 @@ from durable.v1 import events_pb2, events_pb2_grpc
 
 from ..domain import AwaitOutcome, InstanceRef, Page, SignalOutcome
 from ..services.events import EventService
+from ..services.purge import PurgeService
 from ..services.recovery import RecoveryService
 from ..validation import page_size
 from . import convert
@@ -61,9 +62,10 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
 
 
 class RecoveryServicer(events_pb2_grpc.RecoveryServiceServicer):
-    def __init__(self, service: RecoveryService, auth: Authenticator) -> None:
+    def __init__(self, service: RecoveryService, auth: Authenticator, purge: PurgeService) -> None:
         self.service = service
         self.auth = auth
+        self.purge = purge
 
     @unary("RetryInstance")
     async def RetryInstance(self, request: events_pb2.RetryInstanceRequest, ns: str) -> events_pb2.RetryInstanceResponse:  # noqa: N802
@@ -76,3 +78,12 @@ class RecoveryServicer(events_pb2_grpc.RecoveryServiceServicer):
         inst = await self.service.resume(InstanceRef(ns, request.workflow_id, request.instance_key),
                                          actor=request.actor, reason=request.reason)
         return events_pb2.ResumeInstanceResponse(instance=convert.instance(inst))
+
+    @unary("PurgeInstance")
+    async def PurgeInstance(self, request: events_pb2.PurgeInstanceRequest, ns: str) -> events_pb2.PurgeInstanceResponse:  # noqa: N802
+        inst, erased = await self.purge.purge_instance(InstanceRef(ns, request.workflow_id, request.instance_key),
+                                                       actor=request.actor, reason=request.reason)
+        return events_pb2.PurgeInstanceResponse(instance=convert.instance(inst),
+                                                checkpoints_erased=len(erased.checkpoint_sequences),
+                                                start_item_erased=erased.start_item,
+                                                event_payloads_erased=erased.event_payloads)

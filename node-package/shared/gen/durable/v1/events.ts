@@ -194,6 +194,33 @@ export interface ResumeInstanceResponse {
   instance: Instance | undefined;
 }
 
+export interface PurgeInstanceRequest {
+  /** Required: the instance. */
+  workflowId: string;
+  instanceKey: string;
+  /** Required: who acts (an identifier). */
+  actor: string;
+  /**
+   * Required: why, e.g. the data-protection request's reference (free text,
+   * up to 4096 characters; it is kept in the tombstone).
+   */
+  reason: string;
+}
+
+export interface PurgeInstanceResponse {
+  /** The instance after the purge. */
+  instance:
+    | Instance
+    | undefined;
+  /**
+   * What this call erased: checkpoints (with their states), the start item,
+   * and mailbox event payloads.
+   */
+  checkpointsErased: number;
+  startItemErased: boolean;
+  eventPayloadsErased: number;
+}
+
 function createBaseAwaitEventRequest(): AwaitEventRequest {
   return { workflowId: "", instanceKey: "", executionId: "", eventName: "", timeout: undefined };
 }
@@ -1099,6 +1126,190 @@ export const ResumeInstanceResponse: MessageFns<ResumeInstanceResponse> = {
   },
 };
 
+function createBasePurgeInstanceRequest(): PurgeInstanceRequest {
+  return { workflowId: "", instanceKey: "", actor: "", reason: "" };
+}
+
+export const PurgeInstanceRequest: MessageFns<PurgeInstanceRequest> = {
+  encode(message: PurgeInstanceRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workflowId !== "") {
+      writer.uint32(10).string(message.workflowId);
+    }
+    if (message.instanceKey !== "") {
+      writer.uint32(18).string(message.instanceKey);
+    }
+    if (message.actor !== "") {
+      writer.uint32(26).string(message.actor);
+    }
+    if (message.reason !== "") {
+      writer.uint32(34).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PurgeInstanceRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePurgeInstanceRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workflowId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.instanceKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.actor = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PurgeInstanceRequest>, I>>(base?: I): PurgeInstanceRequest {
+    return PurgeInstanceRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PurgeInstanceRequest>, I>>(object: I): PurgeInstanceRequest {
+    const message = createBasePurgeInstanceRequest();
+    message.workflowId = object.workflowId ?? "";
+    message.instanceKey = object.instanceKey ?? "";
+    message.actor = object.actor ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBasePurgeInstanceResponse(): PurgeInstanceResponse {
+  return { instance: undefined, checkpointsErased: 0, startItemErased: false, eventPayloadsErased: 0 };
+}
+
+export const PurgeInstanceResponse: MessageFns<PurgeInstanceResponse> = {
+  encode(message: PurgeInstanceResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.instance !== undefined) {
+      Instance.encode(message.instance, writer.uint32(10).fork()).join();
+    }
+    if (message.checkpointsErased !== 0) {
+      writer.uint32(16).int64(message.checkpointsErased);
+    }
+    if (message.startItemErased !== false) {
+      writer.uint32(24).bool(message.startItemErased);
+    }
+    if (message.eventPayloadsErased !== 0) {
+      writer.uint32(32).int64(message.eventPayloadsErased);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PurgeInstanceResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePurgeInstanceResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.instance = Instance.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.checkpointsErased = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.startItemErased = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.eventPayloadsErased = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PurgeInstanceResponse>, I>>(base?: I): PurgeInstanceResponse {
+    return PurgeInstanceResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PurgeInstanceResponse>, I>>(object: I): PurgeInstanceResponse {
+    const message = createBasePurgeInstanceResponse();
+    message.instance = (object.instance !== undefined && object.instance !== null)
+      ? Instance.fromPartial(object.instance)
+      : undefined;
+    message.checkpointsErased = object.checkpointsErased ?? 0;
+    message.startItemErased = object.startItemErased ?? false;
+    message.eventPayloadsErased = object.eventPayloadsErased ?? 0;
+    return message;
+  },
+};
+
 /**
  * Waiting for named events. Each instance has a durable mailbox: an event
  * sent before the instance waits for it is kept and consumed by the next
@@ -1383,6 +1594,34 @@ export const RecoveryServiceService = {
       Buffer.from(ResumeInstanceResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResumeInstanceResponse => ResumeInstanceResponse.decode(value),
   },
+  /**
+   * Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
+   * request, for data-protection duties, in one transaction: every
+   * checkpoint (all its states), its start item, its result and error texts,
+   * the payloads of its mailbox events, and the detail text of its audit
+   * events (which can quote an error); then the cached states (Redis, or the
+   * in-process cache). What stays: the instance row (workflow, key, status,
+   * version, counters, times), the audit trail's kinds, actors and times,
+   * and the mailbox's dedupe ids (a sender's retry is still a duplicate).
+   * The tombstone is one audit event "purged" naming the actor, the reason
+   * and what was erased, with no payload. A purged instance cannot be
+   * retried. Idempotency keys are not tied to instances and are left alone
+   * (their results expire with their TTL). Role admin. FAILED_PRECONDITION
+   * for an unfinished instance (cancel it first); NOT_FOUND when unknown;
+   * UNAVAILABLE when the database is erased but the cache could not be
+   * reached (purge again: a repeated purge erases nothing more, clears the
+   * cache again and records another tombstone).
+   */
+  purgeInstance: {
+    path: "/durable.v1.RecoveryService/PurgeInstance" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PurgeInstanceRequest): Buffer => Buffer.from(PurgeInstanceRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PurgeInstanceRequest => PurgeInstanceRequest.decode(value),
+    responseSerialize: (value: PurgeInstanceResponse): Buffer =>
+      Buffer.from(PurgeInstanceResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PurgeInstanceResponse => PurgeInstanceResponse.decode(value),
+  },
 } as const;
 
 export interface RecoveryServiceServer extends UntypedServiceImplementation {
@@ -1406,6 +1645,25 @@ export interface RecoveryServiceServer extends UntypedServiceImplementation {
    * trigger takes stalled ones); NOT_FOUND when unknown.
    */
   resumeInstance: handleUnaryCall<ResumeInstanceRequest, ResumeInstanceResponse>;
+  /**
+   * Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
+   * request, for data-protection duties, in one transaction: every
+   * checkpoint (all its states), its start item, its result and error texts,
+   * the payloads of its mailbox events, and the detail text of its audit
+   * events (which can quote an error); then the cached states (Redis, or the
+   * in-process cache). What stays: the instance row (workflow, key, status,
+   * version, counters, times), the audit trail's kinds, actors and times,
+   * and the mailbox's dedupe ids (a sender's retry is still a duplicate).
+   * The tombstone is one audit event "purged" naming the actor, the reason
+   * and what was erased, with no payload. A purged instance cannot be
+   * retried. Idempotency keys are not tied to instances and are left alone
+   * (their results expire with their TTL). Role admin. FAILED_PRECONDITION
+   * for an unfinished instance (cancel it first); NOT_FOUND when unknown;
+   * UNAVAILABLE when the database is erased but the cache could not be
+   * reached (purge again: a repeated purge erases nothing more, clears the
+   * cache again and records another tombstone).
+   */
+  purgeInstance: handleUnaryCall<PurgeInstanceRequest, PurgeInstanceResponse>;
 }
 
 export interface RecoveryServiceClient extends Client {
@@ -1456,6 +1714,39 @@ export interface RecoveryServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResumeInstanceResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
+   * request, for data-protection duties, in one transaction: every
+   * checkpoint (all its states), its start item, its result and error texts,
+   * the payloads of its mailbox events, and the detail text of its audit
+   * events (which can quote an error); then the cached states (Redis, or the
+   * in-process cache). What stays: the instance row (workflow, key, status,
+   * version, counters, times), the audit trail's kinds, actors and times,
+   * and the mailbox's dedupe ids (a sender's retry is still a duplicate).
+   * The tombstone is one audit event "purged" naming the actor, the reason
+   * and what was erased, with no payload. A purged instance cannot be
+   * retried. Idempotency keys are not tied to instances and are left alone
+   * (their results expire with their TTL). Role admin. FAILED_PRECONDITION
+   * for an unfinished instance (cancel it first); NOT_FOUND when unknown;
+   * UNAVAILABLE when the database is erased but the cache could not be
+   * reached (purge again: a repeated purge erases nothing more, clears the
+   * cache again and records another tombstone).
+   */
+  purgeInstance(
+    request: PurgeInstanceRequest,
+    callback: (error: ServiceError | null, response: PurgeInstanceResponse) => void,
+  ): ClientUnaryCall;
+  purgeInstance(
+    request: PurgeInstanceRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PurgeInstanceResponse) => void,
+  ): ClientUnaryCall;
+  purgeInstance(
+    request: PurgeInstanceRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PurgeInstanceResponse) => void,
   ): ClientUnaryCall;
 }
 
