@@ -107,6 +107,18 @@ export function leaseSecondsOption(description: string): INodeProperties {
  * value `json`) followed by the JSON field that option asks for, shown where
  * the choice is and only when it is Custom JSON.
  */
+/** Search fields (a Resume Point's or a Save's option): what operators filter and sort instances by. */
+export const searchFieldsOption: INodeProperties = {
+	displayName: 'Search Fields',
+	name: 'searchFields',
+	type: 'json',
+	default: '{}',
+	placeholder:
+		'e.g. {"customerId": "{{ $json.body.customerId }}", "amount": {{ $json.body.total }}}',
+	description:
+		'Named fields operators filter and sort this instance by (console, CLI, ListInstances): a JSON object of texts and numbers; null removes a field. At most 16 per instance; a name starts with a letter (then letters, digits, _ . -, up to 64 characters); a text is at most 256 characters. Set with the call, after it is checked: a bad field fails the item before anything is written.',
+};
+
 export function withCustomJson(
 	choice: INodeProperties,
 	field: { displayName: string; name: string; placeholder?: string },

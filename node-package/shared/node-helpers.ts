@@ -179,6 +179,27 @@ export function jsonParameter(
 	}
 }
 
+/** The Search Fields option of item i as the sidecar takes it; empty when none is set. */
+export function searchFieldsOf(
+	ctx: IExecuteFunctions,
+	node: INode,
+	i: number,
+	parameter = 'options.searchFields',
+): Buffer {
+	const raw = ctx.getNodeParameter(parameter, i, '') as unknown;
+	if (raw === '' || raw === undefined || raw === null) return Buffer.alloc(0);
+	const value = jsonParameter(node, raw, 'Search Fields', i);
+	if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+		throw new NodeOperationError(node, 'Search Fields must be a JSON object', {
+			itemIndex: i,
+			description:
+				'Name each field with its text or number, e.g. {"customerId": "C-42", "amount": 99.5}.',
+		});
+	}
+	if (Object.keys(value).length === 0) return Buffer.alloc(0);
+	return toJsonBytes(value);
+}
+
 export function toJsonBytes(value: unknown): Buffer {
 	return Buffer.from(JSON.stringify(value ?? null), 'utf8');
 }

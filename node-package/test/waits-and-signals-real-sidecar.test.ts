@@ -45,6 +45,17 @@ describe('with the real sidecar', () => {
 			{ workflowId: wf },
 		);
 
+	/** The Resume Trigger's claim of this file's workflow. */
+	const claimResumable = () =>
+		new Promise<Array<{ claimToken: string; reason: ResumeReason }>>((resolve, reject) =>
+			client.instances.claimResumable(
+				{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
+				client.metadata(),
+				client.options(),
+				(error, response) => (error ? reject(error) : resolve(response.instances)),
+			),
+		);
+
 	const signal = (key: string, dedupeId: string, payload = '{"by":"carrier"}') =>
 		runNode(
 			new DurableInstance(),
@@ -66,15 +77,7 @@ describe('with the real sidecar', () => {
 		const [again] = await signal('real-1', 'evt-1', '{"by":"someone else"}');
 		expect(again[0].json.signal).toMatchObject({ outcome: 'duplicate' });
 		// The Resume Trigger's claim, then the Resume Point with it.
-		const claimed = await new Promise<Array<{ claimToken: string; reason: ResumeReason }>>(
-			(resolve, reject) =>
-				client.instances.claimResumable(
-					{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
-					client.metadata(),
-					client.options(),
-					(error, response) => (error ? reject(error) : resolve(response.instances)),
-				),
-		);
+		const claimed = await claimResumable();
 		expect(claimed).toHaveLength(1);
 		expect(claimed[0].reason).toBe(ResumeReason.RESUME_REASON_EVENT);
 		const out = await runNode(
@@ -120,15 +123,7 @@ describe('with the real sidecar', () => {
 		expect(first[0].json.signal).toMatchObject({ outcome: 'started', runState: 'scheduled' });
 		const [again] = await runNode(new DurableInstance(), params, context);
 		expect(again[0].json.signal).toMatchObject({ outcome: 'duplicate' });
-		const claimed = await new Promise<Array<{ claimToken: string; reason: ResumeReason }>>(
-			(resolve, reject) =>
-				client.instances.claimResumable(
-					{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
-					client.metadata(),
-					client.options(),
-					(error, response) => (error ? reject(error) : resolve(response.instances)),
-				),
-		);
+		const claimed = await claimResumable();
 		const mine = claimed.filter(
 			(c) => c.claimToken && c.reason === ResumeReason.RESUME_REASON_WAKE_UP,
 		);
@@ -229,15 +224,7 @@ describe('with the real sidecar', () => {
 
 	test('a failure retried under the policy suspends the instance after its automatic resumes; the node retries it', async () => {
 		const key = 'real-poison';
-		const claim = async (): Promise<Array<{ claimToken: string; reason: ResumeReason }>> =>
-			await new Promise((resolve, reject) =>
-				client.instances.claimResumable(
-					{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
-					client.metadata(),
-					client.options(),
-					(error, response) => (error ? reject(error) : resolve(response.instances)),
-				),
-			);
+		const claim = claimResumable;
 		const failRetry = (executionId: string) =>
 			runNode(
 				new DurableCheckpoint(),

@@ -68,3 +68,12 @@ def test_the_sessions_bench_measures_heartbeats_and_cpu_per_session() -> None:
     assert s["heartbeats_per_s_per_process"] > 0  # the simulated processes did heartbeat
     assert {"sidecar_cpu_ms_per_s_idle", "sidecar_cpu_ms_per_s_per_session_1", "sidecar_cpu_ms_per_s_per_session_2",
             "sidecar_cpu_pct_of_one_core_per_session"} <= set(s)
+
+
+def test_the_search_bench_times_a_field_search_against_its_floor_and_reads_the_index() -> None:
+    from bench import search
+
+    result = search.run(instances=500, queries=5, rounds=1)
+    assert [r["call"] for r in result["rows"]] == ["floor", "search", "range"]
+    assert result["p50_ms"]["search"] > 0 and result["search_over_floor"] > 0
+    assert result["plan"]["index_on_search_fields"] and not result["plan"]["seq_scan_on_search_fields"]

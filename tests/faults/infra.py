@@ -189,18 +189,22 @@ class TcpProxy:
 
 
 def check_invariants(database_url: str) -> list[str]:
-    """Nothing half-visible: each instance's counters agree with its checkpoint rows (either backend)."""
+    """Nothing half-visible: each instance's counters agree with its checkpoint rows (either backend); a purged
+    instance (PurgeInstance) keeps its last sequence with no rows left."""
     problems = []
     rows = fetch_sync(
         database_url,
         """SELECT i.namespace, i.workflow_id, i.instance_key, i.last_sequence, i.checkpoint_count,
-                  coalesce(max(c.sequence), 0) AS max_seq, count(c.sequence) AS n
+                  coalesce(max(c.sequence), 0) AS max_seq, count(c.sequence) AS n,
+                  EXISTS (SELECT 1 FROM durable_instance_events e
+                          WHERE e.namespace = i.namespace AND e.workflow_id = i.workflow_id
+                            AND e.instance_key = i.instance_key AND e.kind = 'purged') AS purged
            FROM durable_instances i
            LEFT JOIN durable_checkpoints c USING (namespace, workflow_id, instance_key)
            GROUP BY 1, 2, 3, 4, 5""",
     )
-    for ns, wf, key, last, count, max_seq, n in rows:
-        if last != max_seq or count != n:
+    for ns, wf, key, last, count, max_seq, n, purged in rows:
+        if (last != max_seq and not (purged and n == 0)) or count != n:
             problems.append(f"{ns}/{wf}/{key}: last_sequence={last} checkpoint_count={count} "
                             f"but rows max={max_seq} count={n}")
     return problems

@@ -41,6 +41,8 @@ async def counts(url: str, key: str) -> dict[str, int]:
     rows = await fetch(url, "SELECT count(*) FROM durable_instance_mailbox WHERE instance_key = %s "
                             "AND payload_json IS NOT NULL", key)
     out["payloads"] = int(rows[0][0])
+    rows = await fetch(url, "SELECT count(*) FROM durable_search_fields WHERE instance_key = %s", key)
+    out["fields"] = int(rows[0][0])
     return out
 
 
@@ -54,6 +56,8 @@ async def personal_order(s: Stubs, key: str, secret: str) -> None:
     await save(s, item(key, "address", {"street": secret}))
     await save(s, item(key, "card", {"card": secret, "pad": "x" * BIG}))
     await signal(s, key, "evt-1", {"phone": secret}, name="called")
+    await s.instances.SetSearchFields(instance_pb2.SetSearchFieldsRequest(
+        workflow_id=WF, instance_key=key, fields_json=json.dumps({"email": secret}).encode()), metadata=s.metadata)
     await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
         workflow_id=WF, instance_key=key, execution_id="exec-1", error_message=f"card of {secret} declined"),
         metadata=s.metadata)
@@ -72,13 +76,14 @@ async def test_purge_erases_states_payloads_and_texts_from_database_and_cache_an
     assert await cached(harness, ns, key, 2) is not None
     before = await counts(database_url, key)
     assert before["durable_checkpoints"] == 2 and before["durable_instance_start_items"] == 1
-    assert before["payloads"] == 1
+    assert before["payloads"] == 1 and before["fields"] == 1
 
     done = await purge(s, key)
     assert done.checkpoints_erased == 2 and done.start_item_erased and done.event_payloads_erased == 1
     assert done.instance.status == common_pb2.INSTANCE_STATUS_FAILED and done.instance.error_message == ""
     after = await counts(database_url, key)
     assert after["durable_checkpoints"] == 0 and after["durable_instance_start_items"] == 0 and after["payloads"] == 0
+    assert after["fields"] == 0
     assert after["durable_instance_events"] == before["durable_instance_events"] + 1
     # No trace of the personal data in any row the instance keeps.
     assert await cached(harness, ns, key, 1) is None and await cached(harness, ns, key, 2) is None
@@ -200,7 +205,7 @@ async def test_the_cli_purges_with_actor_and_reason_and_clears_the_shared_cache(
     done = await asyncio.to_thread(_cli, database_url, "instances", "purge", WF, key, "--reason", "ticket 12",
                                    "--actor", "dpo-ana", "--namespace", ns)
     assert done.returncode == 0, done.stderr
-    assert "purged (2 checkpoints, start item erased, 1 event payloads)" in done.stdout
+    assert "purged (2 checkpoints, start item erased, 1 event payloads)" in done.stdout, done.stdout
     assert (await counts(database_url, key))["durable_checkpoints"] == 0
     trail = await fetch(database_url, "SELECT kind, actor FROM durable_instance_events WHERE instance_key = %s "
                                       "ORDER BY id DESC LIMIT 1", key)

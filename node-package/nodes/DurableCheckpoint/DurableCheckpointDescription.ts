@@ -6,6 +6,7 @@ import {
 	eventNameProperty,
 	leaseSecondsOption,
 	optionsCollection,
+	searchFieldsOption,
 	versionedNodeDescription,
 	withCustomJson,
 } from '../../shared/descriptions';
@@ -353,6 +354,7 @@ export const durableCheckpointProperties: INodeProperties[] = [
 					'Whether this save also completes the instance, in the same call and transaction: use it on the last Save instead of a separate Complete Instance node. The instance is then finished (no result stored), and a re-delivered trigger leaves the Resume Point by Finished.',
 			},
 			expectedSequenceOption,
+			searchFieldsOption,
 			leaseSecondsOption(
 				"The save renews the instance's lease: the time this execution holds the instance before the Resume Trigger may take it as crashed. 0 renews it with the instance's lease length, chosen on the Resume Point. A value here changes the length for this renewal only.",
 			),

@@ -11,6 +11,7 @@ import {
 	instanceKeyProperty,
 	leaseSecondsOption,
 	optionsCollection,
+	searchFieldsOption,
 	versionedNodeDescription,
 } from '../../shared/descriptions';
 
@@ -171,6 +172,10 @@ export const resumePointProperties: INodeProperties[] = [
 			typeOptions: { minValue: 0 },
 			description:
 				'Bind new instances to this registered version number instead of the current one (gray release). 0 binds the current version.',
+		},
+		{
+			...searchFieldsOption,
+			description: `${searchFieldsOption.description} Sent with each delivery (not with the Resume Trigger's items) and set when the instance is started or resumed.`,
 		},
 		{
 			displayName: 'Register Current Version',

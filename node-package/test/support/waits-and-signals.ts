@@ -71,6 +71,7 @@ export function instance(over: Partial<Instance> = {}): Instance {
 		attempt: 0,
 		lastError: '',
 		suspendedAt: undefined,
+		searchFieldsJson: Buffer.alloc(0),
 		...over,
 	};
 }

@@ -74,7 +74,7 @@ class Served:
 SERVED = [
     Served(instance_pb2.DESCRIPTOR.services_by_name["InstanceService"],
            instance_pb2_grpc.add_InstanceServiceServicer_to_server,
-           lambda s, auth, stopping: InstanceServicer(s.instances, auth, stopping, s.sessions)),
+           lambda s, auth, stopping: InstanceServicer(s.instances, auth, stopping, s.sessions, s.search)),
     Served(checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
            checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server,
            lambda s, auth, _: CheckpointServicer(s.checkpoints, auth)),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from datetime import datetime
 
 from . import logs
 from .domain import (
+    FieldCondition,
     IdempotencyKey,
     Instance,
     InstanceFilter,
@@ -26,10 +28,12 @@ from .domain import (
     Page,
     PrunePolicy,
     RunState,
+    SearchOp,
 )
-from .errors import DomainError
+from .errors import DomainError, InvalidArgument
 from .memory.cache import MemoryCache
 from .services.idempotency import IdempotencyService
+from .services.search_fields import fields_json, parse_condition
 from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
 from .stores.backend import migrate
@@ -118,16 +122,19 @@ async def _run(args: argparse.Namespace) -> int:
         if cmd == "instances" and args.action == "list":
             statuses = tuple(InstanceStatus(s) for s in args.status)
             rows, token = await svc.instances.list_instances(
-                ns, InstanceFilter(workflow_id=args.workflow or "", statuses=statuses, stalled_only=args.stalled),
+                ns, InstanceFilter(workflow_id=args.workflow or "", statuses=statuses, stalled_only=args.stalled,
+                                   fields=tuple(_field_condition(i, f) for i, f in enumerate(args.field)),
+                                   sort_field=args.sort or "", sort_descending=args.desc),
                 Page(args.limit, ""))
             now = await svc.keys.now()
             holders = await svc.sessions.holders(ns, sorted({r.lease_owner for r in rows if r.lease_owner}))
             print(table(["workflow", "key", "status", "version", "seq", "last step", "lease owner", "held by",
-                         "lease until", "wake at", "updated"],
+                         "lease until", "wake at", "updated", "search fields"],
                         [[r.workflow_id, r.instance_key, status_word(r, now), r.bound_version or r.version_label or "-",
                           r.last_sequence, r.last_step or "-", r.lease_owner or "-",
                           holder_text(holders.get(r.lease_owner)), r.lease_expires_at, r.wake_at,
-                          r.updated_at] for r in rows]))
+                          r.updated_at, fields_json(r.search_fields).decode() if r.search_fields else "-"]
+                         for r in rows]))
             if token:
                 print(f"(more: raise --limit above {args.limit})")
         elif cmd == "instances" and args.action == "show":
@@ -195,6 +202,26 @@ async def _run(args: argparse.Namespace) -> int:
         elif cmd == "versions":
             await _versions(svc.versions, ns, args)
     return 0
+
+
+_CONDITION = re.compile(r"([^<>=]+)(>=|<=|=|<|>)(.*)\Z", re.DOTALL)
+_OPS = {"=": SearchOp.EQ, "<": SearchOp.LT, "<=": SearchOp.LTE, ">": SearchOp.GT, ">=": SearchOp.GTE}
+
+
+def _field_condition(index: int, given: str) -> FieldCondition:
+    """--field NAME=VALUE (or <, <=, >, >=): a number when VALUE is a JSON number, a JSON string when quoted,
+    else the text as written."""
+    m = _CONDITION.match(given)
+    if not m:
+        raise InvalidArgument(f"--field {given!r}: write NAME=VALUE, NAME<VALUE, NAME<=VALUE, NAME>VALUE or NAME>=VALUE")
+    name, op, raw = m.group(1).strip(), m.group(2), m.group(3)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        value = raw
+    return parse_condition(index, name, _OPS[op], json.dumps(value).encode())
 
 
 def _actor(given: str) -> str:
@@ -343,6 +370,11 @@ def parser() -> argparse.ArgumentParser:
     il.add_argument("--status", action="append", default=[], choices=[s.value for s in InstanceStatus],
                     help="only this stored status (repeatable); running includes waiting, scheduled and stalled")
     il.add_argument("--stalled", action="store_true", help="only running instances whose lease lapsed")
+    il.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                    help="only instances whose search field matches (repeatable; also <, <=, >, >=; a number "
+                         "compares as a number, \"quoted\" as text)")
+    il.add_argument("--sort", metavar="FIELD", help="list by this search field (only instances that have it)")
+    il.add_argument("--desc", action="store_true", help="with --sort: largest first")
     il.add_argument("--limit", type=int, default=50)
     ish = with_ns(inst.add_parser("show", help="every field of one instance and its newest checkpoint"))
     ish.add_argument("workflow")

@@ -129,6 +129,8 @@ class Instance:
     attempt: int = 0
     last_error: str = ""
     suspended_at: datetime | None = None
+    # Issue 44: its search fields (name, text or number), sorted by name; None where not read.
+    search_fields: tuple[tuple[str, str | float], ...] | None = None
 
     @property
     def ref(self) -> InstanceRef:
@@ -282,6 +284,26 @@ class InstanceFilter:
     last_step: str = ""
     created_after: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
+    fields: tuple[FieldCondition, ...] = ()  # search fields, all must hold
+    sort_field: str = ""  # list by this search field (only instances that have it)
+    sort_descending: bool = False
+
+
+class SearchOp(enum.Enum):
+    EQ = "="
+    LT = "<"
+    LTE = "<="
+    GT = ">"
+    GTE = ">="
+
+
+@dataclass(frozen=True)
+class FieldCondition:
+    """A search field compared with a value of its type (a number with numbers, a text with texts)."""
+
+    name: str
+    op: SearchOp
+    value: str | float
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from .services.instances import InstanceService
 from .services.limits import LimitService
 from .services.purge import PurgeService
 from .services.recovery import RecoveryService
+from .services.search_fields import SearchFieldService
 from .services.sessions import SessionService
 from .services.signal_start import SignalStarts
 from .services.versions import VersionService
@@ -67,6 +68,7 @@ class Services:
     sessions: SessionService
     limits: LimitService
     purge: PurgeService
+    search: SearchFieldService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -103,6 +105,7 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     instances = InstanceService(db, backend.instances, backend.checkpoints, checkpoints, versions,
                                 default_lease_seconds=settings.lease_seconds, waits=backend.waits,
                                 default_retry_policy=default_retry, keys=keys)
+    instances.fields = backend.search_fields
     # A save with complete_instance completes its instance with the instance service's own completion.
     checkpoints.completer = instances.complete_txn
     events = EventService(db, backend.instances, backend.waits, max_payload_bytes=settings.max_state_bytes,
@@ -118,5 +121,8 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     limits.on_due = sessions.wake_streams
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
+    search = SearchFieldService(db, backend.instances, backend.search_fields)
+    # Saves and starts set the search fields they carry.
+    checkpoints.search = instances.search = search
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances, backend.versions),
-                    sessions, limits, purge)
+                    sessions, limits, purge, search)

@@ -15,6 +15,7 @@ import {
 	fieldList,
 	jsonParameter,
 	pickFields,
+	searchFieldsOf,
 	toJsonBytes,
 	userJson,
 } from '../../../shared/node-helpers';
@@ -209,6 +210,7 @@ function prepareSave(
 		// The last Save: the instance is completed in the same call (no Complete Instance node).
 		completeInstance,
 		claimNext,
+		searchFieldsJson: follows ? searchFieldsOf(ctx, node, i) : Buffer.alloc(0),
 	};
 	return { request, state, leaseSeconds };
 }

@@ -8,11 +8,11 @@ import {
 } from 'n8n-workflow';
 
 import { businessKey } from '../../../shared/door';
-import { asNodeError, durableOf } from '../../../shared/node-helpers';
+import { asNodeError, durableOf, searchFieldsOf } from '../../../shared/node-helpers';
 import { parameterReader } from '../../../shared/upstream';
 
 export type Prepared =
-	| { kind: 'call'; key: string; claimToken: string }
+	| { kind: 'call'; key: string; claimToken: string; searchFields: Buffer }
 	| { kind: 'duplicate'; key: string }
 	| { kind: 'error'; error: NodeOperationError | NodeApiError };
 
@@ -54,7 +54,9 @@ export function prepareItems(
 			}
 			if (seen.has(key)) return { kind: 'duplicate', key };
 			seen.add(key);
-			return { kind: 'call', key, claimToken };
+			// A delivery's search fields; a Resume Trigger item has no delivery to read them from.
+			const searchFields = claimToken ? Buffer.alloc(0) : searchFieldsOf(ctx, node, i);
+			return { kind: 'call', key, claimToken, searchFields };
 		} catch (error) {
 			return { kind: 'error', error: asNodeError(node, error, i) };
 		}

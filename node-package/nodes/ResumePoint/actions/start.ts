@@ -82,6 +82,7 @@ export async function startOrResumeAll(
 				startItemJson: delivery ? toJsonBytes(userJson(items[i])) : Buffer.alloc(0),
 				// A known key with another delivery: answered DIFFERENT, nothing taken (v2.1 refuses it).
 				checkDelivery: delivery && onDifferent !== 'ignore' && isWebhookDelivery(items[i]),
+				searchFieldsJson: prep.searchFields,
 				// Claimed only when the instance is new (the sidecar decides): lease 0 is the instance's.
 				claimOnStart:
 					ahead && !prep.claimToken

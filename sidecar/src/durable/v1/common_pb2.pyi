@@ -25,6 +25,15 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATE_WAITING: _ClassVar[RunState]
     RUN_STATE_SCHEDULED: _ClassVar[RunState]
     RUN_STATE_STALLED: _ClassVar[RunState]
+
+class SearchFieldOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_FIELD_OP_UNSPECIFIED: _ClassVar[SearchFieldOp]
+    SEARCH_FIELD_OP_EQ: _ClassVar[SearchFieldOp]
+    SEARCH_FIELD_OP_LT: _ClassVar[SearchFieldOp]
+    SEARCH_FIELD_OP_LTE: _ClassVar[SearchFieldOp]
+    SEARCH_FIELD_OP_GT: _ClassVar[SearchFieldOp]
+    SEARCH_FIELD_OP_GTE: _ClassVar[SearchFieldOp]
 INSTANCE_STATUS_UNSPECIFIED: InstanceStatus
 INSTANCE_STATUS_RUNNING: InstanceStatus
 INSTANCE_STATUS_COMPLETED: InstanceStatus
@@ -36,6 +45,12 @@ RUN_STATE_ACTIVE: RunState
 RUN_STATE_WAITING: RunState
 RUN_STATE_SCHEDULED: RunState
 RUN_STATE_STALLED: RunState
+SEARCH_FIELD_OP_UNSPECIFIED: SearchFieldOp
+SEARCH_FIELD_OP_EQ: SearchFieldOp
+SEARCH_FIELD_OP_LT: SearchFieldOp
+SEARCH_FIELD_OP_LTE: SearchFieldOp
+SEARCH_FIELD_OP_GT: SearchFieldOp
+SEARCH_FIELD_OP_GTE: SearchFieldOp
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_automatic_resumes", "initial_backoff_ms", "max_backoff_ms", "backoff_multiplier", "jitter", "defaults_for_unset")
@@ -74,7 +89,7 @@ class Event(_message.Message):
     def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., event_name: _Optional[str] = ..., dedupe_id: _Optional[str] = ..., payload_json: _Optional[bytes] = ..., sender: _Optional[str] = ..., received_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., consumed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Instance(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "status", "bound_version", "version_label", "lease_owner", "lease_expires_at", "wake_at", "last_sequence", "last_step", "checkpoint_count", "resume_count", "error_message", "result_json", "created_by_execution_id", "created_at", "updated_at", "finished_at", "lease_seconds", "run_state", "awaited_event", "wait_deadline", "retry_policy", "attempt", "last_error", "suspended_at")
+    __slots__ = ("workflow_id", "instance_key", "status", "bound_version", "version_label", "lease_owner", "lease_expires_at", "wake_at", "last_sequence", "last_step", "checkpoint_count", "resume_count", "error_message", "result_json", "created_by_execution_id", "created_at", "updated_at", "finished_at", "lease_seconds", "run_state", "awaited_event", "wait_deadline", "retry_policy", "attempt", "last_error", "suspended_at", "search_fields_json")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +116,7 @@ class Instance(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     SUSPENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELDS_JSON_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     status: InstanceStatus
@@ -127,7 +143,18 @@ class Instance(_message.Message):
     attempt: int
     last_error: str
     suspended_at: _timestamp_pb2.Timestamp
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., bound_version: _Optional[int] = ..., version_label: _Optional[str] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., last_step: _Optional[str] = ..., checkpoint_count: _Optional[int] = ..., resume_count: _Optional[int] = ..., error_message: _Optional[str] = ..., result_json: _Optional[bytes] = ..., created_by_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_seconds: _Optional[int] = ..., run_state: _Optional[_Union[RunState, str]] = ..., awaited_event: _Optional[str] = ..., wait_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., suspended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    search_fields_json: bytes
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., status: _Optional[_Union[InstanceStatus, str]] = ..., bound_version: _Optional[int] = ..., version_label: _Optional[str] = ..., lease_owner: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., wake_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., last_step: _Optional[str] = ..., checkpoint_count: _Optional[int] = ..., resume_count: _Optional[int] = ..., error_message: _Optional[str] = ..., result_json: _Optional[bytes] = ..., created_by_execution_id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_seconds: _Optional[int] = ..., run_state: _Optional[_Union[RunState, str]] = ..., awaited_event: _Optional[str] = ..., wait_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., suspended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., search_fields_json: _Optional[bytes] = ...) -> None: ...
+
+class SearchFieldFilter(_message.Message):
+    __slots__ = ("name", "op", "value_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    op: SearchFieldOp
+    value_json: bytes
+    def __init__(self, name: _Optional[str] = ..., op: _Optional[_Union[SearchFieldOp, str]] = ..., value_json: _Optional[bytes] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("workflow_id", "instance_key", "sequence", "step_name", "state_json", "sha256", "size_bytes", "stored_bytes", "execution_id", "node_name", "created_at")

@@ -47,7 +47,7 @@ RESUME_REASON_RETRY: ResumeReason
 RESUME_REASON_REDRIVE: ResumeReason
 
 class StartOrResumeRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start", "wait_seconds", "check_delivery")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start", "wait_seconds", "check_delivery", "search_fields_json")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class StartOrResumeRequest(_message.Message):
     CLAIM_ON_START_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHECK_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELDS_JSON_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -76,7 +77,8 @@ class StartOrResumeRequest(_message.Message):
     claim_on_start: _idempotency_pb2.ClaimItem
     wait_seconds: int
     check_delivery: bool
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., wait_seconds: _Optional[int] = ..., check_delivery: _Optional[bool] = ...) -> None: ...
+    search_fields_json: bytes
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., wait_seconds: _Optional[int] = ..., check_delivery: _Optional[bool] = ..., search_fields_json: _Optional[bytes] = ...) -> None: ...
 
 class StartOrResumeResponse(_message.Message):
     __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json", "event", "wait_outcome", "start_claim")
@@ -121,7 +123,7 @@ class GetInstanceResponse(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., lease_holder: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
-    __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix", "last_step", "created_after", "created_before")
+    __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix", "last_step", "created_after", "created_before", "search_fields", "sort_by_field", "sort_descending")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +134,9 @@ class ListInstancesRequest(_message.Message):
     LAST_STEP_FIELD_NUMBER: _ClassVar[int]
     CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    SORT_BY_FIELD_FIELD_NUMBER: _ClassVar[int]
+    SORT_DESCENDING_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.InstanceStatus]
     bound_version: int
@@ -142,7 +147,10 @@ class ListInstancesRequest(_message.Message):
     last_step: str
     created_after: _timestamp_pb2.Timestamp
     created_before: _timestamp_pb2.Timestamp
-    def __init__(self, workflow_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_common_pb2.InstanceStatus, str]]] = ..., bound_version: _Optional[int] = ..., stalled_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    search_fields: _containers.RepeatedCompositeFieldContainer[_common_pb2.SearchFieldFilter]
+    sort_by_field: str
+    sort_descending: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_common_pb2.InstanceStatus, str]]] = ..., bound_version: _Optional[int] = ..., stalled_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., search_fields: _Optional[_Iterable[_Union[_common_pb2.SearchFieldFilter, _Mapping]]] = ..., sort_by_field: _Optional[str] = ..., sort_descending: _Optional[bool] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
     __slots__ = ("instances", "next_page_token")
@@ -151,6 +159,22 @@ class ListInstancesResponse(_message.Message):
     instances: _containers.RepeatedCompositeFieldContainer[_common_pb2.Instance]
     next_page_token: str
     def __init__(self, instances: _Optional[_Iterable[_Union[_common_pb2.Instance, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SetSearchFieldsRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "fields_json")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_JSON_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    fields_json: bytes
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., fields_json: _Optional[bytes] = ...) -> None: ...
+
+class SetSearchFieldsResponse(_message.Message):
+    __slots__ = ("fields_json",)
+    FIELDS_JSON_FIELD_NUMBER: _ClassVar[int]
+    fields_json: bytes
+    def __init__(self, fields_json: _Optional[bytes] = ...) -> None: ...
 
 class CompleteInstanceRequest(_message.Message):
     __slots__ = ("workflow_id", "instance_key", "execution_id", "result_json")

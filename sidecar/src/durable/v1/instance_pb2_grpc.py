@@ -52,6 +52,11 @@ class InstanceServiceStub:
                 request_serializer=durable_dot_v1_dot_instance__pb2.ListInstancesRequest.SerializeToString,
                 response_deserializer=durable_dot_v1_dot_instance__pb2.ListInstancesResponse.FromString,
                 _registered_method=True)
+        self.SetSearchFields = channel.unary_unary(
+                '/durable.v1.InstanceService/SetSearchFields',
+                request_serializer=durable_dot_v1_dot_instance__pb2.SetSearchFieldsRequest.SerializeToString,
+                response_deserializer=durable_dot_v1_dot_instance__pb2.SetSearchFieldsResponse.FromString,
+                _registered_method=True)
         self.CompleteInstance = channel.unary_unary(
                 '/durable.v1.InstanceService/CompleteInstance',
                 request_serializer=durable_dot_v1_dot_instance__pb2.CompleteInstanceRequest.SerializeToString,
@@ -108,6 +113,17 @@ class InstanceServiceServicer:
 
     def ListInstances(self, request, context):
         """Lists instances, newest first, with filters and paging.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSearchFields(self, request, context):
+        """Sets search fields on an instance (merged; null removes one): named
+        texts and numbers operators filter and sort by (ListInstances,
+        CountInstances). Indexed; refused with INVALID_ARGUMENT naming the field
+        when a name, a value or the count is out of bounds, with nothing
+        changed. NOT_FOUND for an unknown instance.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -187,6 +203,11 @@ def add_InstanceServiceServicer_to_server(servicer, server):
                     servicer.ListInstances,
                     request_deserializer=durable_dot_v1_dot_instance__pb2.ListInstancesRequest.FromString,
                     response_serializer=durable_dot_v1_dot_instance__pb2.ListInstancesResponse.SerializeToString,
+            ),
+            'SetSearchFields': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSearchFields,
+                    request_deserializer=durable_dot_v1_dot_instance__pb2.SetSearchFieldsRequest.FromString,
+                    response_serializer=durable_dot_v1_dot_instance__pb2.SetSearchFieldsResponse.SerializeToString,
             ),
             'CompleteInstance': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteInstance,
@@ -303,6 +324,33 @@ class InstanceService:
             '/durable.v1.InstanceService/ListInstances',
             durable_dot_v1_dot_instance__pb2.ListInstancesRequest.SerializeToString,
             durable_dot_v1_dot_instance__pb2.ListInstancesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSearchFields(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable.v1.InstanceService/SetSearchFields',
+            durable_dot_v1_dot_instance__pb2.SetSearchFieldsRequest.SerializeToString,
+            durable_dot_v1_dot_instance__pb2.SetSearchFieldsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,7 +2,7 @@
 
 import { jsonDiff, renderDiff } from "./diff.js";
 import { keyTable } from "./keys.js";
-import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, may, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
+import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, encodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, may, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
 
 // --- instances --------------------------------------------------------------------------------------
 
@@ -21,7 +21,33 @@ export function filtersFrom(params) {
   if (params.get("version")) body.boundVersion = params.get("version");
   if (params.get("from")) body.createdAfter = new Date(params.get("from")).toISOString();
   if (params.get("to")) body.createdBefore = new Date(params.get("to")).toISOString();
+  if (params.get("sf")) body.searchFields = searchConditions(params.get("sf"));
   return body;
+}
+
+const SEARCH_OPS = { "=": "SEARCH_FIELD_OP_EQ", "<": "SEARCH_FIELD_OP_LT", "<=": "SEARCH_FIELD_OP_LTE",
+  ">": "SEARCH_FIELD_OP_GT", ">=": "SEARCH_FIELD_OP_GTE" };
+
+/** "country=DE, amount>=100" as ListInstances' search_fields: a JSON number compares as a number, "quoted" as
+ * text, anything else as the text written. A condition without an operator is sent as it is: the sidecar names it. */
+export function searchConditions(text) {
+  return text.split(",").map((part) => part.trim()).filter(Boolean).map((part) => {
+    const m = /^([^<>=]+?)\s*(>=|<=|=|<|>)\s*(.*)$/s.exec(part);
+    if (!m) return { name: part, op: "SEARCH_FIELD_OP_EQ", valueJson: "" };
+    let value = m[3];
+    try {
+      const parsed = JSON.parse(m[3]);
+      if (typeof parsed === "number" || typeof parsed === "string") value = parsed;
+    } catch { /* the text as written */ }
+    return { name: m[1].trim(), op: SEARCH_OPS[m[2]], valueJson: encodeBytes(JSON.stringify(value)) };
+  });
+}
+
+/** An instance's search fields as short text: "customerId=C-42 · amount=99.5". */
+export function fieldsText(inst) {
+  const fields = parseJsonBytes(inst.searchFieldsJson);
+  if (!fields || typeof fields !== "object") return "";
+  return Object.entries(fields).map(([k, v]) => `${k}=${v}`).join(" · ");
 }
 
 export async function renderInstances(params) {
@@ -46,6 +72,10 @@ export async function renderInstances(params) {
   field("version", "Bound version", { type: "number", min: 1, class: "narrow" }),
   field("from", "Created from", { type: "datetime-local" }),
   field("to", "Created before", { type: "datetime-local" }),
+  field("sf", "Search fields", { size: 22, placeholder: "country=DE, amount>=100" }),
+  field("sort", "Sort by field", { size: 12 }),
+  h("label", {}, h("input", { type: "checkbox", name: "desc", value: "1", checked: params.get("desc") === "1" }),
+    " largest first"),
   h("button", { type: "submit", id: "search" }, "Search"),
   h("a", { href: "#/instances" }, "Clear"));
 
@@ -73,6 +103,10 @@ export async function renderInstances(params) {
   }
 
   const body = { ...filters, pageSize: 50, pageToken: params.get("pt") || "" };
+  if (params.get("sort")) {
+    body.sortByField = params.get("sort");
+    body.sortDescending = params.get("desc") === "1";
+  }
   if (status === "STALLED") body.stalledOnly = true;
   else if (status) body.statuses = [`INSTANCE_STATUS_${status}`];
   let reply;
@@ -83,6 +117,7 @@ export async function renderInstances(params) {
     return;
   }
   const rows = reply.instances || [];
+  const withFields = rows.some((i) => fieldsText(i));
   const next = new URLSearchParams(params);
   next.set("pt", reply.nextPageToken || "");
   const first = new URLSearchParams(params);
@@ -90,7 +125,7 @@ export async function renderInstances(params) {
   list.replaceChildren(
     rows.length ? h("table", { "data-testid": "instances-table" },
       h("thead", {}, h("tr", {}, ["Instance key", "Workflow", "Status", "Version", "Last step", "Seq", "Resumes",
-        "Created", "Updated"].map((t) => h("th", {}, t)))),
+        "Created", "Updated", ...(withFields ? ["Search fields"] : [])].map((t) => h("th", {}, t)))),
       h("tbody", {}, rows.map((i) => h("tr", { dataset: { key: i.instanceKey } },
         h("td", {}, h("a", { class: "mono", href: instanceHref(i.workflowId, i.instanceKey) }, i.instanceKey)),
         h("td", { class: "mono" }, i.workflowId),
@@ -100,7 +135,8 @@ export async function renderInstances(params) {
         h("td", { class: "num" }, i.lastSequence || "0"),
         h("td", { class: "num" }, i.resumeCount || "0"),
         h("td", {}, fmtTime(i.createdAt)),
-        h("td", {}, fmtTime(i.updatedAt))))))
+        h("td", {}, fmtTime(i.updatedAt)),
+        withFields ? h("td", { class: "mono fields" }, fieldsText(i) || "–") : ""))))
       : h("p", { class: "muted", "data-testid": "no-instances" }, "No instance matches."),
     h("div", { class: "pager" },
       params.get("pt") ? h("a", { href: `#/instances?${first}` }, "« First page") : "",
@@ -157,6 +193,7 @@ export async function renderInstance(params) {
   // An error an instance got past (it completed since) is history: the timeline keeps it.
   if (inst.lastError && status !== "COMPLETED") facts.push(["Last error", inst.lastError]);
   if (inst.awaitedEvent) facts.push(["Awaits event", inst.awaitedEvent]);
+  if (fieldsText(inst)) facts.push(["Search fields", h("span", { class: "mono" }, fieldsText(inst))]);
   if (inst.resultJson) facts.push(["Result", h("code", {}, decodeBytes(inst.resultJson))]);
 
   const reload = () => renderInstance(params);

@@ -10,6 +10,7 @@ from ..logs import instance_key_var
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
 from ..stores.versions import VersionStore
+from .search_fields import check_search
 
 
 def check_filter(flt: InstanceFilter) -> None:
@@ -18,6 +19,7 @@ def check_filter(flt: InstanceFilter) -> None:
     validation.identifier("last_step", flt.last_step, required=False)
     if flt.bound_version < 0:
         raise InvalidArgument("bound_version must not be negative")
+    check_search(flt)
 
 
 class AuditService:

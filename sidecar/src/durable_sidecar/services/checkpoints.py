@@ -57,9 +57,11 @@ from .save_rules import (
     stale,
     validate_item,
 )
+from .search_fields import parse_changes
 
 if TYPE_CHECKING:
     from .idempotency import IdempotencyService
+    from .search_fields import SearchFieldService
 
 # Where callers have imported them from (transport, tests): the save's records and its merge rule.
 __all__ = ["CheckpointService", "CompleteKey", "InstanceCompleter", "SaveItem", "add_step_result"]
@@ -105,6 +107,8 @@ class CheckpointService:
         # Completes the instances saves name (complete_instance): wiring.py gives it the InstanceService's
         # completion; without one such saves are refused.
         self.completer: InstanceCompleter | None = None
+        # Sets the search fields saves carry; wiring.py sets it.
+        self.search: SearchFieldService | None = None
         # Which statement path a save takes (one statement where the store has it, else the transaction below).
         self.paths = OneStatementSaves(self, max_batch_items=max_batch_items)
 
@@ -165,6 +169,19 @@ class CheckpointService:
             raise InvalidArgument("items is empty: send at least one checkpoint")
         if len(items) > self.max_batch_items:
             raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
+        fields = [(InstanceRef(namespace, it.workflow_id, it.instance_key),
+                   parse_changes(it.search_fields, f"items[{i}].search_fields_json"), f"items[{i}].search_fields_json")
+                  for i, it in enumerate(items) if it.search_fields]
+        if not fields:
+            return await self._save_and_claim(namespace, items)
+        if self.search is None:
+            raise InvalidArgument("search_fields_json is not served here (no search field service)")
+        await self.search.check_room(fields)
+        saved = await self._save_and_claim(namespace, items)
+        await self.search.set_many(fields)
+        return saved
+
+    async def _save_and_claim(self, namespace: str, items: list[SaveItem]) -> list[SavedCheckpoint]:
         ahead = [(i, item.claim_next) for i, item in enumerate(items) if item.claim_next is not None]
         if not ahead:
             return await self._save(namespace, items)

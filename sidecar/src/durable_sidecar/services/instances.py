@@ -33,10 +33,13 @@ from ..logs import instance_key_var
 from ..stores.base import Conn, Database, StartedNew
 from ..stores.checkpoints import CheckpointStore
 from ..stores.instances import InstanceStore
+from ..stores.search_fields import SearchFieldStore
 from ..stores.waits import WaitStore, policy_columns
+from .audit import check_filter
 from .checkpoints import CheckpointService
 from .events import hand_out_reason
 from .retries import RetryRules, check_policy
+from .search_fields import Change, SearchFieldService, parse_changes, with_fields
 from .sessions import caller_live
 from .versions import VersionService
 
@@ -103,6 +106,9 @@ class InstanceService:
         self.retry = RetryRules(instances, waits, default_retry_policy or RetryPolicy())
         # Claims a start's claim_on_start; without it such starts are refused.
         self.keys = keys
+        # Search fields shown with an instance (GetInstance, ListInstances), and set by starts; wiring.py sets both.
+        self.fields: SearchFieldStore | None = None
+        self.search: SearchFieldService | None = None
         # Prefix of claim tokens minted by this process (readable in the audit trail).
         self._claim_prefix = f"claim:{socket.gethostname()}:{os.getpid()}:"
         # How a watch stream sleeps between claims: until its poll interval, shutdown, or (wired to the session
@@ -130,6 +136,7 @@ class InstanceService:
         claim_on_start: ClaimItem | None = None,
         wait_seconds: int = 0,
         check_delivery: bool = False,
+        search_fields: bytes = b"",
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
@@ -156,6 +163,11 @@ class InstanceService:
         anything is written, whatever its status.
         """
         _check_ref(ref)
+        fields: list[Change] = []
+        if search_fields:
+            if self.search is None:
+                raise InvalidArgument("search_fields_json is not served here (no search field service)")
+            fields = [(ref, parse_changes(search_fields, "search_fields_json"), "search_fields_json")]
         validation.identifier("execution_id", execution_id)
         validation.identifier("version_label", version_label, required=False)
         validation.identifier("claim_token", claim_token, required=False)
@@ -177,6 +189,10 @@ class InstanceService:
         if start_item_json:
             self.checkpoint_service.check_state("start_item_json", start_item_json, object_only=True)
             start_item = self.checkpoints.encode(start_item_json)
+
+        if fields:
+            assert self.search is not None
+            await self.search.check_room(fields)
 
         def lease_for(inst: Instance) -> int:
             return requested_lease or inst.lease_seconds or self.default_lease_seconds
@@ -206,7 +222,8 @@ class InstanceService:
                                      start_item=start_item_json if include_state and start_item_json else None,
                                      current_version=started.current_version)
                 _log_start(result)
-                return await self._claim_on_start(ref, result, claim_on_start, started.claimed)
+                return await self._with_fields(fields, await self._claim_on_start(ref, result, claim_on_start,
+                                                                                   started.claimed))
 
         async def txn(conn: Conn) -> StartResult:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
@@ -278,7 +295,13 @@ class InstanceService:
         elif result.outcome is StartOutcome.STARTED and result.instance.last_sequence == 0:
             self.checkpoint_service.remember_start(ref, start_item_json, start_item)
         _log_start(result)
-        return await self._claim_on_start(ref, result, claim_on_start)
+        return await self._with_fields(fields, await self._claim_on_start(ref, result, claim_on_start))
+
+    async def _with_fields(self, fields: list[Change], result: StartResult) -> StartResult:
+        """Sets a start's search fields once it started or resumed the instance (the caller holds it)."""
+        if fields and self.search is not None and result.outcome in (StartOutcome.STARTED, StartOutcome.RESUMED):
+            await self.search.set_many(fields)
+        return result
 
     async def _claim_on_start(self, ref: InstanceRef, result: StartResult, claim: ClaimItem | None,
                               claimed_with_start: IdempotencyKey | None = None) -> StartResult:
@@ -320,18 +343,22 @@ class InstanceService:
             inst = await self.instances.get_txn(conn, ref)
             if inst is None:
                 raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+            if self.fields is not None:
+                inst = with_fields(inst, await self.fields.get_txn(conn, ref))
             return inst, await self._latest_meta(conn, inst)
 
         return await self.db.transaction(txn)
 
     async def list_instances(self, namespace: str, flt: InstanceFilter, page: Page) -> tuple[list[Instance], str]:
-        validation.identifier("workflow_id", flt.workflow_id, required=False)
-        validation.identifier("last_step", flt.last_step, required=False)
-        if flt.bound_version < 0:
-            raise InvalidArgument("bound_version must not be negative")
+        check_filter(flt)
 
         async def txn(conn: Conn) -> tuple[list[Instance], str]:
-            return await self.instances.list_txn(conn, namespace, flt, page)
+            rows, token = await self.instances.list_txn(conn, namespace, flt, page)
+            if self.fields is not None and rows:
+                fields = await self.fields.of_instances_txn(conn, namespace,
+                                                            [(i.workflow_id, i.instance_key) for i in rows])
+                rows = [with_fields(i, fields.get((i.workflow_id, i.instance_key), {})) for i in rows]
+            return rows, token
 
         return await self.db.transaction(txn)
 

@@ -1,8 +1,8 @@
 """PurgeInstance: a finished instance's data erased on request (data-protection duties), with a tombstone.
 
 One transaction erases what the database holds (stores/purge.py): the
-checkpoints with their states, the start item, the result and error texts,
-mailbox payloads and the audit events' details; it keeps the instance row, the
+checkpoints with their states, the start item, the search fields, the result
+and error texts, mailbox payloads and the audit events' details; it keeps the instance row, the
 trail's kinds, actors and times, the mailbox's dedupe ids, and adds the
 tombstone, an audit event "purged" naming who and why and what was erased.
 After the commit the cached states go from the cache (Redis or the in-process
@@ -50,7 +50,7 @@ class PurgeService:
             erased = await self.purge.erase_txn(conn, ref)
             now = await self.purge.now_txn(conn)
             done = await self.instances.update_txn(conn, ref, now=now, result_json=None, error_message="",
-                                                   last_error="")
+                                                   last_error="", checkpoint_count=0)
             await self.instances.add_event_txn(conn, ref, PURGED_KIND, actor=actor, detail=_tombstone(erased, reason))
             return done, erased, inst.last_sequence
 
@@ -73,4 +73,5 @@ def _tombstone(erased: Erased, reason: str) -> str:
     if erased.start_item:
         parts.append("the start item")
     parts.append(f"{erased.event_payloads} event payloads")
+    parts.append(f"{erased.search_fields} search fields")
     return f"erased {', '.join(parts)}, the result and error texts, {erased.event_details} audit details: {reason}"

@@ -41,6 +41,8 @@ class SaveItem:
     complete_instance: bool = False
     # The next Guard's key, claimed after the batch saved (see CheckpointService.save).
     claim_next: ClaimItem | None = None
+    # Search fields set after the batch saved (a JSON object; empty: none).
+    search_fields: bytes = b""
     # The caller has checked that state is JSON and every identifier's length and characters (the gRPC
     # boundary does for every request): not checked twice.
     json_checked: bool = False

@@ -23,6 +23,7 @@ from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .purge import PurgeStore
 from .schema import Dialect, Migration
+from .search_fields import SearchFieldStore
 from .sessions import SessionStore
 from .sqlite.db import RUNNER as SQLITE_RUNNER
 from .sqlite.db import SqliteDatabase
@@ -50,6 +51,7 @@ class Backend:
     sessions: SessionStore
     limits: LimitStore
     purge: PurgeStore
+    search_fields: SearchFieldStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -70,7 +72,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
                    CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys),
-                   LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), tuple(applied))
+                   LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), SearchFieldStore(SQLITE_RUNNER), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -85,7 +87,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
                    SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
-                   tuple(applied))
+                   SearchFieldStore(PG_RUNNER), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

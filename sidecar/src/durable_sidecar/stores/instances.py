@@ -10,6 +10,7 @@ batch lock and advance, and a claim that skips rows another claim holds.
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -27,9 +28,11 @@ from ..domain import (
     RetryPolicy,
     StatusCounts,
 )
+from ..errors import InvalidArgument
 from .base import CheckpointAdvance, Conn, StartedNew
 from .core import INSTANCE_COLUMNS, INSTANCE_KEY, Dialect, Row, Runner, blob, instance_params, lease_end_sql, time_cursor
 from .paging import cut_page, decode_cursor
+from .search_fields import field_conditions, sort_join
 from .states import EncodedState, decode_state
 
 # Running, not suspended, and either stalled (its lease lapsed before {now}, not waiting for an event) or due.
@@ -44,7 +47,7 @@ SETTABLE = frozenset({
     "status", "error_message", "finished_at", "lease_owner", "lease_expires_at", "wake_at", "wake_reason",
     "awaited_event", "wait_outcome", "wait_sequence", "wait_event_id", "retry_max_resumes", "retry_initial_ms",
     "retry_max_ms", "retry_multiplier", "retry_jitter", "attempt", "attempt_sequence", "last_error", "suspended_at",
-    "result_json",
+    "result_json", "checkpoint_count",
 })
 _TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
 
@@ -98,19 +101,40 @@ def instance_filter(d: Dialect, namespace: str, flt: InstanceFilter, now: Any) -
     if flt.created_before is not None:
         where.append("created_at < %(before)s")
         params["before"] = d.time_param(flt.created_before)
+    if flt.fields:
+        conditions, values = field_conditions(flt.fields)
+        where.extend(conditions)
+        params.update(values)
     return where, params
 
 
 def list_instances_query(d: Dialect, namespace: str, flt: InstanceFilter, page: Page, *,
                          now: Any) -> tuple[str, dict[str, Any]]:
-    """ListInstances' statement in the backend's form and its parameters: newest first, one row more than the
-    page (for cut_page), after the page token's (created_at, workflow_id, instance_key)."""
+    """ListInstances' statement in the backend's form and its parameters: newest first (or by a search field),
+    one row more than the page (for cut_page), after the page token's cursor."""
+    join, join_params = "", dict[str, Any]()
+    if flt.sort_field:
+        # The sort field's own conditions bound the join; the others stay conditions of the filter.
+        join, rest, join_params = sort_join(flt.sort_field, flt.fields)
+        flt = replace(flt, fields=rest)
     where, params = instance_filter(d, namespace, flt, now)
+    params.update(join_params)
     params["limit"] = page.size + 1
     if flt.statuses:
         where.append(status_condition(flt.statuses))  # enum literals only
     if flt.stalled_only:
         where.append(STALLED_WHERE.format(now=d.now_sql))  # fixed text
+    if flt.sort_field:
+        order, compare = ("DESC", "<") if flt.sort_descending else ("ASC", ">")
+        if page.token:
+            kind, num, text, wf, key = field_cursor(page.token)
+            where.append(f"(s_kind, s_text, s_num, workflow_id, instance_key) {compare} "
+                         "(%(c_kind)s, %(c_text)s, %(c_num)s, %(c_wf)s, %(c_key)s)")
+            params.update({"c_kind": kind, "c_num": num, "c_text": text, "c_wf": wf, "c_key": key})
+        text_sql = (f"SELECT {INSTANCE_COLUMNS}, s_kind, s_num, s_text FROM durable_instances {join} "
+                    f"WHERE {' AND '.join(where)} ORDER BY s_kind {order}, s_text {order}, s_num {order}, "
+                    f"workflow_id {order}, instance_key {order} LIMIT %(limit)s")
+        return d.sql(text_sql), params
     if page.token:
         created, wf, key = time_cursor(d, page.token)
         where.append(f"(created_at, workflow_id, instance_key) < (%(c_at)s{d.cursor_time_cast}, %(c_wf)s, %(c_key)s)")
@@ -182,6 +206,18 @@ def instance_of(d: Dialect, row: Row) -> Instance:
 
 def instance_cursor(d: Dialect, i: Instance) -> list[Any]:
     return [d.cursor_time(i.created_at), i.workflow_id, i.instance_key]
+
+
+def sorted_cursor(row: Row) -> list[Any]:
+    """A by-field cursor: the field's (kind, number, text), then workflow and key."""
+    return [row["s_kind"], float(row["s_num"]), row["s_text"], row["workflow_id"], row["instance_key"]]
+
+
+def field_cursor(token: str) -> tuple[str, float, str, str, str]:
+    kind, num, text, wf, key = decode_cursor(token, 5)
+    if kind not in ("n", "s") or not isinstance(num, int | float) or not all(isinstance(v, str) for v in (text, wf, key)):
+        raise InvalidArgument("page_token is not a token this server issued for this listing")
+    return kind, float(num), text, wf, key
 
 
 def event_of(d: Dialect, row: Row) -> InstanceEvent:
@@ -439,8 +475,11 @@ class InstanceStore:
         d = self.r.dialect
         now = (await self.r.with_now(conn)).get("now")
         query, params = list_instances_query(d, namespace, flt, page, now=now)
-        rows = [self.record(r) for r in await self.r.all(conn, query, params)]
-        return cut_page(rows, page.size, lambda i: instance_cursor(d, i))
+        rows = await self.r.all(conn, query, params)
+        if flt.sort_field:
+            kept, token = cut_page(rows, page.size, sorted_cursor)
+            return [self.record(r) for r in kept], token
+        return cut_page([self.record(r) for r in rows], page.size, lambda i: instance_cursor(d, i))
 
     async def select_for_move_txn(self, conn: Conn, namespace: str, selector: MoveSelector, *,
                                   lock: bool) -> list[MoveCandidate]:

@@ -26,6 +26,7 @@ class Erased:
     start_item: bool
     event_payloads: int
     event_details: int
+    search_fields: int
 
 
 class PurgeStore:
@@ -37,17 +38,19 @@ class PurgeStore:
         self._payloads = d.sql(f"UPDATE durable_instance_mailbox SET payload_json = NULL "
                                f"WHERE {INSTANCE_KEY} AND payload_json IS NOT NULL")
         self._details = d.sql(f"UPDATE durable_instance_events SET detail = '' WHERE {INSTANCE_KEY} AND detail <> ''")
+        self._fields = d.sql(f"DELETE FROM durable_search_fields WHERE {INSTANCE_KEY}")
         self._purged = d.sql(f"SELECT 1 AS purged FROM durable_instance_events "
                              f"WHERE {INSTANCE_KEY} AND kind = '{PURGED_KIND}' LIMIT 1")
 
     async def erase_txn(self, conn: Conn, ref: InstanceRef) -> Erased:
-        """Deletes the instance's checkpoints and start item, and blanks its event payloads and audit details."""
+        """Deletes the instance's checkpoints, start item and search fields; blanks its event payloads and audit details."""
         params = instance_params(ref)
         sequences = [int(r["sequence"]) for r in await self.r.all(conn, self._checkpoints, params)]
         start_item = bool(await self.r.all(conn, self._start_item, params))
         payloads = await self.r.execute(conn, self._payloads, params)
         details = await self.r.execute(conn, self._details, params)
-        return Erased(sorted(sequences), start_item, payloads, details)
+        fields = await self.r.execute(conn, self._fields, params)
+        return Erased(sorted(sequences), start_item, payloads, details, fields)
 
     async def now_txn(self, conn: Conn) -> datetime:
         return await self.r.now(conn)

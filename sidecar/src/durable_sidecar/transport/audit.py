@@ -37,6 +37,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
             last_step=request.last_step,
             created_after=convert.from_ts(request.created_after) if request.HasField("created_after") else None,
             created_before=convert.from_ts(request.created_before) if request.HasField("created_before") else None,
+            fields=convert.search_conditions(request.search_fields),
         ))
         return audit_pb2.CountInstancesResponse(
             counts=[audit_pb2.StatusCount(status=convert.status(s), count=counts.by_status[s]) for s in InstanceStatus],

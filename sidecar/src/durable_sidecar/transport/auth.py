@@ -40,7 +40,8 @@ _READ, _OPERATE, _ADMIN = Role.READ, Role.OPERATE, Role.ADMIN
 # The least role each method needs, by the method's name (names are unique across the contract's services).
 ROLES: dict[str, Role] = {
     # InstanceService
-    "StartOrResume": _OPERATE, "GetInstance": _READ, "ListInstances": _READ, "CompleteInstance": _OPERATE,
+    "StartOrResume": _OPERATE, "GetInstance": _READ, "ListInstances": _READ, "SetSearchFields": _OPERATE,
+    "CompleteInstance": _OPERATE,
     "FailInstance": _OPERATE, "CancelInstance": _OPERATE, "ScheduleWakeUp": _OPERATE, "ClaimResumable": _OPERATE,
     "WatchResumable": _OPERATE,
     # CheckpointService

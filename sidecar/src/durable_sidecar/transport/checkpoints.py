@@ -80,6 +80,7 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
                 if i.HasField("complete_key") else None,
                 complete_instance=i.complete_instance,
                 claim_next=convert.claim_item(i.claim_next) if i.HasField("claim_next") else None,
+                search_fields=i.search_fields_json,
                 json_checked=True,  # the boundary checked every *_json field of the request (transport/rpc.py)
             )
             for n, i in enumerate(request.items)

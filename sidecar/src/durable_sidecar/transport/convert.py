@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from durable.v1 import common_pb2, idempotency_pb2, instance_pb2, version_pb2
@@ -13,6 +14,7 @@ from ..domain import (
     Checkpoint,
     Claimed,
     ClaimOutcome,
+    FieldCondition,
     IdempotencyKey,
     Instance,
     InstanceMove,
@@ -24,10 +26,13 @@ from ..domain import (
     RetryPolicy,
     RetryPolicyGiven,
     RunState,
+    SearchOp,
     StartOutcome,
     Version,
 )
+from ..errors import InvalidArgument
 from ..services.idempotency import ClaimItem
+from ..services.search_fields import fields_json, parse_condition
 
 _STATUS_TO_PB = {
     InstanceStatus.RUNNING: common_pb2.INSTANCE_STATUS_RUNNING,
@@ -149,7 +154,29 @@ def instance(inst: Instance) -> common_pb2.Instance:
         attempt=inst.attempt,
         last_error=inst.last_error,
         suspended_at=ts(inst.suspended_at),
+        search_fields_json=fields_json(inst.search_fields) if inst.search_fields else b"",
     )
+
+
+_OP_FROM_PB = {
+    common_pb2.SEARCH_FIELD_OP_UNSPECIFIED: SearchOp.EQ,
+    common_pb2.SEARCH_FIELD_OP_EQ: SearchOp.EQ,
+    common_pb2.SEARCH_FIELD_OP_LT: SearchOp.LT,
+    common_pb2.SEARCH_FIELD_OP_LTE: SearchOp.LTE,
+    common_pb2.SEARCH_FIELD_OP_GT: SearchOp.GT,
+    common_pb2.SEARCH_FIELD_OP_GTE: SearchOp.GTE,
+}
+
+
+def search_conditions(filters: Sequence[common_pb2.SearchFieldFilter]) -> tuple[FieldCondition, ...]:
+    """A listing's search-field conditions, each checked (InvalidArgument naming search_fields[i])."""
+    out = []
+    for i, f in enumerate(filters):
+        op = _OP_FROM_PB.get(f.op)
+        if op is None:
+            raise InvalidArgument(f"search_fields[{i}].op is not a known comparison")
+        out.append(parse_condition(i, f.name, op, f.value_json))
+    return tuple(out)
 
 
 def checkpoint(cp: Checkpoint | None) -> common_pb2.Checkpoint | None:

@@ -10,6 +10,7 @@ from durable.v1 import instance_pb2, instance_pb2_grpc
 from ..domain import InstanceFilter, InstanceRef, InstanceStatus, Page
 from ..errors import InvalidArgument
 from ..services.instances import InstanceService
+from ..services.search_fields import SearchFieldService, fields_json
 from ..services.sessions import SessionService
 from ..validation import page_size
 from . import convert
@@ -27,8 +28,9 @@ def statuses(values: list[int]) -> tuple[InstanceStatus, ...]:
 
 class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
     def __init__(self, service: InstanceService, auth: Authenticator, stopping: asyncio.Event,
-                 sessions: SessionService | None = None) -> None:
+                 sessions: SessionService | None = None, search: SearchFieldService | None = None) -> None:
         self.service = service
+        self.search = search
         self.auth = auth
         self.stopping = stopping
         # Who holds a lease: the n8n process of its owner (GetInstance.lease_holder).
@@ -50,6 +52,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             claim_on_start=convert.claim_item(request.claim_on_start) if request.HasField("claim_on_start") else None,
             wait_seconds=request.wait_seconds,
             check_delivery=request.check_delivery,
+            search_fields=request.search_fields_json,
         )
         return instance_pb2.StartOrResumeResponse(
             outcome=convert.OUTCOME_TO_PB[result.outcome],
@@ -85,9 +88,19 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             last_step=request.last_step,
             created_after=convert.from_ts(request.created_after) if request.HasField("created_after") else None,
             created_before=convert.from_ts(request.created_before) if request.HasField("created_before") else None,
+            fields=convert.search_conditions(request.search_fields),
+            sort_field=request.sort_by_field,
+            sort_descending=request.sort_descending,
         )
         rows, token = await self.service.list_instances(ns, flt, Page(page_size(request.page_size), request.page_token))
         return instance_pb2.ListInstancesResponse(instances=[convert.instance(r) for r in rows], next_page_token=token)
+
+    @unary("SetSearchFields")
+    async def SetSearchFields(self, request: instance_pb2.SetSearchFieldsRequest, ns: str) -> instance_pb2.SetSearchFieldsResponse:  # noqa: N802
+        if self.search is None:
+            raise InvalidArgument("search fields are not served here")
+        fields = await self.search.set(InstanceRef(ns, request.workflow_id, request.instance_key), request.fields_json)
+        return instance_pb2.SetSearchFieldsResponse(fields_json=fields_json(fields))
 
     @unary("CompleteInstance")
     async def CompleteInstance(self, request: instance_pb2.CompleteInstanceRequest, ns: str) -> instance_pb2.CompleteInstanceResponse:  # noqa: N802

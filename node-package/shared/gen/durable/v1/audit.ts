@@ -19,7 +19,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp";
-import { InstanceStatus } from "./common";
+import { InstanceStatus, SearchFieldFilter } from "./common";
 
 export const protobufPackage = "durable.v1";
 
@@ -88,6 +88,7 @@ export interface CountInstancesRequest {
   lastStep: string;
   createdAfter: Date | undefined;
   createdBefore: Date | undefined;
+  searchFields: SearchFieldFilter[];
 }
 
 /** How many instances have one status. */
@@ -434,6 +435,7 @@ function createBaseCountInstancesRequest(): CountInstancesRequest {
     lastStep: "",
     createdAfter: undefined,
     createdBefore: undefined,
+    searchFields: [],
   };
 }
 
@@ -456,6 +458,9 @@ export const CountInstancesRequest: MessageFns<CountInstancesRequest> = {
     }
     if (message.createdBefore !== undefined) {
       Timestamp.encode(toTimestamp(message.createdBefore), writer.uint32(50).fork()).join();
+    }
+    for (const v of message.searchFields) {
+      SearchFieldFilter.encode(v!, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -521,6 +526,14 @@ export const CountInstancesRequest: MessageFns<CountInstancesRequest> = {
             message.createdBefore = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.searchFields.push(SearchFieldFilter.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -544,6 +557,7 @@ export const CountInstancesRequest: MessageFns<CountInstancesRequest> = {
     message.lastStep = object.lastStep ?? "";
     message.createdAfter = object.createdAfter ?? undefined;
     message.createdBefore = object.createdBefore ?? undefined;
+    message.searchFields = object.searchFields?.map((e) => SearchFieldFilter.fromPartial(e)) || [];
     return message;
   },
 };

@@ -106,7 +106,17 @@ export interface SaveCheckpointItem {
    * database gone after the save) every next_claim is unset and the saves
    * stand: the Guard then claims itself and gets the answer.
    */
-  claimNext: ClaimItem | undefined;
+  claimNext:
+    | ClaimItem
+    | undefined;
+  /**
+   * Optional: search fields to set on the instance with this save, as
+   * InstanceService.SetSearchFields takes them (a JSON object; null removes a
+   * field). Checked with the rest of the batch before anything is written;
+   * set after the batch saved, before the answer (a repeated save sets them
+   * again).
+   */
+  searchFieldsJson: Buffer;
 }
 
 /** The idempotency key a save completes (see SaveCheckpointItem.complete_key). */
@@ -232,6 +242,7 @@ function createBaseSaveCheckpointItem(): SaveCheckpointItem {
     completeKey: undefined,
     completeInstance: false,
     claimNext: undefined,
+    searchFieldsJson: Buffer.alloc(0),
   };
 }
 
@@ -272,6 +283,9 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     }
     if (message.claimNext !== undefined) {
       ClaimItem.encode(message.claimNext, writer.uint32(98).fork()).join();
+    }
+    if (message.searchFieldsJson.length !== 0) {
+      writer.uint32(106).bytes(message.searchFieldsJson);
     }
     return writer;
   },
@@ -385,6 +399,14 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
             message.claimNext = ClaimItem.decode(reader, reader.uint32());
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.searchFieldsJson = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -418,6 +440,7 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     message.claimNext = (object.claimNext !== undefined && object.claimNext !== null)
       ? ClaimItem.fromPartial(object.claimNext)
       : undefined;
+    message.searchFieldsJson = object.searchFieldsJson ?? Buffer.alloc(0);
     return message;
   },
 };

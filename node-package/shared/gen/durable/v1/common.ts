@@ -98,6 +98,18 @@ export enum RunState {
   UNRECOGNIZED = -1,
 }
 
+/** How a search field is compared with a filter's value. */
+export enum SearchFieldOp {
+  /** SEARCH_FIELD_OP_UNSPECIFIED - Equal (the default). */
+  SEARCH_FIELD_OP_UNSPECIFIED = 0,
+  SEARCH_FIELD_OP_EQ = 1,
+  SEARCH_FIELD_OP_LT = 2,
+  SEARCH_FIELD_OP_LTE = 3,
+  SEARCH_FIELD_OP_GT = 4,
+  SEARCH_FIELD_OP_GTE = 5,
+  UNRECOGNIZED = -1,
+}
+
 /**
  * When and how often the sidecar resumes an instance by itself (a Resume
  * Trigger claim of a stalled instance, or FailInstance with retry set), and
@@ -268,7 +280,27 @@ export interface Instance {
    */
   lastError: string;
   /** When it was suspended; unset unless status is SUSPENDED. */
-  suspendedAt: Date | undefined;
+  suspendedAt:
+    | Date
+    | undefined;
+  /**
+   * Its search fields (SetSearchFields), a JSON object of texts and numbers;
+   * filled by GetInstance and ListInstances, empty elsewhere.
+   */
+  searchFieldsJson: Buffer;
+}
+
+/**
+ * One condition on a search field: instances that have the field, of the
+ * value's type (a number compares with numbers, a text with texts, in
+ * binary order), satisfying `op`.
+ */
+export interface SearchFieldFilter {
+  /** Required: the field's name. */
+  name: string;
+  op: SearchFieldOp;
+  /** Required: a JSON string or number. */
+  valueJson: Buffer;
 }
 
 /** An append-only record of the state after one step. */
@@ -598,6 +630,7 @@ function createBaseInstance(): Instance {
     attempt: 0,
     lastError: "",
     suspendedAt: undefined,
+    searchFieldsJson: Buffer.alloc(0),
   };
 }
 
@@ -680,6 +713,9 @@ export const Instance: MessageFns<Instance> = {
     }
     if (message.suspendedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.suspendedAt), writer.uint32(210).fork()).join();
+    }
+    if (message.searchFieldsJson.length !== 0) {
+      writer.uint32(218).bytes(message.searchFieldsJson);
     }
     return writer;
   },
@@ -905,6 +941,14 @@ export const Instance: MessageFns<Instance> = {
             message.suspendedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 27: {
+            if (tag !== 218) {
+              break;
+            }
+
+            message.searchFieldsJson = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -950,6 +994,86 @@ export const Instance: MessageFns<Instance> = {
     message.attempt = object.attempt ?? 0;
     message.lastError = object.lastError ?? "";
     message.suspendedAt = object.suspendedAt ?? undefined;
+    message.searchFieldsJson = object.searchFieldsJson ?? Buffer.alloc(0);
+    return message;
+  },
+};
+
+function createBaseSearchFieldFilter(): SearchFieldFilter {
+  return { name: "", op: 0, valueJson: Buffer.alloc(0) };
+}
+
+export const SearchFieldFilter: MessageFns<SearchFieldFilter> = {
+  encode(message: SearchFieldFilter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.op !== 0) {
+      writer.uint32(16).int32(message.op);
+    }
+    if (message.valueJson.length !== 0) {
+      writer.uint32(26).bytes(message.valueJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SearchFieldFilter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSearchFieldFilter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.op = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.valueJson = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SearchFieldFilter>, I>>(base?: I): SearchFieldFilter {
+    return SearchFieldFilter.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SearchFieldFilter>, I>>(object: I): SearchFieldFilter {
+    const message = createBaseSearchFieldFilter();
+    message.name = object.name ?? "";
+    message.op = object.op ?? 0;
+    message.valueJson = object.valueJson ?? Buffer.alloc(0);
     return message;
   },
 };

@@ -1597,10 +1597,10 @@ export const RecoveryServiceService = {
   /**
    * Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
    * request, for data-protection duties, in one transaction: every
-   * checkpoint (all its states), its start item, its result and error texts,
-   * the payloads of its mailbox events, and the detail text of its audit
-   * events (which can quote an error); then the cached states (Redis, or the
-   * in-process cache). What stays: the instance row (workflow, key, status,
+   * checkpoint (all its states), its start item, its search fields, its
+   * result and error texts, the payloads of its mailbox events, and the
+   * detail text of its audit events (which can quote an error); then the
+   * cached states (Redis, or the in-process cache). What stays: the instance row (workflow, key, status,
    * version, counters, times), the audit trail's kinds, actors and times,
    * and the mailbox's dedupe ids (a sender's retry is still a duplicate).
    * The tombstone is one audit event "purged" naming the actor, the reason
@@ -1648,10 +1648,10 @@ export interface RecoveryServiceServer extends UntypedServiceImplementation {
   /**
    * Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
    * request, for data-protection duties, in one transaction: every
-   * checkpoint (all its states), its start item, its result and error texts,
-   * the payloads of its mailbox events, and the detail text of its audit
-   * events (which can quote an error); then the cached states (Redis, or the
-   * in-process cache). What stays: the instance row (workflow, key, status,
+   * checkpoint (all its states), its start item, its search fields, its
+   * result and error texts, the payloads of its mailbox events, and the
+   * detail text of its audit events (which can quote an error); then the
+   * cached states (Redis, or the in-process cache). What stays: the instance row (workflow, key, status,
    * version, counters, times), the audit trail's kinds, actors and times,
    * and the mailbox's dedupe ids (a sender's retry is still a duplicate).
    * The tombstone is one audit event "purged" naming the actor, the reason
@@ -1718,10 +1718,10 @@ export interface RecoveryServiceClient extends Client {
   /**
    * Erases a finished (COMPLETED, FAILED or CANCELLED) instance's data on
    * request, for data-protection duties, in one transaction: every
-   * checkpoint (all its states), its start item, its result and error texts,
-   * the payloads of its mailbox events, and the detail text of its audit
-   * events (which can quote an error); then the cached states (Redis, or the
-   * in-process cache). What stays: the instance row (workflow, key, status,
+   * checkpoint (all its states), its start item, its search fields, its
+   * result and error texts, the payloads of its mailbox events, and the
+   * detail text of its audit events (which can quote an error); then the
+   * cached states (Redis, or the in-process cache). What stays: the instance row (workflow, key, status,
    * version, counters, times), the audit trail's kinds, actors and times,
    * and the mailbox's dedupe ids (a sender's retry is still a duplicate).
    * The tombstone is one audit event "purged" naming the actor, the reason

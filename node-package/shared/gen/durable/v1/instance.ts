@@ -21,7 +21,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../google/protobuf/timestamp";
-import { Checkpoint, Event, Instance, InstanceStatus, RetryPolicy } from "./common";
+import { Checkpoint, Event, Instance, InstanceStatus, RetryPolicy, SearchFieldFilter } from "./common";
 import { ClaimItem, ClaimResult } from "./idempotency";
 import { Session } from "./session";
 import { Version } from "./version";
@@ -177,6 +177,12 @@ export interface StartOrResumeRequest {
    * instance, and for an instance stored without a start item.
    */
   checkDelivery: boolean;
+  /**
+   * Optional: search fields to set on the instance when this call starts
+   * or resumes it (outcome STARTED or RESUMED), as SetSearchFields takes
+   * them; checked before anything is written.
+   */
+  searchFieldsJson: Buffer;
 }
 
 export interface StartOrResumeResponse {
@@ -265,13 +271,46 @@ export interface ListInstancesRequest {
     | Date
     | undefined;
   /** Optional filter: instances created before this time. */
-  createdBefore: Date | undefined;
+  createdBefore:
+    | Date
+    | undefined;
+  /**
+   * Optional filter: instances whose search fields satisfy every condition
+   * (at most 8).
+   */
+  searchFields: SearchFieldFilter[];
+  /**
+   * Optional: list by this search field's value instead of newest first
+   * (numbers before texts; ties by workflow and key); only instances that
+   * have the field are listed.
+   */
+  sortByField: string;
+  /** With sort_by_field: largest first. */
+  sortDescending: boolean;
 }
 
 export interface ListInstancesResponse {
   instances: Instance[];
   /** Empty when this was the last page. */
   nextPageToken: string;
+}
+
+export interface SetSearchFieldsRequest {
+  /** Required: the instance (any status). */
+  workflowId: string;
+  instanceKey: string;
+  /**
+   * Required: a JSON object of fields to set, merged into the instance's
+   * fields: a name (a letter, then letters, digits, '_', '.' or '-', at most
+   * 64 characters) to a text (at most 256 characters) or a finite number;
+   * null removes the field. At most 16 fields per instance after the merge.
+   */
+  fieldsJson: Buffer;
+}
+
+export interface SetSearchFieldsResponse {
+  /** Every field of the instance after the call (a JSON object). */
+  fieldsJson: Buffer;
 }
 
 export interface CompleteInstanceRequest {
@@ -403,6 +442,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     claimOnStart: undefined,
     waitSeconds: 0,
     checkDelivery: false,
+    searchFieldsJson: Buffer.alloc(0),
   };
 }
 
@@ -449,6 +489,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.checkDelivery !== false) {
       writer.uint32(112).bool(message.checkDelivery);
+    }
+    if (message.searchFieldsJson.length !== 0) {
+      writer.uint32(122).bytes(message.searchFieldsJson);
     }
     return writer;
   },
@@ -578,6 +621,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.checkDelivery = reader.bool();
             continue;
           }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.searchFieldsJson = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -613,6 +664,7 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
       : undefined;
     message.waitSeconds = object.waitSeconds ?? 0;
     message.checkDelivery = object.checkDelivery ?? false;
+    message.searchFieldsJson = object.searchFieldsJson ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -963,6 +1015,9 @@ function createBaseListInstancesRequest(): ListInstancesRequest {
     lastStep: "",
     createdAfter: undefined,
     createdBefore: undefined,
+    searchFields: [],
+    sortByField: "",
+    sortDescending: false,
   };
 }
 
@@ -1001,6 +1056,15 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
     }
     if (message.createdBefore !== undefined) {
       Timestamp.encode(toTimestamp(message.createdBefore), writer.uint32(82).fork()).join();
+    }
+    for (const v of message.searchFields) {
+      SearchFieldFilter.encode(v!, writer.uint32(90).fork()).join();
+    }
+    if (message.sortByField !== "") {
+      writer.uint32(98).string(message.sortByField);
+    }
+    if (message.sortDescending !== false) {
+      writer.uint32(104).bool(message.sortDescending);
     }
     return writer;
   },
@@ -1108,6 +1172,30 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
             message.createdBefore = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.searchFields.push(SearchFieldFilter.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.sortByField = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.sortDescending = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1135,6 +1223,9 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
     message.lastStep = object.lastStep ?? "";
     message.createdAfter = object.createdAfter ?? undefined;
     message.createdBefore = object.createdBefore ?? undefined;
+    message.searchFields = object.searchFields?.map((e) => SearchFieldFilter.fromPartial(e)) || [];
+    message.sortByField = object.sortByField ?? "";
+    message.sortDescending = object.sortDescending ?? false;
     return message;
   },
 };
@@ -1202,6 +1293,140 @@ export const ListInstancesResponse: MessageFns<ListInstancesResponse> = {
     const message = createBaseListInstancesResponse();
     message.instances = object.instances?.map((e) => Instance.fromPartial(e)) || [];
     message.nextPageToken = object.nextPageToken ?? "";
+    return message;
+  },
+};
+
+function createBaseSetSearchFieldsRequest(): SetSearchFieldsRequest {
+  return { workflowId: "", instanceKey: "", fieldsJson: Buffer.alloc(0) };
+}
+
+export const SetSearchFieldsRequest: MessageFns<SetSearchFieldsRequest> = {
+  encode(message: SetSearchFieldsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workflowId !== "") {
+      writer.uint32(10).string(message.workflowId);
+    }
+    if (message.instanceKey !== "") {
+      writer.uint32(18).string(message.instanceKey);
+    }
+    if (message.fieldsJson.length !== 0) {
+      writer.uint32(26).bytes(message.fieldsJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetSearchFieldsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetSearchFieldsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workflowId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.instanceKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.fieldsJson = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SetSearchFieldsRequest>, I>>(base?: I): SetSearchFieldsRequest {
+    return SetSearchFieldsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetSearchFieldsRequest>, I>>(object: I): SetSearchFieldsRequest {
+    const message = createBaseSetSearchFieldsRequest();
+    message.workflowId = object.workflowId ?? "";
+    message.instanceKey = object.instanceKey ?? "";
+    message.fieldsJson = object.fieldsJson ?? Buffer.alloc(0);
+    return message;
+  },
+};
+
+function createBaseSetSearchFieldsResponse(): SetSearchFieldsResponse {
+  return { fieldsJson: Buffer.alloc(0) };
+}
+
+export const SetSearchFieldsResponse: MessageFns<SetSearchFieldsResponse> = {
+  encode(message: SetSearchFieldsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.fieldsJson.length !== 0) {
+      writer.uint32(10).bytes(message.fieldsJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetSearchFieldsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetSearchFieldsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.fieldsJson = Buffer.from(reader.bytes());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SetSearchFieldsResponse>, I>>(base?: I): SetSearchFieldsResponse {
+    return SetSearchFieldsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetSearchFieldsResponse>, I>>(object: I): SetSearchFieldsResponse {
+    const message = createBaseSetSearchFieldsResponse();
+    message.fieldsJson = object.fieldsJson ?? Buffer.alloc(0);
     return message;
   },
 };
@@ -2291,6 +2516,24 @@ export const InstanceServiceService = {
     responseDeserialize: (value: Buffer): ListInstancesResponse => ListInstancesResponse.decode(value),
   },
   /**
+   * Sets search fields on an instance (merged; null removes one): named
+   * texts and numbers operators filter and sort by (ListInstances,
+   * CountInstances). Indexed; refused with INVALID_ARGUMENT naming the field
+   * when a name, a value or the count is out of bounds, with nothing
+   * changed. NOT_FOUND for an unknown instance.
+   */
+  setSearchFields: {
+    path: "/durable.v1.InstanceService/SetSearchFields" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetSearchFieldsRequest): Buffer =>
+      Buffer.from(SetSearchFieldsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetSearchFieldsRequest => SetSearchFieldsRequest.decode(value),
+    responseSerialize: (value: SetSearchFieldsResponse): Buffer =>
+      Buffer.from(SetSearchFieldsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetSearchFieldsResponse => SetSearchFieldsResponse.decode(value),
+  },
+  /**
    * Marks a RUNNING instance COMPLETED and releases its lease. Completing a
    * COMPLETED instance again returns it unchanged; completing a FAILED or
    * CANCELLED one is FAILED_PRECONDITION.
@@ -2402,6 +2645,14 @@ export interface InstanceServiceServer extends UntypedServiceImplementation {
   /** Lists instances, newest first, with filters and paging. */
   listInstances: handleUnaryCall<ListInstancesRequest, ListInstancesResponse>;
   /**
+   * Sets search fields on an instance (merged; null removes one): named
+   * texts and numbers operators filter and sort by (ListInstances,
+   * CountInstances). Indexed; refused with INVALID_ARGUMENT naming the field
+   * when a name, a value or the count is out of bounds, with nothing
+   * changed. NOT_FOUND for an unknown instance.
+   */
+  setSearchFields: handleUnaryCall<SetSearchFieldsRequest, SetSearchFieldsResponse>;
+  /**
    * Marks a RUNNING instance COMPLETED and releases its lease. Completing a
    * COMPLETED instance again returns it unchanged; completing a FAILED or
    * CANCELLED one is FAILED_PRECONDITION.
@@ -2494,6 +2745,28 @@ export interface InstanceServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListInstancesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Sets search fields on an instance (merged; null removes one): named
+   * texts and numbers operators filter and sort by (ListInstances,
+   * CountInstances). Indexed; refused with INVALID_ARGUMENT naming the field
+   * when a name, a value or the count is out of bounds, with nothing
+   * changed. NOT_FOUND for an unknown instance.
+   */
+  setSearchFields(
+    request: SetSearchFieldsRequest,
+    callback: (error: ServiceError | null, response: SetSearchFieldsResponse) => void,
+  ): ClientUnaryCall;
+  setSearchFields(
+    request: SetSearchFieldsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetSearchFieldsResponse) => void,
+  ): ClientUnaryCall;
+  setSearchFields(
+    request: SetSearchFieldsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetSearchFieldsResponse) => void,
   ): ClientUnaryCall;
   /**
    * Marks a RUNNING instance COMPLETED and releases its lease. Completing a
