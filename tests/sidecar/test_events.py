@@ -581,3 +581,57 @@ async def test_signal_racing_the_timeout_ends_the_wait_once_either_way(harness: 
             assert sent.outcome == STORED and handed[0].reason == instance_pb2.RESUME_REASON_TIMEOUT
             assert not sent.event.HasField("consumed_at")
         assert await claim_key(s, key) == []  # handed out once
+
+
+async def test_signals_and_redrives_wake_the_resume_trigger_stream_at_once(harness: Harness) -> None:
+    """A signal that delivers an event or starts an instance, and an operator's retry, make the instance due now:
+    the Resume Trigger's stream on this replica claims it at once, not at its next poll (ten minutes here)."""
+    s = harness.alpha
+    wf = f"wf-wake-{new_key()}"  # a workflow of its own: the stream claims nothing another test left due
+
+    async def begin(key: str) -> None:
+        await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=s.metadata)
+
+    stream = s.instances.WatchResumable(instance_pb2.WatchResumableRequest(
+        claimant="trigger", workflow_ids=[wf], max_instances=10, poll_interval_ms=600_000), metadata=s.metadata)
+    batches = stream.__aiter__()
+
+    async def handed_out(key: str) -> instance_pb2.ResumableInstance:
+        started = asyncio.get_running_loop().time()
+        while True:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=30)
+            found = [r for r in batch.instances if r.instance.instance_key == key]
+            if found:
+                # The stream polls every ten minutes; the action woke it.
+                assert asyncio.get_running_loop().time() - started < 30
+                return found[0]
+
+    try:
+        assert not (await asyncio.wait_for(batches.__anext__(), timeout=30)).instances  # drained: now it sleeps
+        # An event delivered to a parked wait.
+        waiting = new_key()
+        await begin(waiting)
+        await s.events.AwaitEvent(events_pb2.AwaitEventRequest(
+            workflow_id=wf, instance_key=waiting, execution_id="exec-1", event_name="paid"), metadata=s.metadata)
+        reply = await s.events.SignalInstance(events_pb2.SignalInstanceRequest(
+            workflow_id=wf, instance_key=waiting, event_name="paid", dedupe_id="pay-1"), metadata=s.metadata)
+        assert reply.outcome == DELIVERED
+        assert (await handed_out(waiting)).reason == instance_pb2.RESUME_REASON_EVENT
+        # An instance a signal starts.
+        absent = new_key()
+        reply = await s.events.SignalInstance(events_pb2.SignalInstanceRequest(
+            workflow_id=wf, instance_key=absent, event_name="paid", dedupe_id="pay-2", start_if_absent=True),
+            metadata=s.metadata)
+        assert reply.outcome == events_pb2.SIGNAL_OUTCOME_STARTED
+        await handed_out(absent)
+        # An operator's retry of a failed instance.
+        failed = new_key()
+        await begin(failed)
+        await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+            workflow_id=wf, instance_key=failed, execution_id="exec-1", error_message="bad"), metadata=s.metadata)
+        await s.recovery.RetryInstance(events_pb2.RetryInstanceRequest(
+            workflow_id=wf, instance_key=failed, actor="alice", reason="fixed"), metadata=s.metadata)
+        assert (await handed_out(failed)).reason == instance_pb2.RESUME_REASON_REDRIVE
+    finally:
+        stream.cancel()

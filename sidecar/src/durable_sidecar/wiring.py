@@ -118,7 +118,9 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
     limits = LimitService(db, backend.instances, backend.limits)
-    limits.on_due = sessions.wake_streams
+    # Whatever makes instances due now (a place given, an event delivered, a signal's start, a redrive)
+    # wakes this replica's Resume Trigger streams.
+    limits.on_due = events.on_due = recovery.on_due = sessions.wake_streams
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     search = SearchFieldService(db, backend.instances, backend.search_fields)

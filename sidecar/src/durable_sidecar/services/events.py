@@ -10,6 +10,7 @@ instance run one after another, on any number of sidecar replicas.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from .. import validation
@@ -53,6 +54,9 @@ class EventService:
         self.default_lease_seconds = default_lease_seconds
         # Signal-with-start (start_if_absent); without it such signals are refused.
         self.starts: SignalStarts | None = None
+        # Called after a signal made its instance due now (an event delivered to its wait, an instance started):
+        # this replica's Resume Trigger streams claim at once instead of at their next poll (wiring.py).
+        self.on_due: Callable[[], None] = lambda: None
 
     async def await_event(self, ref: InstanceRef, *, execution_id: str, event_name: str,
                           deadline: datetime | None, timeout_seconds: int | None
@@ -165,6 +169,8 @@ class EventService:
         outcome, event, inst = await self.db.transaction(txn)
         if outcome is SignalOutcome.STARTED and start is not None and self.starts is not None:
             self.starts.remember(start)
+        if outcome in (SignalOutcome.DELIVERED, SignalOutcome.STARTED):
+            self.on_due()
         return outcome, event, inst
 
     async def list_events(self, ref: InstanceRef, *, pending_only: bool,

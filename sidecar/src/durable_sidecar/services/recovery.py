@@ -27,6 +27,9 @@ class RecoveryService:
         self.waits = waits
         # Tells a purged instance (its states erased: nothing to run again from).
         self.purged = purged
+        # Called after a redrive made an instance due now: this replica's Resume Trigger streams claim at once
+        # instead of at their next poll (wiring.py).
+        self.on_due: Callable[[], None] = lambda: None
 
     @staticmethod
     def _check(ref: InstanceRef, actor: str, reason: str) -> None:
@@ -54,14 +57,22 @@ class RecoveryService:
         """Locks the instance, lets `refuse` raise (or return the instance to leave it as it is), then redrives it."""
         self._check(ref, actor, reason)
 
+        redriven = False
+
         async def txn(conn: Conn) -> Instance:
+            nonlocal redriven
+            redriven = False
             inst = await locked_instance(self.instances, conn, ref)
             unchanged = await refuse(conn, inst)
             if unchanged is not None:
                 return unchanged
+            redriven = True
             return await self._redrive_txn(conn, inst, kind=kind, actor=actor, reason=reason)
 
-        return await self.db.transaction(txn)
+        done = await self.db.transaction(txn)
+        if redriven:
+            self.on_due()
+        return done
 
     async def retry(self, ref: InstanceRef, *, actor: str, reason: str) -> Instance:
         async def refuse(conn: Conn, inst: Instance) -> Instance | None:
