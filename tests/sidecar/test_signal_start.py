@@ -168,3 +168,53 @@ async def test_signal_with_start_racing_starts_and_signals_through_two_processes
             assert rows[0][0] == 1
         inst = await get(stubs[0], keys[0])
         assert inst.instance_key == keys[0]
+
+
+WEBHOOK = {"headers": {"x-request-id": "r-1"}, "body": {"orderId": "A-1", "items": 3, "address": "Main St 1"}}
+
+
+async def test_the_order_delivery_after_a_signal_start_runs_the_instance_with_its_own_item(
+        harness: Harness, database_url: str) -> None:
+    """Found in session 10: the order's webhook that came after its payment's signal-with-start was refused as
+    another delivery (DIFFERENT, 422), since the start item was the signal's. It is the delivery the signal's
+    start item stood in for: it replaces it and, as no execution took the instance yet, starts it."""
+    s = harness.alpha
+    key = new_key()
+    assert (await signal_start(s, key, "pay-1", {"from": "payment"})).outcome == STARTED
+    order = await start(s, key, "exec-order", start_item_json=json.dumps(WEBHOOK).encode(), check_delivery=True,
+                        include_state=True)
+    assert order.outcome == instance_pb2.START_OUTCOME_STARTED and order.instance.lease_owner == "exec-order"
+    assert json.loads(order.start_item_json) == WEBHOOK
+    assert not await claim_key(s, key)  # taken: the Resume Trigger does not hand it out as well
+    # The wait takes the payment from the mailbox; the order's item is the instance's start item.
+    got = await await_event(s, key, name="paid", execution="exec-order")
+    assert got.outcome == events_pb2.AWAIT_OUTCOME_RECEIVED
+    again = await start(s, key, "exec-again", start_item_json=json.dumps(
+        {**WEBHOOK, "headers": {"x-request-id": "r-2"}}).encode(), check_delivery=True)
+    assert again.outcome == instance_pb2.START_OUTCOME_BUSY  # a re-delivery of the order, answered in progress
+    other = await start(s, key, "exec-other", start_item_json=json.dumps({"body": {"orderId": "B-2"}}).encode(),
+                        check_delivery=True)
+    assert other.outcome == instance_pb2.START_OUTCOME_DIFFERENT  # compared with the order's item from now on
+    assert json.loads(other.start_item_json) == WEBHOOK
+    kinds = [k for k, _, _ in await audit(database_url, key)]
+    assert kinds[:3] == ["started", "signalled", "start_item_delivered"]
+    assert await count_instances(database_url, key) == 1
+
+
+async def test_the_order_delivery_after_the_trigger_took_a_signal_start_is_answered_in_progress(
+        harness: Harness) -> None:
+    """Taken by the Resume Trigger already: the order is answered as a re-delivery (in progress), and a later
+    resume of the instance reads the order's item as its start item."""
+    s = harness.alpha
+    key = new_key()
+    await signal_start(s, key, "pay-1", {"from": "payment"})
+    handed = await claim_key(s, key)
+    assert len(handed) == 1
+    order = await start(s, key, "exec-order", start_item_json=json.dumps(WEBHOOK).encode(), check_delivery=True)
+    assert order.outcome == instance_pb2.START_OUTCOME_BUSY
+    resumed = await start(s, key, "exec-trigger", claim_token=handed[0].claim_token, include_state=True)
+    assert resumed.outcome == instance_pb2.START_OUTCOME_RESUMED and json.loads(resumed.start_item_json) == WEBHOOK
+    # A delivery replaces only a signal's start item: the next different one is another delivery.
+    other = await start(s, key, "exec-other", start_item_json=json.dumps({"body": {"orderId": "B-2"}}).encode(),
+                        check_delivery=True)
+    assert other.outcome == instance_pb2.START_OUTCOME_DIFFERENT

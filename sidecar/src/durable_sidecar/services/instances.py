@@ -34,6 +34,7 @@ from ..stores.base import Conn, Database, StartedNew
 from ..stores.checkpoints import CheckpointStore
 from ..stores.instances import InstanceStore
 from ..stores.search_fields import SearchFieldStore
+from ..stores.states import EncodedState
 from ..stores.waits import WaitStore, policy_columns
 from .audit import check_filter
 from .checkpoints import CheckpointService
@@ -225,6 +226,8 @@ class InstanceService:
                 return await self._with_fields(fields, await self._claim_on_start(ref, result, claim_on_start,
                                                                                    started.claimed))
 
+        delivered = False  # a signal-with-start's start item replaced by this delivery
+
         async def txn(conn: Conn) -> StartResult:
             binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, snapshot,
                                                       pinned_version=pinned_version)
@@ -259,10 +262,17 @@ class InstanceService:
             if inst is None:  # deleted between the insert and the lock: let the retry loop start over
                 raise FailedPrecondition("instance changed concurrently; retry")
             latest = await self._latest_meta(conn, inst)
-            if check_delivery and start_item_json:
-                stored = await self.instances.start_item_txn(conn, ref)
-                if stored is not None and not same_delivery(stored, start_item_json):
-                    return StartResult(StartOutcome.DIFFERENT, inst, latest, start_item=stored)
+            if check_delivery and start_item is not None:
+                stored = await self.instances.start_item_with_source_txn(conn, ref)
+                if stored is not None and not same_delivery(stored[0], start_item_json):
+                    if not stored[1]:
+                        return StartResult(StartOutcome.DIFFERENT, inst, latest, start_item=stored[0])
+                    # The delivery a signal-with-start stood in for: it becomes the start item.
+                    return await delivered_after_signal(conn, inst, latest, start_item)
+            return await existing(conn, inst, latest)
+
+        async def existing(conn: Conn, inst: Instance, latest: Checkpoint | None) -> StartResult:
+            """The rules for an existing (locked) instance once its start item has been checked."""
             if inst.status.final:
                 return StartResult(StartOutcome.FINISHED, inst, latest)
             if inst.status is InstanceStatus.SUSPENDED or (inst.awaited_event and not inst.lease_owner):
@@ -286,7 +296,30 @@ class InstanceService:
             )
             return StartResult(StartOutcome.RESUMED, inst, latest)
 
+        async def delivered_after_signal(conn: Conn, inst: Instance, latest: Checkpoint | None,
+                                         encoded: EncodedState) -> StartResult:
+            nonlocal delivered
+            delivered = await self.instances.deliver_start_item_txn(conn, ref, encoded, size_bytes=len(start_item_json))
+            lease_alive, wake_pending = await self.instances.lease_state_txn(conn, ref)
+            ran = inst.last_sequence > 0 or inst.resume_count > 0 or lease_alive or wake_pending
+            await self.instances.add_event_txn(
+                conn, ref, "start_item_delivered", actor=execution_id,
+                detail="the delivery replaced the start item its signal-with-start wrote" + (
+                    "" if ran or inst.status is not InstanceStatus.RUNNING or inst.awaited_event
+                    else "; this execution starts the instance"))
+            if ran or inst.status is not InstanceStatus.RUNNING or inst.awaited_event:
+                # Handed out already (or finished, or waiting): the delivery is answered as a re-delivery; a
+                # resume that reads the start item from now on reads this one.
+                return await existing(conn, inst, latest)
+            # Not yet taken by the Resume Trigger: this delivery runs it as the new instance it is.
+            inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease_for(inst),
+                                                       count_resume=False, hold_seconds=hold)
+            return StartResult(StartOutcome.STARTED, inst, None,
+                               start_item=start_item_json if include_state else None)
+
         result = await self.db.transaction(txn)
+        if delivered and result.instance.last_sequence == 0:
+            self.checkpoint_service.remember_start(ref, start_item_json, start_item)
         if include_state and result.latest is not None:
             latest = await self.checkpoint_service.with_state(ref.namespace, result.latest)
             result = replace(result, latest=latest)

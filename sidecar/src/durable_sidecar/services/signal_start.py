@@ -70,7 +70,8 @@ class SignalStarts:
             bound_version=binding.for_new, version_label="")
         if created is None:
             return None
-        await self.instances.put_start_item_txn(conn, ref, start.start_item, size_bytes=len(start.start_item_json))
+        await self.instances.put_start_item_txn(conn, ref, start.start_item, size_bytes=len(start.start_item_json),
+                                                from_signal=True)
         bound = f"; bound to version {binding.for_new}" if binding.for_new else ""
         await self.instances.add_event_txn(conn, ref, "started", actor=start.actor, detail=detail + bound)
         now = await self.waits.now_txn(conn)

@@ -282,9 +282,13 @@ class InstanceStore:
                                WHERE {key} AND kind IN ('started', 'resumed') AND actor = %(exec)s) AS held""")
         self._put_start_item = d.sql(
             f"""INSERT INTO durable_instance_start_items
-                    (namespace, workflow_id, instance_key, encoding, item, size_bytes, created_at)
-                VALUES (%(ns)s, %(wf)s, %(key)s, %(enc)s, %(item)s, %(size)s, {now})""")
-        self._start_item = d.sql(f"SELECT encoding, item FROM durable_instance_start_items WHERE {key}")
+                    (namespace, workflow_id, instance_key, encoding, item, size_bytes, created_at, from_signal)
+                VALUES (%(ns)s, %(wf)s, %(key)s, %(enc)s, %(item)s, %(size)s, {now}, %(signal)s)""")
+        self._start_item = d.sql(f"SELECT encoding, item, from_signal FROM durable_instance_start_items WHERE {key}")
+        self._deliver_start_item = d.sql(
+            f"""UPDATE durable_instance_start_items
+                SET encoding = %(enc)s, item = %(item)s, size_bytes = %(size)s, from_signal = 0
+                WHERE {key} AND from_signal = 1""")
         self._advance = d.sql(
             f"""UPDATE durable_instances
                 SET last_sequence = %(seq)s, last_step = %(step)s, checkpoint_count = checkpoint_count + %(added)s,
@@ -393,15 +397,29 @@ class InstanceStore:
         return bool(row and row["held"])
 
     async def put_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: EncodedState, *,
-                                 size_bytes: int) -> None:
-        """Stores the start item of the instance just created (written once, never changed)."""
+                                 size_bytes: int, from_signal: bool = False) -> None:
+        """Stores the start item of the instance just created: a delivery's (never changed), or one a
+        signal-with-start wrote (from_signal), which the delivery replaces when it comes."""
         await self.r.execute(conn, self._put_start_item, await self.r.with_now(
-            conn, **instance_params(ref), enc=encoded.encoding, item=encoded.data, size=size_bytes))
+            conn, **instance_params(ref), enc=encoded.encoding, item=encoded.data, size=size_bytes,
+            signal=int(from_signal)))
 
     async def start_item_txn(self, conn: Conn, ref: InstanceRef) -> bytes | None:
         """The instance's start item, decoded; None when it has none."""
+        found = await self.start_item_with_source_txn(conn, ref)
+        return found[0] if found is not None else None
+
+    async def start_item_with_source_txn(self, conn: Conn, ref: InstanceRef) -> tuple[bytes, bool] | None:
+        """(the start item decoded, whether a signal-with-start wrote it); None when the instance has none."""
         row = await self.r.one(conn, self._start_item, instance_params(ref))
-        return decode_state(bytes(row["item"]), row["encoding"]) if row else None
+        return (decode_state(bytes(row["item"]), row["encoding"]), bool(row["from_signal"])) if row else None
+
+    async def deliver_start_item_txn(self, conn: Conn, ref: InstanceRef, encoded: EncodedState, *,
+                                     size_bytes: int) -> bool:
+        """Replaces a start item a signal-with-start wrote with the delivery it stood in for; False when the
+        instance's start item is a delivery's already."""
+        return await self.r.execute(conn, self._deliver_start_item, {
+            **instance_params(ref), "enc": encoded.encoding, "item": encoded.data, "size": size_bytes}) > 0
 
     async def lock_many_txn(self, conn: Conn, refs: list[InstanceRef]) -> dict[InstanceRef, Instance]:
         """The existing instances among refs (one namespace), locked until the transaction ends.

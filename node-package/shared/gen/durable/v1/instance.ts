@@ -174,7 +174,11 @@ export interface StartOrResumeRequest {
    * the shape of n8n's Webhook node (an object with "body" and "headers")
    * only "body" counts, since headers (signatures, request ids, timestamps)
    * change with every re-delivery. Ignored without start_item_json, for a new
-   * instance, and for an instance stored without a start item.
+   * instance, and for an instance stored without a start item. A start item
+   * written by a signal-with-start (SignalInstance start_if_absent) stands in
+   * for the delivery not yet come: the first delivery replaces it (audit event
+   * start_item_delivered) and is answered STARTED when no execution took the
+   * instance yet, else by the usual rules (BUSY while one runs it).
    */
   checkDelivery: boolean;
   /**
