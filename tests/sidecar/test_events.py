@@ -584,8 +584,9 @@ async def test_signal_racing_the_timeout_ends_the_wait_once_either_way(harness: 
 
 
 async def test_signals_and_redrives_wake_the_resume_trigger_stream_at_once(harness: Harness) -> None:
-    """A signal that delivers an event or starts an instance, and an operator's retry, make the instance due now:
-    the Resume Trigger's stream on this replica claims it at once, not at its next poll (ten minutes here)."""
+    """A signal that delivers an event to a wait, and an operator's retry, make the instance due now: the Resume
+    Trigger's stream on this replica claims it at once, not at its next poll (ten minutes here). (An instance a
+    signal starts is left to the next poll: its delivery may come first, see test_signal_start.py.)"""
     s = harness.alpha
     wf = f"wf-wake-{new_key()}"  # a workflow of its own: the stream claims nothing another test left due
 
@@ -618,13 +619,6 @@ async def test_signals_and_redrives_wake_the_resume_trigger_stream_at_once(harne
             workflow_id=wf, instance_key=waiting, event_name="paid", dedupe_id="pay-1"), metadata=s.metadata)
         assert reply.outcome == DELIVERED
         assert (await handed_out(waiting)).reason == instance_pb2.RESUME_REASON_EVENT
-        # An instance a signal starts.
-        absent = new_key()
-        reply = await s.events.SignalInstance(events_pb2.SignalInstanceRequest(
-            workflow_id=wf, instance_key=absent, event_name="paid", dedupe_id="pay-2", start_if_absent=True),
-            metadata=s.metadata)
-        assert reply.outcome == events_pb2.SIGNAL_OUTCOME_STARTED
-        await handed_out(absent)
         # An operator's retry of a failed instance.
         failed = new_key()
         await begin(failed)

@@ -54,7 +54,7 @@ class EventService:
         self.default_lease_seconds = default_lease_seconds
         # Signal-with-start (start_if_absent); without it such signals are refused.
         self.starts: SignalStarts | None = None
-        # Called after a signal made its instance due now (an event delivered to its wait, an instance started):
+        # Called after a signal made its instance due now (an event delivered to its wait):
         # this replica's Resume Trigger streams claim at once instead of at their next poll (wiring.py).
         self.on_due: Callable[[], None] = lambda: None
 
@@ -169,7 +169,9 @@ class EventService:
         outcome, event, inst = await self.db.transaction(txn)
         if outcome is SignalOutcome.STARTED and start is not None and self.starts is not None:
             self.starts.remember(start)
-        if outcome in (SignalOutcome.DELIVERED, SignalOutcome.STARTED):
+        if outcome is SignalOutcome.DELIVERED:
+            # Not for STARTED: the start item is a stand-in for the delivery (the order's webhook) that may come
+            # right after; until the trigger's next poll that delivery starts the instance with its own item.
             self.on_due()
         return outcome, event, inst
 
