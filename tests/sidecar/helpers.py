@@ -24,6 +24,7 @@ from durable.v1 import (
     idempotency_pb2_grpc,
     instance_pb2_grpc,
     limits_pb2_grpc,
+    operations_pb2_grpc,
     session_pb2_grpc,
     version_pb2_grpc,
 )
@@ -120,6 +121,10 @@ class Stubs:
     @property
     def versions(self) -> version_pb2_grpc.VersionServiceStub:
         return version_pb2_grpc.VersionServiceStub(self.channel)
+
+    @property
+    def operations(self) -> operations_pb2_grpc.OperationServiceStub:
+        return operations_pb2_grpc.OperationServiceStub(self.channel)
 
     @property
     def audit(self) -> audit_pb2_grpc.AuditServiceStub:

@@ -22,11 +22,7 @@ from durable.v1 import (
     call_pb2,
     checkpoint_pb2,
     common_pb2,
-    events_pb2,
-    idempotency_pb2,
     instance_pb2,
-    limits_pb2,
-    session_pb2,
     version_pb2,
 )
 from durable_sidecar import app
@@ -36,12 +32,8 @@ from durable_sidecar.transport.auth import ROLES, Role
 from tests.conftest import make_settings
 from tests.sidecar.helpers import channel
 
-SERVICES = [
-    module.DESCRIPTOR.services_by_name[name]
-    for module in (instance_pb2, checkpoint_pb2, idempotency_pb2, version_pb2, events_pb2, session_pb2, limits_pb2,
-                   audit_pb2, call_pb2)
-    for name in module.DESCRIPTOR.services_by_name
-]
+# Every service the sidecar serves (app.SERVED) and the call stream: a new service is in here by itself.
+SERVICES = [*(served.descriptor for served in app.SERVED), app.CALL_SERVICE]
 METHODS = [(service, method) for service in SERVICES for method in service.methods]
 
 

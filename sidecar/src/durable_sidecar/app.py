@@ -25,6 +25,8 @@ from durable.v1 import (
     instance_pb2_grpc,
     limits_pb2,
     limits_pb2_grpc,
+    operations_pb2,
+    operations_pb2_grpc,
     session_pb2,
     session_pb2_grpc,
     version_pb2,
@@ -53,6 +55,7 @@ from .transport.events import EventServicer, RecoveryServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
 from .transport.limits import LimitServicer
+from .transport.operations import OperationServicer
 from .transport.sessions import SessionServicer
 from .transport.versions import VersionServicer
 from .wiring import Services, build_services, make_cache, open_backend
@@ -99,6 +102,9 @@ SERVED = [
     Served(limits_pb2.DESCRIPTOR.services_by_name["LimitService"],
            limits_pb2_grpc.add_LimitServiceServicer_to_server,
            lambda s, auth, _: LimitServicer(s.limits, auth)),
+    Served(operations_pb2.DESCRIPTOR.services_by_name["OperationService"],
+           operations_pb2_grpc.add_OperationServiceServicer_to_server,
+           lambda s, auth, _: OperationServicer(s.operations, auth)),
 ]
 # The call stream carries the unary methods of SERVED (transport/calls.py); it is built from their routes.
 CALL_SERVICE = call_pb2.DESCRIPTOR.services_by_name["CallService"]
@@ -348,6 +354,7 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
     sidecar.background.append(asyncio.create_task(services.sessions.run(stopping), name="session-sweep"))
+    sidecar.background.append(asyncio.create_task(services.operations.run(stopping), name="bulk-operations"))
     sidecar.background.append(asyncio.create_task(services.limits.run_sweeper(
         stopping, interval_seconds=settings.limit_sweep_interval_seconds), name="limit-sweep"))
     sidecar.background.append(asyncio.create_task(

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from . import logs
 from .domain import (
+    BulkAction,
     FieldCondition,
     IdempotencyKey,
     Instance,
@@ -25,6 +26,7 @@ from .domain import (
     KeyRef,
     KeyStatus,
     MoveSelector,
+    Operation,
     Page,
     PrunePolicy,
     RunState,
@@ -33,6 +35,7 @@ from .domain import (
 from .errors import DomainError, InvalidArgument
 from .memory.cache import MemoryCache
 from .services.idempotency import IdempotencyService
+from .services.operations import OperationService
 from .services.search_fields import fields_json, parse_condition
 from .services.versions import VersionService
 from .settings import Settings, SettingsError, describe
@@ -201,7 +204,45 @@ async def _run(args: argparse.Namespace) -> int:
                   f"by {actor}: {args.reason}")
         elif cmd == "versions":
             await _versions(svc.versions, ns, args)
+        elif cmd == "operations":
+            await _operations(svc.operations, ns, args)
     return 0
+
+
+def _bulk_filter(args: argparse.Namespace) -> InstanceFilter:
+    return InstanceFilter(workflow_id=args.workflow or "", statuses=tuple(InstanceStatus(s) for s in args.status),
+                          stalled_only=args.stalled, key_prefix=args.key_prefix or "", last_step=args.step or "",
+                          fields=tuple(_field_condition(i, f) for i, f in enumerate(args.field)),
+                          error_contains=args.error or "")
+
+
+def _operation_line(op: Operation) -> str:
+    taken = op.acted + op.skipped
+    line = (f"operation {op.id}: {op.action.value} {op.status.value}, {taken} of {op.matched_at_start} taken "
+            f"({op.acted} acted on, {op.skipped} skipped); by {op.actor}: {op.reason}; filter {op.selector_json}")
+    return line + (f"; last skipped: {op.last_skip}" if op.last_skip else "")
+
+
+async def _operations(svc: OperationService, ns: str, args: argparse.Namespace) -> None:
+    if args.action == "preview":
+        count, sample = await svc.preview(ns, _bulk_filter(args), sample_size=args.sample)
+        print(f"{count} instances match; the first {len(sample)}:")
+        print(table(["workflow", "key", "status", "last step", "last error"],
+                    [[i.workflow_id, i.instance_key, i.status.value, i.last_step or "-",
+                      (i.last_error or i.error_message or "-")[:60]] for i in sample]))
+    elif args.action == "start":
+        op = await svc.start(ns, BulkAction(args.bulk_action), _bulk_filter(args), actor=_actor(args.actor),
+                             reason=args.reason)
+        print(_operation_line(op) + " (the sidecar runs it; follow it with `operations show`)")
+    elif args.action == "list":
+        ops, _ = await svc.list(ns, Page(args.limit, ""))
+        for op in ops:
+            print(_operation_line(op))
+    elif args.action == "show":
+        print(_operation_line(await svc.get(ns, args.id)))
+    else:
+        move = {"pause": svc.pause, "continue": svc.continue_, "cancel": svc.cancel}[args.action]
+        print(_operation_line(await move(ns, args.id, actor=_actor(args.actor))))
 
 
 _CONDITION = re.compile(r"([^<>=]+)(>=|<=|=|<|>)(.*)\Z", re.DOTALL)
@@ -399,6 +440,37 @@ def parser() -> argparse.ArgumentParser:
         op.add_argument("key")
         op.add_argument("--reason", required=True, help="why (in the audit trail)")
         op.add_argument("--actor", default="", help="who (default cli:<user>)")
+
+    ops = sub.add_parser("operations", help="bulk retry, resume or cancel of every instance matching a filter: "
+                                            "preview, start, list, show, pause, continue, cancel"
+                         ).add_subparsers(dest="action", required=True)
+
+    def with_filter(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--workflow")
+        sp.add_argument("--status", action="append", default=[], choices=[s.value for s in InstanceStatus],
+                        help="only this status (repeatable)")
+        sp.add_argument("--stalled", action="store_true", help="only running instances whose lease lapsed")
+        sp.add_argument("--key-prefix", help="only keys starting with this")
+        sp.add_argument("--step", help="only instances whose newest checkpoint is this step")
+        sp.add_argument("--error", help="only instances whose last error or error message contains this text")
+        sp.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                        help="only instances whose search field matches (repeatable; also <, <=, >, >=)")
+        return with_ns(sp)
+
+    op_preview = with_filter(ops.add_parser("preview", help="how many instances match, and the first ones (a dry run)"))
+    op_preview.add_argument("--sample", type=int, default=10)
+    op_start = with_filter(ops.add_parser("start", help="record an operation; the sidecar runs it in batches"))
+    op_start.add_argument("bulk_action", choices=[a.value for a in BulkAction])
+    op_start.add_argument("--reason", required=True, help="why (on the operation and in each instance's audit trail)")
+    op_start.add_argument("--actor", default="", help="who (default cli:<user>)")
+    with_ns(ops.add_parser("list", help="the namespace's operations, newest first")).add_argument(
+        "--limit", type=int, default=20)
+    with_ns(ops.add_parser("show", help="one operation and its progress")).add_argument("id", type=int)
+    for action, text in (("pause", "stop after the batch in hand"), ("continue", "go on with a paused operation"),
+                         ("cancel", "stop for good (what was done stays done)")):
+        op_move = with_ns(ops.add_parser(action, help=text))
+        op_move.add_argument("id", type=int)
+        op_move.add_argument("--actor", default="", help="who (default cli:<user>)")
 
     cps = sub.add_parser("checkpoints", help="list or show checkpoints").add_subparsers(dest="action", required=True)
     cl = with_ns(cps.add_parser("list", help="an instance's checkpoints, oldest first, without their states"))

@@ -287,6 +287,7 @@ class InstanceFilter:
     fields: tuple[FieldCondition, ...] = ()  # search fields, all must hold
     sort_field: str = ""  # list by this search field (only instances that have it)
     sort_descending: bool = False
+    error_contains: str = ""  # the last error or the error message contains this text
 
 
 class SearchOp(enum.Enum):
@@ -575,3 +576,45 @@ class StatusCounts:
 
     by_status: dict[InstanceStatus, int]
     stalled: int
+
+
+class BulkAction(enum.Enum):
+    """What a bulk operation does to each instance it takes (as the one-instance RPC of that name)."""
+
+    RETRY = "retry"
+    RESUME = "resume"
+    CANCEL = "cancel"
+
+
+class OperationStatus(enum.Enum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+
+    @property
+    def final(self) -> bool:
+        return self in (OperationStatus.CANCELLED, OperationStatus.COMPLETED)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A bulk action over the instances of one namespace that match a filter, and where it stands."""
+
+    id: int
+    namespace: str
+    action: BulkAction
+    status: OperationStatus
+    selector_json: str
+    actor: str
+    reason: str
+    matched_at_start: int
+    acted: int
+    skipped: int
+    last_workflow_id: str
+    last_instance_key: str
+    last_skip: str
+    owner: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None

@@ -7,6 +7,7 @@ Known points:
   checkpoint.after_commit    after COMMIT, before the reply is sent
   checkpoint.before_cache    after the reply, before the cache write
   idempotency.after_commit   after a Complete commits, before the reply
+  operation.mid_batch        a bulk operation's second or later batch, after its actions, before COMMIT
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ KNOWN = frozenset({
     "checkpoint.after_commit",
     "checkpoint.before_cache",
     "idempotency.after_commit",
+    "operation.mid_batch",
 })
 
 _enabled: frozenset[str] = frozenset()

@@ -14,6 +14,7 @@ from .services.events import EventService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
 from .services.limits import LimitService
+from .services.operations import OperationService
 from .services.purge import PurgeService
 from .services.recovery import RecoveryService
 from .services.search_fields import SearchFieldService
@@ -69,6 +70,7 @@ class Services:
     limits: LimitService
     purge: PurgeService
     search: SearchFieldService
+    operations: OperationService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -118,13 +120,14 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
     limits = LimitService(db, backend.instances, backend.limits)
-    # Whatever makes instances due now (a place given, an event delivered, a signal's start, a redrive)
-    # wakes this replica's Resume Trigger streams.
-    limits.on_due = events.on_due = recovery.on_due = sessions.wake_streams
+    operations = OperationService(db, backend.operations, recovery, instances.cancel_txn)
+    # Whatever makes instances due now (a place given, an event delivered, a signal's start, a redrive, a bulk
+    # operation's batch) wakes this replica's Resume Trigger streams.
+    limits.on_due = events.on_due = recovery.on_due = operations.on_due = sessions.wake_streams
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     search = SearchFieldService(db, backend.instances, backend.search_fields)
     # Saves and starts set the search fields they carry.
     checkpoints.search = instances.search = search
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances, backend.versions),
-                    sessions, limits, purge, search)
+                    sessions, limits, purge, search, operations)

@@ -448,6 +448,16 @@ class InstanceService:
                 return done
         return await self._finish_locked_txn(conn, ref, InstanceStatus.COMPLETED, actor=actor)
 
+    async def cancel_txn(self, conn: Conn, ref: InstanceRef, actor: str, reason: str) -> Instance:
+        """CancelInstance inside the caller's transaction (a bulk operation's batch); FailedPrecondition, before
+        anything is written, for an instance that finished already."""
+        inst = await self.instances.get_txn(conn, ref, for_update=True)
+        if inst is None:
+            raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
+        if inst.status.final:
+            raise FailedPrecondition(f"instance {ref.workflow_id}/{ref.instance_key} is already {inst.status.value}")
+        return await self._finish_locked_txn(conn, ref, InstanceStatus.CANCELLED, actor=actor, error_message=reason)
+
     async def _finish_locked_txn(self, conn: Conn, ref: InstanceRef, status: InstanceStatus, *, actor: str,
                                  error_message: str = "", result_json: bytes | None = None,
                                  retry: bool = False) -> Instance:

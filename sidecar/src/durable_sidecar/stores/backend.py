@@ -15,6 +15,7 @@ from .checkpoints import CheckpointStore
 from .idempotency import IdempotencyStore
 from .instances import InstanceStore
 from .limits import LimitStore
+from .operations import OperationStore
 from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
 from .postgres import instances as pg_instances
@@ -52,6 +53,7 @@ class Backend:
     limits: LimitStore
     purge: PurgeStore
     search_fields: SearchFieldStore
+    operations: OperationStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -72,7 +74,8 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
                    CheckpointStore(SQLITE_RUNNER, compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys),
-                   LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), SearchFieldStore(SQLITE_RUNNER), tuple(applied))
+                   LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), SearchFieldStore(SQLITE_RUNNER),
+                   OperationStore(SQLITE_RUNNER), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -87,7 +90,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
                    SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
-                   SearchFieldStore(PG_RUNNER), tuple(applied))
+                   SearchFieldStore(PG_RUNNER), OperationStore(PG_RUNNER), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

@@ -60,6 +60,8 @@ class Dialect:
     time_param: Callable[[datetime], Any]
     # SQL for "{column} starts with the %(prefix)s parameter".
     prefix_condition: str
+    # SQL for "{column} contains the %(contains)s parameter" (case sensitive).
+    contains_condition: str
     # The transaction's database time in SQL: now() on PostgreSQL, the %(now)s parameter on SQLite.
     now_sql: str
     # SQL for "database time %(seconds)s seconds ago", and for "%({param})s seconds from now".

@@ -105,6 +105,10 @@ def instance_filter(d: Dialect, namespace: str, flt: InstanceFilter, now: Any) -
         conditions, values = field_conditions(flt.fields)
         where.extend(conditions)
         params.update(values)
+    if flt.error_contains:
+        where.append("(" + " OR ".join(d.contains_condition.format(column=c) for c in ("last_error", "error_message"))
+                     + ")")
+        params["contains"] = flt.error_contains
     return where, params
 
 

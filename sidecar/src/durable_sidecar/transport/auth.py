@@ -61,6 +61,9 @@ ROLES: dict[str, Role] = {
     # LimitService
     "AcquireSlot": _OPERATE, "ReleaseSlot": _OPERATE, "Throttle": _OPERATE, "Debounce": _OPERATE,
     "ListLimitKeys": _READ,
+    # OperationService (bulk actions: an operator's)
+    "PreviewOperation": _READ, "StartOperation": _OPERATE, "GetOperation": _READ, "ListOperations": _READ,
+    "PauseOperation": _OPERATE, "ContinueOperation": _OPERATE, "CancelOperation": _OPERATE,
     # AuditService
     "ListInstanceEvents": _READ, "CountInstances": _READ, "GetCaller": _READ, "ListWorkflows": _READ,
     # CallService: the stream itself; each call it carries is judged by its own method's row.

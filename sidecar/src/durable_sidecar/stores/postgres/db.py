@@ -69,7 +69,8 @@ _NEWEST_CHECKPOINT_JOIN = """LEFT JOIN LATERAL (
 # time is ISO text, cast back; now() is the transaction's time.
 DIALECT = Dialect("postgres", colon_placeholders=False, to_time=_same, to_names=_names, lock_clause=" FOR UPDATE",
                   cursor_time=_iso, cursor_time_in=_same, cursor_time_cast="::timestamptz", time_param=_same,
-                  prefix_condition="starts_with({column}, %(prefix)s)", now_sql="now()",
+                  prefix_condition="starts_with({column}, %(prefix)s)",
+                  contains_condition="strpos({column}, %(contains)s) > 0", now_sql="now()",
                   ago_sql="now() - make_interval(secs => %(seconds)s)",
                   later_sql="now() + make_interval(secs => %({param})s)", greatest="greatest", list_param=list,
                   in_list="{column} = ANY(%({param})s)", newest_checkpoint_join=_NEWEST_CHECKPOINT_JOIN)

@@ -80,7 +80,8 @@ def _micros_cursor(value: object) -> int:
 # transaction's :now parameter (SqliteConn.now_us).
 DIALECT = Dialect("sqlite", colon_placeholders=True, to_time=from_micros, to_names=_names, lock_clause="",
                   cursor_time=to_micros, cursor_time_in=_micros_cursor, cursor_time_cast="", time_param=to_micros,
-                  prefix_condition="substr({column}, 1, length(%(prefix)s)) = %(prefix)s", now_sql="%(now)s",
+                  prefix_condition="substr({column}, 1, length(%(prefix)s)) = %(prefix)s",
+                  contains_condition="instr({column}, %(contains)s) > 0", now_sql="%(now)s",
                   ago_sql="(%(now)s - %(seconds)s * 1000000)", later_sql="(%(now)s + %({param})s * 1000000)",
                   greatest="max", list_param=json.dumps,
                   in_list="{column} IN (SELECT value FROM json_each(%({param})s))",

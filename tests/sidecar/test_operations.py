@@ -1,0 +1,232 @@
+"""Bulk operations by filter (issue 44): a preview, then an operation run in batches by the sidecar's loop, which
+acts on each matching instance once, can be paused, continued and cancelled, and goes on after a kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import grpc
+import pytest
+from durable.v1 import common_pb2, instance_pb2, operations_pb2
+
+from tests.conftest import Harness
+from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database
+from tests.sidecar.storage import fetch
+from tests.sidecar.test_server import _cli
+
+FAILED = common_pb2.INSTANCE_STATUS_FAILED
+RETRY = operations_pb2.BULK_ACTION_RETRY
+COMPLETED = operations_pb2.OPERATION_STATUS_COMPLETED
+
+
+async def failed_instances(s: Stubs, wf: str, n: int, error: str = "payment API 503") -> list[str]:
+    keys = [f"order-{i:04d}" for i in range(n)]
+    for key in keys:
+        await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=s.metadata)
+        await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1", error_message=error), metadata=s.metadata)
+    return keys
+
+
+def selector(wf: str, **kw: object) -> operations_pb2.BulkSelector:
+    return operations_pb2.BulkSelector(workflow_id=wf, statuses=[FAILED], **kw)
+
+
+async def finished(s: Stubs, op_id: int, timeout: float = 60) -> operations_pb2.Operation:
+    async with asyncio.timeout(timeout):
+        while True:
+            op = (await s.operations.GetOperation(operations_pb2.GetOperationRequest(id=op_id),
+                                                  metadata=s.metadata)).operation
+            if op.status == COMPLETED:
+                return op
+            await asyncio.sleep(0.1)
+
+
+async def retried_events(url: str, wf: str) -> dict[str, int]:
+    rows = await fetch(url, "SELECT instance_key, count(*) FROM durable_instance_events WHERE workflow_id = %s "
+                            "AND kind = 'retried' GROUP BY instance_key", wf)
+    return {r[0]: int(r[1]) for r in rows}
+
+
+async def test_a_preview_then_a_bulk_retry_acts_on_each_matching_instance_once(harness: Harness,
+                                                                              database_url: str) -> None:
+    s = harness.alpha
+    wf = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    keys = await failed_instances(s, wf, 30)
+    await failed_instances(s, wf + "-other", 3)  # another workflow: not matched
+    # Two of them failed for another reason: the error text narrows the selection.
+    for key in ("zz-1", "zz-2"):
+        await failed_instances_named(s, wf, key, "address invalid")
+    preview = await s.operations.PreviewOperation(operations_pb2.PreviewOperationRequest(
+        selector=selector(wf, error_contains="503"), sample_size=5), metadata=s.metadata)
+    assert preview.count == 30 and [i.instance_key for i in preview.sample] == keys[:5]
+    started = await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+        action=RETRY, selector=selector(wf, error_contains="503"), actor="alice", reason="provider back"),
+        metadata=s.metadata)
+    op = await finished(s, started.operation.id)
+    # The dry run equals the run.
+    assert op.matched_at_start == 30 and op.acted == 30 and op.skipped == 0 and op.HasField("finished_at")
+    assert '"error_contains":"503"' in op.selector_json and op.actor == "alice"
+    assert await retried_events(database_url, wf) == dict.fromkeys(keys, 1)
+    detail = await fetch(database_url, "SELECT actor, detail FROM durable_instance_events WHERE workflow_id = %s "
+                                       "AND instance_key = %s AND kind = 'retried'", wf, keys[0])
+    assert detail[0][0] == "alice" and f"provider back (bulk operation {op.id})" in detail[0][1]
+    inst = (await s.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=wf, instance_key=keys[0]),
+                                          metadata=s.metadata)).instance
+    assert inst.status == common_pb2.INSTANCE_STATUS_RUNNING
+    # The same operation again matches nothing now: it completes with nothing done.
+    again = await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+        action=RETRY, selector=selector(wf, error_contains="503"), actor="alice", reason="again"), metadata=s.metadata)
+    assert (await finished(s, again.operation.id)).acted == 0
+    listed = await s.operations.ListOperations(operations_pb2.ListOperationsRequest(), metadata=s.metadata)
+    assert [o.id for o in listed.operations][:2] == [again.operation.id, op.id]
+    # Another namespace sees none of them.
+    with pytest.raises(grpc.aio.AioRpcError) as other:
+        await harness.beta.operations.GetOperation(operations_pb2.GetOperationRequest(id=op.id),
+                                                   metadata=harness.beta.metadata)
+    assert other.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def failed_instances_named(s: Stubs, wf: str, key: str, error: str) -> None:
+    await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+        workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=s.metadata)
+    await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+        workflow_id=wf, instance_key=key, execution_id="exec-1", error_message=error), metadata=s.metadata)
+
+
+async def test_bad_operations_are_refused_and_record_nothing(harness: Harness) -> None:
+    s = harness.alpha
+    wf = "wf-bulk-bad"
+    bad = [
+        operations_pb2.StartOperationRequest(selector=selector(wf), actor="alice", reason="r"),  # no action
+        operations_pb2.StartOperationRequest(action=RETRY, selector=selector(wf), reason="r"),  # no actor
+        operations_pb2.StartOperationRequest(action=RETRY, selector=selector(wf), actor="alice"),  # no reason
+        operations_pb2.StartOperationRequest(action=RETRY, selector=selector(wf, error_contains="x" * 257),
+                                             actor="alice", reason="r"),
+        operations_pb2.StartOperationRequest(action=RETRY, selector=operations_pb2.BulkSelector(
+            statuses=[99]), actor="alice", reason="r"),
+        operations_pb2.StartOperationRequest(action=RETRY, selector=operations_pb2.BulkSelector(
+            search_fields=[common_pb2.SearchFieldFilter(name="1bad")]), actor="alice", reason="r"),
+    ]
+    for request in bad:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await s.operations.StartOperation(request, metadata=s.metadata)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
+    listed = await s.operations.ListOperations(operations_pb2.ListOperationsRequest(), metadata=s.metadata)
+    assert not listed.operations
+    with pytest.raises(grpc.aio.AioRpcError) as too_many:
+        await s.operations.PreviewOperation(operations_pb2.PreviewOperationRequest(
+            selector=selector(wf), sample_size=101), metadata=s.metadata)
+    assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for call in (s.operations.PauseOperation, s.operations.CancelOperation, s.operations.ContinueOperation):
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await call(operations_pb2.OperationActionRequest(id=12345678, actor="alice"), metadata=s.metadata)
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    # A finished operation cannot be paused or cancelled.
+    done = await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+        action=RETRY, selector=selector(wf), actor="alice", reason="nothing matches"), metadata=s.metadata)
+    await finished(s, done.operation.id)
+    with pytest.raises(grpc.aio.AioRpcError) as late:
+        await s.operations.PauseOperation(operations_pb2.OperationActionRequest(id=done.operation.id, actor="alice"),
+                                          metadata=s.metadata)
+    assert late.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_paused_operation_waits_and_a_cancelled_one_stops(harness: Harness, database_url: str) -> None:
+    s = harness.alpha
+    wf = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    keys = await failed_instances(s, wf, 250)  # three batches of at most 100
+    start = operations_pb2.StartOperationRequest(action=RETRY, selector=selector(wf), actor="alice", reason="r")
+    op = (await s.operations.StartOperation(start, metadata=s.metadata)).operation
+    # Paused while its first batch runs: the batch in hand completes, no later one starts.
+    paused = (await s.operations.PauseOperation(operations_pb2.OperationActionRequest(id=op.id, actor="bob"),
+                                                metadata=s.metadata)).operation
+    assert paused.status == operations_pb2.OPERATION_STATUS_PAUSED
+    await asyncio.sleep(3)  # the loop's idle pause is 2 s: a paused operation is not taken again
+    held = (await s.operations.GetOperation(operations_pb2.GetOperationRequest(id=op.id), metadata=s.metadata)).operation
+    assert held.status == operations_pb2.OPERATION_STATUS_PAUSED and held.acted < 250
+    assert sum((await retried_events(database_url, wf)).values()) == held.acted
+    resumed = await s.operations.ContinueOperation(operations_pb2.OperationActionRequest(id=op.id, actor="bob"),
+                                                   metadata=s.metadata)
+    assert resumed.operation.status == operations_pb2.OPERATION_STATUS_RUNNING
+    assert (await finished(s, op.id)).acted == 250
+    assert await retried_events(database_url, wf) == dict.fromkeys(keys, 1)
+    # Cancelled before it ran a batch: nothing is acted on.
+    wf2 = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    await failed_instances(s, wf2, 250)
+    op2 = (await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+        action=RETRY, selector=selector(wf2), actor="alice", reason="r"), metadata=s.metadata)).operation
+    cancelled = (await s.operations.CancelOperation(operations_pb2.OperationActionRequest(id=op2.id, actor="bob"),
+                                                    metadata=s.metadata)).operation
+    assert cancelled.status == operations_pb2.OPERATION_STATUS_CANCELLED and cancelled.HasField("finished_at")
+    await asyncio.sleep(1)
+    after = (await s.operations.GetOperation(operations_pb2.GetOperationRequest(id=op2.id), metadata=s.metadata)).operation
+    assert after.status == operations_pb2.OPERATION_STATUS_CANCELLED and after.acted < 250
+    assert sum((await retried_events(database_url, wf2)).values()) == after.acted
+    with pytest.raises(grpc.aio.AioRpcError) as late:
+        await s.operations.ContinueOperation(operations_pb2.OperationActionRequest(id=op2.id, actor="bob"),
+                                             metadata=s.metadata)
+    assert late.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize("storage", ["postgres", "sqlite"])
+async def test_an_operation_goes_on_after_its_sidecar_is_killed_mid_batch(storage: str, tmp_path: object) -> None:
+    """The sidecar dies (kill -9 at a failpoint) inside its second batch: the first batch stays done, the second
+    rolls back, and the next sidecar takes the operation over once the lease lapsed: each instance once."""
+    url = create_database() if storage == "postgres" else f"sqlite:///{tmp_path}/bulk.db"
+    token, wf = "t-" + uuid.uuid4().hex[:8], "wf-bulk-kill"
+    env = {"DURABLE_DATABASE_URL": url, "DURABLE_REDIS_URL": "", "DURABLE_AUTH_TOKENS": f"{token}=ns-bulk"}
+    dying = SidecarProcess({**env, "DURABLE_FAILPOINTS": "operation.mid_batch"})
+    second = SidecarProcess(env)
+    try:
+        await asyncio.to_thread(dying.start)
+        ch = channel(dying.port)
+        s = Stubs(ch, token)
+        keys = await failed_instances(s, wf, 250)
+        op = (await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+            action=RETRY, selector=selector(wf), actor="alice", reason="provider back"), metadata=s.metadata)).operation
+        assert op.matched_at_start == 250
+        await asyncio.to_thread(dying.proc.wait, 30)  # type: ignore[union-attr]
+        assert dying.proc is not None and dying.proc.returncode == 86  # died at the failpoint
+        await ch.close()
+        done = await retried_events(url, wf)
+        assert sum(done.values()) == 100 and set(done.values()) == {1}  # the first batch only
+        await asyncio.to_thread(second.start)
+        ch = channel(second.port)
+        s = Stubs(ch, token)
+        result = await finished(s, op.id, timeout=60)
+        await ch.close()
+        assert result.acted == 250 and result.skipped == 0
+        assert await retried_events(url, wf) == dict.fromkeys(keys, 1)
+    finally:
+        dying.stop()
+        second.stop()
+        if storage == "postgres":
+            drop_database(url)
+
+
+async def test_the_cli_previews_starts_and_follows_an_operation_the_sidecar_runs(harness: Harness,
+                                                                                 database_url: str) -> None:
+    s = harness.alpha
+    ns = harness.sidecar.settings.tokens[s.token]
+    wf = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    keys = await failed_instances(s, wf, 12)
+
+    async def cli(*args: str) -> str:
+        done = await asyncio.to_thread(_cli, database_url, "operations", *args, "--namespace", ns)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    preview = await cli("preview", "--workflow", wf, "--status", "failed", "--error", "503", "--sample", "3")
+    assert "12 instances match" in preview and keys[0] in preview and keys[3] not in preview
+    started = await cli("start", "retry", "--workflow", wf, "--status", "failed", "--reason", "provider back",
+                        "--actor", "alice")
+    op_id = int(started.split()[1].rstrip(":"))
+    assert (await finished(s, op_id)).acted == 12  # the sidecar's loop ran what the CLI recorded
+    shown = await cli("show", str(op_id))
+    assert "retry completed, 12 of 12 taken (12 acted on, 0 skipped); by alice: provider back" in shown
+    assert str(op_id) in await cli("list")
+    refused = await asyncio.to_thread(_cli, database_url, "operations", "pause", str(op_id), "--namespace", ns)
+    assert refused.returncode != 0 and "completed; it cannot become paused" in refused.stderr
