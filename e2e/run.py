@@ -276,6 +276,7 @@ class Run:
         self.demo: Any = None
         self.leftovers = Leftovers(data)
         self.phases = Phases(data)
+        self.cli = ".venv/bin/durable-sidecar"  # the CLI as this run's data folder needs it (set in run)
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.stopping:
@@ -367,6 +368,12 @@ class Run:
         self.wait_n8n(n8n, base_url, conf["password"])
         self.phases.done("n8n started and serving the examples")
         console = f"http://{sidecar_env['DURABLE_HTTP_LISTEN_ADDRESS']}/console/"
+        # The CLI finds the embedded database where this run keeps it (DURABLE_RUN_DIR moves it).
+        cli = (".venv/bin/durable-sidecar" if data.resolve() == (REPO / ".durable-data").resolve()
+               else f"DURABLE_DATA_DIR={data} .venv/bin/durable-sidecar")
+        if sidecar_env.get("DURABLE_DATABASE_URL"):
+            cli = f"DURABLE_DATABASE_URL=$DURABLE_DATABASE_URL {cli.rsplit(' ', 1)[-1]}"
+        self.cli = cli
         OUT.write(f"""
   n8n            {base_url}/workflow/durableOrderTracking
                  log in: {OWNER_EMAIL} / {conf['password']}
@@ -378,11 +385,11 @@ class Run:
   Post an order:
     curl -X POST {base_url}/webhook/orders -H 'Content-Type: application/json' \\
          -d '{{"orderId": "A-1001", "amount": 42, "email": "ann@example.com"}}'
-  and look at it:   .venv/bin/durable-sidecar instances show durableOrderTracking A-1001
+  and look at it:   {cli} instances show durableOrderTracking A-1001
   Demo order services (payment, inventory, shipping, coupon) on http://127.0.0.1:{args.services_port}:
   GET /stats counts every call and effect; POST /slow?payment=10 makes each charge take 10 s.
   Crash it yourself (docs/recovery.md): slow the payment, post an order, then kill -9 n8n
-  (process {n8n.proc.pid if n8n.proc else '?'}, or: pkill -9 -f 'n8n start'); make run starts it again.
+  (kill -9 {n8n.proc.pid if n8n.proc else '?'}: n8n's process id); make run starts it again.
 
   Ctrl-C stops everything. Logs: {data}/sidecar.log, {data}/n8n.log
   Phases of this run:
@@ -439,9 +446,9 @@ READY""")
                         "(n8n released it), a failed delivery is sent again by its sender")
                 else:
                     self.wait_n8n(n8n, base_url, password)
-                    say(f"n8n is back ({time.monotonic() - t0:.0f} s). The orders it was running were freed "
-                        "seconds after it died (its session ended) and resume now, each from its last "
-                        "checkpoint; watch them: .venv/bin/durable-sidecar instances list")
+                    say(f"n8n is back ({time.monotonic() - t0:.0f} s, process {n8n.proc.pid if n8n.proc else '?'}). "
+                        "The orders it was running were freed seconds after it died (its session ended) and resume "
+                        f"now, each from its last checkpoint; watch them: {self.cli} instances list")
 
     def import_examples(self, data: Path, n8n_env: dict[str, str], token: str) -> None:
         """The credential and the example workflows, through n8n's own CLI (first run only)."""

@@ -6,7 +6,7 @@ import { NodeOperationError } from 'n8n-workflow';
 
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { DurableInstance } from '../nodes/DurableInstance/DurableInstance.node';
-import { OUTPUT_RESUME, OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
+import { OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
 import { InstanceStatus, ResumeReason, type Instance } from '../shared/transport';
 import { client, runNode, sidecar, useSidecar } from './support/waits-and-signals';
 
@@ -47,13 +47,14 @@ describe('with the real sidecar', () => {
 
 	/** The Resume Trigger's claim of this file's workflow. */
 	const claimResumable = () =>
-		new Promise<Array<{ claimToken: string; reason: ResumeReason }>>((resolve, reject) =>
-			client.instances.claimResumable(
-				{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
-				client.metadata(),
-				client.options(),
-				(error, response) => (error ? reject(error) : resolve(response.instances)),
-			),
+		new Promise<Array<{ claimToken: string; reason: ResumeReason; instance?: Instance }>>(
+			(resolve, reject) =>
+				client.instances.claimResumable(
+					{ workflowIds: [wf], claimant: 'jest', maxInstances: 10, leaseSeconds: 30 },
+					client.metadata(),
+					client.options(),
+					(error, response) => (error ? reject(error) : resolve(response.instances)),
+				),
 		);
 
 	const signal = (key: string, dedupeId: string, payload = '{"by":"carrier"}') =>
@@ -106,7 +107,7 @@ describe('with the real sidecar', () => {
 		expect(received[0].json.event).toMatchObject({ name: 'delivered', dedupeId: 'evt-early' });
 	});
 
-	test('Start If Absent: the signal starts the unknown instance with the item; the trigger runs it and the wait takes the event', async () => {
+	test('Start If Absent: the signal starts the unknown instance held for its delivery; the order starts it with its own item and the wait takes the event', async () => {
 		const params = {
 			instanceKey: 'real-sws',
 			eventName: 'delivered',
@@ -120,28 +121,21 @@ describe('with the real sidecar', () => {
 			items: [{ body: { orderId: 'real-sws' } }],
 		};
 		const [first] = await runNode(new DurableInstance(), params, context);
-		expect(first[0].json.signal).toMatchObject({ outcome: 'started', runState: 'scheduled' });
+		expect(first[0].json.signal).toMatchObject({ outcome: 'started' });
 		const [again] = await runNode(new DurableInstance(), params, context);
 		expect(again[0].json.signal).toMatchObject({ outcome: 'duplicate' });
+		// Held for its delivery: the Resume Trigger does not take it (its start item is the carrier's).
 		const claimed = await claimResumable();
-		const mine = claimed.filter(
-			(c) => c.claimToken && c.reason === ResumeReason.RESUME_REASON_WAKE_UP,
-		);
-		expect(mine).toHaveLength(1);
+		expect(claimed.filter((c) => c.instance?.instanceKey === 'real-sws')).toHaveLength(0);
+		// The order's webhook arrives: its Resume Point starts the instance with the order's own item.
+		const order = { headers: { 'x-request-id': 'r-1' }, body: { orderId: 'real-sws', amount: 20 } };
 		const out = await runNode(
 			new ResumePoint(),
-			{ instanceKey: 'ignored', waitOutputs: true },
-			{
-				workflowId: wf,
-				executionId: 'exec-sws',
-				items: [
-					{ durable: { claimToken: mine[0].claimToken, instanceKey: 'real-sws', workflowId: wf } },
-				],
-			},
+			{ instanceKey: 'real-sws', waitOutputs: true },
+			{ workflowId: wf, executionId: 'exec-sws', items: [order] },
 		);
-		// Resumed from its start item: the delivery the signal carried.
-		expect(out[OUTPUT_RESUME]).toHaveLength(1);
-		expect(out[OUTPUT_RESUME][0].json.body).toEqual({ orderId: 'real-sws' });
+		expect(out[OUTPUT_START]).toHaveLength(1);
+		expect(out[OUTPUT_START][0].json.body).toEqual({ orderId: 'real-sws', amount: 20 });
 		await runNode(
 			new DurableCheckpoint(),
 			{
@@ -151,7 +145,7 @@ describe('with the real sidecar', () => {
 				stepName: 'paid',
 				saveWhat: 'item',
 			},
-			{ workflowId: wf, executionId: 'exec-sws', items: out[OUTPUT_RESUME] },
+			{ workflowId: wf, executionId: 'exec-sws', items: out[OUTPUT_START] },
 		);
 		const [received] = await runNode(
 			new DurableCheckpoint(),

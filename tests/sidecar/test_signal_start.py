@@ -21,6 +21,7 @@ STARTED = events_pb2.SIGNAL_OUTCOME_STARTED
 STORED = events_pb2.SIGNAL_OUTCOME_STORED
 DUPLICATE = events_pb2.SIGNAL_OUTCOME_DUPLICATE
 ORDER = {"orderId": "A-1", "customer": {"id": 7}}
+WEBHOOK = {"headers": {"x-request-id": "r-1"}, "body": {"orderId": "A-1", "items": 3, "address": "Main St 1"}}
 
 
 async def signal_start(s: Stubs, key: str, dedupe: str, start_item: object = ORDER, **kw: object
@@ -34,28 +35,44 @@ async def count_instances(url: str, key: str) -> int:
     return int((await fetch(url, "SELECT count(*) FROM durable_instances WHERE instance_key = %s", key))[0][0])
 
 
-async def test_a_signal_starts_an_absent_instance_which_the_trigger_hands_out_to_run_from_its_start_item(
+async def test_a_signal_starts_an_absent_instance_held_for_its_delivery_which_starts_it_with_its_own_item(
         harness: Harness, database_url: str) -> None:
     s = harness.alpha
     key = new_key()
     sent = await signal_start(s, key, "pay-1")
     assert sent.outcome == STARTED and sent.event.dedupe_id == "pay-1" and not sent.event.HasField("consumed_at")
     inst = sent.instance
-    # Unleased and due now: no execution holds it, the Resume Trigger takes it.
+    # Held for its delivery: no execution holds it and no Resume Trigger takes it (its start item is a stand-in).
     assert inst.status == common_pb2.INSTANCE_STATUS_RUNNING and inst.lease_owner == "" and inst.last_sequence == 0
+    assert not inst.HasField("wake_at") and not await claim_key(s, key)
     kinds = [(k, a) for k, a, _ in await audit(database_url, key)]
     assert kinds == [("started", "payments"), ("signalled", "payments")]
     assert "by signal paid (dedupe id pay-1)" in (await audit(database_url, key))[0][2]
-    handed = await claim_key(s, key)
-    assert len(handed) == 1 and handed[0].reason == instance_pb2.RESUME_REASON_WAKE_UP
-    resumed = await start(s, key, "exec-1", claim_token=handed[0].claim_token, include_state=True)
-    assert resumed.outcome == instance_pb2.START_OUTCOME_RESUMED
-    assert json.loads(resumed.start_item_json) == ORDER and not resumed.HasField("latest_checkpoint")
+    # The order's delivery starts it, with its own item (not the signal's).
+    order = await start(s, key, "exec-1", start_item_json=json.dumps(WEBHOOK).encode(), include_state=True,
+                        search_fields_json=b'{"customerId": "C-1"}')
+    assert order.outcome == instance_pb2.START_OUTCOME_STARTED and order.instance.lease_owner == "exec-1"
+    assert json.loads((await get(s, key)).search_fields_json) == {"customerId": "C-1"}  # the delivery's fields
+    assert json.loads(order.start_item_json) == WEBHOOK and not order.HasField("latest_checkpoint")
     # The workflow reaches its Wait for Event: the event is already in the mailbox.
-    await save(s, item(key, "ordered", ORDER))
+    await save(s, item(key, "ordered", WEBHOOK))
     got = await await_event(s, key, name="paid")
     assert got.outcome == events_pb2.AWAIT_OUTCOME_RECEIVED and json.loads(got.event.payload_json) == {"paid": True}
     assert await mailbox(database_url, key) == [("pay-1", "paid", True)]
+    assert [k for k, _, _ in await audit(database_url, key)][:3] == ["started", "signalled", "start_item_delivered"]
+
+
+async def test_an_operator_runs_a_held_instance_from_the_signals_start_item(harness: Harness) -> None:
+    """No delivery comes: ResumeInstance hands it to the Resume Trigger, which runs it from the stand-in."""
+    s = harness.alpha
+    key = new_key()
+    await signal_start(s, key, "pay-1")
+    await s.recovery.ResumeInstance(events_pb2.ResumeInstanceRequest(
+        workflow_id=WF, instance_key=key, actor="alice", reason="the order came by phone"), metadata=s.metadata)
+    handed = await claim_key(s, key)
+    assert len(handed) == 1 and handed[0].reason == instance_pb2.RESUME_REASON_REDRIVE
+    resumed = await start(s, key, "exec-1", claim_token=handed[0].claim_token, include_state=True)
+    assert resumed.outcome == instance_pb2.START_OUTCOME_RESUMED and json.loads(resumed.start_item_json) == ORDER
 
 
 async def test_an_existing_instance_is_signalled_as_usual_and_keeps_its_start_item(harness: Harness,
@@ -82,6 +99,8 @@ async def test_an_empty_start_item_is_an_empty_object_and_a_finished_instance_ta
     s = harness.alpha
     key = new_key()
     assert (await signal_start(s, key, "pay-1", b"")).outcome == STARTED
+    await s.recovery.ResumeInstance(events_pb2.ResumeInstanceRequest(
+        workflow_id=WF, instance_key=key, actor="alice", reason="run it"), metadata=s.metadata)
     handed = await claim_key(s, key)
     resumed = await start(s, key, "exec-1", claim_token=handed[0].claim_token, include_state=True)
     assert json.loads(resumed.start_item_json) == {}
@@ -138,11 +157,8 @@ async def test_signal_with_start_racing_a_start_makes_one_instance_and_one_deliv
         assert await count_instances(database_url, key) == 1
         assert await mailbox(database_url, key) == [(f"pay-{key}", "paid", False)]
         assert [k for k, _, _ in await audit(database_url, key)].count("started") == 1
-        # Whoever came first started it; the other found it.
-        if sent.outcome == STARTED:
-            assert started.outcome in (instance_pb2.START_OUTCOME_RESUMED, instance_pb2.START_OUTCOME_BUSY)
-        else:
-            assert sent.outcome == STORED and started.outcome == instance_pb2.START_OUTCOME_STARTED
+        # Whoever came first made it; the delivery starts it either way (a signal's instance is held for it).
+        assert sent.outcome in (STARTED, STORED) and started.outcome == instance_pb2.START_OUTCOME_STARTED
     outcomes = Counter(sent.outcome for sent, _ in results)
     assert set(outcomes) <= {STARTED, STORED}
 
@@ -169,8 +185,6 @@ async def test_signal_with_start_racing_starts_and_signals_through_two_processes
         inst = await get(stubs[0], keys[0])
         assert inst.instance_key == keys[0]
 
-
-WEBHOOK = {"headers": {"x-request-id": "r-1"}, "body": {"orderId": "A-1", "items": 3, "address": "Main St 1"}}
 
 
 async def test_the_order_delivery_after_a_signal_start_runs_the_instance_with_its_own_item(
@@ -201,13 +215,15 @@ async def test_the_order_delivery_after_a_signal_start_runs_the_instance_with_it
     assert await count_instances(database_url, key) == 1
 
 
-async def test_the_order_delivery_after_the_trigger_took_a_signal_start_is_answered_in_progress(
+async def test_the_order_delivery_after_an_operator_ran_the_held_instance_is_answered_in_progress(
         harness: Harness) -> None:
-    """Taken by the Resume Trigger already: the order is answered as a re-delivery (in progress), and a later
-    resume of the instance reads the order's item as its start item."""
+    """Run already (an operator resumed it, the trigger took it): the order is answered as a re-delivery (in
+    progress), and a later resume of the instance reads the order's item as its start item."""
     s = harness.alpha
     key = new_key()
     await signal_start(s, key, "pay-1", {"from": "payment"})
+    await s.recovery.ResumeInstance(events_pb2.ResumeInstanceRequest(
+        workflow_id=WF, instance_key=key, actor="alice", reason="run it"), metadata=s.metadata)
     handed = await claim_key(s, key)
     assert len(handed) == 1
     order = await start(s, key, "exec-order", start_item_json=json.dumps(WEBHOOK).encode(), check_delivery=True)

@@ -124,7 +124,7 @@ export class DurableInstance implements INodeType {
 				type: 'boolean',
 				default: false,
 				description:
-					"Whether a signal for a key no instance has yet starts that instance, with the start item below and the event in its mailbox, in one step (signal-with-start): an event can then never arrive too early. The target workflow's Resume Trigger runs the new instance from its Resume Point, as a delivery of the start item. Off: a signal never starts an instance (error: does not exist).",
+					"Whether a signal for a key no instance has yet starts that instance, with the start item below and the event in its mailbox, in one step (signal-with-start): an event can then never arrive too early. The new instance is held for its delivery: the order's own webhook starts it at its Resume Point with the order's item (and the event waits in its mailbox); nothing runs on the start item unless an operator resumes the instance. Off: a signal never starts an instance (error: does not exist).",
 				displayOptions: { show: { operation: ['signal'] } },
 			},
 			...withCustomJson(
@@ -147,7 +147,7 @@ export class DurableInstance implements INodeType {
 						},
 					],
 					description:
-						'What the started instance runs with, when the signal starts it (ignored when the instance exists)',
+						'What the started instance holds until its delivery replaces it (what it runs with only if an operator resumes it before the delivery comes; ignored when the instance exists)',
 					displayOptions: { show: { operation: ['signal'], startIfAbsent: [true] } },
 				},
 				{

@@ -146,6 +146,8 @@ async def _run(args: argparse.Namespace) -> int:
             for name, value in vars(inst).items():
                 if name == "result_json":
                     value = value.decode() if value else None
+                elif name == "search_fields":
+                    value = fields_json(value).decode() if value else None
                 elif name == "status":
                     value = status_word(inst, now)
                 print(f"{name:>24}: {_fmt(value)}")

@@ -105,10 +105,12 @@ class EventServiceServicer:
         With it (signal-with-start), an unknown instance is started in the same
         transaction, bound to the workflow's current version, with
         start_item_json as its start item and the event in its mailbox (outcome
-        STARTED); it is unleased and due at once, so the Resume Trigger hands it
-        out (reason WAKE_UP; its audit trail's "started" event names the signal)
-        and its Resume Point resumes it from the start item. A StartOrResume racing it finds the one instance: never two
-        instances, never two deliveries. FAILED_PRECONDITION for a COMPLETED,
+        STARTED). It is held for its delivery: unleased and without a wake-up,
+        so no Resume Trigger takes it (its start item is a stand-in). The first
+        StartOrResume with a start item (the order's webhook) replaces the
+        stand-in and starts it (START_OUTCOME_STARTED); an operator's
+        ResumeInstance runs it from the stand-in instead. A StartOrResume racing
+        it finds the one instance: never two instances, never two deliveries. FAILED_PRECONDITION for a COMPLETED,
         FAILED or CANCELLED instance (a SUSPENDED instance keeps the event for
         when it is retried).
         """

@@ -170,8 +170,7 @@ class EventService:
         if outcome is SignalOutcome.STARTED and start is not None and self.starts is not None:
             self.starts.remember(start)
         if outcome is SignalOutcome.DELIVERED:
-            # Not for STARTED: the start item is a stand-in for the delivery (the order's webhook) that may come
-            # right after; until the trigger's next poll that delivery starts the instance with its own item.
+            # (An instance a signal STARTED is held for its delivery: nothing to wake.)
             self.on_due()
         return outcome, event, inst
 

@@ -162,6 +162,10 @@ class InstanceService:
         check_delivery: an existing instance whose stored start item is another
         delivery than start_item_json (same_delivery) answers DIFFERENT before
         anything is written, whatever its status.
+
+        An instance a signal started (SignalStarts) is held for its delivery:
+        the first call with a start item replaces the signal's stand-in and,
+        when nothing ran the instance yet, starts it (STARTED).
         """
         _check_ref(ref)
         fields: list[Change] = []
@@ -262,13 +266,13 @@ class InstanceService:
             if inst is None:  # deleted between the insert and the lock: let the retry loop start over
                 raise FailedPrecondition("instance changed concurrently; retry")
             latest = await self._latest_meta(conn, inst)
-            if check_delivery and start_item is not None:
+            if start_item is not None:  # a delivery (re-deliveries are rare: the extra read is off the hot path)
                 stored = await self.instances.start_item_with_source_txn(conn, ref)
-                if stored is not None and not same_delivery(stored[0], start_item_json):
-                    if not stored[1]:
-                        return StartResult(StartOutcome.DIFFERENT, inst, latest, start_item=stored[0])
+                if stored is not None and stored[1]:
                     # The delivery a signal-with-start stood in for: it becomes the start item.
                     return await delivered_after_signal(conn, inst, latest, start_item)
+                if check_delivery and stored is not None and not same_delivery(stored[0], start_item_json):
+                    return StartResult(StartOutcome.DIFFERENT, inst, latest, start_item=stored[0])
             return await existing(conn, inst, latest)
 
         async def existing(conn: Conn, inst: Instance, latest: Checkpoint | None) -> StartResult:
@@ -308,10 +312,10 @@ class InstanceService:
                     "" if ran or inst.status is not InstanceStatus.RUNNING or inst.awaited_event
                     else "; this execution starts the instance"))
             if ran or inst.status is not InstanceStatus.RUNNING or inst.awaited_event:
-                # Handed out already (or finished, or waiting): the delivery is answered as a re-delivery; a
-                # resume that reads the start item from now on reads this one.
+                # Run already (an operator resumed it), finished or waiting: the delivery is answered as a
+                # re-delivery; a resume that reads the start item from now on reads this one.
                 return await existing(conn, inst, latest)
-            # Not yet taken by the Resume Trigger: this delivery runs it as the new instance it is.
+            # Held for this delivery (SignalStarts): it starts the instance as the new one it is.
             inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease_for(inst),
                                                        count_resume=False, hold_seconds=hold)
             return StartResult(StartOutcome.STARTED, inst, None,

@@ -61,7 +61,7 @@ class SignalStarts:
         return SignalStart(ref, actor, raw, self.checkpoints.encode(raw), snapshot)
 
     async def start_txn(self, conn: Conn, start: SignalStart, *, detail: str) -> Instance | None:
-        """Writes the new instance, unleased and due now; None when its key exists (a racing start won)."""
+        """Writes the new instance, held for its delivery; None when its key exists (a racing start won)."""
         ref = start.ref
         binding = await self.versions.binding_txn(conn, ref.namespace, ref.workflow_id, start.snapshot,
                                                   pinned_version=0)
@@ -74,8 +74,11 @@ class SignalStarts:
                                                 from_signal=True)
         bound = f"; bound to version {binding.for_new}" if binding.for_new else ""
         await self.instances.add_event_txn(conn, ref, "started", actor=start.actor, detail=detail + bound)
+        # Held for its delivery: unleased and without a wake-up, so no Resume Trigger takes it. The delivery (a
+        # StartOrResume with a start item) starts it with its own item; an operator's ResumeInstance runs it from
+        # this one.
         now = await self.waits.now_txn(conn)
-        return await self.waits.update_txn(conn, ref, now=now, lease_owner="", lease_expires_at=None, wake_at=now)
+        return await self.waits.update_txn(conn, ref, now=now, lease_owner="", lease_expires_at=None, wake_at=None)
 
     def remember(self, start: SignalStart) -> None:
         """After the commit: the new instance's state is its start item."""

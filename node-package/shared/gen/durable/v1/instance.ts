@@ -176,9 +176,10 @@ export interface StartOrResumeRequest {
    * change with every re-delivery. Ignored without start_item_json, for a new
    * instance, and for an instance stored without a start item. A start item
    * written by a signal-with-start (SignalInstance start_if_absent) stands in
-   * for the delivery not yet come: the first delivery replaces it (audit event
-   * start_item_delivered) and is answered STARTED when no execution took the
-   * instance yet, else by the usual rules (BUSY while one runs it).
+   * for the delivery not yet come, with or without check_delivery: the first
+   * call with a start_item_json replaces it (audit event
+   * start_item_delivered) and is answered STARTED when nothing ran the
+   * instance yet, else by the usual rules (BUSY while an execution runs it).
    */
   checkDelivery: boolean;
   /**
