@@ -175,12 +175,14 @@ bench: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench --docs docs/bench --profile $(ARGS)
 	$(BIN)/python -m bench.sessions --docs docs/bench
 	$(BIN)/python -m bench.search --docs docs/bench
+	$(BIN)/python -m bench.bulk --docs docs/bench
 	$(BIN)/python -m bench.n8n --docs docs/bench --profile $(N8N_ARGS)
 
 bench-quick: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench --quick $(ARGS)
 	$(BIN)/python -m bench.sessions --quick
 	$(BIN)/python -m bench.search --quick
+	$(BIN)/python -m bench.bulk --quick
 	$(BIN)/python -m bench.n8n --quick $(N8N_ARGS)
 
 # The pinned n8n on Node 24 that make e2e and the n8n benchmark use (once; then seconds).

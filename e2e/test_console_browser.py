@@ -495,6 +495,9 @@ def test_console_hides_what_a_read_token_may_not_do(stack: Stack, page: Any) -> 
         tab.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={key}")
         tab.wait_for_selector("[data-testid=read-only]")
         assert tab.locator("#cancel-instance, #move-instance, #retry-instance, #resume-instance").count() == 0
+        tab.goto(f"{sidecar.http_url}/console/#/instances?wf={wf}")
+        tab.wait_for_selector("[data-testid=instances-table]")
+        assert tab.locator("#bulk").count() == 0  # no bulk action for a read token either
         # What the page would have sent is refused by the sidecar for this token, whatever the client.
         refused = tab.evaluate("""async ([token, workflowId, instanceKey]) => {
             const r = await fetch('/durable.v1.InstanceService/CancelInstance', {method: 'POST',
@@ -512,3 +515,69 @@ def test_console_hides_what_a_read_token_may_not_do(stack: Stack, page: Any) -> 
     assert sidecar.instance(wf, key).status == common_pb2.INSTANCE_STATUS_RUNNING  # type: ignore[union-attr]
     REPORT.add("console: a read token sees no action (browser)", 1, 0, 0, time.monotonic() - t0,
                note="role beside the namespace; the sidecar answers 403 permission_denied")
+
+
+def test_console_bulk_retry_with_its_preview_progress_and_result(stack: Stack, page: Any) -> None:
+    """Issue 44: an operator narrows the instance list (workflow, status, a search field, the error text), previews
+    what a bulk retry would take (the count and the first ones), starts it through the confirmation dialog, and
+    follows it on its page to the end; each matching instance is retried once, the others are left alone."""
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    run = uuid.uuid4().hex[:6]
+    wf = f"consoleBulk{run}"
+    instances = instance_pb2_grpc.InstanceServiceStub(sidecar.channel)
+    md = sidecar.md
+    matching, others = [], []
+    for n in range(36):
+        key = f"bulk-{run}-{n:02d}"
+        tier = "gold" if n % 3 else "silver"
+        error = "payment API 503" if n % 4 else "card declined"
+        instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=wf, instance_key=key, execution_id="9100",
+            search_fields_json=json.dumps({"tier": tier}).encode()), metadata=md, timeout=5)
+        instances.FailInstance(instance_pb2.FailInstanceRequest(
+            workflow_id=wf, instance_key=key, execution_id="9100", error_message=error), metadata=md, timeout=5)
+        (matching if tier == "gold" and "503" in error else others).append(key)
+
+    _login(page, sidecar.http_url)
+    page.goto(f"{sidecar.http_url}/console/#/instances")
+    page.wait_for_selector("#instance-filters")
+    page.fill("#instance-filters input[name=wf]", wf)
+    page.select_option("#instance-filters select[name=status]", "FAILED")
+    page.fill("#instance-filters input[name=sf]", "tier=gold")
+    page.fill("#instance-filters input[name=err]", "503")
+    page.click("#search")
+    page.wait_for_selector("[data-testid=instances-table] tbody tr")
+    assert page.locator("#counts [data-status=ALL] b").inner_text() == str(len(matching))
+    page.select_option("#bulk-action", "RETRY")
+    page.click("#bulk-preview-button")
+    page.wait_for_selector("[data-testid=bulk-count]")
+    assert page.inner_text("[data-testid=bulk-count]").startswith(f"{len(matching)} instances match")
+    sample = page.locator("[data-testid=bulk-sample] a").all_inner_texts()
+    assert sample == sorted(matching)[:10], sample
+    _shot(page, "console-bulk-preview.png")
+    page.click("#bulk-start")
+    page.fill("#confirm-actor", "ops:e2e")
+    page.fill("#confirm-reason", "payment provider recovered")
+    page.click("#confirm-ok")
+    page.wait_for_selector("[data-testid=operation-status]")
+    page.wait_for_function("document.querySelector('[data-testid=operation-status]').innerText.trim() === 'completed'")
+    progress = page.inner_text("[data-testid=operation-progress]")
+    assert progress == f"{len(matching)} of {len(matching)} taken · {len(matching)} acted on · 0 skipped", progress
+    _shot(page, "console-bulk-operation.png")
+    for key in matching:
+        inst = sidecar.instance(wf, key)
+        assert inst is not None and inst.status == common_pb2.INSTANCE_STATUS_RUNNING, (key, inst)
+        events = audit_pb2_grpc.AuditServiceStub(sidecar.channel).ListInstanceEvents(
+            audit_pb2.ListInstanceEventsRequest(workflow_id=wf, instance_key=key), metadata=md, timeout=5).events
+        retried = [e for e in events if e.kind == "retried"]
+        assert len(retried) == 1 and retried[0].actor == "ops:e2e" and "payment provider recovered" in \
+            retried[0].detail, events
+    for key in others:
+        inst = sidecar.instance(wf, key)
+        assert inst is not None and inst.status == common_pb2.INSTANCE_STATUS_FAILED, (key, inst)
+    page.goto(f"{sidecar.http_url}/console/#/operations")
+    page.wait_for_selector("[data-testid=operations-table]")
+    assert "payment provider recovered" in page.inner_text("[data-testid=operations-table]")
+    REPORT.add("console: bulk retry by filter (browser)", len(matching), 0, 0, time.monotonic() - t0,
+               note="preview (count and sample), confirmation, progress to completed; the others untouched")

@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -278,3 +279,88 @@ def test_24_a_poison_order_is_suspended_then_retried_by_the_operator_with_side_e
                note=f"{calls_while_failing} failing calls ({MAX_RESUMES} automatic resumes, backoff 1 s, 2 s), "
                     f"suspended after {suspended_after:.1f} s; after the retry: shipped once, notified once",
                backoffs=len(scheduled))
+
+
+def test_25_the_carriers_event_before_the_order_starts_a_held_instance_the_order_runs_with_its_own_fields(
+        waits: Stack) -> None:
+    """Found by a user trial: with Start If Absent, the Resume Trigger ran the instance a signal started from the
+    signal's item and called the provider without the order's fields. The instance is held for its delivery: the
+    order's webhook starts it, with its own item; the wait takes the early event at once."""
+    stack = waits
+    t0 = time.monotonic()
+    wf = customise(json.loads((REPO / "examples" / "carrier-webhook.json").read_text()), stack.services.url)
+    wf["id"], wf["name"] = "durableCarrierFirst", "Carrier webhook (start if absent)"
+    for node in wf["nodes"]:
+        if node["type"].endswith(".webhook"):
+            node["parameters"]["path"] = "carrier-first"
+            node["webhookId"] = str(uuid.uuid4())
+        elif node["type"].endswith(".durableInstance"):
+            node["parameters"]["startIfAbsent"] = True
+    publish_workflow(stack.n8n, wf)
+    stack.n8n.wait_webhook("carrier-first", timeout=120)
+    ks = keys("first", 3)
+    for k in ks:
+        status, reply = http("POST", f"{stack.n8n.url}/webhook/carrier-first",
+                             {"orderId": k, "eventId": f"evt-{k}", "deliveredAt": f"noon-evt-{k}"}, timeout=60)
+        body = json.loads(reply or b"{}")
+        assert status == 200 and body.get("signal", {}).get("outcome") == "started", (status, body)
+    time.sleep(7)  # longer than the Resume Trigger's poll (5 s): a held instance is not run from the signal's item
+    assert all(stack.services.calls("shipping", k) == 0 for k in ks), diagnose(stack, ks)
+    for k in ks:
+        post_order(stack, k)
+    until(stack, "the orders to complete", lambda: all(status_is(stack, k, COMPLETED) for k in ks), ks)
+    for k in ks:
+        delivered_once(stack, k, f"evt-{k}")
+        shipped = stack.services.bodies("shipping", k)
+        assert shipped and all(b.get("email") == f"{k}@example.com" and b.get("amount") == 42.0 for b in shipped), \
+            shipped  # the order's own fields, not the carrier's
+        kinds = [e.kind for e in audit(stack, k)]
+        assert kinds[:3] == ["started", "signalled", "start_item_delivered"], kinds
+        assert instance(stack, k).resume_count == 0  # the order's execution ran it through, as a new order
+    REPORT.add("25. carrier's event before the order (Start If Absent)", len(ks), len(ks), 0, time.monotonic() - t0,
+               note="held for its delivery; the order started it with its own fields; the wait took the event")
+
+
+def test_26_a_bulk_retry_completes_200_orders_suspended_by_a_failing_provider(waits: Stack) -> None:
+    """Issue 44: the shipping provider fails for 200 orders until each is suspended; once it recovers, one bulk
+    retry by filter (`durable-sidecar operations`: preview, then start) redrives all of them, and each ships once
+    and completes when its carrier event comes."""
+    stack = waits
+    t0 = time.monotonic()
+    run = uuid.uuid4().hex[:6]
+    ks = [f"bulk-{run}-{i:03d}" for i in range(200)]
+    for k in ks:
+        stack.services.fail("shipping", k)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda k: post_order(stack, k), ks))
+        until(stack, "the 200 orders to be suspended", lambda: all(status_is(stack, k, SUSPENDED) for k in ks),
+              ks[:3], 600)
+    finally:
+        stack.services.heal()
+    suspended_after = time.monotonic() - t0
+    assert all(stack.services.effects("shipping", k) == 0 for k in ks)
+    flt = ("--workflow", DELIVERY_WF, "--status", "suspended", "--key-prefix", f"bulk-{run}-",
+           "--error", "shipping failed", "--namespace", NAMESPACE)
+    preview = stack.sidecar.cli("operations", "preview", *flt)
+    assert preview.startswith("200 instances match"), preview
+    started = stack.sidecar.cli("operations", "start", "retry", *flt, "--reason", "shipping API recovered",
+                                "--actor", "e2e-operator")
+    op_id = started.split()[1].rstrip(":")
+    t1 = time.monotonic()
+    until(stack, "the 200 retried orders to ship and wait", lambda: all(waiting(stack, k) for k in ks), ks[:3], 600)
+    shipped_after = time.monotonic() - t1
+    shown = stack.sidecar.cli("operations", "show", op_id, "--namespace", NAMESPACE)
+    assert "retry completed, 200 of 200 taken (200 acted on, 0 skipped)" in shown, shown
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda k: carrier(stack, k, f"evt-{k}"), ks))
+    assert all(status == 200 for status, _ in replies), [r for r in replies if r[0] != 200][:3]
+    until(stack, "the 200 orders to complete", lambda: all(status_is(stack, k, COMPLETED) for k in ks), ks[:3], 600)
+    for k in ks:
+        delivered_once(stack, k, f"evt-{k}")
+        retried = [e for e in audit(stack, k) if e.kind == "retried"]
+        assert len(retried) == 1 and retried[0].actor == "e2e-operator" and f"(bulk operation {op_id})" in \
+            retried[0].detail, retried
+    REPORT.add("26. bulk retry of 200 suspended orders", len(ks), len(ks), 0, time.monotonic() - t0,
+               note=f"suspended after {suspended_after:.0f} s; one operation retried all 200, shipped and waiting "
+                    f"{shipped_after:.0f} s later; each shipped once and completed")

@@ -77,3 +77,11 @@ def test_the_search_bench_times_a_field_search_against_its_floor_and_reads_the_i
     assert [r["call"] for r in result["rows"]] == ["floor", "search", "range"]
     assert result["p50_ms"]["search"] > 0 and result["search_over_floor"] > 0
     assert result["plan"]["index_on_search_fields"] and not result["plan"]["seq_scan_on_search_fields"]
+
+
+def test_the_bulk_bench_times_a_bulk_retry_against_one_call_per_instance() -> None:
+    from bench import bulk
+
+    result = bulk.run(instances=300, floor=20, rounds=1)
+    assert result["rows"][0]["bulk_per_s"] > 0 and result["rows"][0]["floor_per_s"] > 0
+    assert result["bulk_over_floor"] > 0

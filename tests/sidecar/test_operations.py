@@ -8,7 +8,7 @@ import uuid
 
 import grpc
 import pytest
-from durable.v1 import common_pb2, instance_pb2, operations_pb2
+from durable.v1 import audit_pb2, common_pb2, instance_pb2, operations_pb2
 
 from tests.conftest import Harness
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database
@@ -230,3 +230,22 @@ async def test_the_cli_previews_starts_and_follows_an_operation_the_sidecar_runs
     assert str(op_id) in await cli("list")
     refused = await asyncio.to_thread(_cli, database_url, "operations", "pause", str(op_id), "--namespace", ns)
     assert refused.returncode != 0 and "completed; it cannot become paused" in refused.stderr
+
+
+async def test_list_and_count_filter_by_error_text_as_operations_do(harness: Harness) -> None:
+    s = harness.alpha
+    wf = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    await failed_instances(s, wf, 3, error="payment API 503")
+    await failed_instances_named(s, wf, "zz-9", "address invalid")
+    listed = await s.instances.ListInstances(instance_pb2.ListInstancesRequest(
+        workflow_id=wf, error_contains="API 503"), metadata=s.metadata)
+    assert sorted(i.instance_key for i in listed.instances) == ["order-0000", "order-0001", "order-0002"]
+    counted = await s.audit.CountInstances(audit_pb2.CountInstancesRequest(workflow_id=wf, error_contains="invalid"),
+                                           metadata=s.metadata)
+    assert counted.total == 1
+    assert not (await s.instances.ListInstances(instance_pb2.ListInstancesRequest(
+        workflow_id=wf, error_contains="api 503"), metadata=s.metadata)).instances  # case sensitive
+    with pytest.raises(grpc.aio.AioRpcError) as long:
+        await s.instances.ListInstances(instance_pb2.ListInstancesRequest(error_contains="x" * 257),
+                                        metadata=s.metadata)
+    assert long.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "error_contains" in long.value.details()

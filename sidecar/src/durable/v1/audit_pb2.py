@@ -26,7 +26,7 @@ from durable.v1 import common_pb2 as durable_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64urable/v1/audit.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\x01\n\rInstanceEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"m\n\x19ListInstanceEventsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"`\n\x1aListInstanceEventsResponse\x12)\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x19.durable.v1.InstanceEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x90\x02\n\x15\x43ountInstancesRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x15\n\rbound_version\x18\x02 \x01(\x03\x12\x1b\n\x13instance_key_prefix\x18\x03 \x01(\t\x12\x11\n\tlast_step\x18\x04 \x01(\t\x12\x31\n\rcreated_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\rsearch_fields\x18\x07 \x03(\x0b\x32\x1d.durable.v1.SearchFieldFilter\"H\n\x0bStatusCount\x12*\n\x06status\x18\x01 \x01(\x0e\x32\x1a.durable.v1.InstanceStatus\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"a\n\x16\x43ountInstancesResponse\x12\'\n\x06\x63ounts\x18\x01 \x03(\x0b\x32\x17.durable.v1.StatusCount\x12\x0f\n\x07stalled\x18\x02 \x01(\x03\x12\r\n\x05total\x18\x03 \x01(\x03\"\x12\n\x10GetCallerRequest\"4\n\x11GetCallerResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"=\n\x14ListWorkflowsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"y\n\x0fWorkflowSummary\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x10\n\x08versions\x18\x02 \x01(\x03\x12\x16\n\x0elatest_version\x18\x03 \x01(\x03\x12\x14\n\x0clatest_label\x18\x04 \x01(\t\x12\x11\n\tinstances\x18\x05 \x01(\x03\"`\n\x15ListWorkflowsResponse\x12.\n\tworkflows\x18\x01 \x03(\x0b\x32\x1b.durable.v1.WorkflowSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x80\x03\n\x0c\x41uditService\x12h\n\x12ListInstanceEvents\x12%.durable.v1.ListInstanceEventsRequest\x1a&.durable.v1.ListInstanceEventsResponse\"\x03\x90\x02\x01\x12\\\n\x0e\x43ountInstances\x12!.durable.v1.CountInstancesRequest\x1a\".durable.v1.CountInstancesResponse\"\x03\x90\x02\x01\x12M\n\tGetCaller\x12\x1c.durable.v1.GetCallerRequest\x1a\x1d.durable.v1.GetCallerResponse\"\x03\x90\x02\x01\x12Y\n\rListWorkflows\x12 .durable.v1.ListWorkflowsRequest\x1a!.durable.v1.ListWorkflowsResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64urable/v1/audit.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\x01\n\rInstanceEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"m\n\x19ListInstanceEventsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"`\n\x1aListInstanceEventsResponse\x12)\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x19.durable.v1.InstanceEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa8\x02\n\x15\x43ountInstancesRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x15\n\rbound_version\x18\x02 \x01(\x03\x12\x1b\n\x13instance_key_prefix\x18\x03 \x01(\t\x12\x11\n\tlast_step\x18\x04 \x01(\t\x12\x31\n\rcreated_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\rsearch_fields\x18\x07 \x03(\x0b\x32\x1d.durable.v1.SearchFieldFilter\x12\x16\n\x0e\x65rror_contains\x18\x08 \x01(\t\"H\n\x0bStatusCount\x12*\n\x06status\x18\x01 \x01(\x0e\x32\x1a.durable.v1.InstanceStatus\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"a\n\x16\x43ountInstancesResponse\x12\'\n\x06\x63ounts\x18\x01 \x03(\x0b\x32\x17.durable.v1.StatusCount\x12\x0f\n\x07stalled\x18\x02 \x01(\x03\x12\r\n\x05total\x18\x03 \x01(\x03\"\x12\n\x10GetCallerRequest\"4\n\x11GetCallerResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"=\n\x14ListWorkflowsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"y\n\x0fWorkflowSummary\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x10\n\x08versions\x18\x02 \x01(\x03\x12\x16\n\x0elatest_version\x18\x03 \x01(\x03\x12\x14\n\x0clatest_label\x18\x04 \x01(\t\x12\x11\n\tinstances\x18\x05 \x01(\x03\"`\n\x15ListWorkflowsResponse\x12.\n\tworkflows\x18\x01 \x03(\x0b\x32\x1b.durable.v1.WorkflowSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x80\x03\n\x0c\x41uditService\x12h\n\x12ListInstanceEvents\x12%.durable.v1.ListInstanceEventsRequest\x1a&.durable.v1.ListInstanceEventsResponse\"\x03\x90\x02\x01\x12\\\n\x0e\x43ountInstances\x12!.durable.v1.CountInstancesRequest\x1a\".durable.v1.CountInstancesResponse\"\x03\x90\x02\x01\x12M\n\tGetCaller\x12\x1c.durable.v1.GetCallerRequest\x1a\x1d.durable.v1.GetCallerResponse\"\x03\x90\x02\x01\x12Y\n\rListWorkflows\x12 .durable.v1.ListWorkflowsRequest\x1a!.durable.v1.ListWorkflowsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,21 +48,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTINSTANCEEVENTSRESPONSE']._serialized_start=352
   _globals['_LISTINSTANCEEVENTSRESPONSE']._serialized_end=448
   _globals['_COUNTINSTANCESREQUEST']._serialized_start=451
-  _globals['_COUNTINSTANCESREQUEST']._serialized_end=723
-  _globals['_STATUSCOUNT']._serialized_start=725
-  _globals['_STATUSCOUNT']._serialized_end=797
-  _globals['_COUNTINSTANCESRESPONSE']._serialized_start=799
-  _globals['_COUNTINSTANCESRESPONSE']._serialized_end=896
-  _globals['_GETCALLERREQUEST']._serialized_start=898
-  _globals['_GETCALLERREQUEST']._serialized_end=916
-  _globals['_GETCALLERRESPONSE']._serialized_start=918
-  _globals['_GETCALLERRESPONSE']._serialized_end=970
-  _globals['_LISTWORKFLOWSREQUEST']._serialized_start=972
-  _globals['_LISTWORKFLOWSREQUEST']._serialized_end=1033
-  _globals['_WORKFLOWSUMMARY']._serialized_start=1035
-  _globals['_WORKFLOWSUMMARY']._serialized_end=1156
-  _globals['_LISTWORKFLOWSRESPONSE']._serialized_start=1158
-  _globals['_LISTWORKFLOWSRESPONSE']._serialized_end=1254
-  _globals['_AUDITSERVICE']._serialized_start=1257
-  _globals['_AUDITSERVICE']._serialized_end=1641
+  _globals['_COUNTINSTANCESREQUEST']._serialized_end=747
+  _globals['_STATUSCOUNT']._serialized_start=749
+  _globals['_STATUSCOUNT']._serialized_end=821
+  _globals['_COUNTINSTANCESRESPONSE']._serialized_start=823
+  _globals['_COUNTINSTANCESRESPONSE']._serialized_end=920
+  _globals['_GETCALLERREQUEST']._serialized_start=922
+  _globals['_GETCALLERREQUEST']._serialized_end=940
+  _globals['_GETCALLERRESPONSE']._serialized_start=942
+  _globals['_GETCALLERRESPONSE']._serialized_end=994
+  _globals['_LISTWORKFLOWSREQUEST']._serialized_start=996
+  _globals['_LISTWORKFLOWSREQUEST']._serialized_end=1057
+  _globals['_WORKFLOWSUMMARY']._serialized_start=1059
+  _globals['_WORKFLOWSUMMARY']._serialized_end=1180
+  _globals['_LISTWORKFLOWSRESPONSE']._serialized_start=1182
+  _globals['_LISTWORKFLOWSRESPONSE']._serialized_end=1278
+  _globals['_AUDITSERVICE']._serialized_start=1281
+  _globals['_AUDITSERVICE']._serialized_end=1665
 # @@protoc_insertion_point(module_scope)

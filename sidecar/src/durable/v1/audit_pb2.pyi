@@ -47,7 +47,7 @@ class ListInstanceEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[InstanceEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CountInstancesRequest(_message.Message):
-    __slots__ = ("workflow_id", "bound_version", "instance_key_prefix", "last_step", "created_after", "created_before", "search_fields")
+    __slots__ = ("workflow_id", "bound_version", "instance_key_prefix", "last_step", "created_after", "created_before", "search_fields", "error_contains")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_PREFIX_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class CountInstancesRequest(_message.Message):
     CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     SEARCH_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CONTAINS_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     bound_version: int
     instance_key_prefix: str
@@ -62,7 +63,8 @@ class CountInstancesRequest(_message.Message):
     created_after: _timestamp_pb2.Timestamp
     created_before: _timestamp_pb2.Timestamp
     search_fields: _containers.RepeatedCompositeFieldContainer[_common_pb2.SearchFieldFilter]
-    def __init__(self, workflow_id: _Optional[str] = ..., bound_version: _Optional[int] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., search_fields: _Optional[_Iterable[_Union[_common_pb2.SearchFieldFilter, _Mapping]]] = ...) -> None: ...
+    error_contains: str
+    def __init__(self, workflow_id: _Optional[str] = ..., bound_version: _Optional[int] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., search_fields: _Optional[_Iterable[_Union[_common_pb2.SearchFieldFilter, _Mapping]]] = ..., error_contains: _Optional[str] = ...) -> None: ...
 
 class StatusCount(_message.Message):
     __slots__ = ("status", "count")

@@ -123,7 +123,7 @@ class GetInstanceResponse(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., lease_holder: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
-    __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix", "last_step", "created_after", "created_before", "search_fields", "sort_by_field", "sort_descending")
+    __slots__ = ("workflow_id", "statuses", "bound_version", "stalled_only", "page_size", "page_token", "instance_key_prefix", "last_step", "created_after", "created_before", "search_fields", "sort_by_field", "sort_descending", "error_contains")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     BOUND_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class ListInstancesRequest(_message.Message):
     SEARCH_FIELDS_FIELD_NUMBER: _ClassVar[int]
     SORT_BY_FIELD_FIELD_NUMBER: _ClassVar[int]
     SORT_DESCENDING_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CONTAINS_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.InstanceStatus]
     bound_version: int
@@ -150,7 +151,8 @@ class ListInstancesRequest(_message.Message):
     search_fields: _containers.RepeatedCompositeFieldContainer[_common_pb2.SearchFieldFilter]
     sort_by_field: str
     sort_descending: bool
-    def __init__(self, workflow_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_common_pb2.InstanceStatus, str]]] = ..., bound_version: _Optional[int] = ..., stalled_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., search_fields: _Optional[_Iterable[_Union[_common_pb2.SearchFieldFilter, _Mapping]]] = ..., sort_by_field: _Optional[str] = ..., sort_descending: _Optional[bool] = ...) -> None: ...
+    error_contains: str
+    def __init__(self, workflow_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_common_pb2.InstanceStatus, str]]] = ..., bound_version: _Optional[int] = ..., stalled_only: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., instance_key_prefix: _Optional[str] = ..., last_step: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., search_fields: _Optional[_Iterable[_Union[_common_pb2.SearchFieldFilter, _Mapping]]] = ..., sort_by_field: _Optional[str] = ..., sort_descending: _Optional[bool] = ..., error_contains: _Optional[str] = ...) -> None: ...
 
 class ListInstancesResponse(_message.Message):
     __slots__ = ("instances", "next_page_token")

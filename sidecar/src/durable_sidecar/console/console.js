@@ -8,6 +8,7 @@ import { jsonDiff, nodeDiff } from "./diff.js";
 import { renderInstance, renderInstances } from "./instances.js";
 import { renderKeys } from "./keys.js";
 import { renderLimits } from "./limits.js";
+import { renderOperations } from "./operations.js";
 import { TOKEN_KEY, caller, config, encodeBytes, errorBox, h, rpc, show } from "./lib.js";
 import { renderLogin } from "./login.js";
 import { renderVersions } from "./versions.js";
@@ -33,6 +34,7 @@ export async function route() {
     else if (page === "keys") await renderKeys(params);
     else if (page === "versions") await renderVersions(params);
     else if (page === "limits") await renderLimits(params);
+    else if (page === "operations") await renderOperations(params);
     else await renderInstances(params);
   } catch (err) {
     if (err.status !== 401) show(errorBox(err));

@@ -2,6 +2,7 @@
 
 import { jsonDiff, renderDiff } from "./diff.js";
 import { keyTable } from "./keys.js";
+import { bulkPanel } from "./operations.js";
 import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, encodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, may, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
 
 // --- instances --------------------------------------------------------------------------------------
@@ -22,6 +23,7 @@ export function filtersFrom(params) {
   if (params.get("from")) body.createdAfter = new Date(params.get("from")).toISOString();
   if (params.get("to")) body.createdBefore = new Date(params.get("to")).toISOString();
   if (params.get("sf")) body.searchFields = searchConditions(params.get("sf"));
+  if (params.get("err")) body.errorContains = params.get("err");
   return body;
 }
 
@@ -73,6 +75,7 @@ export async function renderInstances(params) {
   field("from", "Created from", { type: "datetime-local" }),
   field("to", "Created before", { type: "datetime-local" }),
   field("sf", "Search fields", { size: 22, placeholder: "country=DE, amount>=100" }),
+  field("err", "Error text", { size: 16, placeholder: "payment API 503" }),
   field("sort", "Sort by field", { size: 12 }),
   h("label", {}, h("input", { type: "checkbox", name: "desc", value: "1", checked: params.get("desc") === "1" }),
     " largest first"),
@@ -81,7 +84,8 @@ export async function renderInstances(params) {
 
   const counts = h("div", { class: "counts", id: "counts" });
   const list = h("div", { id: "instances" }, h("p", { class: "muted" }, "Loading…"));
-  show(h("h1", {}, "Instances"), form, counts, list);
+  const bulk = h("div", { id: "bulk-slot" });
+  show(h("h1", {}, "Instances"), form, counts, bulk, list);
 
   const filters = filtersFrom(params);
   try {
@@ -142,6 +146,7 @@ export async function renderInstances(params) {
       params.get("pt") ? h("a", { href: `#/instances?${first}` }, "« First page") : "",
       reply.nextPageToken ? h("a", { href: `#/instances?${next}`, id: "next-page" }, "Next page »") : "",
       h("span", {}, `${rows.length} shown`)));
+  if (rows.length) bulk.replaceChildren(bulkPanel(filters, status));
 }
 
 // --- one instance -----------------------------------------------------------------------------------

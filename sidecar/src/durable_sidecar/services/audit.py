@@ -12,6 +12,9 @@ from ..stores.instances import InstanceStore
 from ..stores.versions import VersionStore
 from .search_fields import check_search
 
+# The longest error text a filter looks for.
+MAX_ERROR_TEXT = 256
+
 
 def check_filter(flt: InstanceFilter) -> None:
     """The filters ListInstances and CountInstances share."""
@@ -19,6 +22,8 @@ def check_filter(flt: InstanceFilter) -> None:
     validation.identifier("last_step", flt.last_step, required=False)
     if flt.bound_version < 0:
         raise InvalidArgument("bound_version must not be negative")
+    if len(flt.error_contains) > MAX_ERROR_TEXT:
+        raise InvalidArgument(f"error_contains is {len(flt.error_contains)} characters; the limit is {MAX_ERROR_TEXT}")
     check_search(flt)
 
 

@@ -41,7 +41,6 @@ from .recovery import RecoveryService
 log = logging.getLogger(__name__)
 
 MAX_SAMPLE = 100
-MAX_ERROR_TEXT = 256
 # How long a sidecar holds an operation without finishing a batch; a killed sidecar's operation is taken over
 # by another (or the restarted one) after it.
 LEASE_SECONDS = 10
@@ -102,9 +101,6 @@ class OperationService:
     def check(flt: InstanceFilter) -> None:
         check_filter(flt)
         validation.identifier("instance_key_prefix", flt.key_prefix, required=False)
-        if len(flt.error_contains) > MAX_ERROR_TEXT:
-            raise InvalidArgument(f"error_contains is {len(flt.error_contains)} characters; the limit is "
-                                  f"{MAX_ERROR_TEXT}")
         if flt.sort_field:
             raise InvalidArgument("an operation takes instances by workflow and key: sort_by_field does not apply")
 

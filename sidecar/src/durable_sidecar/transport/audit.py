@@ -38,6 +38,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
             created_after=convert.from_ts(request.created_after) if request.HasField("created_after") else None,
             created_before=convert.from_ts(request.created_before) if request.HasField("created_before") else None,
             fields=convert.search_conditions(request.search_fields),
+            error_contains=request.error_contains,
         ))
         return audit_pb2.CountInstancesResponse(
             counts=[audit_pb2.StatusCount(status=convert.status(s), count=counts.by_status[s]) for s in InstanceStatus],

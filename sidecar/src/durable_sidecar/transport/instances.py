@@ -91,6 +91,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             fields=convert.search_conditions(request.search_fields),
             sort_field=request.sort_by_field,
             sort_descending=request.sort_descending,
+            error_contains=request.error_contains,
         )
         rows, token = await self.service.list_instances(ns, flt, Page(page_size(request.page_size), request.page_token))
         return instance_pb2.ListInstancesResponse(instances=[convert.instance(r) for r in rows], next_page_token=token)

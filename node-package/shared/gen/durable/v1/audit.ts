@@ -89,6 +89,7 @@ export interface CountInstancesRequest {
   createdAfter: Date | undefined;
   createdBefore: Date | undefined;
   searchFields: SearchFieldFilter[];
+  errorContains: string;
 }
 
 /** How many instances have one status. */
@@ -436,6 +437,7 @@ function createBaseCountInstancesRequest(): CountInstancesRequest {
     createdAfter: undefined,
     createdBefore: undefined,
     searchFields: [],
+    errorContains: "",
   };
 }
 
@@ -461,6 +463,9 @@ export const CountInstancesRequest: MessageFns<CountInstancesRequest> = {
     }
     for (const v of message.searchFields) {
       SearchFieldFilter.encode(v!, writer.uint32(58).fork()).join();
+    }
+    if (message.errorContains !== "") {
+      writer.uint32(66).string(message.errorContains);
     }
     return writer;
   },
@@ -534,6 +539,14 @@ export const CountInstancesRequest: MessageFns<CountInstancesRequest> = {
             message.searchFields.push(SearchFieldFilter.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.errorContains = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -558,6 +571,7 @@ export const CountInstancesRequest: MessageFns<CountInstancesRequest> = {
     message.createdAfter = object.createdAfter ?? undefined;
     message.createdBefore = object.createdBefore ?? undefined;
     message.searchFields = object.searchFields?.map((e) => SearchFieldFilter.fromPartial(e)) || [];
+    message.errorContains = object.errorContains ?? "";
     return message;
   },
 };

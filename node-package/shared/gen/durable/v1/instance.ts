@@ -292,6 +292,11 @@ export interface ListInstancesRequest {
   sortByField: string;
   /** With sort_by_field: largest first. */
   sortDescending: boolean;
+  /**
+   * Optional filter: instances whose last error or error message contains
+   * this text (case sensitive, at most 256 characters).
+   */
+  errorContains: string;
 }
 
 export interface ListInstancesResponse {
@@ -1023,6 +1028,7 @@ function createBaseListInstancesRequest(): ListInstancesRequest {
     searchFields: [],
     sortByField: "",
     sortDescending: false,
+    errorContains: "",
   };
 }
 
@@ -1070,6 +1076,9 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
     }
     if (message.sortDescending !== false) {
       writer.uint32(104).bool(message.sortDescending);
+    }
+    if (message.errorContains !== "") {
+      writer.uint32(114).string(message.errorContains);
     }
     return writer;
   },
@@ -1201,6 +1210,14 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
             message.sortDescending = reader.bool();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.errorContains = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1231,6 +1248,7 @@ export const ListInstancesRequest: MessageFns<ListInstancesRequest> = {
     message.searchFields = object.searchFields?.map((e) => SearchFieldFilter.fromPartial(e)) || [];
     message.sortByField = object.sortByField ?? "";
     message.sortDescending = object.sortDescending ?? false;
+    message.errorContains = object.errorContains ?? "";
     return message;
   },
 };
