@@ -29,6 +29,7 @@ from durable.v1 import (
     audit_pb2,
     audit_pb2_grpc,
     checkpoint_pb2,
+    checkpoint_pb2_grpc,
     common_pb2,
     instance_pb2,
     instance_pb2_grpc,
@@ -581,3 +582,44 @@ def test_console_bulk_retry_with_its_preview_progress_and_result(stack: Stack, p
     assert "payment provider recovered" in page.inner_text("[data-testid=operations-table]")
     REPORT.add("console: bulk retry by filter (browser)", len(matching), 0, 0, time.monotonic() - t0,
                note="preview (count and sample), confirmation, progress to completed; the others untouched")
+
+
+def test_console_replays_a_completed_instance_from_a_chosen_checkpoint(stack: Stack, page: Any) -> None:
+    """Issue 44: Replay… on a completed instance's page forks it from the checkpoint chosen; the console opens the
+    fork, whose timeline starts with the replay, and the original stays completed with a 'replayed' event."""
+    t0 = time.monotonic()
+    sidecar = stack.sidecar
+    run = uuid.uuid4().hex[:6]
+    wf, key = f"consoleReplay{run}", f"replay-{run}"
+    instances = instance_pb2_grpc.InstanceServiceStub(sidecar.channel)
+    checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(sidecar.channel)
+    md = sidecar.md
+    instances.StartOrResume(instance_pb2.StartOrResumeRequest(workflow_id=wf, instance_key=key, execution_id="9100"),
+                            metadata=md, timeout=5)
+    for step in ("paid", "reserved", "shipped"):
+        checkpoints.SaveCheckpoints(checkpoint_pb2.SaveCheckpointsRequest(items=[checkpoint_pb2.SaveCheckpointItem(
+            workflow_id=wf, instance_key=key, step_name=step, state_json=json.dumps({"step": step}).encode(),
+            execution_id="9100")]), metadata=md, timeout=5)
+    instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(workflow_id=wf, instance_key=key,
+                                                                    execution_id="9100"), metadata=md, timeout=5)
+    _login(page, sidecar.http_url)
+    page.goto(f"{sidecar.http_url}/console/#/instance?wf={wf}&key={key}")
+    page.wait_for_selector("#replay-instance")
+    page.click("#replay-instance")
+    page.select_option("#replay-from", "2")
+    page.fill("#confirm-actor", "ops:e2e")
+    page.fill("#confirm-reason", "shipping had a bug")
+    page.click("#confirm-ok")
+    page.wait_for_selector(f"h1:has-text('{key}~r1')")
+    page.wait_for_selector("[data-testid=timeline] tr[data-kind=started]")
+    assert f"replay of {key} from checkpoint 2 (reserved)" in page.inner_text(
+        "[data-testid=timeline] tr[data-kind=started]")
+    fork = sidecar.instance(wf, f"{key}~r1")
+    assert fork is not None and fork.last_sequence == 2 and fork.last_step == "reserved", fork
+    original = sidecar.instance(wf, key)
+    assert original is not None and original.status == common_pb2.INSTANCE_STATUS_COMPLETED
+    events = audit_pb2_grpc.AuditServiceStub(sidecar.channel).ListInstanceEvents(
+        audit_pb2.ListInstanceEventsRequest(workflow_id=wf, instance_key=key), metadata=md, timeout=5).events
+    assert events[-1].kind == "replayed" and events[-1].actor == "ops:e2e", events
+    REPORT.add("console: replay from a checkpoint (browser)", 1, 0, 0, time.monotonic() - t0,
+               note="Replay… with the checkpoint chosen opens the fork <key>~r1")

@@ -314,3 +314,31 @@ def test_12_kill9_n8n_again_while_it_applies_its_startup_publication(stack: Stac
                note=f"{how}; second kill → n8n ready {restarted:.1f} s → all resumed {resumed:.1f} s → all "
                     f"completed {done:.1f} s (outbox lease 20 s, n8n default 120 s)",
                n8n_restart_s=restarted, kill_to_resumed_s=resumed, kill_to_completed_s=done)
+
+
+def test_13_an_order_replayed_from_checkpoint_2_runs_steps_3_and_4_again_with_new_keys(stack: Stack) -> None:
+    """Issue 44: a completed order replayed from its second checkpoint (`durable-sidecar instances replay`) is a
+    fork <key>~r1 that the Resume Trigger runs from "reserved": shipping and the coupon run again, and the
+    provider sees new Idempotency-Keys for them; payment and inventory do not run again."""
+    t0 = time.monotonic()
+    (k,) = orders("replay", 1)
+    post_all(stack, [k])
+    wait_completed(stack, [k], timeout=180)
+    check_exactly_once(stack, [k])
+    first_keys = {s: {c["key"] for c in stack.services.call_records() if c["service"] == s and c["order"] == k}
+                  for s in SIDE_EFFECTS}
+    out = stack.sidecar.cli("instances", "replay", ORDER_WF, k, "--from", "2", "--namespace", NAMESPACE,
+                            "--reason", "the shipping step had a bug", "--actor", "e2e-operator")
+    fork = f"{k}~r1"
+    assert f"{ORDER_WF}/{fork}: the replay of {k} from checkpoint 2 (2 checkpoints copied)" in out, out
+    wait_completed(stack, [fork], timeout=180)
+    assert stack.sidecar.trail(ORDER_WF, fork) == FULL_TRAIL, stack.sidecar.trail(ORDER_WF, fork)
+    effects = {s: stack.services.effects(s, k) for s in SIDE_EFFECTS}
+    assert effects == {"payment": 1, "inventory": 1, "shipping": 2, "coupon": 2}, (effects, stack.diagnose([k]))
+    for s in ("shipping", "coupon"):
+        keys = {c["key"] for c in stack.services.call_records() if c["service"] == s and c["order"] == k}
+        assert len(keys - first_keys[s]) == 1, (s, keys, first_keys[s])  # one new Idempotency-Key
+    original = stack.sidecar.instance(ORDER_WF, k)
+    assert original is not None and original.last_sequence == 4
+    REPORT.add("13. replay from checkpoint 2", 1, 1, 0, time.monotonic() - t0,
+               note="fork <key>~r1 ran shipping and coupon again with new keys; payment, inventory once")

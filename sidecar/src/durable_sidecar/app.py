@@ -95,7 +95,7 @@ SERVED = [
            lambda s, auth, _: EventServicer(s.events, auth)),
     Served(events_pb2.DESCRIPTOR.services_by_name["RecoveryService"],
            events_pb2_grpc.add_RecoveryServiceServicer_to_server,
-           lambda s, auth, _: RecoveryServicer(s.recovery, auth, s.purge)),
+           lambda s, auth, _: RecoveryServicer(s.recovery, auth, s.purge, s.replay)),
     Served(session_pb2.DESCRIPTOR.services_by_name["SessionService"],
            session_pb2_grpc.add_SessionServiceServicer_to_server,
            lambda s, auth, stopping: SessionServicer(s.sessions, auth, stopping)),

@@ -197,6 +197,14 @@ async def _run(args: argparse.Namespace) -> int:
                 inst = await svc.instances.finish(ref, InstanceStatus.CANCELLED, actor=actor, error_message=args.reason)
             due = " (due now: the Resume Trigger takes it)" if inst.wake_reason == "redrive" else ""
             print(f"{inst.workflow_id}/{inst.instance_key}: {inst.status.value}{due}; by {actor}: {args.reason}")
+        elif cmd == "instances" and args.action == "replay":
+            actor = _actor(args.actor)
+            fork, copied = await svc.replay.replay(InstanceRef(ns, args.workflow, args.key),
+                                                   from_sequence=args.from_sequence, to_version=args.to_version,
+                                                   actor=actor, reason=args.reason, may_move=True)
+            print(f"{fork.workflow_id}/{fork.instance_key}: the replay of {args.key} from checkpoint "
+                  f"{args.from_sequence} ({copied} checkpoints copied), bound to version {fork.bound_version or '-'}, "
+                  f"due now (the Resume Trigger takes it); by {actor}: {args.reason}")
         elif cmd == "instances" and args.action == "purge":
             actor = _actor(args.actor)
             inst, erased = await svc.purge.purge_instance(InstanceRef(ns, args.workflow, args.key), actor=actor,
@@ -406,7 +414,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--namespace", default="default", help="namespace (a token's namespace); default 'default'")
         return sp
 
-    inst = sub.add_parser("instances", help="list, show, move, retry, resume, cancel or purge instances").add_subparsers(dest="action", required=True)
+    inst = sub.add_parser("instances", help="list, show, move, retry, resume, cancel, replay or purge instances"
+                          ).add_subparsers(dest="action", required=True)
     il = with_ns(inst.add_parser("list", help="newest first; a running instance shows its run state if not active: "
                                               "waiting, scheduled or stalled"))
     il.add_argument("--workflow")
@@ -473,6 +482,17 @@ def parser() -> argparse.ArgumentParser:
         op_move = with_ns(ops.add_parser(action, help=text))
         op_move.add_argument("id", type=int)
         op_move.add_argument("--actor", default="", help="who (default cli:<user>)")
+
+    rp = with_ns(inst.add_parser("replay", help="run a finished instance again from one of its checkpoints, as a "
+                                                "new instance <key>~r<n>: the steps after it run again, side "
+                                                "effects included (with new idempotency keys)"))
+    rp.add_argument("workflow")
+    rp.add_argument("key")
+    rp.add_argument("--from", dest="from_sequence", type=int, required=True,
+                    help="the checkpoint's sequence to run again from (0: from the start item)")
+    rp.add_argument("--to-version", type=int, default=0, help="bind the fork to this version (default: the original's)")
+    rp.add_argument("--reason", required=True, help="why (in both audit trails)")
+    rp.add_argument("--actor", default="", help="who (default cli:<user>)")
 
     cps = sub.add_parser("checkpoints", help="list or show checkpoints").add_subparsers(dest="action", required=True)
     cl = with_ns(cps.add_parser("list", help="an instance's checkpoints, oldest first, without their states"))

@@ -17,6 +17,7 @@ from .services.limits import LimitService
 from .services.operations import OperationService
 from .services.purge import PurgeService
 from .services.recovery import RecoveryService
+from .services.replay import ReplayService
 from .services.search_fields import SearchFieldService
 from .services.sessions import SessionService
 from .services.signal_start import SignalStarts
@@ -71,6 +72,7 @@ class Services:
     purge: PurgeService
     search: SearchFieldService
     operations: OperationService
+    replay: ReplayService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -121,13 +123,15 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     instances.wait_for_freed = sessions.wait_for_freed
     limits = LimitService(db, backend.instances, backend.limits)
     operations = OperationService(db, backend.operations, recovery, instances.cancel_txn)
+    replay = ReplayService(db, backend.instances, backend.replay, backend.versions, backend.waits, backend.purge,
+                           default_lease_seconds=settings.lease_seconds)
     # Whatever makes instances due now (a place given, an event delivered, a signal's start, a redrive, a bulk
     # operation's batch) wakes this replica's Resume Trigger streams.
-    limits.on_due = events.on_due = recovery.on_due = operations.on_due = sessions.wake_streams
+    limits.on_due = events.on_due = recovery.on_due = operations.on_due = replay.on_due = sessions.wake_streams
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     search = SearchFieldService(db, backend.instances, backend.search_fields)
     # Saves and starts set the search fields they carry.
     checkpoints.search = instances.search = search
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances, backend.versions),
-                    sessions, limits, purge, search, operations)
+                    sessions, limits, purge, search, operations, replay)

@@ -159,6 +159,30 @@ class PurgeInstanceRequest(_message.Message):
     reason: str
     def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class ReplayInstanceRequest(_message.Message):
+    __slots__ = ("workflow_id", "instance_key", "from_sequence", "to_version", "actor", "reason")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    instance_key: str
+    from_sequence: int
+    to_version: int
+    actor: str
+    reason: str
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., from_sequence: _Optional[int] = ..., to_version: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReplayInstanceResponse(_message.Message):
+    __slots__ = ("instance", "checkpoints_copied")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_COPIED_FIELD_NUMBER: _ClassVar[int]
+    instance: _common_pb2.Instance
+    checkpoints_copied: int
+    def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., checkpoints_copied: _Optional[int] = ...) -> None: ...
+
 class PurgeInstanceResponse(_message.Message):
     __slots__ = ("instance", "checkpoints_erased", "start_item_erased", "event_payloads_erased")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]

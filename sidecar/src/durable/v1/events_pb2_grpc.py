@@ -272,6 +272,11 @@ class RecoveryServiceStub:
                 request_serializer=durable_dot_v1_dot_events__pb2.PurgeInstanceRequest.SerializeToString,
                 response_deserializer=durable_dot_v1_dot_events__pb2.PurgeInstanceResponse.FromString,
                 _registered_method=True)
+        self.ReplayInstance = channel.unary_unary(
+                '/durable.v1.RecoveryService/ReplayInstance',
+                request_serializer=durable_dot_v1_dot_events__pb2.ReplayInstanceRequest.SerializeToString,
+                response_deserializer=durable_dot_v1_dot_events__pb2.ReplayInstanceResponse.FromString,
+                _registered_method=True)
 
 
 class RecoveryServiceServicer:
@@ -329,6 +334,29 @@ class RecoveryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplayInstance(self, request, context):
+        """Runs a finished instance (completed, failed or cancelled) again from one
+        of its checkpoints, as a new instance: a fork keyed "<key>~r<n>" (the
+        n-th replay of that key). The fork gets the original's start item, its
+        checkpoints up to from_sequence (0: none, a run from the start) with
+        their states, and its search fields; it is bound to the original's
+        version, or to to_version when given (an existing version of the
+        workflow; role admin, as a move), and is due at once: the Resume Trigger
+        hands it out (reason REDRIVE) and its Resume Point routes it by the step
+        of checkpoint from_sequence. The steps after that checkpoint run again,
+        side effects included: an Idempotency Guard's key counts within its
+        instance, so the fork's keys, and the Idempotency-Keys derived from
+        them, are new. The original is left as it is, with a "replayed" audit
+        event naming the fork; the fork's "started" event names the original.
+        Role operate. FAILED_PRECONDITION for an unfinished instance (cancel it
+        first) or a purged one; INVALID_ARGUMENT for a sequence it does not
+        have, an unknown version, or a fork key over the key length limit;
+        NOT_FOUND when unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RecoveryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -346,6 +374,11 @@ def add_RecoveryServiceServicer_to_server(servicer, server):
                     servicer.PurgeInstance,
                     request_deserializer=durable_dot_v1_dot_events__pb2.PurgeInstanceRequest.FromString,
                     response_serializer=durable_dot_v1_dot_events__pb2.PurgeInstanceResponse.SerializeToString,
+            ),
+            'ReplayInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplayInstance,
+                    request_deserializer=durable_dot_v1_dot_events__pb2.ReplayInstanceRequest.FromString,
+                    response_serializer=durable_dot_v1_dot_events__pb2.ReplayInstanceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -433,6 +466,33 @@ class RecoveryService:
             '/durable.v1.RecoveryService/PurgeInstance',
             durable_dot_v1_dot_events__pb2.PurgeInstanceRequest.SerializeToString,
             durable_dot_v1_dot_events__pb2.PurgeInstanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplayInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable.v1.RecoveryService/ReplayInstance',
+            durable_dot_v1_dot_events__pb2.ReplayInstanceRequest.SerializeToString,
+            durable_dot_v1_dot_events__pb2.ReplayInstanceResponse.FromString,
             options,
             channel_credentials,
             insecure,

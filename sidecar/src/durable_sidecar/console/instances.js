@@ -346,6 +346,26 @@ export function instanceActions(inst, reload) {
         run: (actor, reason) => rpc("RecoveryService", "ResumeInstance", { ...ref, actor, reason }),
       })) }, "Resume now…"));
   }
+  if (["COMPLETED", "FAILED", "CANCELLED"].includes(status)) {
+    const from = h("select", { id: "replay-from" },
+      h("option", { value: "0" }, "its start item (run it all again)"),
+      Array.from({ length: Number(inst.lastSequence || 0) }, (_, i) => i + 1).reverse().map((n) =>
+        h("option", { value: String(n), selected: n === Number(inst.lastSequence || 0) }, `checkpoint ${n}`)));
+    out.append(h("button", { type: "button", class: "secondary", id: "replay-instance",
+      onclick: async () => {
+        const fork = await confirmAction({
+          title: "Replay this instance?",
+          text: `A new instance ${key}~r<n> starts from the chosen checkpoint of ${wf} / ${key} and the Resume `
+            + "Trigger runs it: every step after that checkpoint runs again, side effects included (with new "
+            + "idempotency keys). This instance stays as it is.",
+          okLabel: "Replay",
+          extra: h("label", {}, "From", from),
+          run: async (actor, reason) => (await rpc("RecoveryService", "ReplayInstance",
+            { ...ref, fromSequence: from.value, actor, reason })).instance,
+        });
+        if (fork && fork.instanceKey) location.hash = instanceHref(wf, fork.instanceKey);
+      } }, "Replay…"));
+  }
   if ((status === "RUNNING" || status === "SUSPENDED") && may("admin")) {
     out.append(h("button", { type: "button", class: "secondary", id: "move-instance",
       onclick: () => moveDialog(inst).then(done) }, "Move to version…"));

@@ -23,6 +23,7 @@ from .postgres import migrate as pg_migrate
 from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .purge import PurgeStore
+from .replay import ReplayStore
 from .schema import Dialect, Migration
 from .search_fields import SearchFieldStore
 from .sessions import SessionStore
@@ -54,6 +55,7 @@ class Backend:
     purge: PurgeStore
     search_fields: SearchFieldStore
     operations: OperationStore
+    replay: ReplayStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -75,7 +77,7 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
                    keys, VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys),
                    LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), SearchFieldStore(SQLITE_RUNNER),
-                   OperationStore(SQLITE_RUNNER), tuple(applied))
+                   OperationStore(SQLITE_RUNNER), ReplayStore(SQLITE_RUNNER), tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -90,7 +92,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
                    SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
-                   SearchFieldStore(PG_RUNNER), OperationStore(PG_RUNNER), tuple(applied))
+                   SearchFieldStore(PG_RUNNER), OperationStore(PG_RUNNER), ReplayStore(PG_RUNNER), tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

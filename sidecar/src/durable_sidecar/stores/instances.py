@@ -47,7 +47,7 @@ SETTABLE = frozenset({
     "status", "error_message", "finished_at", "lease_owner", "lease_expires_at", "wake_at", "wake_reason",
     "awaited_event", "wait_outcome", "wait_sequence", "wait_event_id", "retry_max_resumes", "retry_initial_ms",
     "retry_max_ms", "retry_multiplier", "retry_jitter", "attempt", "attempt_sequence", "last_error", "suspended_at",
-    "result_json", "checkpoint_count",
+    "result_json", "checkpoint_count", "last_sequence", "last_step",
 })
 _TIMES = frozenset({"finished_at", "lease_expires_at", "wake_at", "suspended_at"})
 

@@ -55,6 +55,7 @@ ROLES: dict[str, Role] = {
     # EventService, RecoveryService
     "AwaitEvent": _OPERATE, "SignalInstance": _OPERATE, "ListEvents": _READ,
     "RetryInstance": _OPERATE, "ResumeInstance": _OPERATE, "PurgeInstance": _ADMIN,
+    "ReplayInstance": _OPERATE,  # onto another version: admin (checked by the method, as a move)
     # SessionService (what every n8n process opens)
     "OpenSession": _OPERATE, "Heartbeat": _OPERATE, "WatchSession": _OPERATE, "CloseSession": _OPERATE,
     "ListSessions": _READ,

@@ -8,9 +8,10 @@ from ..domain import AwaitOutcome, InstanceRef, Page, SignalOutcome
 from ..services.events import EventService
 from ..services.purge import PurgeService
 from ..services.recovery import RecoveryService
+from ..services.replay import ReplayService
 from ..validation import page_size
 from . import convert
-from .auth import Authenticator
+from .auth import Authenticator, Role, caller_role
 from .rpc import unary
 
 _AWAIT_TO_PB = {
@@ -62,10 +63,12 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
 
 
 class RecoveryServicer(events_pb2_grpc.RecoveryServiceServicer):
-    def __init__(self, service: RecoveryService, auth: Authenticator, purge: PurgeService) -> None:
+    def __init__(self, service: RecoveryService, auth: Authenticator, purge: PurgeService,
+                 replay: ReplayService) -> None:
         self.service = service
         self.auth = auth
         self.purge = purge
+        self.replay = replay
 
     @unary("RetryInstance")
     async def RetryInstance(self, request: events_pb2.RetryInstanceRequest, ns: str) -> events_pb2.RetryInstanceResponse:  # noqa: N802
@@ -87,3 +90,11 @@ class RecoveryServicer(events_pb2_grpc.RecoveryServiceServicer):
                                                 checkpoints_erased=len(erased.checkpoint_sequences),
                                                 start_item_erased=erased.start_item,
                                                 event_payloads_erased=erased.event_payloads)
+
+    @unary("ReplayInstance")
+    async def ReplayInstance(self, request: events_pb2.ReplayInstanceRequest, ns: str) -> events_pb2.ReplayInstanceResponse:  # noqa: N802
+        fork, copied = await self.replay.replay(
+            InstanceRef(ns, request.workflow_id, request.instance_key), from_sequence=request.from_sequence,
+            to_version=request.to_version, actor=request.actor, reason=request.reason,
+            may_move=caller_role.get() >= Role.ADMIN)
+        return events_pb2.ReplayInstanceResponse(instance=convert.instance(fork), checkpoints_copied=copied)

@@ -207,6 +207,31 @@ export interface PurgeInstanceRequest {
   reason: string;
 }
 
+export interface ReplayInstanceRequest {
+  /** Required: the instance to replay. */
+  workflowId: string;
+  instanceKey: string;
+  /**
+   * The checkpoint to run again from: 1 to its last sequence; 0 runs it from
+   * its start item.
+   */
+  fromSequence: number;
+  /** Optional: the version the fork runs (0: the original's). */
+  toVersion: number;
+  /** Required: who and why (recorded on both instances). */
+  actor: string;
+  reason: string;
+}
+
+export interface ReplayInstanceResponse {
+  /** The fork, due now. */
+  instance:
+    | Instance
+    | undefined;
+  /** Checkpoints the fork got from the original (from_sequence of them). */
+  checkpointsCopied: number;
+}
+
 export interface PurgeInstanceResponse {
   /** The instance after the purge. */
   instance:
@@ -1217,6 +1242,190 @@ export const PurgeInstanceRequest: MessageFns<PurgeInstanceRequest> = {
   },
 };
 
+function createBaseReplayInstanceRequest(): ReplayInstanceRequest {
+  return { workflowId: "", instanceKey: "", fromSequence: 0, toVersion: 0, actor: "", reason: "" };
+}
+
+export const ReplayInstanceRequest: MessageFns<ReplayInstanceRequest> = {
+  encode(message: ReplayInstanceRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.workflowId !== "") {
+      writer.uint32(10).string(message.workflowId);
+    }
+    if (message.instanceKey !== "") {
+      writer.uint32(18).string(message.instanceKey);
+    }
+    if (message.fromSequence !== 0) {
+      writer.uint32(24).int64(message.fromSequence);
+    }
+    if (message.toVersion !== 0) {
+      writer.uint32(32).int64(message.toVersion);
+    }
+    if (message.actor !== "") {
+      writer.uint32(42).string(message.actor);
+    }
+    if (message.reason !== "") {
+      writer.uint32(50).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReplayInstanceRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplayInstanceRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.workflowId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.instanceKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.fromSequence = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.toVersion = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.actor = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ReplayInstanceRequest>, I>>(base?: I): ReplayInstanceRequest {
+    return ReplayInstanceRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReplayInstanceRequest>, I>>(object: I): ReplayInstanceRequest {
+    const message = createBaseReplayInstanceRequest();
+    message.workflowId = object.workflowId ?? "";
+    message.instanceKey = object.instanceKey ?? "";
+    message.fromSequence = object.fromSequence ?? 0;
+    message.toVersion = object.toVersion ?? 0;
+    message.actor = object.actor ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseReplayInstanceResponse(): ReplayInstanceResponse {
+  return { instance: undefined, checkpointsCopied: 0 };
+}
+
+export const ReplayInstanceResponse: MessageFns<ReplayInstanceResponse> = {
+  encode(message: ReplayInstanceResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.instance !== undefined) {
+      Instance.encode(message.instance, writer.uint32(10).fork()).join();
+    }
+    if (message.checkpointsCopied !== 0) {
+      writer.uint32(16).int64(message.checkpointsCopied);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReplayInstanceResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplayInstanceResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.instance = Instance.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.checkpointsCopied = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ReplayInstanceResponse>, I>>(base?: I): ReplayInstanceResponse {
+    return ReplayInstanceResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReplayInstanceResponse>, I>>(object: I): ReplayInstanceResponse {
+    const message = createBaseReplayInstanceResponse();
+    message.instance = (object.instance !== undefined && object.instance !== null)
+      ? Instance.fromPartial(object.instance)
+      : undefined;
+    message.checkpointsCopied = object.checkpointsCopied ?? 0;
+    return message;
+  },
+};
+
 function createBasePurgeInstanceResponse(): PurgeInstanceResponse {
   return { instance: undefined, checkpointsErased: 0, startItemErased: false, eventPayloadsErased: 0 };
 }
@@ -1628,6 +1837,36 @@ export const RecoveryServiceService = {
       Buffer.from(PurgeInstanceResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): PurgeInstanceResponse => PurgeInstanceResponse.decode(value),
   },
+  /**
+   * Runs a finished instance (completed, failed or cancelled) again from one
+   * of its checkpoints, as a new instance: a fork keyed "<key>~r<n>" (the
+   * n-th replay of that key). The fork gets the original's start item, its
+   * checkpoints up to from_sequence (0: none, a run from the start) with
+   * their states, and its search fields; it is bound to the original's
+   * version, or to to_version when given (an existing version of the
+   * workflow; role admin, as a move), and is due at once: the Resume Trigger
+   * hands it out (reason REDRIVE) and its Resume Point routes it by the step
+   * of checkpoint from_sequence. The steps after that checkpoint run again,
+   * side effects included: an Idempotency Guard's key counts within its
+   * instance, so the fork's keys, and the Idempotency-Keys derived from
+   * them, are new. The original is left as it is, with a "replayed" audit
+   * event naming the fork; the fork's "started" event names the original.
+   * Role operate. FAILED_PRECONDITION for an unfinished instance (cancel it
+   * first) or a purged one; INVALID_ARGUMENT for a sequence it does not
+   * have, an unknown version, or a fork key over the key length limit;
+   * NOT_FOUND when unknown.
+   */
+  replayInstance: {
+    path: "/durable.v1.RecoveryService/ReplayInstance" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReplayInstanceRequest): Buffer =>
+      Buffer.from(ReplayInstanceRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReplayInstanceRequest => ReplayInstanceRequest.decode(value),
+    responseSerialize: (value: ReplayInstanceResponse): Buffer =>
+      Buffer.from(ReplayInstanceResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReplayInstanceResponse => ReplayInstanceResponse.decode(value),
+  },
 } as const;
 
 export interface RecoveryServiceServer extends UntypedServiceImplementation {
@@ -1670,6 +1909,26 @@ export interface RecoveryServiceServer extends UntypedServiceImplementation {
    * cache again and records another tombstone).
    */
   purgeInstance: handleUnaryCall<PurgeInstanceRequest, PurgeInstanceResponse>;
+  /**
+   * Runs a finished instance (completed, failed or cancelled) again from one
+   * of its checkpoints, as a new instance: a fork keyed "<key>~r<n>" (the
+   * n-th replay of that key). The fork gets the original's start item, its
+   * checkpoints up to from_sequence (0: none, a run from the start) with
+   * their states, and its search fields; it is bound to the original's
+   * version, or to to_version when given (an existing version of the
+   * workflow; role admin, as a move), and is due at once: the Resume Trigger
+   * hands it out (reason REDRIVE) and its Resume Point routes it by the step
+   * of checkpoint from_sequence. The steps after that checkpoint run again,
+   * side effects included: an Idempotency Guard's key counts within its
+   * instance, so the fork's keys, and the Idempotency-Keys derived from
+   * them, are new. The original is left as it is, with a "replayed" audit
+   * event naming the fork; the fork's "started" event names the original.
+   * Role operate. FAILED_PRECONDITION for an unfinished instance (cancel it
+   * first) or a purged one; INVALID_ARGUMENT for a sequence it does not
+   * have, an unknown version, or a fork key over the key length limit;
+   * NOT_FOUND when unknown.
+   */
+  replayInstance: handleUnaryCall<ReplayInstanceRequest, ReplayInstanceResponse>;
 }
 
 export interface RecoveryServiceClient extends Client {
@@ -1753,6 +2012,40 @@ export interface RecoveryServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: PurgeInstanceResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Runs a finished instance (completed, failed or cancelled) again from one
+   * of its checkpoints, as a new instance: a fork keyed "<key>~r<n>" (the
+   * n-th replay of that key). The fork gets the original's start item, its
+   * checkpoints up to from_sequence (0: none, a run from the start) with
+   * their states, and its search fields; it is bound to the original's
+   * version, or to to_version when given (an existing version of the
+   * workflow; role admin, as a move), and is due at once: the Resume Trigger
+   * hands it out (reason REDRIVE) and its Resume Point routes it by the step
+   * of checkpoint from_sequence. The steps after that checkpoint run again,
+   * side effects included: an Idempotency Guard's key counts within its
+   * instance, so the fork's keys, and the Idempotency-Keys derived from
+   * them, are new. The original is left as it is, with a "replayed" audit
+   * event naming the fork; the fork's "started" event names the original.
+   * Role operate. FAILED_PRECONDITION for an unfinished instance (cancel it
+   * first) or a purged one; INVALID_ARGUMENT for a sequence it does not
+   * have, an unknown version, or a fork key over the key length limit;
+   * NOT_FOUND when unknown.
+   */
+  replayInstance(
+    request: ReplayInstanceRequest,
+    callback: (error: ServiceError | null, response: ReplayInstanceResponse) => void,
+  ): ClientUnaryCall;
+  replayInstance(
+    request: ReplayInstanceRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReplayInstanceResponse) => void,
+  ): ClientUnaryCall;
+  replayInstance(
+    request: ReplayInstanceRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReplayInstanceResponse) => void,
   ): ClientUnaryCall;
 }
 
