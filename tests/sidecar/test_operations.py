@@ -4,13 +4,16 @@ acts on each matching instance once, can be paused, continued and cancelled, and
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from durable.v1 import audit_pb2, common_pb2, instance_pb2, operations_pb2
+from durable.v1 import audit_pb2, checkpoint_pb2, common_pb2, instance_pb2, operations_pb2, version_pb2
+from durable_sidecar import app
 
-from tests.conftest import Harness
+from tests.conftest import Harness, make_settings
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database
 from tests.sidecar.storage import fetch
 from tests.sidecar.test_server import _cli
@@ -249,3 +252,98 @@ async def test_list_and_count_filter_by_error_text_as_operations_do(harness: Har
         await s.instances.ListInstances(instance_pb2.ListInstancesRequest(error_contains="x" * 257),
                                         metadata=s.metadata)
     assert long.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "error_contains" in long.value.details()
+
+
+@pytest.fixture
+async def operate_and_admin(database_url: str) -> AsyncIterator[tuple[Stubs, Stubs]]:
+    ns = f"ns-bulk-{uuid.uuid4().hex[:8]}"
+    started = await app.start(make_settings(database_url, auth_tokens=f"bulk-operate-1={ns}:operate,"
+                                                                      f"bulk-admin-1={ns}"))
+    ch = channel(started.port)
+    try:
+        yield Stubs(ch, "bulk-operate-1"), Stubs(ch, "bulk-admin-1")
+    finally:
+        await ch.close()
+        await started.stop(grace=0.5)
+
+
+async def test_a_bulk_move_is_an_admins_and_moves_the_running_ones(operate_and_admin: tuple[Stubs, Stubs],
+                                                                   database_url: str) -> None:
+    operate, admin = operate_and_admin
+    wf = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    for n in (1, 2):
+        await admin.versions.RegisterVersion(version_pb2.RegisterVersionRequest(
+            workflow_id=wf, definition_json=json.dumps({"nodes": [{"name": f"Step {n}", "type": "x"}],
+                                                        "connections": {}}).encode(), label=f"1.{n}.0"),
+            metadata=admin.metadata)
+    await admin.versions.RegisterVersion(version_pb2.RegisterVersionRequest(
+        workflow_id=wf, definition_json=json.dumps({"nodes": [{"name": "Step 3", "type": "x"}],
+                                                    "connections": {}}).encode(), label="1.3.0"),
+        metadata=admin.metadata)
+    for key in ("m-1", "m-2", "m-3"):
+        await admin.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=admin.metadata)
+    await admin.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
+        workflow_id=wf, instance_key="m-3", execution_id="exec-1"), metadata=admin.metadata)
+    move = operations_pb2.StartOperationRequest(action=operations_pb2.BULK_ACTION_MOVE, to_version=1,
+                                                selector=operations_pb2.BulkSelector(workflow_id=wf),
+                                                actor="alice", reason="back to 1.1.0")
+    with pytest.raises(grpc.aio.AioRpcError) as denied:
+        await operate.operations.StartOperation(move, metadata=operate.metadata)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED and "admin" in denied.value.details()
+    for bad in (operations_pb2.StartOperationRequest(action=operations_pb2.BULK_ACTION_MOVE, actor="a", reason="r",
+                                                     selector=operations_pb2.BulkSelector(workflow_id=wf)),
+                operations_pb2.StartOperationRequest(action=operations_pb2.BULK_ACTION_MOVE, actor="a", reason="r",
+                                                     to_version=9, selector=operations_pb2.BulkSelector(workflow_id=wf)),
+                operations_pb2.StartOperationRequest(action=operations_pb2.BULK_ACTION_MOVE, actor="a", reason="r",
+                                                     to_version=1),
+                operations_pb2.StartOperationRequest(action=RETRY, actor="a", reason="r", to_version=1,
+                                                     selector=operations_pb2.BulkSelector(workflow_id=wf))):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await admin.operations.StartOperation(bad, metadata=admin.metadata)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+    op = (await admin.operations.StartOperation(move, metadata=admin.metadata)).operation
+    done = await finished(admin, op.id)
+    # The two running ones moved; the completed one is skipped with the reason.
+    assert (done.acted, done.skipped) == (2, 1) and "completed" in done.last_skip and done.to_version == 1
+    for key, version in (("m-1", 1), ("m-2", 1), ("m-3", 3)):
+        inst = (await admin.instances.GetInstance(instance_pb2.GetInstanceRequest(workflow_id=wf, instance_key=key),
+                                                  metadata=admin.metadata)).instance
+        assert inst.bound_version == version, (key, inst.bound_version)
+    log = await fetch(database_url, "SELECT count(*) FROM durable_version_changes WHERE workflow_id = %s "
+                                    "AND kind = 'instance_moved'", wf)
+    assert int(log[0][0]) == 2
+
+
+async def test_a_bulk_replay_forks_each_finished_instance_from_its_step_once(harness: Harness,
+                                                                            database_url: str) -> None:
+    s = harness.alpha
+    wf = f"wf-bulk-{uuid.uuid4().hex[:8]}"
+    for key in ("r-1", "r-2", "r-3"):
+        await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=s.metadata)
+        steps = ("paid", "shipped") if key != "r-3" else ("paid",)
+        for step in steps:
+            await s.checkpoints.SaveCheckpoints(checkpoint_pb2.SaveCheckpointsRequest(items=[
+                checkpoint_pb2.SaveCheckpointItem(workflow_id=wf, instance_key=key, step_name=step,
+                                                  state_json=b'{"s": 1}', execution_id="exec-1")]),
+                metadata=s.metadata)
+        await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=s.metadata)
+    op = (await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+        action=operations_pb2.BULK_ACTION_REPLAY, replay_from_step="paid",
+        selector=operations_pb2.BulkSelector(workflow_id=wf), actor="alice", reason="payment had a bug"),
+        metadata=s.metadata)).operation
+    done = await finished(s, op.id)
+    # Each original once; the forks (made after the operation started) are not taken again.
+    assert (done.acted, done.skipped, done.matched_at_start) == (3, 0, 3), done
+    forks = await fetch(database_url, "SELECT instance_key, last_sequence, last_step FROM durable_instances "
+                                      "WHERE workflow_id = %s AND instance_key LIKE %s ORDER BY 1", wf, "%~r%")
+    assert [tuple(r) for r in forks] == [("r-1~r1", 1, "paid"), ("r-2~r1", 1, "paid"), ("r-3~r1", 1, "paid")]
+    # A step an instance never saved: that instance is skipped, with the reason.
+    again = (await s.operations.StartOperation(operations_pb2.StartOperationRequest(
+        action=operations_pb2.BULK_ACTION_REPLAY, replay_from_step="shipped",
+        selector=operations_pb2.BulkSelector(workflow_id=wf, statuses=[common_pb2.INSTANCE_STATUS_COMPLETED]),
+        actor="alice", reason="shipping had a bug"), metadata=s.metadata)).operation
+    second = await finished(s, again.id)
+    assert (second.acted, second.skipped) == (2, 1) and "no checkpoint of step shipped" in second.last_skip

@@ -228,7 +228,9 @@ def _bulk_filter(args: argparse.Namespace) -> InstanceFilter:
 
 def _operation_line(op: Operation) -> str:
     taken = op.acted + op.skipped
-    line = (f"operation {op.id}: {op.action.value} {op.status.value}, {taken} of {op.matched_at_start} taken "
+    what = op.action.value + (f" to version {op.to_version}" if op.to_version else "") + (
+        f" from step {op.replay_from_step}" if op.replay_from_step else "")
+    line = (f"operation {op.id}: {what} {op.status.value}, {taken} of {op.matched_at_start} taken "
             f"({op.acted} acted on, {op.skipped} skipped); by {op.actor}: {op.reason}; filter {op.selector_json}")
     return line + (f"; last skipped: {op.last_skip}" if op.last_skip else "")
 
@@ -242,7 +244,8 @@ async def _operations(svc: OperationService, ns: str, args: argparse.Namespace) 
                       (i.last_error or i.error_message or "-")[:60]] for i in sample]))
     elif args.action == "start":
         op = await svc.start(ns, BulkAction(args.bulk_action), _bulk_filter(args), actor=_actor(args.actor),
-                             reason=args.reason)
+                             reason=args.reason, to_version=args.to_version, replay_from_step=args.from_step or "",
+                             may_move=True)
         print(_operation_line(op) + " (the sidecar runs it; follow it with `operations show`)")
     elif args.action == "list":
         ops, _ = await svc.list(ns, Page(args.limit, ""))
@@ -452,7 +455,7 @@ def parser() -> argparse.ArgumentParser:
         op.add_argument("--reason", required=True, help="why (in the audit trail)")
         op.add_argument("--actor", default="", help="who (default cli:<user>)")
 
-    ops = sub.add_parser("operations", help="bulk retry, resume or cancel of every instance matching a filter: "
+    ops = sub.add_parser("operations", help="bulk retry, resume, cancel, move or replay of every instance matching a filter: "
                                             "preview, start, list, show, pause, continue, cancel"
                          ).add_subparsers(dest="action", required=True)
 
@@ -472,6 +475,10 @@ def parser() -> argparse.ArgumentParser:
     op_preview.add_argument("--sample", type=int, default=10)
     op_start = with_filter(ops.add_parser("start", help="record an operation; the sidecar runs it in batches"))
     op_start.add_argument("bulk_action", choices=[a.value for a in BulkAction])
+    op_start.add_argument("--to-version", type=int, default=0,
+                          help="move: the version to bind to (required); replay: the forks' version")
+    op_start.add_argument("--from-step", help="replay: each instance's newest checkpoint of this step (default: from "
+                                              "its start item)")
     op_start.add_argument("--reason", required=True, help="why (on the operation and in each instance's audit trail)")
     op_start.add_argument("--actor", default="", help="who (default cli:<user>)")
     with_ns(ops.add_parser("list", help="the namespace's operations, newest first")).add_argument(

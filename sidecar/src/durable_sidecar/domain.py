@@ -584,6 +584,8 @@ class BulkAction(enum.Enum):
     RETRY = "retry"
     RESUME = "resume"
     CANCEL = "cancel"
+    MOVE = "move"
+    REPLAY = "replay"
 
 
 class OperationStatus(enum.Enum):
@@ -608,6 +610,8 @@ class Operation:
     selector_json: str
     actor: str
     reason: str
+    to_version: int
+    replay_from_step: str
     matched_at_start: int
     acted: int
     skipped: int

@@ -122,9 +122,10 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     # The Resume Trigger's streams claim at once when a session's end frees leases.
     instances.wait_for_freed = sessions.wait_for_freed
     limits = LimitService(db, backend.instances, backend.limits)
-    operations = OperationService(db, backend.operations, recovery, instances.cancel_txn)
     replay = ReplayService(db, backend.instances, backend.replay, backend.versions, backend.waits, backend.purge,
                            default_lease_seconds=settings.lease_seconds)
+    operations = OperationService(db, backend.operations, recovery, instances.cancel_txn, move=versions.move_one_txn,
+                                  replay=replay.replay_txn, versions=backend.versions)
     # Whatever makes instances due now (a place given, an event delivered, a signal's start, a redrive, a bulk
     # operation's batch) wakes this replica's Resume Trigger streams.
     limits.on_due = events.on_due = recovery.on_due = operations.on_due = replay.on_due = sessions.wake_streams

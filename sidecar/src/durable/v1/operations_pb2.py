@@ -26,7 +26,7 @@ from durable.v1 import common_pb2 as durable_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64urable/v1/operations.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x02\n\x0c\x42ulkSelector\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12,\n\x08statuses\x18\x02 \x03(\x0e\x32\x1a.durable.v1.InstanceStatus\x12\x15\n\rbound_version\x18\x03 \x01(\x03\x12\x14\n\x0cstalled_only\x18\x04 \x01(\x08\x12\x1b\n\x13instance_key_prefix\x18\x05 \x01(\t\x12\x11\n\tlast_step\x18\x06 \x01(\t\x12\x31\n\rcreated_after\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\rsearch_fields\x18\t \x03(\x0b\x32\x1d.durable.v1.SearchFieldFilter\x12\x16\n\x0e\x65rror_contains\x18\n \x01(\t\"Z\n\x17PreviewOperationRequest\x12*\n\x08selector\x18\x01 \x01(\x0b\x32\x18.durable.v1.BulkSelector\x12\x13\n\x0bsample_size\x18\x02 \x01(\x05\"O\n\x18PreviewOperationResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12$\n\x06sample\x18\x02 \x03(\x0b\x32\x14.durable.v1.Instance\"\x8a\x01\n\x15StartOperationRequest\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.durable.v1.BulkAction\x12*\n\x08selector\x18\x02 \x01(\x0b\x32\x18.durable.v1.BulkSelector\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xb5\x03\n\tOperation\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x16.durable.v1.BulkAction\x12+\n\x06status\x18\x03 \x01(\x0e\x32\x1b.durable.v1.OperationStatus\x12\x15\n\rselector_json\x18\x04 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x18\n\x10matched_at_start\x18\x07 \x01(\x03\x12\r\n\x05\x61\x63ted\x18\x08 \x01(\x03\x12\x0f\n\x07skipped\x18\t \x01(\x03\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10last_workflow_id\x18\r \x01(\t\x12\x19\n\x11last_instance_key\x18\x0e \x01(\t\x12\x11\n\tlast_skip\x18\x0f \x01(\t\"B\n\x16StartOperationResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x15.durable.v1.Operation\"!\n\x13GetOperationRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"@\n\x14GetOperationResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x15.durable.v1.Operation\">\n\x15ListOperationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x16ListOperationsResponse\x12)\n\noperations\x18\x01 \x03(\x0b\x32\x15.durable.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"3\n\x16OperationActionRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x61\x63tor\x18\x02 \x01(\t\"C\n\x17OperationActionResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x15.durable.v1.Operation*p\n\nBulkAction\x12\x1b\n\x17\x42ULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42ULK_ACTION_RETRY\x10\x01\x12\x16\n\x12\x42ULK_ACTION_RESUME\x10\x02\x12\x16\n\x12\x42ULK_ACTION_CANCEL\x10\x03*\xae\x01\n\x0fOperationStatus\x12 \n\x1cOPERATION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18OPERATION_STATUS_RUNNING\x10\x01\x12\x1b\n\x17OPERATION_STATUS_PAUSED\x10\x02\x12\x1e\n\x1aOPERATION_STATUS_CANCELLED\x10\x03\x12\x1e\n\x1aOPERATION_STATUS_COMPLETED\x10\x04\x32\x9a\x05\n\x10OperationService\x12\x62\n\x10PreviewOperation\x12#.durable.v1.PreviewOperationRequest\x1a$.durable.v1.PreviewOperationResponse\"\x03\x90\x02\x01\x12W\n\x0eStartOperation\x12!.durable.v1.StartOperationRequest\x1a\".durable.v1.StartOperationResponse\x12V\n\x0cGetOperation\x12\x1f.durable.v1.GetOperationRequest\x1a .durable.v1.GetOperationResponse\"\x03\x90\x02\x01\x12\\\n\x0eListOperations\x12!.durable.v1.ListOperationsRequest\x1a\".durable.v1.ListOperationsResponse\"\x03\x90\x02\x01\x12Y\n\x0ePauseOperation\x12\".durable.v1.OperationActionRequest\x1a#.durable.v1.OperationActionResponse\x12\\\n\x11\x43ontinueOperation\x12\".durable.v1.OperationActionRequest\x1a#.durable.v1.OperationActionResponse\x12Z\n\x0f\x43\x61ncelOperation\x12\".durable.v1.OperationActionRequest\x1a#.durable.v1.OperationActionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64urable/v1/operations.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x02\n\x0c\x42ulkSelector\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12,\n\x08statuses\x18\x02 \x03(\x0e\x32\x1a.durable.v1.InstanceStatus\x12\x15\n\rbound_version\x18\x03 \x01(\x03\x12\x14\n\x0cstalled_only\x18\x04 \x01(\x08\x12\x1b\n\x13instance_key_prefix\x18\x05 \x01(\t\x12\x11\n\tlast_step\x18\x06 \x01(\t\x12\x31\n\rcreated_after\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\rsearch_fields\x18\t \x03(\x0b\x32\x1d.durable.v1.SearchFieldFilter\x12\x16\n\x0e\x65rror_contains\x18\n \x01(\t\"Z\n\x17PreviewOperationRequest\x12*\n\x08selector\x18\x01 \x01(\x0b\x32\x18.durable.v1.BulkSelector\x12\x13\n\x0bsample_size\x18\x02 \x01(\x05\"O\n\x18PreviewOperationResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\x12$\n\x06sample\x18\x02 \x03(\x0b\x32\x14.durable.v1.Instance\"\xb8\x01\n\x15StartOperationRequest\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.durable.v1.BulkAction\x12*\n\x08selector\x18\x02 \x01(\x0b\x32\x18.durable.v1.BulkSelector\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\nto_version\x18\x05 \x01(\x03\x12\x18\n\x10replay_from_step\x18\x06 \x01(\t\"\xe3\x03\n\tOperation\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x16.durable.v1.BulkAction\x12+\n\x06status\x18\x03 \x01(\x0e\x32\x1b.durable.v1.OperationStatus\x12\x15\n\rselector_json\x18\x04 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x18\n\x10matched_at_start\x18\x07 \x01(\x03\x12\r\n\x05\x61\x63ted\x18\x08 \x01(\x03\x12\x0f\n\x07skipped\x18\t \x01(\x03\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10last_workflow_id\x18\r \x01(\t\x12\x19\n\x11last_instance_key\x18\x0e \x01(\t\x12\x11\n\tlast_skip\x18\x0f \x01(\t\x12\x12\n\nto_version\x18\x10 \x01(\x03\x12\x18\n\x10replay_from_step\x18\x11 \x01(\t\"B\n\x16StartOperationResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x15.durable.v1.Operation\"!\n\x13GetOperationRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"@\n\x14GetOperationResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x15.durable.v1.Operation\">\n\x15ListOperationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x16ListOperationsResponse\x12)\n\noperations\x18\x01 \x03(\x0b\x32\x15.durable.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"3\n\x16OperationActionRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x61\x63tor\x18\x02 \x01(\t\"C\n\x17OperationActionResponse\x12(\n\toperation\x18\x01 \x01(\x0b\x32\x15.durable.v1.Operation*\x9e\x01\n\nBulkAction\x12\x1b\n\x17\x42ULK_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42ULK_ACTION_RETRY\x10\x01\x12\x16\n\x12\x42ULK_ACTION_RESUME\x10\x02\x12\x16\n\x12\x42ULK_ACTION_CANCEL\x10\x03\x12\x14\n\x10\x42ULK_ACTION_MOVE\x10\x04\x12\x16\n\x12\x42ULK_ACTION_REPLAY\x10\x05*\xae\x01\n\x0fOperationStatus\x12 \n\x1cOPERATION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18OPERATION_STATUS_RUNNING\x10\x01\x12\x1b\n\x17OPERATION_STATUS_PAUSED\x10\x02\x12\x1e\n\x1aOPERATION_STATUS_CANCELLED\x10\x03\x12\x1e\n\x1aOPERATION_STATUS_COMPLETED\x10\x04\x32\x9a\x05\n\x10OperationService\x12\x62\n\x10PreviewOperation\x12#.durable.v1.PreviewOperationRequest\x1a$.durable.v1.PreviewOperationResponse\"\x03\x90\x02\x01\x12W\n\x0eStartOperation\x12!.durable.v1.StartOperationRequest\x1a\".durable.v1.StartOperationResponse\x12V\n\x0cGetOperation\x12\x1f.durable.v1.GetOperationRequest\x1a .durable.v1.GetOperationResponse\"\x03\x90\x02\x01\x12\\\n\x0eListOperations\x12!.durable.v1.ListOperationsRequest\x1a\".durable.v1.ListOperationsResponse\"\x03\x90\x02\x01\x12Y\n\x0ePauseOperation\x12\".durable.v1.OperationActionRequest\x1a#.durable.v1.OperationActionResponse\x12\\\n\x11\x43ontinueOperation\x12\".durable.v1.OperationActionRequest\x1a#.durable.v1.OperationActionResponse\x12Z\n\x0f\x43\x61ncelOperation\x12\".durable.v1.OperationActionRequest\x1a#.durable.v1.OperationActionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,10 +39,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPERATIONSERVICE'].methods_by_name['GetOperation']._serialized_options = b'\220\002\001'
   _globals['_OPERATIONSERVICE'].methods_by_name['ListOperations']._loaded_options = None
   _globals['_OPERATIONSERVICE'].methods_by_name['ListOperations']._serialized_options = b'\220\002\001'
-  _globals['_BULKACTION']._serialized_start=1662
-  _globals['_BULKACTION']._serialized_end=1774
-  _globals['_OPERATIONSTATUS']._serialized_start=1777
-  _globals['_OPERATIONSTATUS']._serialized_end=1951
+  _globals['_BULKACTION']._serialized_start=1755
+  _globals['_BULKACTION']._serialized_end=1913
+  _globals['_OPERATIONSTATUS']._serialized_start=1916
+  _globals['_OPERATIONSTATUS']._serialized_end=2090
   _globals['_BULKSELECTOR']._serialized_start=102
   _globals['_BULKSELECTOR']._serialized_end=457
   _globals['_PREVIEWOPERATIONREQUEST']._serialized_start=459
@@ -50,23 +50,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREVIEWOPERATIONRESPONSE']._serialized_start=551
   _globals['_PREVIEWOPERATIONRESPONSE']._serialized_end=630
   _globals['_STARTOPERATIONREQUEST']._serialized_start=633
-  _globals['_STARTOPERATIONREQUEST']._serialized_end=771
-  _globals['_OPERATION']._serialized_start=774
-  _globals['_OPERATION']._serialized_end=1211
-  _globals['_STARTOPERATIONRESPONSE']._serialized_start=1213
-  _globals['_STARTOPERATIONRESPONSE']._serialized_end=1279
-  _globals['_GETOPERATIONREQUEST']._serialized_start=1281
-  _globals['_GETOPERATIONREQUEST']._serialized_end=1314
-  _globals['_GETOPERATIONRESPONSE']._serialized_start=1316
-  _globals['_GETOPERATIONRESPONSE']._serialized_end=1380
-  _globals['_LISTOPERATIONSREQUEST']._serialized_start=1382
-  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1444
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1446
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1538
-  _globals['_OPERATIONACTIONREQUEST']._serialized_start=1540
-  _globals['_OPERATIONACTIONREQUEST']._serialized_end=1591
-  _globals['_OPERATIONACTIONRESPONSE']._serialized_start=1593
-  _globals['_OPERATIONACTIONRESPONSE']._serialized_end=1660
-  _globals['_OPERATIONSERVICE']._serialized_start=1954
-  _globals['_OPERATIONSERVICE']._serialized_end=2620
+  _globals['_STARTOPERATIONREQUEST']._serialized_end=817
+  _globals['_OPERATION']._serialized_start=820
+  _globals['_OPERATION']._serialized_end=1303
+  _globals['_STARTOPERATIONRESPONSE']._serialized_start=1305
+  _globals['_STARTOPERATIONRESPONSE']._serialized_end=1371
+  _globals['_GETOPERATIONREQUEST']._serialized_start=1373
+  _globals['_GETOPERATIONREQUEST']._serialized_end=1406
+  _globals['_GETOPERATIONRESPONSE']._serialized_start=1408
+  _globals['_GETOPERATIONRESPONSE']._serialized_end=1472
+  _globals['_LISTOPERATIONSREQUEST']._serialized_start=1474
+  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1536
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1538
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1630
+  _globals['_OPERATIONACTIONREQUEST']._serialized_start=1632
+  _globals['_OPERATIONACTIONREQUEST']._serialized_end=1683
+  _globals['_OPERATIONACTIONRESPONSE']._serialized_start=1685
+  _globals['_OPERATIONACTIONRESPONSE']._serialized_end=1752
+  _globals['_OPERATIONSERVICE']._serialized_start=2093
+  _globals['_OPERATIONSERVICE']._serialized_end=2759
 # @@protoc_insertion_point(module_scope)

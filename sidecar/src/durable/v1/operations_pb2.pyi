@@ -17,6 +17,8 @@ class BulkAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BULK_ACTION_RETRY: _ClassVar[BulkAction]
     BULK_ACTION_RESUME: _ClassVar[BulkAction]
     BULK_ACTION_CANCEL: _ClassVar[BulkAction]
+    BULK_ACTION_MOVE: _ClassVar[BulkAction]
+    BULK_ACTION_REPLAY: _ClassVar[BulkAction]
 
 class OperationStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -29,6 +31,8 @@ BULK_ACTION_UNSPECIFIED: BulkAction
 BULK_ACTION_RETRY: BulkAction
 BULK_ACTION_RESUME: BulkAction
 BULK_ACTION_CANCEL: BulkAction
+BULK_ACTION_MOVE: BulkAction
+BULK_ACTION_REPLAY: BulkAction
 OPERATION_STATUS_UNSPECIFIED: OperationStatus
 OPERATION_STATUS_RUNNING: OperationStatus
 OPERATION_STATUS_PAUSED: OperationStatus
@@ -76,19 +80,23 @@ class PreviewOperationResponse(_message.Message):
     def __init__(self, count: _Optional[int] = ..., sample: _Optional[_Iterable[_Union[_common_pb2.Instance, _Mapping]]] = ...) -> None: ...
 
 class StartOperationRequest(_message.Message):
-    __slots__ = ("action", "selector", "actor", "reason")
+    __slots__ = ("action", "selector", "actor", "reason", "to_version", "replay_from_step")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     SELECTOR_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     action: BulkAction
     selector: BulkSelector
     actor: str
     reason: str
-    def __init__(self, action: _Optional[_Union[BulkAction, str]] = ..., selector: _Optional[_Union[BulkSelector, _Mapping]] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    to_version: int
+    replay_from_step: str
+    def __init__(self, action: _Optional[_Union[BulkAction, str]] = ..., selector: _Optional[_Union[BulkSelector, _Mapping]] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., to_version: _Optional[int] = ..., replay_from_step: _Optional[str] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ("id", "action", "status", "selector_json", "actor", "reason", "matched_at_start", "acted", "skipped", "created_at", "updated_at", "finished_at", "last_workflow_id", "last_instance_key", "last_skip")
+    __slots__ = ("id", "action", "status", "selector_json", "actor", "reason", "matched_at_start", "acted", "skipped", "created_at", "updated_at", "finished_at", "last_workflow_id", "last_instance_key", "last_skip", "to_version", "replay_from_step")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +112,8 @@ class Operation(_message.Message):
     LAST_WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     LAST_SKIP_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     id: int
     action: BulkAction
     status: OperationStatus
@@ -119,7 +129,9 @@ class Operation(_message.Message):
     last_workflow_id: str
     last_instance_key: str
     last_skip: str
-    def __init__(self, id: _Optional[int] = ..., action: _Optional[_Union[BulkAction, str]] = ..., status: _Optional[_Union[OperationStatus, str]] = ..., selector_json: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., matched_at_start: _Optional[int] = ..., acted: _Optional[int] = ..., skipped: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_workflow_id: _Optional[str] = ..., last_instance_key: _Optional[str] = ..., last_skip: _Optional[str] = ...) -> None: ...
+    to_version: int
+    replay_from_step: str
+    def __init__(self, id: _Optional[int] = ..., action: _Optional[_Union[BulkAction, str]] = ..., status: _Optional[_Union[OperationStatus, str]] = ..., selector_json: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., matched_at_start: _Optional[int] = ..., acted: _Optional[int] = ..., skipped: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_workflow_id: _Optional[str] = ..., last_instance_key: _Optional[str] = ..., last_skip: _Optional[str] = ..., to_version: _Optional[int] = ..., replay_from_step: _Optional[str] = ...) -> None: ...
 
 class StartOperationResponse(_message.Message):
     __slots__ = ("operation",)

@@ -86,7 +86,8 @@ class OperationServiceServicer:
     def StartOperation(self, request, context):
         """Records an operation (status RUNNING) and returns it; the sidecar's
         operation loop runs it. INVALID_ARGUMENT for a bad filter, action,
-        actor or reason (nothing recorded).
+        actor, reason or version (nothing recorded); PERMISSION_DENIED for a
+        move (or a replay onto another version) without the admin role.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

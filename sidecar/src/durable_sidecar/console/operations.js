@@ -4,7 +4,7 @@
 
 import { badge, confirmAction, enumName, errorBox, fmtTime, h, instanceHref, may, rpc, show, statusOf } from "./lib.js";
 
-const ACTIONS = { RETRY: "Retry", RESUME: "Resume", CANCEL: "Cancel" };
+const ACTIONS = { RETRY: "Retry", RESUME: "Resume", CANCEL: "Cancel", REPLAY: "Replay", MOVE: "Move" };
 
 /** The instance list's filter (ListInstances' fields) as an operation's selector. */
 function selectorFrom(filters, status) {
@@ -19,7 +19,26 @@ export function bulkPanel(filters, status) {
   if (!may("operate")) return "";
   const selector = selectorFrom(filters, status);
   const action = h("select", { id: "bulk-action" },
-    Object.entries(ACTIONS).map(([value, label]) => h("option", { value }, label)));
+    Object.entries(ACTIONS).filter(([value]) => value !== "MOVE" || may("admin"))
+      .map(([value, label]) => h("option", { value }, label)));
+  // A move needs a version; a replay may name the step to run again from (else: from the start item) and a
+  // version (an admin's).
+  const toVersion = h("input", { id: "bulk-to-version", type: "number", min: 1, class: "narrow",
+    placeholder: "version" });
+  const fromStep = h("input", { id: "bulk-from-step", size: 14, placeholder: "step (empty: start)" });
+  const versionBox = h("label", { hidden: true }, "To version", toVersion);
+  const stepBox = h("label", { hidden: true }, "Replay from step", fromStep);
+  action.addEventListener("change", () => {
+    versionBox.hidden = !(action.value === "MOVE" || (action.value === "REPLAY" && may("admin")));
+    stepBox.hidden = action.value !== "REPLAY";
+    result.replaceChildren();
+  });
+  const extra = () => {
+    const body = {};
+    if (!versionBox.hidden && toVersion.value) body.toVersion = toVersion.value;
+    if (!stepBox.hidden && fromStep.value.trim()) body.replayFromStep = fromStep.value.trim();
+    return body;
+  };
   const result = h("div", { id: "bulk-preview" });
   const preview = async () => {
     result.replaceChildren(h("p", { class: "muted" }, "Counting…"));
@@ -43,11 +62,13 @@ export function bulkPanel(filters, status) {
         const op = await confirmAction({
           title: `${verb} ${count} instance${count === 1 ? "" : "s"}`,
           text: `The sidecar ${verb.toLowerCase()}s every instance matching this filter, in batches; `
-            + "you can pause or cancel it on its page.",
+            + "you can pause or cancel it on its page."
+            + (action.value === "REPLAY" ? " A replay runs each instance again as a new instance <key>~r<n>: "
+              + "the steps after the chosen one run again, side effects included." : ""),
           okLabel: `${verb} ${count}`,
           extra: h("p", { class: "mono" }, JSON.stringify(selector)),
           run: async (actor, reason) => (await rpc("OperationService", "StartOperation",
-            { action: `BULK_ACTION_${action.value}`, selector, actor, reason })).operation,
+            { action: `BULK_ACTION_${action.value}`, selector, actor, reason, ...extra() })).operation,
         });
         if (op && op.id) location.hash = `#/operations?id=${op.id}`;
       },
@@ -58,10 +79,16 @@ export function bulkPanel(filters, status) {
       sample, start);
   };
   return h("div", { class: "panel", id: "bulk" },
-    h("div", { class: "actions" }, h("b", {}, "Every match at once:"), action,
+    h("div", { class: "actions" }, h("b", {}, "Every match at once:"), action, stepBox, versionBox,
       h("button", { type: "button", id: "bulk-preview-button", class: "secondary", onclick: preview }, "Preview"),
       h("span", { class: "muted" }, "acts on all the instances this filter matches, not only this page")),
     result);
+}
+
+function actionText(op) {
+  return enumName(op.action, "BULK_ACTION_").toLowerCase()
+    + (Number(op.toVersion || 0) ? ` to version ${op.toVersion}` : "")
+    + (op.replayFromStep ? ` from step ${op.replayFromStep}` : "");
 }
 
 function progressText(op) {
@@ -90,7 +117,7 @@ export async function renderOperations(params) {
         .map((t) => h("th", {}, t)))),
       h("tbody", {}, ops.map((op) => h("tr", {},
         h("td", {}, h("a", { href: `#/operations?id=${op.id}` }, String(op.id))),
-        h("td", {}, enumName(op.action, "BULK_ACTION_").toLowerCase()),
+        h("td", {}, actionText(op)),
         h("td", {}, badge(operationStatus(op), operationStatus(op))),
         h("td", {}, progressText(op)), h("td", {}, op.actor), h("td", {}, op.reason),
         h("td", { class: "mono" }, op.selectorJson), h("td", {}, fmtTime(op.createdAt))))))
@@ -129,7 +156,7 @@ async function renderOperation(id) {
     const total = Math.max(Number(op.matchedAtStart || 0), taken, 1);
     box.replaceChildren(h("div", { class: "panel" },
       h("dl", { class: "facts" },
-        h("dt", {}, "Action"), h("dd", {}, enumName(op.action, "BULK_ACTION_").toLowerCase()),
+        h("dt", {}, "Action"), h("dd", {}, actionText(op)),
         h("dt", {}, "Status"), h("dd", { "data-testid": "operation-status" }, badge(status, status)),
         h("dt", {}, "Progress"), h("dd", { "data-testid": "operation-progress" }, progressText(op)),
         h("dt", {}, "By"), h("dd", {}, `${op.actor}: ${op.reason}`),

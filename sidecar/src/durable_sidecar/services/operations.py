@@ -32,9 +32,10 @@ from ..domain import (
     Page,
     SearchOp,
 )
-from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
+from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from ..stores.base import Conn, Database
 from ..stores.operations import OperationStore
+from ..stores.versions import VersionStore
 from .audit import check_filter
 from .recovery import RecoveryService
 
@@ -46,6 +47,10 @@ MAX_SAMPLE = 100
 LEASE_SECONDS = 10
 
 Cancel = Callable[[Conn, InstanceRef, str, str], Awaitable[Instance]]
+# VersionService.move_one_txn: (conn, instance, to_version, actor, reason) -> moved.
+Move = Callable[..., Awaitable[bool]]
+# ReplayService.replay_txn.
+Replay = Callable[..., Awaitable[tuple[Instance, int]]]
 
 
 def selector_json(flt: InstanceFilter) -> str:
@@ -82,11 +87,15 @@ def selector_from_json(text: str) -> InstanceFilter:
 
 class OperationService:
     def __init__(self, db: Database, store: OperationStore, recovery: RecoveryService, cancel: Cancel, *,
-                 batch_size: int = 100, lease_seconds: int = LEASE_SECONDS) -> None:
+                 move: Move, replay: Replay, versions: VersionStore, batch_size: int = 100,
+                 lease_seconds: int = LEASE_SECONDS) -> None:
         self.db = db
         self.store = store
         self.recovery = recovery
         self.cancel_txn = cancel
+        self.move_txn = move
+        self.replay_txn = replay
+        self.versions = versions
         self.batch_size = batch_size
         self.lease_seconds = lease_seconds
         # Who holds an operation taken by this process (unique per process and start).
@@ -116,16 +125,38 @@ class OperationService:
 
         return await self.db.transaction(txn)
 
-    async def start(self, namespace: str, action: BulkAction, flt: InstanceFilter, *, actor: str,
-                    reason: str) -> Operation:
+    async def start(self, namespace: str, action: BulkAction, flt: InstanceFilter, *, actor: str, reason: str,
+                    to_version: int = 0, replay_from_step: str = "", may_move: bool = False) -> Operation:
+        """Records the operation. may_move: the caller may bind instances to another version (admin): a MOVE,
+        or a REPLAY with to_version."""
         self.check(flt)
         validation.identifier("actor", actor)
         validation.text("reason", reason, required=True)
+        if to_version < 0:
+            raise InvalidArgument("to_version must not be negative")
+        if action is BulkAction.MOVE and not to_version:
+            raise InvalidArgument("to_version is required to move instances (a registered version number)")
+        if to_version and action not in (BulkAction.MOVE, BulkAction.REPLAY):
+            raise InvalidArgument(f"to_version is for a move or a replay, not a {action.value}")
+        if replay_from_step:
+            if action is not BulkAction.REPLAY:
+                raise InvalidArgument(f"replay_from_step is for a replay, not a {action.value}")
+            validation.identifier("replay_from_step", replay_from_step)
+        if to_version:
+            if not may_move:
+                raise PermissionDenied("binding instances to another version is a move: that needs the admin role")
+            if not flt.workflow_id:
+                raise InvalidArgument("to_version needs the workflow in the filter: versions are per workflow")
 
         async def txn(conn: Conn) -> Operation:
+            if to_version and await self.versions.get_txn(conn, namespace, flt.workflow_id, to_version,
+                                                          with_definition=False) is None:
+                raise InvalidArgument(f"to_version {to_version} is not a registered version of workflow "
+                                      f"{flt.workflow_id}")
             matched = await self.store.count_txn(conn, namespace, flt)
             return await self.store.insert_txn(conn, namespace, action=action, selector_json=selector_json(flt),
-                                               actor=actor, reason=reason, matched=matched)
+                                               actor=actor, reason=reason, to_version=to_version,
+                                               replay_from_step=replay_from_step, matched=matched)
 
         op = await self.db.transaction(txn)
         log.info("bulk operation started", extra={"operation": op.id, "action": action.value, "actor": actor,
@@ -222,13 +253,14 @@ class OperationService:
                 return False  # paused, cancelled or taken over: stop
             flt = selector_from_json(op.selector_json)
             after = (op.last_workflow_id, op.last_instance_key) if op.last_workflow_id else None
-            batch = await self.store.next_instances_txn(conn, op.namespace, flt, after=after, limit=self.batch_size)
+            batch = await self.store.next_instances_txn(conn, op.namespace, flt, after=after, limit=self.batch_size,
+                                                        existed_at=op.created_at)
             acted = skipped = 0
             last_skip = ""
             why = f"{op.reason} (bulk operation {op.id})"
             for inst in batch:
                 try:
-                    changed = await self._act(conn, op.action, inst.ref, actor=op.actor, reason=why)
+                    changed = await self._act(conn, op, inst, reason=why)
                 except DomainError as e:
                     changed, last_skip = False, f"{inst.workflow_id}/{inst.instance_key}: {e}"
                 if changed:
@@ -257,13 +289,25 @@ class OperationService:
             self.on_due()
         return more
 
-    async def _act(self, conn: Conn, action: BulkAction, ref: InstanceRef, *, actor: str, reason: str) -> bool:
+    async def _act(self, conn: Conn, op: Operation, inst: Instance, *, reason: str) -> bool:
         """The action on one instance inside the batch's transaction; whether it changed the instance. A refusal
         raises a DomainError before anything of that instance is written."""
-        if action is BulkAction.RETRY:
+        ref, actor = inst.ref, op.actor
+        if op.action is BulkAction.RETRY:
             return (await self.recovery.retry_txn(conn, ref, actor=actor, reason=reason))[1]
-        if action is BulkAction.RESUME:
+        if op.action is BulkAction.RESUME:
             return (await self.recovery.resume_txn(conn, ref, actor=actor, reason=reason))[1]
+        if op.action is BulkAction.MOVE:
+            return await self.move_txn(conn, inst, to_version=op.to_version, actor=actor, reason=reason)
+        if op.action is BulkAction.REPLAY:
+            start = 0
+            if op.replay_from_step:
+                start = await self.store.newest_step_txn(conn, ref, op.replay_from_step)
+                if not start:
+                    raise FailedPrecondition(f"no checkpoint of step {op.replay_from_step}")
+            await self.replay_txn(conn, ref, from_sequence=start, to_version=op.to_version, actor=actor,
+                                  reason=reason, may_move=True)  # the move was an admin's, checked at the start
+            return True
         done = await self.cancel_txn(conn, ref, actor, reason)
         return done.status is InstanceStatus.CANCELLED
 

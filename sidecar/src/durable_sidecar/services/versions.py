@@ -10,6 +10,7 @@ from .. import definitions, validation
 from ..definitions import DefinitionDiff
 from ..domain import (
     ChangeLogEntry,
+    Instance,
     InstanceMove,
     InstanceStatus,
     MoveCandidate,
@@ -19,7 +20,7 @@ from ..domain import (
     Registered,
     Version,
 )
-from ..errors import DomainError, InvalidArgument, NotFound
+from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from ..n8n_api import N8nClient
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
@@ -276,6 +277,28 @@ class VersionService:
         return await self.db.transaction(txn)
 
     # --- moving ------------------------------------------------------------
+
+    async def move_one_txn(self, conn: Conn, inst: Instance, *, to_version: int, actor: str, reason: str) -> bool:
+        """Moves one instance (a bulk operation's, inside its batch) as MoveInstances does, with its change-log
+        row; False when it is on that version already. FailedPrecondition, before anything is written, for a
+        finished instance; NotFound for a version the instance's workflow does not have."""
+        locked = await self.instances.get_txn(conn, inst.ref, for_update=True)
+        if locked is None:
+            raise NotFound(f"instance {inst.workflow_id}/{inst.instance_key} does not exist")
+        if locked.status.final:
+            raise FailedPrecondition(f"instance {inst.workflow_id}/{inst.instance_key} is {locked.status.value}: "
+                                     "only running or suspended instances move")
+        if locked.bound_version == to_version:
+            return False
+        if await self.versions.get_txn(conn, inst.namespace, inst.workflow_id, to_version,
+                                       with_definition=False) is None:
+            raise NotFound(f"to_version {to_version} of workflow {inst.workflow_id} does not exist")
+        await self.instances.rebind_txn(conn, inst.namespace, inst.workflow_id, [inst.instance_key],
+                                        to_version=to_version)
+        move = InstanceMove(instance_key=inst.instance_key, from_version=locked.bound_version, to_version=to_version,
+                            last_step=locked.last_step, last_step_missing_in_target=False)
+        await self.versions.log_moves_txn(conn, inst.namespace, inst.workflow_id, [move], actor=actor, reason=reason)
+        return True
 
     async def move_instances(self, namespace: str, selector: MoveSelector, *, to_version: int, dry_run: bool,
                              reason: str, actor: str) -> list[InstanceMove]:

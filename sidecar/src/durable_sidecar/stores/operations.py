@@ -10,15 +10,17 @@ on twice.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from ..domain import BulkAction, Instance, InstanceFilter, Operation, OperationStatus, Page
+from ..domain import BulkAction, Instance, InstanceFilter, InstanceRef, Operation, OperationStatus, Page
 from .base import Conn
 from .core import INSTANCE_COLUMNS, Dialect, Row, Runner
 from .instances import STALLED_WHERE, instance_filter, instance_of, status_condition
 from .paging import cut_page, decode_cursor
 
-OPERATION_COLUMNS = ("id, namespace, action, status, selector_json, actor, reason, matched_at_start, acted, skipped, "
+OPERATION_COLUMNS = ("id, namespace, action, status, selector_json, actor, reason, to_version, replay_from_step, "
+                     "matched_at_start, acted, skipped, "
                      "last_workflow_id, last_instance_key, last_skip, owner, created_at, updated_at, finished_at")
 
 
@@ -38,9 +40,10 @@ class OperationStore:
         d = runner.dialect
         now, later = d.now_sql, d.later_sql.format(param="lease")
         self._insert = d.sql(
-            f"""INSERT INTO durable_operations (namespace, action, status, selector_json, actor, reason,
-                                                matched_at_start, created_at, updated_at)
-                VALUES (%(ns)s, %(action)s, 'running', %(selector)s, %(actor)s, %(reason)s, %(matched)s, {now}, {now})
+            f"""INSERT INTO durable_operations (namespace, action, status, selector_json, actor, reason, to_version,
+                                                replay_from_step, matched_at_start, created_at, updated_at)
+                VALUES (%(ns)s, %(action)s, 'running', %(selector)s, %(actor)s, %(reason)s, %(to_version)s,
+                        %(from_step)s, %(matched)s, {now}, {now})
                 RETURNING {OPERATION_COLUMNS}""")
         self._get = d.sql(f"SELECT {OPERATION_COLUMNS} FROM durable_operations WHERE namespace = %(ns)s AND id = %(id)s"
                           f"{d.lock(True)}")
@@ -74,18 +77,29 @@ class OperationStore:
                     owner = CASE WHEN %(done)s = 1 THEN '' ELSE owner END
                 WHERE id = %(id)s AND owner = %(owner)s AND status = 'running'""")
 
+        self._newest_step = d.sql(
+            """SELECT max(sequence) AS seq FROM durable_checkpoints
+               WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s AND step_name = %(step)s""")
+
     def _operation(self, row: Row) -> Operation:
         d = self.r.dialect
         return Operation(
             id=int(row["id"]), namespace=row["namespace"], action=BulkAction(row["action"]),
             status=OperationStatus(row["status"]), selector_json=row["selector_json"], actor=row["actor"],
-            reason=row["reason"], matched_at_start=int(row["matched_at_start"]), acted=int(row["acted"]),
+            reason=row["reason"], to_version=int(row["to_version"]), replay_from_step=row["replay_from_step"],
+            matched_at_start=int(row["matched_at_start"]), acted=int(row["acted"]),
             skipped=int(row["skipped"]), last_workflow_id=row["last_workflow_id"],
             last_instance_key=row["last_instance_key"], last_skip=row["last_skip"], owner=row["owner"],
             created_at=d.time(row["created_at"]), updated_at=d.time(row["updated_at"]),
             finished_at=d.time_or_none(row["finished_at"]))
 
     # --- the instances an operation takes ------------------------------------------------------------------
+
+    async def newest_step_txn(self, conn: Conn, ref: InstanceRef, step: str) -> int:
+        """The sequence of the instance's newest checkpoint of this step; 0 when it has none."""
+        row = await self.r.one(conn, self._newest_step, {"ns": ref.namespace, "wf": ref.workflow_id,
+                                                         "key": ref.instance_key, "step": step})
+        return int(row["seq"]) if row and row["seq"] is not None else 0
 
     async def count_txn(self, conn: Conn, namespace: str, flt: InstanceFilter) -> int:
         d = self.r.dialect
@@ -95,10 +109,15 @@ class OperationStore:
         return int(row["n"]) if row else 0
 
     async def next_instances_txn(self, conn: Conn, namespace: str, flt: InstanceFilter, *,
-                                 after: tuple[str, str] | None, limit: int) -> list[Instance]:
-        """The next matching instances after the cursor, in (workflow_id, instance_key) order."""
+                                 after: tuple[str, str] | None, limit: int,
+                                 existed_at: datetime | None = None) -> list[Instance]:
+        """The next matching instances after the cursor, in (workflow_id, instance_key) order; with existed_at,
+        only those created by then (an operation never takes an instance made after it started, a fork say)."""
         d = self.r.dialect
         where, params = selection(d, namespace, flt, (await self.r.with_now(conn)).get("now"))
+        if existed_at is not None:
+            where.append("created_at <= %(existed_at)s")
+            params["existed_at"] = d.time_param(existed_at)
         if after is not None:
             where.append("(workflow_id, instance_key) > (%(after_wf)s, %(after_key)s)")
             params.update(after_wf=after[0], after_key=after[1])
@@ -111,10 +130,10 @@ class OperationStore:
     # --- operations ----------------------------------------------------------------------------------------
 
     async def insert_txn(self, conn: Conn, namespace: str, *, action: BulkAction, selector_json: str, actor: str,
-                         reason: str, matched: int) -> Operation:
+                         reason: str, to_version: int, replay_from_step: str, matched: int) -> Operation:
         row = await self.r.one(conn, self._insert, await self.r.with_now(
             conn, ns=namespace, action=action.value, selector=selector_json, actor=actor, reason=reason,
-            matched=matched))
+            to_version=to_version, from_step=replay_from_step, matched=matched))
         assert row is not None
         return self._operation(row)
 

@@ -9,12 +9,13 @@ from ..errors import InvalidArgument
 from ..services.operations import OperationService
 from ..validation import page_size
 from . import convert
-from .auth import Authenticator
+from .auth import Authenticator, Role, caller_role
 from .instances import statuses
 from .rpc import unary
 
 _ACTIONS = {operations_pb2.BULK_ACTION_RETRY: BulkAction.RETRY, operations_pb2.BULK_ACTION_RESUME: BulkAction.RESUME,
-            operations_pb2.BULK_ACTION_CANCEL: BulkAction.CANCEL}
+            operations_pb2.BULK_ACTION_CANCEL: BulkAction.CANCEL, operations_pb2.BULK_ACTION_MOVE: BulkAction.MOVE,
+            operations_pb2.BULK_ACTION_REPLAY: BulkAction.REPLAY}
 _ACTION_TO_PB = {a: pb for pb, a in _ACTIONS.items()}
 _STATUS_TO_PB = {OperationStatus.RUNNING: operations_pb2.OPERATION_STATUS_RUNNING,
                  OperationStatus.PAUSED: operations_pb2.OPERATION_STATUS_PAUSED,
@@ -43,7 +44,8 @@ def operation(op: Operation) -> operations_pb2.Operation:
         actor=op.actor, reason=op.reason, matched_at_start=op.matched_at_start, acted=op.acted, skipped=op.skipped,
         created_at=convert.ts(op.created_at), updated_at=convert.ts(op.updated_at),
         finished_at=convert.ts(op.finished_at), last_workflow_id=op.last_workflow_id,
-        last_instance_key=op.last_instance_key, last_skip=op.last_skip)
+        last_instance_key=op.last_instance_key, last_skip=op.last_skip, to_version=op.to_version,
+        replay_from_step=op.replay_from_step)
 
 
 class OperationServicer(operations_pb2_grpc.OperationServiceServicer):
@@ -60,9 +62,12 @@ class OperationServicer(operations_pb2_grpc.OperationServiceServicer):
     async def StartOperation(self, request: operations_pb2.StartOperationRequest, ns: str) -> operations_pb2.StartOperationResponse:  # noqa: N802
         action = _ACTIONS.get(request.action)
         if action is None:
-            raise InvalidArgument("action is required: BULK_ACTION_RETRY, BULK_ACTION_RESUME or BULK_ACTION_CANCEL")
+            raise InvalidArgument("action is required: BULK_ACTION_RETRY, BULK_ACTION_RESUME, BULK_ACTION_CANCEL, "
+                                  "BULK_ACTION_MOVE or BULK_ACTION_REPLAY")
         op = await self.service.start(ns, action, selector(request.selector), actor=request.actor,
-                                      reason=request.reason)
+                                      reason=request.reason, to_version=request.to_version,
+                                      replay_from_step=request.replay_from_step,
+                                      may_move=caller_role.get() >= Role.ADMIN)
         return operations_pb2.StartOperationResponse(operation=operation(op))
 
     @unary("GetOperation")

@@ -26,8 +26,9 @@ export const protobufPackage = "durable.v1";
 export const protobufFileName = "durable/v1/operations.proto";
 
 /**
- * OperationService: bulk actions by filter. An operator retries, resumes or
- * cancels every instance of one namespace that matches a filter: first a
+ * OperationService: bulk actions by filter. An operator retries, resumes,
+ * cancels, moves or replays every instance of one namespace that matches a
+ * filter (the instances that existed when the operation started): first a
  * preview (the count and a sample), then an operation the sidecar runs in
  * batches in the background, with progress, that can be paused, continued
  * and cancelled, survives a kill of the sidecar (the next sidecar continues
@@ -45,6 +46,17 @@ export enum BulkAction {
   BULK_ACTION_RESUME = 2,
   /** BULK_ACTION_CANCEL - As InstanceService.CancelInstance: unfinished instances are cancelled. */
   BULK_ACTION_CANCEL = 3,
+  /**
+   * BULK_ACTION_MOVE - As VersionService.MoveInstances: running and suspended instances are
+   * bound to to_version (role admin; the filter names the workflow).
+   */
+  BULK_ACTION_MOVE = 4,
+  /**
+   * BULK_ACTION_REPLAY - As RecoveryService.ReplayInstance: finished instances run again as
+   * forks, each from its newest checkpoint of replay_from_step (empty: from
+   * its start item), on to_version when given (role admin).
+   */
+  BULK_ACTION_REPLAY = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -106,6 +118,17 @@ export interface StartOperationRequest {
    */
   actor: string;
   reason: string;
+  /**
+   * MOVE (required) and REPLAY (optional): the version to bind to, a
+   * registered version of the filter's workflow.
+   */
+  toVersion: number;
+  /**
+   * REPLAY: the step each instance runs again from (its newest checkpoint of
+   * that step; an instance without one is skipped); empty: from its start
+   * item.
+   */
+  replayFromStep: string;
 }
 
 export interface Operation {
@@ -137,6 +160,9 @@ export interface Operation {
   lastInstanceKey: string;
   /** Why the last skipped instance was skipped. */
   lastSkip: string;
+  /** As StartOperationRequest's. */
+  toVersion: number;
+  replayFromStep: string;
 }
 
 export interface StartOperationResponse {
@@ -496,7 +522,7 @@ export const PreviewOperationResponse: MessageFns<PreviewOperationResponse> = {
 };
 
 function createBaseStartOperationRequest(): StartOperationRequest {
-  return { action: 0, selector: undefined, actor: "", reason: "" };
+  return { action: 0, selector: undefined, actor: "", reason: "", toVersion: 0, replayFromStep: "" };
 }
 
 export const StartOperationRequest: MessageFns<StartOperationRequest> = {
@@ -512,6 +538,12 @@ export const StartOperationRequest: MessageFns<StartOperationRequest> = {
     }
     if (message.reason !== "") {
       writer.uint32(34).string(message.reason);
+    }
+    if (message.toVersion !== 0) {
+      writer.uint32(40).int64(message.toVersion);
+    }
+    if (message.replayFromStep !== "") {
+      writer.uint32(50).string(message.replayFromStep);
     }
     return writer;
   },
@@ -561,6 +593,22 @@ export const StartOperationRequest: MessageFns<StartOperationRequest> = {
             message.reason = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.toVersion = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.replayFromStep = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -584,6 +632,8 @@ export const StartOperationRequest: MessageFns<StartOperationRequest> = {
       : undefined;
     message.actor = object.actor ?? "";
     message.reason = object.reason ?? "";
+    message.toVersion = object.toVersion ?? 0;
+    message.replayFromStep = object.replayFromStep ?? "";
     return message;
   },
 };
@@ -605,6 +655,8 @@ function createBaseOperation(): Operation {
     lastWorkflowId: "",
     lastInstanceKey: "",
     lastSkip: "",
+    toVersion: 0,
+    replayFromStep: "",
   };
 }
 
@@ -654,6 +706,12 @@ export const Operation: MessageFns<Operation> = {
     }
     if (message.lastSkip !== "") {
       writer.uint32(122).string(message.lastSkip);
+    }
+    if (message.toVersion !== 0) {
+      writer.uint32(128).int64(message.toVersion);
+    }
+    if (message.replayFromStep !== "") {
+      writer.uint32(138).string(message.replayFromStep);
     }
     return writer;
   },
@@ -791,6 +849,22 @@ export const Operation: MessageFns<Operation> = {
             message.lastSkip = reader.string();
             continue;
           }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.toVersion = longToNumber(reader.int64());
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.replayFromStep = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -823,6 +897,8 @@ export const Operation: MessageFns<Operation> = {
     message.lastWorkflowId = object.lastWorkflowId ?? "";
     message.lastInstanceKey = object.lastInstanceKey ?? "";
     message.lastSkip = object.lastSkip ?? "";
+    message.toVersion = object.toVersion ?? 0;
+    message.replayFromStep = object.replayFromStep ?? "";
     return message;
   },
 };
@@ -1275,7 +1351,8 @@ export const OperationServiceService = {
   /**
    * Records an operation (status RUNNING) and returns it; the sidecar's
    * operation loop runs it. INVALID_ARGUMENT for a bad filter, action,
-   * actor or reason (nothing recorded).
+   * actor, reason or version (nothing recorded); PERMISSION_DENIED for a
+   * move (or a replay onto another version) without the admin role.
    */
   startOperation: {
     path: "/durable.v1.OperationService/StartOperation" as const,
@@ -1364,7 +1441,8 @@ export interface OperationServiceServer extends UntypedServiceImplementation {
   /**
    * Records an operation (status RUNNING) and returns it; the sidecar's
    * operation loop runs it. INVALID_ARGUMENT for a bad filter, action,
-   * actor or reason (nothing recorded).
+   * actor, reason or version (nothing recorded); PERMISSION_DENIED for a
+   * move (or a replay onto another version) without the admin role.
    */
   startOperation: handleUnaryCall<StartOperationRequest, StartOperationResponse>;
   /**
@@ -1408,7 +1486,8 @@ export interface OperationServiceClient extends Client {
   /**
    * Records an operation (status RUNNING) and returns it; the sidecar's
    * operation loop runs it. INVALID_ARGUMENT for a bad filter, action,
-   * actor or reason (nothing recorded).
+   * actor, reason or version (nothing recorded); PERMISSION_DENIED for a
+   * move (or a replay onto another version) without the admin role.
    */
   startOperation(
     request: StartOperationRequest,

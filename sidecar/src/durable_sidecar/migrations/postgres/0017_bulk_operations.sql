@@ -9,11 +9,15 @@
 CREATE TABLE durable_operations (
     id                bigserial   PRIMARY KEY,
     namespace         text        NOT NULL,
-    action            text        NOT NULL CHECK (action IN ('retry', 'resume', 'cancel')),
+    action            text        NOT NULL CHECK (action IN ('retry', 'resume', 'cancel', 'move', 'replay')),
     status            text        NOT NULL CHECK (status IN ('running', 'paused', 'cancelled', 'completed')),
     selector_json     text        NOT NULL,
     actor             text        NOT NULL,
     reason            text        NOT NULL,
+    -- move: the version to bind to; replay: the fork's version (0: each original's).
+    to_version        bigint      NOT NULL DEFAULT 0,
+    -- replay: each instance runs again from its newest checkpoint of this step ('': from its start item).
+    replay_from_step  text        NOT NULL DEFAULT '',
     matched_at_start  bigint      NOT NULL,
     acted             bigint      NOT NULL DEFAULT 0,
     skipped           bigint      NOT NULL DEFAULT 0,
