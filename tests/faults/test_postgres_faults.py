@@ -245,11 +245,12 @@ async def test_postgres_max_connections_reached_answers_unavailable_and_recovers
         await migrate(pg.url)
         token = f"maxconn-{random.randrange(10**9)}"
         # No background query may grow the pool while the test holds its one connection: the health
-        # ping, the gauge refresh, the session sweep (every fifth of the grace) and the limit sweep would open
-        # a second one and serve the calls this test expects refused.
+        # ping, the gauge refresh, the session sweep (every fifth of the grace), the limit sweep and the bulk
+        # operation loop would open a second one and serve the calls this test expects refused.
         sidecar = await _sidecar(pg.url, token, db_pool_min=1, db_pool_max=4, db_pool_timeout_seconds=0.7,
                                  health_check_interval_seconds=300, instance_gauges_interval_seconds=0,
-                                 session_grace_seconds=300, limit_sweep_interval_seconds=300)
+                                 session_grace_seconds=300, limit_sweep_interval_seconds=300,
+                                 operation_poll_interval_seconds=300)
         assert sidecar.db.pool_stats()["pool_size"] == 1
         ch = channel(sidecar.port)
         s = Stubs(ch, token)

@@ -201,10 +201,21 @@ async def test_the_cli_filters_and_sorts_by_search_fields(harness: Harness, data
                             {"country": "FR", "amount": 99}])
     tag = keys[0].split("-")[1]
     done = await asyncio.to_thread(_cli, database_url, "instances", "list", "--namespace", ns, "--workflow", WF,
-                                   "--field", f"batch={tag}", "--field", "amount>=50", "--sort", "amount", "--desc")
+                                   "--field", f'batch="{tag}"', "--field", "amount>=50", "--sort", "amount", "--desc")
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if tag in line]
     assert [next(k for k in keys if k in line) for line in lines] == [keys[1], keys[2]]
     assert '"amount":250' in lines[0] and '"country":"DE"' in lines[0]
     bad = await asyncio.to_thread(_cli, database_url, "instances", "list", "--namespace", ns, "--field", "amount")
     assert bad.returncode == 1 and "NAME=VALUE" in bad.stderr
+
+
+def test_a_cli_value_that_is_not_a_finite_number_is_the_text_as_written() -> None:
+    """Found by a full run: a batch tag of hex digits such as 3e999 parsed as JSON is Infinity, which the sidecar
+    refuses; the CLI takes it as the text written (quote a value to make it text in any case)."""
+    from durable_sidecar.cli import _field_condition
+
+    assert _field_condition(0, "batch=3e999").value == "3e999"
+    assert _field_condition(0, "batch=NaN").value == "NaN"
+    assert _field_condition(0, 'batch="8e41"').value == "8e41"
+    assert _field_condition(0, "amount>=50").value == 50

@@ -354,7 +354,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
                                                   name="idempotency-reaper"))
     sidecar.background.append(asyncio.create_task(monitor.run(), name="health-monitor"))
     sidecar.background.append(asyncio.create_task(services.sessions.run(stopping), name="session-sweep"))
-    sidecar.background.append(asyncio.create_task(services.operations.run(stopping), name="bulk-operations"))
+    sidecar.background.append(asyncio.create_task(services.operations.run(
+        stopping, idle_seconds=settings.operation_poll_interval_seconds), name="bulk-operations"))
     sidecar.background.append(asyncio.create_task(services.limits.run_sweeper(
         stopping, interval_seconds=settings.limit_sweep_interval_seconds), name="limit-sweep"))
     sidecar.background.append(asyncio.create_task(

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import math
 import re
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -273,7 +274,8 @@ def _field_condition(index: int, given: str) -> FieldCondition:
         value = json.loads(raw)
     except ValueError:
         value = raw
-    if not isinstance(value, str | int | float) or isinstance(value, bool):
+    if not isinstance(value, str | int | float) or isinstance(value, bool) or (
+            isinstance(value, float) and not math.isfinite(value)):  # NaN, Infinity, 1e999: the text as written
         value = raw
     return parse_condition(index, name, _OPS[op], json.dumps(value).encode())
 

@@ -105,6 +105,14 @@ class Settings:
             "/metrics; 0 turns them off (seconds).",
         ),
     )
+    operation_poll_interval_seconds: float = field(
+        default=2.0,
+        metadata=_meta(
+            "DURABLE_OPERATION_POLL_INTERVAL_SECONDS",
+            "How often an idle sidecar looks for a bulk operation to run (one recorded by the CLI or another "
+            "replica, or left by a sidecar that died); one it starts itself runs at once (seconds).",
+        ),
+    )
     limit_sweep_interval_seconds: float = field(
         default=1.0,
         metadata=_meta(
@@ -411,6 +419,8 @@ class Settings:
         need(self.instance_gauges_interval_seconds == 0 or 1 <= self.instance_gauges_interval_seconds <= 3600,
              "DURABLE_INSTANCE_GAUGES_INTERVAL_SECONDS", "must be 0 (off) or 1 to 3600")
         need(0.1 <= self.limit_sweep_interval_seconds <= 3600, "DURABLE_LIMIT_SWEEP_INTERVAL_SECONDS",
+             "must be 0.1 to 3600")
+        need(0.1 <= self.operation_poll_interval_seconds <= 3600, "DURABLE_OPERATION_POLL_INTERVAL_SECONDS",
              "must be 0.1 to 3600")
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")
         need(1 <= self.db_pool_max <= 1000, "DURABLE_DB_POOL_MAX", "must be 1 to 1000")

@@ -39,7 +39,7 @@ export function searchConditions(text) {
     let value = m[3];
     try {
       const parsed = JSON.parse(m[3]);
-      if (typeof parsed === "number" || typeof parsed === "string") value = parsed;
+      if ((typeof parsed === "number" && Number.isFinite(parsed)) || typeof parsed === "string") value = parsed;
     } catch { /* the text as written */ }
     return { name: m[1].trim(), op: SEARCH_OPS[m[2]], valueJson: encodeBytes(JSON.stringify(value)) };
   });

@@ -10,6 +10,7 @@ takes the operation over (once the dead one's lease lapsed) redoes it. An instan
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -214,20 +215,20 @@ class OperationService:
     # --- the loop ------------------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event, *, idle_seconds: float = 2.0) -> None:
-        """Takes running operations nobody holds and runs them batch by batch until `stopping` is set."""
+        """Every `idle_seconds`, or at once when an operation is started or continued here, takes running
+        operations nobody holds and runs them batch by batch, until `stopping` is set. (It waits first: a
+        starting sidecar's pool is not grown by it, and a dead sidecar's operation waits out its lease anyway.)"""
         while not stopping.is_set():
-            try:
-                worked = await self.run_once()
-            except Exception:  # a database outage: try again after a pause
-                log.exception("bulk operation loop failed; retrying")
-                worked = False
-            if worked:
-                continue
-            self._kick.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=idle_seconds)
-            except TimeoutError:
-                pass
+            self._kick.clear()
+            if stopping.is_set():
+                return
+            try:
+                while await self.run_once():
+                    pass
+            except Exception:  # a database outage: try again at the next round
+                log.exception("bulk operation loop failed; retrying")
 
     async def run_once(self) -> bool:
         """Takes one operation and runs it until it ends, is paused or is lost; whether one was taken."""
