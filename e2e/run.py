@@ -234,6 +234,23 @@ def n8n_login(base_url: str, email: str, password: str) -> urllib.request.Opener
     return opener
 
 
+def n8n_api_key(base_url: str, email: str, password: str) -> str:
+    """A public-API key of n8n's owner, made as *Settings → n8n API → Create an API key* does: the sidecar reads
+    the workflows with it, so each instance is bound to a snapshot of its workflow's version."""
+    opener = n8n_login(base_url, email, password)
+
+    def call(method: str, path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(f"{base_url}/rest{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with opener.open(req, timeout=30) as resp:
+            return json.loads(resp.read())["data"]
+
+    scopes = call("GET", "/api-keys/scopes")
+    made = call("POST", "/api-keys", {"label": "durable sidecar (make run)", "scopes": scopes, "expiresAt": None})
+    return str(made["rawApiKey"])
+
+
 def n8n_ready(base_url: str, email: str, password: str) -> tuple[bool, str]:
     """Whether n8n serves the examples, found out without running them; with what it is still waiting for."""
     status, _ = http("GET", f"{base_url}/healthz/readiness", timeout=3)
@@ -321,6 +338,11 @@ class Run:
                        "DURABLE_CONSOLE_N8N_URL": os.environ.get("DURABLE_CONSOLE_N8N_URL",
                                                                  f"http://127.0.0.1:{args.n8n_port}"),
                        "DURABLE_DATA_DIR": str(data), "DURABLE_LOG_FORMAT": "text"}
+        # n8n API access (the key made on the first run, unless you give your own): the sidecar binds each
+        # instance to a snapshot of its workflow's version.
+        n8n_access = {"DURABLE_N8N_BASE_URL": f"http://127.0.0.1:{args.n8n_port}"}
+        if conf.get("n8n_api_key") and not os.environ.get("DURABLE_N8N_API_KEY"):
+            sidecar_env.update(n8n_access, DURABLE_N8N_API_KEY=conf["n8n_api_key"])
         storage = "PostgreSQL" if os.environ.get("DURABLE_DATABASE_URL") else f"SQLite in {data / 'durable.sqlite3'}"
         sidecar = Process("sidecar", [str(REPO / ".venv/bin/durable-sidecar"), "serve"], sidecar_env,
                           data / "sidecar.log")
@@ -336,8 +358,9 @@ class Run:
                    "DB_SQLITE_POOL_SIZE": "2",
                    "N8N_INSTANCE_OWNER_MANAGED_BY_ENV": "true", "N8N_INSTANCE_OWNER_EMAIL": OWNER_EMAIL,
                    # n8n's own module switches: without its AI assistant, n8n opens on the workflows
-                   # (not on the assistant's page), and the editor's checklist has no MCP item.
-                   "N8N_DISABLED_MODULES": os.environ.get("N8N_DISABLED_MODULES", "instance-ai,mcp")}
+                   # (not on the assistant's page), and the editor's checklist has no MCP item; without the
+                   # MCP registry (as e2e/n8n-env.sh), n8n does not look for api.n8n.io at every start.
+                   "N8N_DISABLED_MODULES": os.environ.get("N8N_DISABLED_MODULES", "instance-ai,mcp,mcp-registry")}
         n8n_env["N8N_INSTANCE_OWNER_PASSWORD_HASH"] = conf["password_hash"]
         say("installing the node package into n8n (npm install of the packed tarball in ~/.n8n/nodes)")
         install_package(user)
@@ -367,6 +390,18 @@ class Run:
         base_url = f"http://127.0.0.1:{args.n8n_port}"
         self.wait_n8n(n8n, base_url, conf["password"])
         self.phases.done("n8n started and serving the examples")
+        if "DURABLE_N8N_API_KEY" not in sidecar_env:
+            # First run: an API key for the sidecar (kept in run-secrets.json), which starts again with it.
+            conf["n8n_api_key"] = n8n_api_key(base_url, OWNER_EMAIL, conf["password"])
+            secrets_file.write_text(json.dumps(conf))
+            sidecar_env.update(n8n_access, DURABLE_N8N_API_KEY=conf["n8n_api_key"])
+            say("restarting the sidecar with an n8n API key (first run only): it binds instances to workflow versions")
+            sidecar.stop()
+            sidecar.env = sidecar_env
+            sidecar.start()
+            self.leftovers.record(self.processes)
+            wait_sidecar(args.sidecar_port, sidecar)
+            self.phases.done("n8n API key for the sidecar (first run only)")
         console = f"http://{sidecar_env['DURABLE_HTTP_LISTEN_ADDRESS']}/console/"
         # The CLI finds the embedded database where this run keeps it (DURABLE_RUN_DIR moves it).
         cli = (".venv/bin/durable-sidecar" if data.resolve() == (REPO / ".durable-data").resolve()

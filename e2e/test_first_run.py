@@ -113,6 +113,10 @@ def test_8_make_run_on_embedded_storage_completes_an_order(make_run: MakeRun) ->
 
     wait_until("order A-1001 to complete", lambda: "status: completed" in shown(), 180, 2)
     assert "last_step: couponed" in shown(), shown()
+    # make run gives the sidecar an n8n API key: the order is bound to a snapshot of its workflow's version.
+    bound = next((line.split(":", 1)[1].strip() for line in shown().splitlines()
+                  if line.strip().startswith("bound_version:")), "")
+    assert bound.isdigit() and int(bound) >= 1, shown()
     wait_until("n8n to finish its executions",
                lambda: all(e[1] not in ("running", "new") for e in make_run.executions()), 60, 1)
     assert make_run.executions(), "the order ran no execution"
