@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 from durable.v1 import audit_pb2, checkpoint_pb2, common_pb2, instance_pb2, operations_pb2, version_pb2
-from durable_sidecar import app
 
-from tests.conftest import Harness, make_settings
+from tests.conftest import Harness
 from tests.sidecar.helpers import SidecarProcess, Stubs, channel, create_database, drop_database
 from tests.sidecar.storage import fetch
 from tests.sidecar.test_server import _cli
@@ -252,19 +250,17 @@ async def test_list_and_count_filter_by_error_text_as_operations_do(harness: Har
         await s.instances.ListInstances(instance_pb2.ListInstancesRequest(error_contains="x" * 257),
                                         metadata=s.metadata)
     assert long.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "error_contains" in long.value.details()
+    # A NUL (PostgreSQL text cannot hold one) or another control character is a clear refusal, never INTERNAL.
+    for field, value in (("error_contains", "503\x00"), ("instance_key_prefix", "order-\x00"),
+                         ("instance_key_prefix", "order-\x1b")):
+        for call in (s.instances.ListInstances(instance_pb2.ListInstancesRequest(**{field: value}),
+                                               metadata=s.metadata),
+                     s.operations.PreviewOperation(operations_pb2.PreviewOperationRequest(
+                         selector=operations_pb2.BulkSelector(**{field: value})), metadata=s.metadata)):
+            with pytest.raises(grpc.aio.AioRpcError) as bad:
+                await call
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in bad.value.details(), field
 
-
-@pytest.fixture
-async def operate_and_admin(database_url: str) -> AsyncIterator[tuple[Stubs, Stubs]]:
-    ns = f"ns-bulk-{uuid.uuid4().hex[:8]}"
-    started = await app.start(make_settings(database_url, auth_tokens=f"bulk-operate-1={ns}:operate,"
-                                                                      f"bulk-admin-1={ns}"))
-    ch = channel(started.port)
-    try:
-        yield Stubs(ch, "bulk-operate-1"), Stubs(ch, "bulk-admin-1")
-    finally:
-        await ch.close()
-        await started.stop(grace=0.5)
 
 
 async def test_a_bulk_move_is_an_admins_and_moves_the_running_ones(operate_and_admin: tuple[Stubs, Stubs],

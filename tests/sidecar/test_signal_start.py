@@ -53,6 +53,9 @@ async def test_a_signal_starts_an_absent_instance_held_for_its_delivery_which_st
                         search_fields_json=b'{"customerId": "C-1"}')
     assert order.outcome == instance_pb2.START_OUTCOME_STARTED and order.instance.lease_owner == "exec-1"
     assert json.loads((await get(s, key)).search_fields_json) == {"customerId": "C-1"}  # the delivery's fields
+    # The same call again (a network retry of the delivering execution): the same answer, Start.
+    again = await start(s, key, "exec-1", start_item_json=json.dumps(WEBHOOK).encode(), include_state=True)
+    assert again.outcome == instance_pb2.START_OUTCOME_STARTED and again.instance.resume_count == 0
     assert json.loads(order.start_item_json) == WEBHOOK and not order.HasField("latest_checkpoint")
     # The workflow reaches its Wait for Event: the event is already in the mailbox.
     await save(s, item(key, "ordered", WEBHOOK))

@@ -22,8 +22,8 @@ def check_filter(flt: InstanceFilter) -> None:
     validation.identifier("last_step", flt.last_step, required=False)
     if flt.bound_version < 0:
         raise InvalidArgument("bound_version must not be negative")
-    if len(flt.error_contains) > MAX_ERROR_TEXT:
-        raise InvalidArgument(f"error_contains is {len(flt.error_contains)} characters; the limit is {MAX_ERROR_TEXT}")
+    validation.identifier("instance_key_prefix", flt.key_prefix, required=False)
+    validation.text("error_contains", flt.error_contains, limit=MAX_ERROR_TEXT)
     check_search(flt)
 
 

@@ -286,7 +286,10 @@ class InstanceService:
                 # A retry by the execution that already holds the lease: same answer, no new resume.
                 inst = await self.instances.take_lease_txn(conn, ref, owner=execution_id, lease_seconds=lease_for(inst),
                                                            count_resume=False, hold_seconds=hold)
-                first = inst.created_by_execution_id == execution_id and inst.resume_count == 0
+                # Its first run: it made the instance, or it is the delivery that started a held one (a
+                # signal-with-start made it); either way nothing resumed it and nothing was saved.
+                first = inst.resume_count == 0 and (inst.created_by_execution_id == execution_id
+                                                    or inst.last_sequence == 0)
                 return StartResult(StartOutcome.STARTED if first else StartOutcome.RESUMED, inst, latest)
             lease_alive, wake_pending = await self.instances.lease_state_txn(conn, ref)
             taking_claim = bool(claim_token) and inst.lease_owner == claim_token

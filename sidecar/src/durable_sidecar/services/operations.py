@@ -110,7 +110,6 @@ class OperationService:
     @staticmethod
     def check(flt: InstanceFilter) -> None:
         check_filter(flt)
-        validation.identifier("instance_key_prefix", flt.key_prefix, required=False)
         if flt.sort_field:
             raise InvalidArgument("an operation takes instances by workflow and key: sort_by_field does not apply")
 
