@@ -1,5 +1,5 @@
 """The sidecar as e2e/harness.py starts it, on a throwaway database: what bench.n8n, bench.n8n_rpcs and
-bench.n8n_client each run against (PostgreSQL, Redis, a 60 s lease, log level warning)."""
+bench.n8n_client each run against (PostgreSQL, Redis, the default lease, log level warning)."""
 
 from __future__ import annotations
 

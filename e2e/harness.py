@@ -147,6 +147,21 @@ class Process:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+def create_api_key(base_url: str, opener: urllib.request.OpenerDirector, label: str) -> str:
+    """An n8n public-API key with every scope for the user `opener` is logged in as (n8n's REST API, as *Settings
+    → n8n API → Create an API key* makes one)."""
+    def call(method: str, path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(f"{base_url}/rest{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with opener.open(req, timeout=30) as resp:
+            return json.loads(resp.read())["data"]
+
+    scopes = call("GET", "/api-keys/scopes")
+    made = call("POST", "/api-keys", {"label": label, "scopes": scopes, "expiresAt": None})
+    return str(made["rawApiKey"])
+
+
 def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
          timeout: float = 10) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
@@ -372,18 +387,7 @@ class N8n:
 
     def create_api_key(self, label: str) -> str:
         """An n8n public-API key for the owner, made as *Settings → n8n API → Create an API key* does."""
-        opener = self.rest_session()
-
-        def call(method: str, path: str, body: Any = None) -> Any:
-            req = urllib.request.Request(f"{self.url}/rest{path}", method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with opener.open(req, timeout=30) as resp:
-                return json.loads(resp.read())["data"]
-
-        scopes = call("GET", "/api-keys/scopes")
-        made = call("POST", "/api-keys", {"label": label, "scopes": scopes, "expiresAt": None})
-        return str(made["rawApiKey"])
+        return create_api_key(self.url, self.rest_session(), label)
 
     def update_workflow(self, api_key: str, workflow: dict[str, Any]) -> dict[str, Any]:
         """Saves a changed workflow through n8n's public API; a published workflow is re-published with it.

@@ -51,7 +51,7 @@ from typing import Any
 import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness import REPO, Process, _bcrypt, free_port, http, install_node_package, n8n_base_env, tail
+from harness import REPO, Process, _bcrypt, create_api_key, free_port, http, install_node_package, n8n_base_env, tail
 
 OWNER_EMAIL = "admin@example.com"
 PREFIX = "[make run]"
@@ -237,18 +237,7 @@ def n8n_login(base_url: str, email: str, password: str) -> urllib.request.Opener
 def n8n_api_key(base_url: str, email: str, password: str) -> str:
     """A public-API key of n8n's owner, made as *Settings → n8n API → Create an API key* does: the sidecar reads
     the workflows with it, so each instance is bound to a snapshot of its workflow's version."""
-    opener = n8n_login(base_url, email, password)
-
-    def call(method: str, path: str, body: Any = None) -> Any:
-        req = urllib.request.Request(f"{base_url}/rest{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with opener.open(req, timeout=30) as resp:
-            return json.loads(resp.read())["data"]
-
-    scopes = call("GET", "/api-keys/scopes")
-    made = call("POST", "/api-keys", {"label": "durable sidecar (make run)", "scopes": scopes, "expiresAt": None})
-    return str(made["rawApiKey"])
+    return create_api_key(base_url, n8n_login(base_url, email, password), "durable sidecar (make run)")
 
 
 def n8n_ready(base_url: str, email: str, password: str) -> tuple[bool, str]:

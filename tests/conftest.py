@@ -156,3 +156,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         f"lost acknowledged writes={TALLY.lost_acknowledged_writes} (must be 0) "
         f"duplicate completions={TALLY.duplicate_completions} (must be 0)"
     )
+
+
+@pytest.fixture
+async def operate_and_admin(database_url: str) -> AsyncIterator[tuple[Stubs, Stubs]]:
+    """A sidecar on the session database with an operate token and an admin token of one new namespace."""
+    suffix = uuid.uuid4().hex[:8]
+    operate, admin = f"operate-{suffix}", f"admin-{suffix}"
+    started = await app.start(make_settings(database_url, auth_tokens=f"{operate}=ns-roles-{suffix}:operate,"
+                                                                      f"{admin}=ns-roles-{suffix}"))
+    ch = channel(started.port)
+    try:
+        yield Stubs(ch, operate), Stubs(ch, admin)
+    finally:
+        await ch.close()
+        await started.stop(grace=0.5)

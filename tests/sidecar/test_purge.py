@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import uuid
 
 import grpc
 from durable.v1 import checkpoint_pb2, common_pb2, events_pb2, instance_pb2
 from durable_sidecar import app
 
-from tests.conftest import Harness, make_settings
+from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs, channel, redis_server
 from tests.sidecar.storage import fetch
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
 from tests.sidecar.test_events import refused, signal
+from tests.sidecar.test_server import _cli as server_cli
+from tests.sidecar.test_server import make_settings
 
 BIG = 20_000  # above the compression threshold: cached (Redis with PostgreSQL, in-process with SQLite)
 
@@ -187,9 +187,7 @@ async def test_the_cli_purges_with_actor_and_reason_and_clears_the_shared_cache(
 
     def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
         # The CLI runs with the sidecars' settings: the same database and Redis.
-        env = {**os.environ, "DURABLE_DATABASE_URL": database_url, "DURABLE_REDIS_URL": redis_url}
-        return subprocess.run([sys.executable, "-m", "durable_sidecar", *args], env=env, capture_output=True,
-                              text=True, timeout=60)
+        return server_cli(database_url, *args, redis_url=redis_url)
 
     key = new_key()
     await personal_order(s, key, "SECRETCLI")

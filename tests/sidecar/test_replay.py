@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 from durable.v1 import common_pb2, events_pb2, instance_pb2, version_pb2
-from durable_sidecar import app
 
-from tests.conftest import Harness, make_settings
-from tests.sidecar.helpers import Stubs, channel
+from tests.conftest import Harness
+from tests.sidecar.helpers import Stubs
 from tests.sidecar.storage import fetch
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
 from tests.sidecar.test_events import audit, claim_key, get
@@ -120,18 +118,6 @@ async def test_a_bad_replay_is_refused_and_forks_nothing(harness: Harness, datab
     code, msg = await refused(replay(s, key, 1))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "purged" in msg
 
-
-@pytest.fixture
-async def operate_and_admin(database_url: str) -> AsyncIterator[tuple[Stubs, Stubs]]:
-    ns = f"ns-replay-{uuid.uuid4().hex[:8]}"
-    started = await app.start(make_settings(database_url, auth_tokens=f"replay-operate-1={ns}:operate,"
-                                                                      f"replay-admin-1={ns}"))
-    ch = channel(started.port)
-    try:
-        yield Stubs(ch, "replay-operate-1"), Stubs(ch, "replay-admin-1")
-    finally:
-        await ch.close()
-        await started.stop(grace=0.5)
 
 
 async def test_replaying_onto_another_version_is_an_admins_move(operate_and_admin: tuple[Stubs, Stubs]) -> None:

@@ -103,8 +103,11 @@ async def test_graceful_stop_reports_not_serving_and_ends_streams(harness: Harne
     await stopping
 
 
-def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(database_url: str, *args: str, redis_url: str = "") -> subprocess.CompletedProcess[str]:
+    """`durable-sidecar ARGS` on this database (and, given, the sidecars' Redis), as an operator runs it."""
     env = {**os.environ, "DURABLE_DATABASE_URL": database_url}
+    if redis_url:
+        env["DURABLE_REDIS_URL"] = redis_url
     return subprocess.run([sys.executable, "-m", "durable_sidecar", *args], env=env, capture_output=True, text=True,
                           timeout=60)
 
