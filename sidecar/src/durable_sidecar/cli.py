@@ -16,7 +16,6 @@ from datetime import datetime
 
 from . import logs
 from .domain import (
-    BulkAction,
     FieldCondition,
     IdempotencyKey,
     Instance,
@@ -27,12 +26,12 @@ from .domain import (
     KeyRef,
     KeyStatus,
     MoveSelector,
-    Operation,
     Page,
     PrunePolicy,
     RunState,
     SearchOp,
 )
+from .domain_operations import BulkAction, Operation
 from .errors import DomainError, InvalidArgument
 from .memory.cache import MemoryCache
 from .services.idempotency import IdempotencyService

@@ -22,17 +22,15 @@ from datetime import datetime
 
 from .. import failpoints, validation
 from ..domain import (
-    BulkAction,
     FieldCondition,
     Instance,
     InstanceFilter,
     InstanceRef,
     InstanceStatus,
-    Operation,
-    OperationStatus,
     Page,
     SearchOp,
 )
+from ..domain_operations import BulkAction, Operation, OperationStatus
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from ..stores.base import Conn, Database
 from ..stores.operations import OperationStore

@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..domain import BulkAction, Instance, InstanceFilter, InstanceRef, Operation, OperationStatus, Page
+from ..domain import Instance, InstanceFilter, InstanceRef, Page
+from ..domain_operations import BulkAction, Operation, OperationStatus
 from .base import Conn
 from .core import INSTANCE_COLUMNS, Dialect, Row, Runner
 from .instances import STALLED_WHERE, instance_filter, instance_of, status_condition

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from durable.v1 import operations_pb2, operations_pb2_grpc
 
-from ..domain import BulkAction, InstanceFilter, Operation, OperationStatus, Page
+from ..domain import InstanceFilter, Page
+from ..domain_operations import BulkAction, Operation, OperationStatus
 from ..errors import InvalidArgument
 from ..services.operations import OperationService
 from ..validation import page_size
