@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from durable.v1 import audit_pb2, audit_pb2_grpc
 
-from ..domain import InstanceEvent, InstanceFilter, InstanceRef, InstanceStatus, Page
+from ..domain import InstanceEvent, InstanceRef, InstanceStatus, Page
 from ..services.audit import AuditService
 from ..validation import page_size
 from . import convert
@@ -30,16 +30,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
 
     @unary("CountInstances")
     async def CountInstances(self, request: audit_pb2.CountInstancesRequest, ns: str) -> audit_pb2.CountInstancesResponse:  # noqa: N802
-        counts = await self.service.count_instances(ns, InstanceFilter(
-            workflow_id=request.workflow_id,
-            bound_version=request.bound_version,
-            key_prefix=request.instance_key_prefix,
-            last_step=request.last_step,
-            created_after=convert.from_ts(request.created_after) if request.HasField("created_after") else None,
-            created_before=convert.from_ts(request.created_before) if request.HasField("created_before") else None,
-            fields=convert.search_conditions(request.search_fields),
-            error_contains=request.error_contains,
-        ))
+        counts = await self.service.count_instances(ns, convert.instance_filter(request))
         return audit_pb2.CountInstancesResponse(
             counts=[audit_pb2.StatusCount(status=convert.status(s), count=counts.by_status[s]) for s in InstanceStatus],
             stalled=counts.stalled, total=sum(counts.by_status.values()),

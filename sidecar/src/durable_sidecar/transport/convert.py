@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from durable.v1 import common_pb2, idempotency_pb2, instance_pb2, version_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -17,6 +18,7 @@ from ..domain import (
     FieldCondition,
     IdempotencyKey,
     Instance,
+    InstanceFilter,
     InstanceMove,
     InstanceStatus,
     KeyStatus,
@@ -177,6 +179,50 @@ def search_conditions(filters: Sequence[common_pb2.SearchFieldFilter]) -> tuple[
             raise InvalidArgument(f"search_fields[{i}].op is not a known comparison")
         out.append(parse_condition(i, f.name, op, f.value_json))
     return tuple(out)
+
+
+class FilterMessage(Protocol):
+    """The filter fields ListInstancesRequest, CountInstancesRequest and BulkSelector share (by name, not number)."""
+
+    @property
+    def workflow_id(self) -> str: ...
+    @property
+    def bound_version(self) -> int: ...
+    @property
+    def instance_key_prefix(self) -> str: ...
+    @property
+    def last_step(self) -> str: ...
+    @property
+    def created_after(self) -> Timestamp: ...
+    @property
+    def created_before(self) -> Timestamp: ...
+    @property
+    def search_fields(self) -> Sequence[common_pb2.SearchFieldFilter]: ...
+    @property
+    def error_contains(self) -> str: ...
+    def HasField(self, field_name: str) -> bool: ...  # noqa: N802
+
+
+def instance_filter(msg: FilterMessage, *, statuses: tuple[InstanceStatus, ...] = (), stalled_only: bool = False,
+                    sort_field: str = "", sort_descending: bool = False) -> InstanceFilter:
+    """An instance filter from a message's shared filter fields; what only some messages carry comes as arguments.
+
+    Callers convert statuses first, so an unknown status is reported before a bad search field.
+    """
+    return InstanceFilter(
+        workflow_id=msg.workflow_id,
+        statuses=statuses,
+        bound_version=msg.bound_version,
+        stalled_only=stalled_only,
+        key_prefix=msg.instance_key_prefix,
+        last_step=msg.last_step,
+        created_after=from_ts(msg.created_after) if msg.HasField("created_after") else None,
+        created_before=from_ts(msg.created_before) if msg.HasField("created_before") else None,
+        fields=search_conditions(msg.search_fields),
+        sort_field=sort_field,
+        sort_descending=sort_descending,
+        error_contains=msg.error_contains,
+    )
 
 
 def checkpoint(cp: Checkpoint | None) -> common_pb2.Checkpoint | None:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from durable.v1 import instance_pb2, instance_pb2_grpc
 
-from ..domain import InstanceFilter, InstanceRef, InstanceStatus, Page
+from ..domain import InstanceRef, InstanceStatus, Page
 from ..errors import InvalidArgument
 from ..services.instances import InstanceService
 from ..services.search_fields import SearchFieldService, fields_json
@@ -79,20 +79,9 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
 
     @unary("ListInstances")
     async def ListInstances(self, request: instance_pb2.ListInstancesRequest, ns: str) -> instance_pb2.ListInstancesResponse:  # noqa: N802
-        flt = InstanceFilter(
-            workflow_id=request.workflow_id,
-            statuses=statuses(list(request.statuses)),
-            bound_version=request.bound_version,
-            stalled_only=request.stalled_only,
-            key_prefix=request.instance_key_prefix,
-            last_step=request.last_step,
-            created_after=convert.from_ts(request.created_after) if request.HasField("created_after") else None,
-            created_before=convert.from_ts(request.created_before) if request.HasField("created_before") else None,
-            fields=convert.search_conditions(request.search_fields),
-            sort_field=request.sort_by_field,
-            sort_descending=request.sort_descending,
-            error_contains=request.error_contains,
-        )
+        flt = convert.instance_filter(request, statuses=statuses(list(request.statuses)),
+                                      stalled_only=request.stalled_only, sort_field=request.sort_by_field,
+                                      sort_descending=request.sort_descending)
         rows, token = await self.service.list_instances(ns, flt, Page(page_size(request.page_size), request.page_token))
         return instance_pb2.ListInstancesResponse(instances=[convert.instance(r) for r in rows], next_page_token=token)
 

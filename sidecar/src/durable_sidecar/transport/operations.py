@@ -25,18 +25,7 @@ _STATUS_TO_PB = {OperationStatus.RUNNING: operations_pb2.OPERATION_STATUS_RUNNIN
 
 
 def selector(msg: operations_pb2.BulkSelector) -> InstanceFilter:
-    return InstanceFilter(
-        workflow_id=msg.workflow_id,
-        statuses=statuses(list(msg.statuses)),
-        bound_version=msg.bound_version,
-        stalled_only=msg.stalled_only,
-        key_prefix=msg.instance_key_prefix,
-        last_step=msg.last_step,
-        created_after=convert.from_ts(msg.created_after) if msg.HasField("created_after") else None,
-        created_before=convert.from_ts(msg.created_before) if msg.HasField("created_before") else None,
-        fields=convert.search_conditions(msg.search_fields),
-        error_contains=msg.error_contains,
-    )
+    return convert.instance_filter(msg, statuses=statuses(list(msg.statuses)), stalled_only=msg.stalled_only)
 
 
 def operation(op: Operation) -> operations_pb2.Operation:
