@@ -36,6 +36,8 @@ from durable.v1 import (
     version_pb2,
     version_pb2_grpc,
 )
+from playwright.sync_api import expect
+
 from harness import READ_TOKEN, REPO, TOKEN, wait_until
 from test_http_request_node import HTTP_WF, http_face_workflow, install_http_face_workflow, post_http_face_order
 
@@ -562,7 +564,8 @@ def test_console_bulk_retry_with_its_preview_progress_and_result(stack: Stack, p
     page.fill("#confirm-reason", "payment provider recovered")
     page.click("#confirm-ok")
     page.wait_for_selector("[data-testid=operation-status]")
-    page.wait_for_function("document.querySelector('[data-testid=operation-status]').innerText.trim() === 'completed'")
+    # The console's CSP forbids eval, so no wait_for_function with a string predicate: expect() polls without it.
+    expect(page.locator("[data-testid=operation-status]")).to_have_text("completed", timeout=30_000)
     progress = page.inner_text("[data-testid=operation-progress]")
     assert progress == f"{len(matching)} of {len(matching)} taken · {len(matching)} acted on · 0 skipped", progress
     _shot(page, "console-bulk-operation.png")
