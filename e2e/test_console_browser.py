@@ -36,9 +36,8 @@ from durable.v1 import (
     version_pb2,
     version_pb2_grpc,
 )
-from playwright.sync_api import expect
-
 from harness import READ_TOKEN, REPO, TOKEN, wait_until
+from playwright.sync_api import expect
 from test_http_request_node import HTTP_WF, http_face_workflow, install_http_face_workflow, post_http_face_order
 
 CHROMIUM = "/usr/bin/chromium"

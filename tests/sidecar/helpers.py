@@ -21,6 +21,7 @@ from durable.v1 import (
     audit_pb2_grpc,
     checkpoint_pb2_grpc,
     events_pb2_grpc,
+    files_pb2_grpc,
     idempotency_pb2_grpc,
     instance_pb2_grpc,
     limits_pb2_grpc,
@@ -121,6 +122,10 @@ class Stubs:
     @property
     def versions(self) -> version_pb2_grpc.VersionServiceStub:
         return version_pb2_grpc.VersionServiceStub(self.channel)
+
+    @property
+    def files(self) -> files_pb2_grpc.FileServiceStub:
+        return files_pb2_grpc.FileServiceStub(self.channel)
 
     @property
     def operations(self) -> operations_pb2_grpc.OperationServiceStub:

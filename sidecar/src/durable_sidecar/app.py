@@ -19,6 +19,8 @@ from durable.v1 import (
     checkpoint_pb2_grpc,
     events_pb2,
     events_pb2_grpc,
+    files_pb2,
+    files_pb2_grpc,
     idempotency_pb2,
     idempotency_pb2_grpc,
     instance_pb2,
@@ -52,6 +54,7 @@ from .transport.boundary import Boundary, DecodeGuard, PageTokens, StreamLimits
 from .transport.calls import CallServicer
 from .transport.checkpoints import CheckpointServicer
 from .transport.events import EventServicer, RecoveryServicer
+from .transport.files import FileServicer
 from .transport.idempotency import IdempotencyServicer
 from .transport.instances import InstanceServicer
 from .transport.limits import LimitServicer
@@ -105,6 +108,9 @@ SERVED = [
     Served(operations_pb2.DESCRIPTOR.services_by_name["OperationService"],
            operations_pb2_grpc.add_OperationServiceServicer_to_server,
            lambda s, auth, _: OperationServicer(s.operations, auth)),
+    Served(files_pb2.DESCRIPTOR.services_by_name["FileService"],
+           files_pb2_grpc.add_FileServiceServicer_to_server,
+           lambda s, auth, _: FileServicer(s.files, auth, max_batch_items=s.checkpoints.max_batch_items)),
 ]
 # The call stream carries the unary methods of SERVED (transport/calls.py); it is built from their routes.
 CALL_SERVICE = call_pb2.DESCRIPTOR.services_by_name["CallService"]
@@ -332,7 +338,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
             settings.http_listen_address, table,
             max_body_bytes=settings.max_message_bytes, ssl_context=tls,
             console=http_json.Console(settings.console_n8n_url) if settings.console_enabled else None,
-            streaming=dispatch.streaming([descriptor for descriptor, _ in servicers]))
+            streaming=dispatch.streaming([descriptor for descriptor, _ in servicers]),
+            files=next(servicer for _, servicer in servicers if isinstance(servicer, FileServicer)))
         # Bound before the gRPC server starts, so a taken port fails start-up with nothing left running.
         await http_server.start()
     await server.start()
@@ -356,6 +363,8 @@ async def _serve(settings: Settings, backend: Backend, cache: Cache) -> Sidecar:
     sidecar.background.append(asyncio.create_task(services.sessions.run(stopping), name="session-sweep"))
     sidecar.background.append(asyncio.create_task(services.operations.run(
         stopping, idle_seconds=settings.operation_poll_interval_seconds), name="bulk-operations"))
+    sidecar.background.append(asyncio.create_task(services.files.run_sweeper(
+        stopping, interval_seconds=settings.file_sweep_interval_seconds), name="file-sweep"))
     sidecar.background.append(asyncio.create_task(services.limits.run_sweeper(
         stopping, interval_seconds=settings.limit_sweep_interval_seconds), name="limit-sweep"))
     sidecar.background.append(asyncio.create_task(

@@ -8,6 +8,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from .domain_files import FileRef
+
 
 class InstanceStatus(str, enum.Enum):
     RUNNING = "running"
@@ -166,6 +168,7 @@ class Checkpoint:
     node_name: str
     created_at: datetime
     state: bytes | None = None
+    file_count: int = 0  # files it carries (FileService.ListCheckpointFiles lists them)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ class NewCheckpoint:
     add_step_result: bool = False  # state is the step's result, merged into the instance's state
     complete_key: KeyCompletion | None = None
     complete_instance: bool = False  # after the save, the instance is COMPLETED in the same transaction
+    files: tuple[FileRef, ...] = ()  # the files it carries (checked by FileService before the save)
 
 
 @dataclass(frozen=True)

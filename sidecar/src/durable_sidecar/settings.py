@@ -210,6 +210,35 @@ class Settings:
             "DURABLE_MAX_STATE_BYTES", "Largest checkpoint state accepted; larger is RESOURCE_EXHAUSTED (bytes)."
         ),
     )
+    max_file_bytes: int = field(
+        default=104_857_600,
+        metadata=_meta("DURABLE_MAX_FILE_BYTES", "Largest file (one n8n binary property) accepted; a larger upload "
+                       "is RESOURCE_EXHAUSTED before anything is stored (bytes; default 100 MiB)."),
+    )
+    max_checkpoint_file_bytes: int = field(
+        default=209_715_200,
+        metadata=_meta("DURABLE_MAX_CHECKPOINT_FILE_BYTES", "Largest sum of the files one checkpoint carries; a "
+                       "larger save is RESOURCE_EXHAUSTED and nothing is written (bytes; default 200 MiB)."),
+    )
+    max_checkpoint_files: int = field(
+        default=100,
+        metadata=_meta("DURABLE_MAX_CHECKPOINT_FILES", "Most files one checkpoint may carry."),
+    )
+    max_namespace_file_bytes: int = field(
+        default=10_737_418_240,
+        metadata=_meta("DURABLE_MAX_NAMESPACE_FILE_BYTES", "Most bytes of files one namespace may hold (each "
+                       "content counted once); an upload past it is RESOURCE_EXHAUSTED (bytes; default 10 GiB)."),
+    )
+    file_grace_seconds: int = field(
+        default=3600,
+        metadata=_meta("DURABLE_FILE_GRACE_SECONDS", "How long a file no checkpoint or key refers to is kept "
+                       "before the sweep prunes it (it may be uploaded for a save not yet made) (seconds)."),
+    )
+    file_sweep_interval_seconds: float = field(
+        default=300.0,
+        metadata=_meta("DURABLE_FILE_SWEEP_INTERVAL_SECONDS", "Pause between passes of the sweep that prunes "
+                       "unreferenced files (seconds)."),
+    )
     compress_threshold_bytes: int = field(
         default=16_384,
         metadata=_meta("DURABLE_COMPRESS_THRESHOLD_BYTES", "States at least this large are stored zlib-compressed and, with Redis, cached (bytes)."),
@@ -422,6 +451,13 @@ class Settings:
              "must be 0.1 to 3600")
         need(0.1 <= self.operation_poll_interval_seconds <= 3600, "DURABLE_OPERATION_POLL_INTERVAL_SECONDS",
              "must be 0.1 to 3600")
+        need(self.max_file_bytes >= 0, "DURABLE_MAX_FILE_BYTES", "must not be negative")
+        need(self.max_checkpoint_file_bytes >= 0, "DURABLE_MAX_CHECKPOINT_FILE_BYTES", "must not be negative")
+        need(0 <= self.max_checkpoint_files <= 10_000, "DURABLE_MAX_CHECKPOINT_FILES", "must be 0 to 10000")
+        need(self.max_namespace_file_bytes >= 0, "DURABLE_MAX_NAMESPACE_FILE_BYTES", "must not be negative")
+        need(0 <= self.file_grace_seconds <= 30 * 86_400, "DURABLE_FILE_GRACE_SECONDS", "must be 0 to 2592000")
+        need(0.1 <= self.file_sweep_interval_seconds <= 86_400, "DURABLE_FILE_SWEEP_INTERVAL_SECONDS",
+             "must be 0.1 to 86400")
         need(1 <= self.db_pool_min <= self.db_pool_max, "DURABLE_DB_POOL_MIN", "must be 1 to DURABLE_DB_POOL_MAX")
         need(1 <= self.db_pool_max <= 1000, "DURABLE_DB_POOL_MAX", "must be 1 to 1000")
         need(self.db_connect_timeout_seconds > 0, "DURABLE_DB_CONNECT_TIMEOUT_SECONDS", "must be positive")

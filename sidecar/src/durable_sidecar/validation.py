@@ -30,14 +30,14 @@ _TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def identifier(field: str, value: str, *, required: bool = True) -> str:
-    """A 1-255 character identifier without control characters (C0, DEL, C1) or lone surrogates."""
+def identifier(field: str, value: str, *, required: bool = True, limit: int = MAX_ID_LENGTH) -> str:
+    """A 1-255 (or `limit`) character identifier without control characters (C0, DEL, C1) or lone surrogates."""
     if not value:
         if required:
             raise InvalidArgument(f"{field} is required")
         return value
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidArgument(f"{field} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    if len(value) > limit:
+        raise InvalidArgument(f"{field} is {len(value)} characters long; the limit is {limit}")
     if _CONTROL.search(value):
         raise InvalidArgument(f"{field} contains control characters")
     _no_surrogates(field, value)
@@ -172,3 +172,15 @@ def in_range(field: str, value: int, low: int, high: int, *, default: int | None
 
 def page_size(value: int) -> int:
     return in_range("page_size", value, 1, 1000, default=100)
+
+
+_HEX_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def sha256_hex(field: str, value: str) -> str:
+    """A content's SHA-256 as 64 lower-case hex digits."""
+    if not value:
+        raise InvalidArgument(f"{field} is required")
+    if not _HEX_SHA256.fullmatch(value):
+        raise InvalidArgument(f"{field} must be a SHA-256 as 64 lower-case hex digits")
+    return value

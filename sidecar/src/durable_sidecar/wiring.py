@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .domain import RetryPolicy
+from .domain_files import FileLimits
 from .memory.cache import MemoryCache
 from .memory.states import StateMemory
 from .n8n_api import N8nClient
 from .services.audit import AuditService
 from .services.checkpoints import CheckpointService
 from .services.events import EventService
+from .services.files import FileService
 from .services.idempotency import IdempotencyService
 from .services.instances import InstanceService
 from .services.limits import LimitService
@@ -73,6 +75,7 @@ class Services:
     search: SearchFieldService
     operations: OperationService
     replay: ReplayService
+    files: FileService
 
 
 def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_cache: Cache | None = None) -> Services:
@@ -132,7 +135,13 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     search = SearchFieldService(db, backend.instances, backend.search_fields)
+    files = FileService(db, backend.files, backend.checkpoints, FileLimits(
+        max_file_bytes=settings.max_file_bytes, max_checkpoint_file_bytes=settings.max_checkpoint_file_bytes,
+        max_checkpoint_files=settings.max_checkpoint_files,
+        max_namespace_file_bytes=settings.max_namespace_file_bytes), grace_seconds=settings.file_grace_seconds)
+    # Saves check and attach the files they carry; a replay's fork gets the files of what it copied.
+    checkpoints.files = files
     # Saves and starts set the search fields they carry.
     checkpoints.search = instances.search = search
     return Services(instances, checkpoints, keys, versions, events, recovery, AuditService(db, backend.instances, backend.versions),
-                    sessions, limits, purge, search, operations, replay)
+                    sessions, limits, purge, search, operations, replay, files)

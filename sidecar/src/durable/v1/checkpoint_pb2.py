@@ -26,7 +26,7 @@ from durable.v1 import common_pb2 as durable_dot_v1_dot_common__pb2
 from durable.v1 import idempotency_pb2 as durable_dot_v1_dot_idempotency__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64urable/v1/checkpoint.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1c\x64urable/v1/idempotency.proto\"\x9a\x03\n\x12SaveCheckpointItem\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tstep_name\x18\x03 \x01(\t\x12\x12\n\nstate_json\x18\x04 \x01(\x0c\x12\x14\n\x0c\x65xecution_id\x18\x05 \x01(\t\x12\x11\n\tnode_name\x18\x06 \x01(\t\x12\x1e\n\x11\x65xpected_sequence\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rlease_seconds\x18\x08 \x01(\x05\x12)\n\nstate_mode\x18\t \x01(\x0e\x32\x15.durable.v1.StateMode\x12/\n\x0c\x63omplete_key\x18\n \x01(\x0b\x32\x19.durable.v1.KeyCompletion\x12\x19\n\x11\x63omplete_instance\x18\x0b \x01(\x08\x12)\n\nclaim_next\x18\x0c \x01(\x0b\x32\x15.durable.v1.ClaimItem\x12\x1a\n\x12search_fields_json\x18\r \x01(\x0c\x42\x14\n\x12_expected_sequence\"Q\n\rKeyCompletion\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x03\x12\x13\n\x0bresult_json\x18\x04 \x01(\x0c\"G\n\x16SaveCheckpointsRequest\x12-\n\x05items\x18\x01 \x03(\x0b\x32\x1e.durable.v1.SaveCheckpointItem\"\xfe\x01\n\x14SaveCheckpointResult\x12*\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\x12\x12\n\nstate_json\x18\x03 \x01(\x0c\x12\x31\n\rcompleted_key\x18\x04 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\x12\x30\n\x12\x63ompleted_instance\x18\x05 \x01(\x0b\x32\x14.durable.v1.Instance\x12+\n\nnext_claim\x18\x06 \x01(\x0b\x32\x17.durable.v1.ClaimResult\"L\n\x17SaveCheckpointsResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .durable.v1.SaveCheckpointResult\"^\n\x1aGetLatestCheckpointRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x15\n\rinclude_state\x18\x03 \x01(\x08\"I\n\x1bGetLatestCheckpointResponse\x12*\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x16.durable.v1.Checkpoint\"j\n\x14GetCheckpointRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x03\x12\x15\n\rinclude_state\x18\x04 \x01(\x08\"C\n\x15GetCheckpointResponse\x12*\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x16.durable.v1.Checkpoint\"\x81\x01\n\x16ListCheckpointsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x15\n\rinclude_state\x18\x05 \x01(\x08\"_\n\x17ListCheckpointsResponse\x12+\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x16.durable.v1.Checkpoint\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x84\x01\n\x17PruneCheckpointsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tkeep_last\x18\x03 \x01(\x05\x12\x1a\n\x12older_than_seconds\x18\x04 \x01(\x03\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\"I\n\x18PruneCheckpointsResponse\x12\x15\n\rdeleted_count\x18\x01 \x01(\x03\x12\x16\n\x0einstance_count\x18\x02 \x01(\x03*_\n\tStateMode\x12\x1a\n\x16STATE_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12STATE_MODE_REPLACE\x10\x01\x12\x1e\n\x1aSTATE_MODE_ADD_STEP_RESULT\x10\x02\x32\xf7\x03\n\x11\x43heckpointService\x12Z\n\x0fSaveCheckpoints\x12\".durable.v1.SaveCheckpointsRequest\x1a#.durable.v1.SaveCheckpointsResponse\x12k\n\x13GetLatestCheckpoint\x12&.durable.v1.GetLatestCheckpointRequest\x1a\'.durable.v1.GetLatestCheckpointResponse\"\x03\x90\x02\x01\x12Y\n\rGetCheckpoint\x12 .durable.v1.GetCheckpointRequest\x1a!.durable.v1.GetCheckpointResponse\"\x03\x90\x02\x01\x12_\n\x0fListCheckpoints\x12\".durable.v1.ListCheckpointsRequest\x1a#.durable.v1.ListCheckpointsResponse\"\x03\x90\x02\x01\x12]\n\x10PruneCheckpoints\x12#.durable.v1.PruneCheckpointsRequest\x1a$.durable.v1.PruneCheckpointsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x64urable/v1/checkpoint.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1c\x64urable/v1/idempotency.proto\"\xbe\x03\n\x12SaveCheckpointItem\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tstep_name\x18\x03 \x01(\t\x12\x12\n\nstate_json\x18\x04 \x01(\x0c\x12\x14\n\x0c\x65xecution_id\x18\x05 \x01(\t\x12\x11\n\tnode_name\x18\x06 \x01(\t\x12\x1e\n\x11\x65xpected_sequence\x18\x07 \x01(\x03H\x00\x88\x01\x01\x12\x15\n\rlease_seconds\x18\x08 \x01(\x05\x12)\n\nstate_mode\x18\t \x01(\x0e\x32\x15.durable.v1.StateMode\x12/\n\x0c\x63omplete_key\x18\n \x01(\x0b\x32\x19.durable.v1.KeyCompletion\x12\x19\n\x11\x63omplete_instance\x18\x0b \x01(\x08\x12)\n\nclaim_next\x18\x0c \x01(\x0b\x32\x15.durable.v1.ClaimItem\x12\x1a\n\x12search_fields_json\x18\r \x01(\x0c\x12\"\n\x05\x66iles\x18\x0e \x03(\x0b\x32\x13.durable.v1.FileRefB\x14\n\x12_expected_sequence\"Q\n\rKeyCompletion\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x03\x12\x13\n\x0bresult_json\x18\x04 \x01(\x0c\"G\n\x16SaveCheckpointsRequest\x12-\n\x05items\x18\x01 \x03(\x0b\x32\x1e.durable.v1.SaveCheckpointItem\"\xfe\x01\n\x14SaveCheckpointResult\x12*\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x16.durable.v1.Checkpoint\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\x12\x12\n\nstate_json\x18\x03 \x01(\x0c\x12\x31\n\rcompleted_key\x18\x04 \x01(\x0b\x32\x1a.durable.v1.IdempotencyKey\x12\x30\n\x12\x63ompleted_instance\x18\x05 \x01(\x0b\x32\x14.durable.v1.Instance\x12+\n\nnext_claim\x18\x06 \x01(\x0b\x32\x17.durable.v1.ClaimResult\"L\n\x17SaveCheckpointsResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .durable.v1.SaveCheckpointResult\"^\n\x1aGetLatestCheckpointRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x15\n\rinclude_state\x18\x03 \x01(\x08\"I\n\x1bGetLatestCheckpointResponse\x12*\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x16.durable.v1.Checkpoint\"j\n\x14GetCheckpointRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x03\x12\x15\n\rinclude_state\x18\x04 \x01(\x08\"C\n\x15GetCheckpointResponse\x12*\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x16.durable.v1.Checkpoint\"\x81\x01\n\x16ListCheckpointsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x15\n\rinclude_state\x18\x05 \x01(\x08\"_\n\x17ListCheckpointsResponse\x12+\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x16.durable.v1.Checkpoint\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x84\x01\n\x17PruneCheckpointsRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x11\n\tkeep_last\x18\x03 \x01(\x05\x12\x1a\n\x12older_than_seconds\x18\x04 \x01(\x03\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\"I\n\x18PruneCheckpointsResponse\x12\x15\n\rdeleted_count\x18\x01 \x01(\x03\x12\x16\n\x0einstance_count\x18\x02 \x01(\x03*_\n\tStateMode\x12\x1a\n\x16STATE_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12STATE_MODE_REPLACE\x10\x01\x12\x1e\n\x1aSTATE_MODE_ADD_STEP_RESULT\x10\x02\x32\xf7\x03\n\x11\x43heckpointService\x12Z\n\x0fSaveCheckpoints\x12\".durable.v1.SaveCheckpointsRequest\x1a#.durable.v1.SaveCheckpointsResponse\x12k\n\x13GetLatestCheckpoint\x12&.durable.v1.GetLatestCheckpointRequest\x1a\'.durable.v1.GetLatestCheckpointResponse\"\x03\x90\x02\x01\x12Y\n\rGetCheckpoint\x12 .durable.v1.GetCheckpointRequest\x1a!.durable.v1.GetCheckpointResponse\"\x03\x90\x02\x01\x12_\n\x0fListCheckpoints\x12\".durable.v1.ListCheckpointsRequest\x1a#.durable.v1.ListCheckpointsResponse\"\x03\x90\x02\x01\x12]\n\x10PruneCheckpoints\x12#.durable.v1.PruneCheckpointsRequest\x1a$.durable.v1.PruneCheckpointsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,34 +39,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHECKPOINTSERVICE'].methods_by_name['GetCheckpoint']._serialized_options = b'\220\002\001'
   _globals['_CHECKPOINTSERVICE'].methods_by_name['ListCheckpoints']._loaded_options = None
   _globals['_CHECKPOINTSERVICE'].methods_by_name['ListCheckpoints']._serialized_options = b'\220\002\001'
-  _globals['_STATEMODE']._serialized_start=1789
-  _globals['_STATEMODE']._serialized_end=1884
+  _globals['_STATEMODE']._serialized_start=1825
+  _globals['_STATEMODE']._serialized_end=1920
   _globals['_SAVECHECKPOINTITEM']._serialized_start=99
-  _globals['_SAVECHECKPOINTITEM']._serialized_end=509
-  _globals['_KEYCOMPLETION']._serialized_start=511
-  _globals['_KEYCOMPLETION']._serialized_end=592
-  _globals['_SAVECHECKPOINTSREQUEST']._serialized_start=594
-  _globals['_SAVECHECKPOINTSREQUEST']._serialized_end=665
-  _globals['_SAVECHECKPOINTRESULT']._serialized_start=668
-  _globals['_SAVECHECKPOINTRESULT']._serialized_end=922
-  _globals['_SAVECHECKPOINTSRESPONSE']._serialized_start=924
-  _globals['_SAVECHECKPOINTSRESPONSE']._serialized_end=1000
-  _globals['_GETLATESTCHECKPOINTREQUEST']._serialized_start=1002
-  _globals['_GETLATESTCHECKPOINTREQUEST']._serialized_end=1096
-  _globals['_GETLATESTCHECKPOINTRESPONSE']._serialized_start=1098
-  _globals['_GETLATESTCHECKPOINTRESPONSE']._serialized_end=1171
-  _globals['_GETCHECKPOINTREQUEST']._serialized_start=1173
-  _globals['_GETCHECKPOINTREQUEST']._serialized_end=1279
-  _globals['_GETCHECKPOINTRESPONSE']._serialized_start=1281
-  _globals['_GETCHECKPOINTRESPONSE']._serialized_end=1348
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=1351
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=1480
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=1482
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=1577
-  _globals['_PRUNECHECKPOINTSREQUEST']._serialized_start=1580
-  _globals['_PRUNECHECKPOINTSREQUEST']._serialized_end=1712
-  _globals['_PRUNECHECKPOINTSRESPONSE']._serialized_start=1714
-  _globals['_PRUNECHECKPOINTSRESPONSE']._serialized_end=1787
-  _globals['_CHECKPOINTSERVICE']._serialized_start=1887
-  _globals['_CHECKPOINTSERVICE']._serialized_end=2390
+  _globals['_SAVECHECKPOINTITEM']._serialized_end=545
+  _globals['_KEYCOMPLETION']._serialized_start=547
+  _globals['_KEYCOMPLETION']._serialized_end=628
+  _globals['_SAVECHECKPOINTSREQUEST']._serialized_start=630
+  _globals['_SAVECHECKPOINTSREQUEST']._serialized_end=701
+  _globals['_SAVECHECKPOINTRESULT']._serialized_start=704
+  _globals['_SAVECHECKPOINTRESULT']._serialized_end=958
+  _globals['_SAVECHECKPOINTSRESPONSE']._serialized_start=960
+  _globals['_SAVECHECKPOINTSRESPONSE']._serialized_end=1036
+  _globals['_GETLATESTCHECKPOINTREQUEST']._serialized_start=1038
+  _globals['_GETLATESTCHECKPOINTREQUEST']._serialized_end=1132
+  _globals['_GETLATESTCHECKPOINTRESPONSE']._serialized_start=1134
+  _globals['_GETLATESTCHECKPOINTRESPONSE']._serialized_end=1207
+  _globals['_GETCHECKPOINTREQUEST']._serialized_start=1209
+  _globals['_GETCHECKPOINTREQUEST']._serialized_end=1315
+  _globals['_GETCHECKPOINTRESPONSE']._serialized_start=1317
+  _globals['_GETCHECKPOINTRESPONSE']._serialized_end=1384
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=1387
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=1516
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=1518
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=1613
+  _globals['_PRUNECHECKPOINTSREQUEST']._serialized_start=1616
+  _globals['_PRUNECHECKPOINTSREQUEST']._serialized_end=1748
+  _globals['_PRUNECHECKPOINTSRESPONSE']._serialized_start=1750
+  _globals['_PRUNECHECKPOINTSRESPONSE']._serialized_end=1823
+  _globals['_CHECKPOINTSERVICE']._serialized_start=1923
+  _globals['_CHECKPOINTSERVICE']._serialized_end=2426
 # @@protoc_insertion_point(module_scope)

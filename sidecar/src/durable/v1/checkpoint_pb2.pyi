@@ -19,7 +19,7 @@ STATE_MODE_REPLACE: StateMode
 STATE_MODE_ADD_STEP_RESULT: StateMode
 
 class SaveCheckpointItem(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key", "complete_instance", "claim_next", "search_fields_json")
+    __slots__ = ("workflow_id", "instance_key", "step_name", "state_json", "execution_id", "node_name", "expected_sequence", "lease_seconds", "state_mode", "complete_key", "complete_instance", "claim_next", "search_fields_json", "files")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     STEP_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class SaveCheckpointItem(_message.Message):
     COMPLETE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
     SEARCH_FIELDS_JSON_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     step_name: str
@@ -46,7 +47,8 @@ class SaveCheckpointItem(_message.Message):
     complete_instance: bool
     claim_next: _idempotency_pb2.ClaimItem
     search_fields_json: bytes
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ..., complete_instance: _Optional[bool] = ..., claim_next: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., search_fields_json: _Optional[bytes] = ...) -> None: ...
+    files: _containers.RepeatedCompositeFieldContainer[_common_pb2.FileRef]
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., expected_sequence: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., state_mode: _Optional[_Union[StateMode, str]] = ..., complete_key: _Optional[_Union[KeyCompletion, _Mapping]] = ..., complete_instance: _Optional[bool] = ..., claim_next: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., search_fields_json: _Optional[bytes] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileRef, _Mapping]]] = ...) -> None: ...
 
 class KeyCompletion(_message.Message):
     __slots__ = ("scope", "key", "attempt", "result_json")

@@ -157,7 +157,7 @@ class SearchFieldFilter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., op: _Optional[_Union[SearchFieldOp, str]] = ..., value_json: _Optional[bytes] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "sequence", "step_name", "state_json", "sha256", "size_bytes", "stored_bytes", "execution_id", "node_name", "created_at")
+    __slots__ = ("workflow_id", "instance_key", "sequence", "step_name", "state_json", "sha256", "size_bytes", "stored_bytes", "execution_id", "node_name", "created_at", "file_count")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class Checkpoint(_message.Message):
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    FILE_COUNT_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     sequence: int
@@ -180,4 +181,19 @@ class Checkpoint(_message.Message):
     execution_id: str
     node_name: str
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., sequence: _Optional[int] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    file_count: int
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., sequence: _Optional[int] = ..., step_name: _Optional[str] = ..., state_json: _Optional[bytes] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., execution_id: _Optional[str] = ..., node_name: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., file_count: _Optional[int] = ...) -> None: ...
+
+class FileRef(_message.Message):
+    __slots__ = ("property", "file_name", "mime_type", "sha256", "size_bytes")
+    PROPERTY_FIELD_NUMBER: _ClassVar[int]
+    FILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    property: str
+    file_name: str
+    mime_type: str
+    sha256: str
+    size_bytes: int
+    def __init__(self, property: _Optional[str] = ..., file_name: _Optional[str] = ..., mime_type: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...

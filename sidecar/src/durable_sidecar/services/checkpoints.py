@@ -20,6 +20,7 @@ from ..domain import (
     Instance,
     InstanceRef,
     KeyCompleted,
+    KeyRef,
     NewCheckpoint,
     NewClaim,
     Page,
@@ -60,6 +61,7 @@ from .save_rules import (
 from .search_fields import parse_changes
 
 if TYPE_CHECKING:
+    from .files import FileService
     from .idempotency import IdempotencyService
     from .search_fields import SearchFieldService
 
@@ -109,6 +111,8 @@ class CheckpointService:
         self.completer: InstanceCompleter | None = None
         # Sets the search fields saves carry; wiring.py sets it.
         self.search: SearchFieldService | None = None
+        # Checks and attaches the files saves carry; wiring.py sets it.
+        self.files: FileService | None = None
         # Which statement path a save takes (one statement where the store has it, else the transaction below).
         self.paths = OneStatementSaves(self, max_batch_items=max_batch_items)
 
@@ -169,6 +173,11 @@ class CheckpointService:
             raise InvalidArgument("items is empty: send at least one checkpoint")
         if len(items) > self.max_batch_items:
             raise InvalidArgument(f"{len(items)} items; the limit is {self.max_batch_items} (DURABLE_MAX_BATCH_ITEMS)")
+        for i, it in enumerate(items):
+            if it.files:
+                if self.files is None:
+                    raise InvalidArgument(f"items[{i}].files: not served here (no file service)")
+                self.files.check_refs(f"items[{i}].files", it.files)
         fields = [(InstanceRef(namespace, it.workflow_id, it.instance_key),
                    parse_changes(it.search_fields, f"items[{i}].search_fields_json"), f"items[{i}].search_fields_json")
                   for i, it in enumerate(items) if it.search_fields]
@@ -226,6 +235,10 @@ class CheckpointService:
             locked = {ref: Locked(i.status.final, i.last_sequence, i.last_step, None,
                                    i.lease_seconds or self.default_lease_seconds)
                       for ref, i in instances.items()}
+            named = [(f"items[{i}].files", new.files) for i, (new, _) in enumerate(prepared) if new.files]
+            if named:
+                assert self.files is not None, "checked in save"
+                await self.files.verify_txn(conn, namespace, named)
             failpoints.hit("checkpoint.before_insert")
             rows: list[NewCheckpointRow] = []
             plans = [await self._plan_one(conn, i, new, encoded, locked, rows, premerged=premerged)
@@ -239,6 +252,8 @@ class CheckpointService:
             else:
                 inserted = await self.checkpoints.insert_many_txn(conn, rows)
                 await self.instances.record_checkpoints_txn(conn, advances)
+            if named:
+                inserted = await self._attach_files(conn, plans, inserted, completed)
             # After the advance, which renewed the lease that completing drops.
             finished = await self._complete_instances(conn, [p.new for p in plans])
             failpoints.hit("checkpoint.after_insert")
@@ -313,12 +328,13 @@ class CheckpointService:
         if state.last_sequence > 0 and state.last_step == new.step_name:
             # The same step saved again with the same state (a retry) is the checkpoint already there.
             if state.pending is not None:
-                if state.pending_sha256 == new.sha256:
+                if state.pending_sha256 == new.sha256 and (not new.files or state.pending_files == new.files):
                     return Planned(None, state.pending, deduplicated=True, new=new)
             else:
                 if state.latest is None:
                     state.latest = await self.checkpoints.get_txn(conn, ref, state.last_sequence, with_state=False)
-                if state.latest is not None and state.latest.sha256 == new.sha256:
+                if state.latest is not None and state.latest.sha256 == new.sha256 \
+                        and await self._same_files(conn, state.latest, new):
                     return Planned(state.latest, -1, deduplicated=True, new=new)
         if state.status_final:
             raise finished(index, ref)
@@ -328,11 +344,20 @@ class CheckpointService:
         rows.append(NewCheckpointRow(ref, sequence, new.step_name, encoded, new.sha256, len(new.state),
                                      new.execution_id, new.node_name))
         state.last_sequence, state.last_step = sequence, new.step_name
-        state.pending, state.pending_sha256 = len(rows) - 1, new.sha256
+        state.pending, state.pending_sha256, state.pending_files = len(rows) - 1, new.sha256, new.files
         state.current, state.current_known = new.state, True
         state.added += 1
         state.owner, state.lease_seconds = new.execution_id, new.lease_seconds or state.lease_length
         return Planned(None, len(rows) - 1, deduplicated=False, new=new)
+
+    async def _same_files(self, conn: Conn, latest: Checkpoint, new: NewCheckpoint) -> bool:
+        """Whether an item with files names the files the stored newest checkpoint carries. An item without files
+        deduplicates by step and state alone, as the one-statement saves do (they never carry files)."""
+        if not new.files:
+            return True
+        if len(new.files) != latest.file_count or self.files is None:
+            return False
+        return await self.files.files_of_txn(conn, new.ref, latest.sequence) == new.files
 
     async def _merged(self, conn: Conn, index: int, new: NewCheckpoint, state: Locked,
                       premerged: Premerged | None) -> tuple[NewCheckpoint, EncodedState]:
@@ -373,6 +398,24 @@ class CheckpointService:
         except (InvalidArgument, TooLarge) as exc:
             raise type(exc)(f"items[{index}]: {exc}") from None
         return replace(new, state=merged, sha256=hashlib.sha256(merged).hexdigest()), encoded
+
+    async def _attach_files(self, conn: Conn, plans: list[Planned], inserted: list[Checkpoint],
+                            completed: dict[int, KeyCompleted]) -> list[Checkpoint]:
+        """The files of the checkpoints just inserted, and of the keys they completed (not a retry's)."""
+        assert self.files is not None
+        out = list(inserted)
+        for i, p in enumerate(plans):
+            if not p.new.files:
+                continue
+            if p.stored is None and not p.deduplicated:
+                cp = inserted[p.row]
+                await self.files.attach_txn(conn, p.new.ref, cp.sequence, p.new.files)
+                out[p.row] = replace(cp, file_count=len(p.new.files))
+            done = completed.get(i)
+            if done is not None and done.changed:
+                await self.files.set_key_files_txn(conn, KeyRef(done.key.namespace, done.key.scope, done.key.key),
+                                                   p.new.files)
+        return out
 
     async def _complete_keys(self, conn: Conn, saved: list[NewCheckpoint]) -> dict[int, KeyCompleted]:
         """Completes the keys the items name, in key order (concurrent batches cannot deadlock on them)."""

@@ -51,7 +51,7 @@ class SaveHost(Protocol):
 def single_statement(new: NewCheckpoint) -> bool:
     """Whether a lone item can be saved by one statement: a step result is merged and a key completed in the
     batch path's transaction; a test's failpoint between insert and commit needs that transaction too."""
-    return (not new.add_step_result and new.complete_key is None and not new.complete_instance
+    return (not new.add_step_result and new.complete_key is None and not new.complete_instance and not new.files
             and not failpoints.enabled("checkpoint.after_insert"))
 
 
@@ -71,7 +71,8 @@ class OneStatementSaves:
         of a statement that could not write, or None) and the caller's transaction decides."""
         premerged: Premerged | None = None
         store = self.host.checkpoints
-        if (len(prepared) == 1 and prepared[0][0].add_step_result and store.one_statement_step_save
+        if (len(prepared) == 1 and prepared[0][0].add_step_result and not prepared[0][0].files
+                and store.one_statement_step_save
                 and self.host.memory.enabled and not failpoints.enabled("checkpoint.after_insert")):
             step = await self.save_step(namespace, prepared[0][0], claim_with_write)
             if isinstance(step, list):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import validation
 from ..domain import Checkpoint, Instance, InstanceRef, KeyCompletion, KeyRef, NewCheckpoint
+from ..domain_files import FileRef
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge
 from ..stores.base import Conn
 from ..stores.states import EncodedState
@@ -43,6 +44,8 @@ class SaveItem:
     claim_next: ClaimItem | None = None
     # Search fields set after the batch saved (a JSON object; empty: none).
     search_fields: bytes = b""
+    # The files the checkpoint carries (FileService checks them).
+    files: tuple[FileRef, ...] = ()
     # The caller has checked that state is JSON and every identifier's length and characters (the gRPC
     # boundary does for every request): not checked twice.
     json_checked: bool = False
@@ -75,6 +78,7 @@ class Locked:
     lease_length: int  # the instance's lease length: renewals that name none last this long
     pending: int | None = None  # index (in the batch's rows) of its newest checkpoint not yet inserted
     pending_sha256: str = ""
+    pending_files: tuple[FileRef, ...] = ()
     added: int = 0
     owner: str = ""
     lease_seconds: int = 0
@@ -202,6 +206,7 @@ def validate_item(namespace: str, index: int, item: SaveItem, *, max_state_bytes
         add_step_result=item.add_step_result,
         complete_key=completion,
         complete_instance=item.complete_instance,
+        files=item.files,
     )
 
 

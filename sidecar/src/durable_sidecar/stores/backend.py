@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..urls import SQLITE_SCHEME, sqlite_path_of
 from . import base
 from .checkpoints import CheckpointStore
+from .files import FileStore
 from .idempotency import IdempotencyStore
 from .instances import InstanceStore
 from .limits import LimitStore
@@ -56,6 +57,7 @@ class Backend:
     search_fields: SearchFieldStore
     operations: OperationStore
     replay: ReplayStore
+    files: FileStore
     applied: tuple[str, ...] = ()  # migrations applied when it opened
 
 
@@ -77,7 +79,8 @@ async def open_sqlite(path: str, *, owner: bool, migrate: bool, retry_attempts: 
                    keys, VersionStore(SQLITE_RUNNER),
                    WaitStore(SQLITE_RUNNER, instances), SessionStore(SQLITE_RUNNER, instances, keys),
                    LimitStore(SQLITE_RUNNER), PurgeStore(SQLITE_RUNNER), SearchFieldStore(SQLITE_RUNNER),
-                   OperationStore(SQLITE_RUNNER), ReplayStore(SQLITE_RUNNER), tuple(applied))
+                   OperationStore(SQLITE_RUNNER), ReplayStore(SQLITE_RUNNER), FileStore(SQLITE_RUNNER),
+                   tuple(applied))
 
 
 async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int, connect_timeout: float,
@@ -92,7 +95,8 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
                    SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
-                   SearchFieldStore(PG_RUNNER), OperationStore(PG_RUNNER), ReplayStore(PG_RUNNER), tuple(applied))
+                   SearchFieldStore(PG_RUNNER), OperationStore(PG_RUNNER), ReplayStore(PG_RUNNER), FileStore(PG_RUNNER),
+                   tuple(applied))
 
 
 async def migrate(url: str, migrations: list[Migration] | None = None) -> list[str]:

@@ -17,7 +17,7 @@ from .paging import after_sequence, cut_page
 from .states import EncodedState, decode_state, encode_state
 
 CHECKPOINT_META = ("workflow_id, instance_key, sequence, step_name, sha256, size_bytes, stored_bytes, execution_id, "
-                   "node_name, created_at")
+                   "node_name, created_at, file_count")
 
 
 CHECKPOINT_WITH_STATE = CHECKPOINT_META + ", encoding, state"
@@ -70,7 +70,16 @@ def checkpoint_of(d: Dialect, row: Row, *, with_state: bool) -> Checkpoint:
         node_name=row["node_name"],
         created_at=d.time(row["created_at"]),
         state=state,
+        file_count=_file_count(row),
     )
+
+
+def _file_count(row: Row) -> int:
+    # The one-statement saves' functions (PostgreSQL) return no file_count: they never save files.
+    try:
+        return int(row["file_count"])
+    except (KeyError, IndexError):
+        return 0
 
 
 def prune_conditions(d: Dialect, namespace: str, policy: PrunePolicy) -> tuple[list[str], dict[str, Any]]:

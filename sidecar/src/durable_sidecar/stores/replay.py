@@ -28,10 +28,17 @@ class ReplayStore:
         self._checkpoints = d.sql(
             f"""INSERT INTO durable_checkpoints
                     (namespace, workflow_id, instance_key, sequence, step_name, encoding, state, sha256, size_bytes,
-                     stored_bytes, execution_id, node_name, created_at)
+                     stored_bytes, execution_id, node_name, created_at, file_count)
                 SELECT namespace, workflow_id, %(fork)s, sequence, step_name, encoding, state, sha256, size_bytes,
-                       stored_bytes, execution_id, node_name, created_at
+                       stored_bytes, execution_id, node_name, created_at, file_count
                 FROM durable_checkpoints WHERE {_FROM} AND sequence <= %(upto)s""")
+        # The files those checkpoints carry (references: each content stays stored once).
+        self._files = d.sql(
+            f"""INSERT INTO durable_checkpoint_files (namespace, workflow_id, instance_key, sequence, position,
+                                                      property, file_name, mime_type, sha256, size_bytes)
+                SELECT namespace, workflow_id, %(fork)s, sequence, position, property, file_name, mime_type, sha256,
+                       size_bytes
+                FROM durable_checkpoint_files WHERE {_FROM} AND sequence <= %(upto)s""")
         self._fields = d.sql(
             f"""INSERT INTO durable_search_fields
                     (namespace, workflow_id, instance_key, name, kind, num_value, text_value)
@@ -56,10 +63,11 @@ class ReplayStore:
         return int(row["n"]) if row else 0
 
     async def copy_txn(self, conn: Conn, source: InstanceRef, fork: InstanceRef, *, upto: int) -> int:
-        """The original's start item, checkpoints 1..upto (with their states) and search fields, under the fork's
-        key; how many checkpoints."""
+        """The original's start item, checkpoints 1..upto (with their states and files) and search fields, under
+        the fork's key; how many checkpoints."""
         params = self._params(source, fork=fork.instance_key, upto=upto)
         await self.r.execute(conn, self._start_item, await self.r.with_now(conn, **params))
         copied = await self.r.execute(conn, self._checkpoints, params)
+        await self.r.execute(conn, self._files, params)
         await self.r.execute(conn, self._fields, params)
         return copied

@@ -65,6 +65,9 @@ ROLES: dict[str, Role] = {
     # OperationService (bulk actions: an operator's)
     "PreviewOperation": _READ, "StartOperation": _OPERATE, "GetOperation": _READ, "ListOperations": _READ,
     "PauseOperation": _OPERATE, "ContinueOperation": _OPERATE, "CancelOperation": _OPERATE,
+    # FileService (the nodes upload what their saves carry; reading a file is reading a checkpoint)
+    "StatFiles": _READ, "UploadFile": _OPERATE, "DownloadFile": _READ, "ListCheckpointFiles": _READ,
+    "ListKeyFiles": _READ,
     # AuditService
     "ListInstanceEvents": _READ, "CountInstances": _READ, "GetCaller": _READ, "ListWorkflows": _READ,
     # CallService: the stream itself; each call it carries is judged by its own method's row.

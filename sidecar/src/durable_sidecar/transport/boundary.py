@@ -101,6 +101,9 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
         elif handler.unary_stream is not None:
             wrapped = grpc.unary_stream_rpc_method_handler(handler.unary_stream, request_deserializer=safe,
                                                            response_serializer=handler.response_serializer)
+        elif handler.stream_unary is not None:
+            wrapped = grpc.stream_unary_rpc_method_handler(handler.stream_unary, request_deserializer=safe,
+                                                           response_serializer=handler.response_serializer)
         elif handler.stream_stream is not None:
             wrapped = grpc.stream_stream_rpc_method_handler(handler.stream_stream, request_deserializer=safe,
                                                             response_serializer=handler.response_serializer)

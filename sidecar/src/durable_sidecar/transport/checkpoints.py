@@ -47,6 +47,8 @@ def _save_response(saved: list[SavedCheckpoint]) -> checkpoint_pb2.SaveCheckpoin
         out.stored_bytes = cp.stored_bytes
         out.execution_id = cp.execution_id
         out.node_name = cp.node_name
+        if cp.file_count:
+            out.file_count = cp.file_count
         stamp = stamps.get(cp.created_at)
         if stamp is None:
             stamp = stamps[cp.created_at] = convert.ts(cp.created_at)
@@ -81,6 +83,7 @@ class CheckpointServicer(checkpoint_pb2_grpc.CheckpointServiceServicer):
                 complete_instance=i.complete_instance,
                 claim_next=convert.claim_item(i.claim_next) if i.HasField("claim_next") else None,
                 search_fields=i.search_fields_json,
+                files=convert.file_refs(i.files) if i.files else (),
                 json_checked=True,  # the boundary checked every *_json field of the request (transport/rpc.py)
             )
             for n, i in enumerate(request.items)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -32,6 +32,7 @@ from ..domain import (
     StartOutcome,
     Version,
 )
+from ..domain_files import FileRef
 from ..errors import InvalidArgument
 from ..services.idempotency import ClaimItem
 from ..services.search_fields import fields_json, parse_condition
@@ -242,7 +243,18 @@ def checkpoint_pb(cp: Checkpoint) -> common_pb2.Checkpoint:
         execution_id=cp.execution_id,
         node_name=cp.node_name,
         created_at=ts(cp.created_at),
+        file_count=cp.file_count,
     )
+
+
+def file_refs(msgs: Iterable[common_pb2.FileRef]) -> tuple[FileRef, ...]:
+    return tuple(FileRef(property=f.property, file_name=f.file_name, mime_type=f.mime_type, sha256=f.sha256,
+                         size_bytes=f.size_bytes) for f in msgs)
+
+
+def file_refs_pb(files: Iterable[FileRef]) -> list[common_pb2.FileRef]:
+    return [common_pb2.FileRef(property=f.property, file_name=f.file_name, mime_type=f.mime_type, sha256=f.sha256,
+                               size_bytes=f.size_bytes) for f in files]
 
 
 def resumable(item: Resumable) -> instance_pb2.ResumableInstance:

@@ -15,6 +15,9 @@ is the Connect error body `{"code": "...", "message": "..."}` with the HTTP stat
 of `_HTTP_STATUS`, the one table of this boundary. Streaming methods
 (WatchResumable, WatchSession, the call stream) stay gRPC-only: asked for here,
 they answer 404 `unimplemented`, which Connect clients report as unimplemented.
+FileService's two streams are plain HTTP instead, the file's bytes as the body:
+`PUT /files/<sha256>` (UploadFile) and `GET /files/<sha256>` (DownloadFile),
+through the same servicer methods as gRPC.
 """
 
 from __future__ import annotations
@@ -24,15 +27,19 @@ import base64
 import logging
 import re
 import ssl
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 from aiohttp import web
+from durable.v1 import files_pb2
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from ..domain_files import CHUNK_BYTES
 from .boundary import Undecodable
 from .dispatch import Aborted, Context, Route
 
@@ -70,6 +77,8 @@ def _error(code: grpc.StatusCode, details: str, *, status: int = 0) -> web.Respo
 # Connect's unary encodings: the Content-Type of a POST (the `encoding` of a GET) and how each reads and writes.
 _ENCODINGS = {"application/json": "json", "application/proto": "proto"}
 _TIMEOUT = re.compile(r"[0-9]{1,10}")
+# A MIME type a download may be labelled with (anything else goes as application/octet-stream).
+_MIME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,7 @@ class HttpJsonServer:
 
     def __init__(self, address: str, table: dict[str, Route], *, max_body_bytes: int,
                  ssl_context: ssl.SSLContext | None, console: Console | None = None,
-                 streaming: set[str] | None = None) -> None:
+                 streaming: set[str] | None = None, files: Any = None) -> None:
         self.address = address
         self._routes = table
         self._streaming = streaming or set()
@@ -107,6 +116,11 @@ class HttpJsonServer:
             self._app.router.add_get("/console", self._console_redirect)
             self._app.router.add_get("/console/config.json", self._console_config)
             self._app.router.add_get("/console/{name:[A-Za-z0-9_.-]*}", self._console_file)
+        # FileService's streams as plain HTTP: a file's bytes are the body (files: its gRPC servicer).
+        self._files = files
+        if files is not None:
+            self._app.router.add_get("/files/{sha256}", self._download)
+            self._app.router.add_put("/files/{sha256}", self._upload)
         self._app.router.add_route("*", "/{path:.*}", self._handle)
         self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
         self.port = 0
@@ -139,6 +153,54 @@ class HttpJsonServer:
             raise web.HTTPNotFound(text="no such console file")
         return web.Response(body=path.read_bytes(), content_type=kind, charset="utf-8" if kind != "image/svg+xml"
                             else None, headers=_CONSOLE_HEADERS)
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """GET /files/<sha256>: FileService.DownloadFile's bytes as the body, always as an attachment (a file is
+        the senders' content: never shown inline on the console's origin); ?name= and ?type= name it."""
+        metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+        parts = self._files.DownloadFile(files_pb2.DownloadFileRequest(sha256=request.match_info["sha256"]),
+                                         Context(metadata))
+        try:
+            first = await anext(parts)
+        except Aborted as aborted:
+            return _error(aborted.code, aborted.details)
+        kind = request.query.get("type", "")
+        name = request.query.get("name", "") or request.match_info["sha256"]
+        response = web.StreamResponse(headers={
+            "Content-Type": kind if _MIME.fullmatch(kind) else "application/octet-stream",
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name[:255], safe='')}",
+            "Content-Length": str(first.size_bytes),
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, max-age=31536000, immutable",  # a content never changes under its hash
+        })
+        await response.prepare(request)
+        await response.write(first.chunk)
+        async for part in parts:  # an error now cuts the body short of its Content-Length: the client sees it
+            await response.write(part.chunk)
+        await response.write_eof()
+        return response
+
+    async def _upload(self, request: web.Request) -> web.StreamResponse:
+        """PUT /files/<sha256> with the content as the body (Content-Length required): FileService.UploadFile.
+        201 when stored, 200 when the namespace held it already."""
+        size = request.content_length
+        if size is None:
+            return _error(grpc.StatusCode.INVALID_ARGUMENT, "Content-Length is required: the upload's size is "
+                          "checked against the limits before anything is stored", status=411)
+        sha256 = request.match_info["sha256"]
+
+        async def messages() -> AsyncIterator[files_pb2.UploadFileRequest]:
+            yield files_pb2.UploadFileRequest(header=files_pb2.UploadFileHeader(sha256=sha256, size_bytes=size))
+            async for chunk in request.content.iter_chunked(CHUNK_BYTES):
+                yield files_pb2.UploadFileRequest(chunk=chunk)
+
+        metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+        try:
+            reply = await self._files.UploadFile(messages(), Context(metadata))
+        except Aborted as aborted:
+            return _error(aborted.code, aborted.details)
+        return web.json_response(json_format.MessageToDict(reply), status=201 if reply.stored else 200)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = self._routes.get(request.path)

@@ -166,7 +166,7 @@ def unary(method: str) -> Callable[
     return wrap
 
 
-def server_stream(method: str) -> Callable[
+def server_stream(method: str, *, watch: bool = True) -> Callable[
     [Callable[[Any, Req, str], AsyncIterator[Resp]]],
     Callable[[Any, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]],
 ]:
@@ -187,8 +187,10 @@ def server_stream(method: str) -> Callable[
                 if sessions is not None:
                     live = sessions  # bound for the closure below (mypy: not None)
                     caller_live.set(lambda: not live.ended_here(namespace, session_id))
-                # One tenant's streams are limited so they cannot slow the other namespaces.
-                with boundary.streams.stream(namespace) if boundary is not None else contextlib.nullcontext():
+                # One tenant's watch streams are limited so they cannot slow the other namespaces (a download
+                # is no watch: it ends once its file is sent).
+                with (boundary.streams.stream(namespace) if boundary is not None and watch
+                      else contextlib.nullcontext()):
                     async for item in handler(self, request, namespace):
                         await _learn(sessions, session_id, method, namespace, request, item)
                         if sessions is not None and sessions.ended_here(namespace, session_id):
@@ -209,6 +211,49 @@ def server_stream(method: str) -> Callable[
                 telemetry.end_rpc(span, namespace=namespace, request=request, code=code, message=message)
             if code is not grpc.StatusCode.OK:
                 await context.abort(code, message)
+
+        return run
+
+    return wrap
+
+
+def client_stream(method: str) -> Callable[
+    [Callable[[Any, AsyncIterator[Req], str], Awaitable[Resp]]],
+    Callable[[Any, AsyncIterator[Req], grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
+]:
+    """Wraps `handler(self, requests, namespace)` of a client-streaming method (FileService.UploadFile): the
+    caller is authorized before the first message is read, and each message is refused if it is undecodable."""
+
+    def wrap(handler: Callable[[Any, AsyncIterator[Req], str], Awaitable[Resp]]) -> Callable[
+        [Any, AsyncIterator[Req], grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]
+    ]:
+        @functools.wraps(handler)
+        async def run(self: HasAuth, requests: AsyncIterator[Req],
+                      context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            message = namespace = ""
+            span = telemetry.start_rpc(method, context.invocation_metadata())
+
+            async def decoded() -> AsyncIterator[Req]:
+                async for request in requests:
+                    refuse_undecodable(request)
+                    yield request
+
+            try:
+                namespace = _begin(context, self.auth, method)
+                return await handler(self, decoded(), namespace)
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED  # the client went away mid-stream: nothing was stored
+                raise
+            except Exception as exc:  # noqa: BLE001 - mapped below, never leaked
+                code, message = _failure(method, exc)
+            finally:
+                metrics.RPC_TOTAL.labels(method, code.name).inc()
+                metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
+                telemetry.end_rpc(span, namespace=namespace, request=None, code=code, message=message)
+            await context.abort(code, message)
+            raise AssertionError("abort raises")
 
         return run
 

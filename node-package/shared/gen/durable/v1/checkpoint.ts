@@ -18,7 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
-import { Checkpoint, Instance } from "./common";
+import { Checkpoint, FileRef, Instance } from "./common";
 import { ClaimItem, ClaimResult, IdempotencyKey } from "./idempotency";
 
 export const protobufPackage = "durable.v1";
@@ -117,6 +117,18 @@ export interface SaveCheckpointItem {
    * again).
    */
   searchFieldsJson: Buffer;
+  /**
+   * Optional: the files (n8n binary properties) the checkpoint carries, each
+   * uploaded first with FileService.UploadFile. At most
+   * DURABLE_MAX_CHECKPOINT_FILES of them, DURABLE_MAX_CHECKPOINT_FILE_BYTES in
+   * all (RESOURCE_EXHAUSTED above, nothing written); a content the namespace
+   * does not hold, or held at another size, is FAILED_PRECONDITION and
+   * nothing of the batch is written. An item with files deduplicates only
+   * against a newest checkpoint with the same state and the same files. With
+   * complete_key, the key carries the files too (the Claim's Done Before
+   * path gives them back: FileService.ListKeyFiles).
+   */
+  files: FileRef[];
 }
 
 /** The idempotency key a save completes (see SaveCheckpointItem.complete_key). */
@@ -243,6 +255,7 @@ function createBaseSaveCheckpointItem(): SaveCheckpointItem {
     completeInstance: false,
     claimNext: undefined,
     searchFieldsJson: Buffer.alloc(0),
+    files: [],
   };
 }
 
@@ -286,6 +299,9 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
     }
     if (message.searchFieldsJson.length !== 0) {
       writer.uint32(106).bytes(message.searchFieldsJson);
+    }
+    for (const v of message.files) {
+      FileRef.encode(v!, writer.uint32(114).fork()).join();
     }
     return writer;
   },
@@ -407,6 +423,14 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
             message.searchFieldsJson = Buffer.from(reader.bytes());
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.files.push(FileRef.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -441,6 +465,7 @@ export const SaveCheckpointItem: MessageFns<SaveCheckpointItem> = {
       ? ClaimItem.fromPartial(object.claimNext)
       : undefined;
     message.searchFieldsJson = object.searchFieldsJson ?? Buffer.alloc(0);
+    message.files = object.files?.map((e) => FileRef.fromPartial(e)) || [];
     return message;
   },
 };

@@ -329,7 +329,44 @@ export interface Checkpoint {
   executionId: string;
   /** The n8n node that saved it. */
   nodeName: string;
-  createdAt: Date | undefined;
+  createdAt:
+    | Date
+    | undefined;
+  /**
+   * How many files (n8n binary properties) the checkpoint carries: 0 for a
+   * checkpoint saved without files. FileService.ListCheckpointFiles lists them.
+   */
+  fileCount: number;
+}
+
+/**
+ * A file (one n8n binary property) a checkpoint or a completed idempotency
+ * key carries. Its content is stored once per namespace, by its SHA-256
+ * (FileService.UploadFile); this names it and says what it is.
+ */
+export interface FileRef {
+  /**
+   * Required: the binary property it is on the item (n8n's `data`, say);
+   * unique per checkpoint. At most 256 characters, no control characters.
+   */
+  property: string;
+  /**
+   * The file's name (n8n's fileName), up to 1024 characters, no control
+   * characters; may be empty.
+   */
+  fileName: string;
+  /**
+   * The MIME type (n8n's mimeType), up to 255 characters, no control
+   * characters; may be empty.
+   */
+  mimeType: string;
+  /**
+   * Required: lower-case hex SHA-256 of the content, which must have been
+   * uploaded to this namespace.
+   */
+  sha256: string;
+  /** Required: the content's size in bytes, as uploaded. */
+  sizeBytes: number;
 }
 
 function createBaseRetryPolicy(): RetryPolicy {
@@ -1091,6 +1128,7 @@ function createBaseCheckpoint(): Checkpoint {
     executionId: "",
     nodeName: "",
     createdAt: undefined,
+    fileCount: 0,
   };
 }
 
@@ -1128,6 +1166,9 @@ export const Checkpoint: MessageFns<Checkpoint> = {
     }
     if (message.createdAt !== undefined) {
       Timestamp.encode(toTimestamp(message.createdAt), writer.uint32(90).fork()).join();
+    }
+    if (message.fileCount !== 0) {
+      writer.uint32(96).int32(message.fileCount);
     }
     return writer;
   },
@@ -1233,6 +1274,14 @@ export const Checkpoint: MessageFns<Checkpoint> = {
             message.createdAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.fileCount = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1261,6 +1310,110 @@ export const Checkpoint: MessageFns<Checkpoint> = {
     message.executionId = object.executionId ?? "";
     message.nodeName = object.nodeName ?? "";
     message.createdAt = object.createdAt ?? undefined;
+    message.fileCount = object.fileCount ?? 0;
+    return message;
+  },
+};
+
+function createBaseFileRef(): FileRef {
+  return { property: "", fileName: "", mimeType: "", sha256: "", sizeBytes: 0 };
+}
+
+export const FileRef: MessageFns<FileRef> = {
+  encode(message: FileRef, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.property !== "") {
+      writer.uint32(10).string(message.property);
+    }
+    if (message.fileName !== "") {
+      writer.uint32(18).string(message.fileName);
+    }
+    if (message.mimeType !== "") {
+      writer.uint32(26).string(message.mimeType);
+    }
+    if (message.sha256 !== "") {
+      writer.uint32(34).string(message.sha256);
+    }
+    if (message.sizeBytes !== 0) {
+      writer.uint32(40).int64(message.sizeBytes);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FileRef {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFileRef();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.property = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.fileName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.mimeType = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sha256 = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.sizeBytes = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<FileRef>, I>>(base?: I): FileRef {
+    return FileRef.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FileRef>, I>>(object: I): FileRef {
+    const message = createBaseFileRef();
+    message.property = object.property ?? "";
+    message.fileName = object.fileName ?? "";
+    message.mimeType = object.mimeType ?? "";
+    message.sha256 = object.sha256 ?? "";
+    message.sizeBytes = object.sizeBytes ?? 0;
     return message;
   },
 };
