@@ -176,6 +176,7 @@ bench: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench.sessions --docs docs/bench
 	$(BIN)/python -m bench.search --docs docs/bench
 	$(BIN)/python -m bench.bulk --docs docs/bench
+	$(BIN)/python -m bench.files --docs docs/bench
 	$(BIN)/python -m bench.n8n --docs docs/bench --profile $(N8N_ARGS)
 
 bench-quick: bench-setup node-pack n8n-install
@@ -183,6 +184,7 @@ bench-quick: bench-setup node-pack n8n-install
 	$(BIN)/python -m bench.sessions --quick
 	$(BIN)/python -m bench.search --quick
 	$(BIN)/python -m bench.bulk --quick
+	$(BIN)/python -m bench.files --quick
 	$(BIN)/python -m bench.n8n --quick $(N8N_ARGS)
 
 # The pinned n8n on Node 24 that make e2e and the n8n benchmark use (once; then seconds).

@@ -29,7 +29,7 @@ export { ServingStatus } from './grpc/health';
 export { SidecarUnreachableError } from './grpc/unary';
 
 export { InstanceStatus, RunState } from './gen/durable/v1/common';
-export type { Checkpoint, Event, Instance, RetryPolicy } from './gen/durable/v1/common';
+export type { Checkpoint, Event, FileRef, Instance, RetryPolicy } from './gen/durable/v1/common';
 export { AwaitOutcome, SignalOutcome } from './gen/durable/v1/events';
 export type { AwaitEventResponse, SignalInstanceResponse } from './gen/durable/v1/events';
 export { ClaimOutcome, KeyStatus } from './gen/durable/v1/idempotency';

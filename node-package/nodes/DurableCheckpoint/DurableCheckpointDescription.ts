@@ -35,6 +35,16 @@ const expectedSequenceOption: INodeProperties = {
 	hint: 'Usually {{ $json.durable.lastSequence }}, set by the Resume Point and each save',
 };
 
+/** Files go with the checkpoint unless the author turns it off (docs/files.md). */
+const saveFilesOption: INodeProperties = {
+	displayName: 'Save Files',
+	name: 'saveFiles',
+	type: 'boolean',
+	default: true,
+	description:
+		"Whether the item's binary data (files: a downloaded PDF, an attachment) is saved with the checkpoint, so a resume gives the files back. Each file is stored once, however many checkpoints carry it.",
+};
+
 /**
  * The Operation selector. Each version names the Resume Point's outputs as
  * that version shows them (version 2: Finished, version 1: Completed).
@@ -329,6 +339,7 @@ export const durableCheckpointProperties: INodeProperties[] = [
 	optionsCollection(
 		[
 			expectedSequenceOption,
+			saveFilesOption,
 			leaseSecondsOption(
 				"The ceiling of the saved instance's lease for this execution (its n8n process dying or the execution failing frees it within seconds anyway). 0 keeps the instance's lease length (set on the Resume Point; else the sidecar default).",
 			),
@@ -354,6 +365,7 @@ export const durableCheckpointProperties: INodeProperties[] = [
 					'Whether this save also completes the instance, in the same call and transaction: use it on the last Save instead of a separate Complete Instance node. The instance is then finished (no result stored), and a re-delivered trigger leaves the Resume Point by Finished.',
 			},
 			expectedSequenceOption,
+			saveFilesOption,
 			searchFieldsOption,
 			leaseSecondsOption(
 				"The save renews the instance's lease: the time this execution holds the instance before the Resume Trigger may take it as crashed. 0 renews it with the instance's lease length, chosen on the Resume Point. A value here changes the length for this renewal only.",

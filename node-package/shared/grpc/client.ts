@@ -28,6 +28,17 @@ import {
 	type SignalInstanceResponse,
 } from '../gen/durable/v1/events';
 import {
+	FileServiceClient,
+	FileServiceService,
+	ListCheckpointFilesRequest,
+	ListKeyFilesRequest,
+	StatFilesRequest,
+	type ListCheckpointFilesResponse,
+	type ListKeyFilesResponse,
+	type StatFilesResponse,
+	type UploadFileResponse,
+} from '../gen/durable/v1/files';
+import {
 	ClaimRequest,
 	CompleteRequest,
 	IdempotencyServiceClient,
@@ -83,6 +94,7 @@ import {
 import { CallStream } from './call-stream';
 import { SidecarChannel } from './channel';
 import { addressesOf, type SidecarConnection } from './connection';
+import { downloadFile, transferSeconds, uploadFile, type ContentSource } from './files';
 import { checkHealth, type ServingStatus } from './health';
 import { processIdentity } from './identity';
 import { isSessionRefusal, SESSION_METADATA, SessionKeeper } from './session';
@@ -113,6 +125,7 @@ export class SidecarClient {
 	readonly events: EventServiceClient;
 	readonly recovery: RecoveryServiceClient;
 	readonly sessions: SessionServiceClient;
+	readonly files: FileServiceClient;
 	/** This process's session with the sidecar: its leases live as long as the process (session.ts). */
 	readonly session: SessionKeeper;
 	private readonly generic: Client;
@@ -135,6 +148,7 @@ export class SidecarClient {
 		this.events = new EventServiceClient(target, credentials, shared);
 		this.recovery = new RecoveryServiceClient(target, credentials, shared);
 		this.sessions = new SessionServiceClient(target, credentials, shared);
+		this.files = new FileServiceClient(target, credentials, shared);
 		this.generic = new Client(target, credentials, shared);
 		this.stream =
 			addressesOf(connection).length === 1
@@ -316,6 +330,36 @@ export class SidecarClient {
 		return this.call(VersionServiceService.syncVersionFromN8N, SyncVersionFromN8nRequest, request);
 	}
 
+	statFiles(request: DeepPartial<StatFilesRequest>): Promise<StatFilesResponse> {
+		return this.call(FileServiceService.statFiles, StatFilesRequest, request);
+	}
+
+	listCheckpointFiles(
+		request: DeepPartial<ListCheckpointFilesRequest>,
+	): Promise<ListCheckpointFilesResponse> {
+		return this.call(FileServiceService.listCheckpointFiles, ListCheckpointFilesRequest, request);
+	}
+
+	listKeyFiles(request: DeepPartial<ListKeyFilesRequest>): Promise<ListKeyFilesResponse> {
+		return this.call(FileServiceService.listKeyFiles, ListKeyFilesRequest, request);
+	}
+
+	/** Uploads one content (its bytes from `source`, read again if the upload starts over). */
+	uploadFile(
+		sha256: string,
+		sizeBytes: number,
+		source: ContentSource,
+	): Promise<UploadFileResponse> {
+		const seconds = transferSeconds(this.connection.deadlineSeconds, sizeBytes);
+		return uploadFile(this.files, () => this.metadata(), seconds, sha256, sizeBytes, source);
+	}
+
+	/** One content's bytes as a stream (its size in `sizeBytes`). */
+	downloadFile(sha256: string, sizeBytes: number): ReturnType<typeof downloadFile> {
+		const seconds = transferSeconds(this.connection.deadlineSeconds, sizeBytes);
+		return downloadFile(this.files, this.metadata(), seconds, sha256);
+	}
+
 	/**
 	 * Opens the WatchResumable server stream. It has no deadline of its own: it
 	 * lives until the caller cancels it; the Resume Trigger watches the
@@ -354,6 +398,7 @@ export class SidecarClient {
 		this.events.close();
 		this.recovery.close();
 		this.sessions.close();
+		this.files.close();
 		this.generic.close();
 		this.session.stop();
 		this.stream?.close();

@@ -14,12 +14,12 @@ import type { SidecarChannel } from './channel';
 import { SESSION_METADATA } from './session';
 
 /** gRPC status codes the retry loop looks at (wire values, as in errors.ts). */
-const CANCELLED = 1;
-const UNAVAILABLE = 14;
+export const CANCELLED = 1;
+export const UNAVAILABLE = 14;
 const DEADLINE_EXCEEDED = 4;
 /** Backoff between retries of an UNAVAILABLE call: 100 ms doubling to 2 s, jittered. */
-const RETRY_INITIAL_MS = 100;
-const RETRY_MAX_MS = 2_000;
+export const RETRY_INITIAL_MS = 100;
+export const RETRY_MAX_MS = 2_000;
 
 /**
  * The deadline of a call passed while the sidecar could not be reached (the
@@ -42,13 +42,13 @@ export class SidecarUnreachableError extends Error {
 	}
 }
 
-function statusCodeOf(error: unknown): number | undefined {
+export function statusCodeOf(error: unknown): number | undefined {
 	const code = (error as { code?: unknown } | null)?.code;
 	return typeof code === 'number' ? code : undefined;
 }
 
 /** Equal jitter: half the backoff fixed, half random, so restarted clients do not retry in step. */
-function jittered(backoffMs: number): number {
+export function jittered(backoffMs: number): number {
 	return backoffMs / 2 + Math.random() * (backoffMs / 2);
 }
 

@@ -1,10 +1,11 @@
-/* eslint-disable @n8n/community-nodes/no-restricted-globals -- test code runs in Node, never inside n8n */
+/* eslint-disable @n8n/community-nodes/no-restricted-globals, @n8n/community-nodes/no-restricted-imports -- test code runs in Node, never inside n8n */
 /**
  * The only mock in the suite: n8n's execute-functions interface, answering
  * parameters per item the way n8n does after resolving expressions.
  */
 import {
 	NodeHelpers,
+	type IBinaryData,
 	type IDataObject,
 	type IExecuteFunctions,
 	type INode,
@@ -17,6 +18,9 @@ import {
 	type NodeTypeAndVersion,
 } from 'n8n-workflow';
 import type { CallOptions, Metadata, ServiceError } from '@grpc/grpc-js';
+import { randomUUID } from 'crypto';
+import { basename } from 'path';
+import { Readable } from 'stream';
 
 import type { SidecarClient } from '../../shared/transport';
 
@@ -65,6 +69,70 @@ export interface ContextOptions {
 	downstream?: UpstreamNode[];
 	/** Receives what the node adds with addExecutionHints (n8n shows them on its output pane). */
 	hints?: NodeExecutionHint[];
+	/**
+	 * How helpers.prepareBinaryData keeps a file: in the item ('default', base64, n8n's memory mode) or in the
+	 * binary data store under an id ('filesystem', as n8n's filesystem mode does); 'default' unless given.
+	 */
+	binaryMode?: 'default' | 'filesystem';
+}
+
+/** The binary data store of the 'filesystem' mode: content by id, as n8n keeps files on disk. */
+export const binaryStore = new Map<string, Buffer>();
+
+/** A file's bytes, wherever the mock (or n8n) keeps them. */
+export function binaryBytes(data: IBinaryData): Buffer {
+	if (data.id) {
+		const stored = binaryStore.get(data.id);
+		if (!stored) throw new Error(`no binary data ${data.id}`);
+		return stored;
+	}
+	return Buffer.from(data.data, 'base64');
+}
+
+/** A file kept in the binary data store (n8n's filesystem mode), as an item's binary property. */
+export function storedBinary(bytes: Buffer, fileName: string, mimeType: string): IBinaryData {
+	const id = `filesystem-v2:test/${randomUUID()}`;
+	binaryStore.set(id, bytes);
+	return { id, data: 'filesystem-v2', fileName, mimeType, bytes: bytes.length };
+}
+
+/** n8n's binary data helpers the nodes use (getBinaryStream, prepareBinaryData), over the store above. */
+function binaryHelpers(mode: 'default' | 'filesystem') {
+	return {
+		getBinaryStream: async (id: string, chunkSize = 64 * 1024): Promise<Readable> => {
+			const bytes = binaryStore.get(id);
+			if (!bytes) throw new Error(`no binary data ${id}`);
+			const pieces: Buffer[] = [];
+			for (let at = 0; at < bytes.length; at += chunkSize)
+				pieces.push(bytes.subarray(at, at + chunkSize));
+			return Readable.from(pieces);
+		},
+		prepareBinaryData: async (
+			data: Buffer | Readable,
+			filePath?: string,
+			mimeType?: string,
+		): Promise<IBinaryData> => {
+			const bytes = Buffer.isBuffer(data)
+				? data
+				: Buffer.concat((await data.toArray()) as Buffer[]);
+			const fileName = filePath ? basename(filePath) : undefined;
+			const out: IBinaryData = {
+				data: '',
+				mimeType: mimeType ?? 'application/octet-stream',
+				...(fileName ? { fileName } : {}),
+				bytes: bytes.length,
+			};
+			if (mode === 'filesystem') {
+				return {
+					...out,
+					id: storedBinary(bytes, fileName ?? '', out.mimeType).id,
+					data: 'filesystem-v2',
+				};
+			}
+			out.data = bytes.toString('base64');
+			return out;
+		},
+	};
 }
 
 function isExecutionData(value: IDataObject | INodeExecutionData): value is INodeExecutionData {
@@ -146,6 +214,7 @@ export function executeContext(options: ContextOptions): IExecuteFunctions {
 		throw new Error(`No path back to referenced node '${name}'`);
 	};
 	const context = {
+		helpers: binaryHelpers(options.binaryMode ?? 'default'),
 		getInputData: () => items,
 		getNode: () => theNode,
 		getWorkflow: () => ({

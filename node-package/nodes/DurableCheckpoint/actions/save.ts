@@ -11,11 +11,13 @@ import { batched, type NodeError } from '../../../shared/batch';
 import { longestWait, uncoverableWait, waitsAhead, type WaitAhead } from '../../../shared/waits';
 import {
 	asNodeError,
+	callContext,
 	errorItem,
 	fieldList,
 	jsonParameter,
 	pickFields,
 	searchFieldsOf,
+	sidecarError,
 	toJsonBytes,
 	userJson,
 } from '../../../shared/node-helpers';
@@ -26,6 +28,7 @@ import {
 	type SidecarClient,
 } from '../../../shared/transport';
 import { parameterReader, type ClaimRef, nodeParameter } from '../../../shared/upstream';
+import { fileRefsOf, hasFiles, uploadMissing, type FileContents } from '../../../shared/files';
 import type { CheckpointRun } from './run';
 
 /** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */
@@ -123,6 +126,7 @@ export async function saveCheckpoints(
 	// Parameter problems are reported before anything is saved.
 	if (problems.size > 0 && !ctx.continueOnFail()) throw problems.values().next().value as NodeError;
 	completeOnLastItem(prepared);
+	await attachFiles(ctx, run, prepared, problems);
 	const indexes = [...prepared.keys()];
 	const results = indexes.length
 		? await batched(ctx, client, 'Saving the checkpoint', indexes, async (batch) => {
@@ -146,6 +150,42 @@ export async function saveCheckpoints(
 		out.push(rules.outputItem({ run, index: i, sent, result: result.value, ahead: readers.ahead }));
 	}
 	return out;
+}
+
+/**
+ * The files (binary data) of the items to save: hashed, the contents the
+ * sidecar lacks uploaded, and named in each item's request. Items without
+ * binary data send nothing more and cost nothing more. A file that cannot be
+ * uploaded (over a limit, say) fails its item's save before anything of it
+ * is written.
+ */
+async function attachFiles(
+	ctx: IExecuteFunctions,
+	{ node, items, client }: CheckpointRun,
+	prepared: Map<number, PreparedSave>,
+	problems: Map<number, NodeError>,
+): Promise<void> {
+	const withFiles = [...prepared.keys()].filter((i) => hasFiles(items[i]));
+	if (!withFiles.length || !(nodeParameter(ctx, 'options.saveFiles', 0, true) as boolean)) return;
+	const contents: FileContents = new Map();
+	for (const i of withFiles) {
+		try {
+			prepared.get(i)!.request.files = await fileRefsOf(ctx, items[i], contents);
+		} catch (error) {
+			if (!ctx.continueOnFail()) throw asNodeError(node, error, i);
+			problems.set(i, asNodeError(node, error, i));
+			prepared.delete(i);
+		}
+	}
+	try {
+		await uploadMissing(client, contents);
+	} catch (error) {
+		throw sidecarError(
+			node,
+			error,
+			callContext(client, 'Uploading the files to save', withFiles[0]),
+		);
+	}
 }
 
 /** One item's save, or the error in its parameters. */
@@ -211,6 +251,8 @@ function prepareSave(
 		completeInstance,
 		claimNext,
 		searchFieldsJson: follows ? searchFieldsOf(ctx, node, i) : Buffer.alloc(0),
+		// Named once the files are hashed and uploaded (attachFiles), for the items that carry any.
+		files: [],
 	};
 	return { request, state, leaseSeconds };
 }

@@ -1,10 +1,17 @@
 /** Claim: one Claim call for all items (or answers claimed ahead), each item routed by its answer. */
-import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+import type {
+	IBinaryKeyData,
+	IDataObject,
+	IExecuteFunctions,
+	INodeExecutionData,
+} from 'n8n-workflow';
 
 import { batched, type NodeError } from '../../../shared/batch';
 import { instanceClaim, takeAheadAnswer, type AheadAnswer } from '../../../shared/claim-ahead';
+import { binaryOf, withBinary } from '../../../shared/files';
 import {
 	asNodeError,
+	callContext,
 	DURABLE_FIELD,
 	errorItem,
 	fieldList,
@@ -12,6 +19,7 @@ import {
 	IDEMPOTENCY_FIELD,
 	jsonParameter,
 	pickFields,
+	sidecarError,
 	toJsonBytes,
 	userJson,
 	workflowIdOf,
@@ -59,7 +67,8 @@ export async function execute(
 		: new Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>();
 	// Answers claimed ahead take the same routes as this node's own answers.
 	for (const [i, answer] of claims.ahead) results.set(i, { ok: true, value: answer });
-	const outputs = routeClaims(ctx, run, claims, results);
+	const restored = await doneBeforeFiles(ctx, run, results);
+	const outputs = routeClaims(ctx, run, claims, results, restored);
 	noteGuardRun(executionId, node.name, outputs);
 	return outputs;
 }
@@ -144,11 +153,52 @@ function prepareClaims(ctx: IExecuteFunctions, run: GuardRun): Claims {
 	return claims;
 }
 
+type ClaimResults = Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>;
+
+/**
+ * The files of the keys answered Done Before (those of the save that
+ * completed each key), as n8n binary data by item: one ListKeyFiles call for
+ * the run's Done Before items, and a download per file.
+ */
+async function doneBeforeFiles(
+	ctx: IExecuteFunctions,
+	{ client, node }: GuardRun,
+	results: ClaimResults,
+): Promise<Map<number, IBinaryKeyData>> {
+	const done: Array<[number, { scope: string; key: string }]> = [];
+	for (const [i, result] of results) {
+		if (
+			result.ok &&
+			result.value.outcome === ClaimOutcome.CLAIM_OUTCOME_DUPLICATE &&
+			result.value.key
+		) {
+			done.push([i, { scope: result.value.key.scope, key: result.value.key.key }]);
+		}
+	}
+	const out = new Map<number, IBinaryKeyData>();
+	if (!done.length) return out;
+	try {
+		const listed = await client.listKeyFiles({ keys: done.map(([, key]) => key) });
+		for (let n = 0; n < done.length; n++) {
+			const files = listed.keys[n]?.files ?? [];
+			if (files.length) out.set(done[n][0], await binaryOf(ctx, client, files));
+		}
+	} catch (error) {
+		throw sidecarError(
+			node,
+			error,
+			callContext(client, 'Restoring the files of the step done before', done[0][0]),
+		);
+	}
+	return out;
+}
+
 function routeClaims(
 	ctx: IExecuteFunctions,
 	{ items, version }: GuardRun,
 	{ problems, duplicates, ahead, instances }: Claims,
-	results: Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>,
+	results: ClaimResults,
+	restored: Map<number, IBinaryKeyData>,
 ): INodeExecutionData[][] {
 	const outputs: INodeExecutionData[][] = [[], [], []];
 	const routed = (i: number, meta: IDataObject): INodeExecutionData => {
@@ -192,10 +242,14 @@ function routeClaims(
 			case ClaimOutcome.CLAIM_OUTCOME_ACQUIRED:
 				outputs[OUTPUT_FIRST_RUN].push(routed(i, meta));
 				break;
-			case ClaimOutcome.CLAIM_OUTCOME_DUPLICATE:
+			case ClaimOutcome.CLAIM_OUTCOME_DUPLICATE: {
 				meta.result = (fromJsonBytes(result.value.key?.resultJson) ?? null) as IDataObject;
-				outputs[OUTPUT_ALREADY_DONE].push(routed(i, meta));
+				const files = restored.get(i);
+				outputs[OUTPUT_ALREADY_DONE].push(
+					files ? withBinary(routed(i, meta), files) : routed(i, meta),
+				);
 				break;
+			}
 			default:
 				outputs[OUTPUT_IN_PROGRESS].push(routed(i, meta));
 		}

@@ -12,6 +12,7 @@ import {
 	sidecarFor,
 	workflowIdOf,
 } from '../../../shared/node-helpers';
+import { binaryOf, withBinary } from '../../../shared/files';
 import { nodeOf } from '../../../shared/run-node';
 import { StartOutcome, type StartOrResumeResponse } from '../../../shared/transport';
 import { nodeParameter, noteHeldInstances, type InstanceRef } from '../../../shared/upstream';
@@ -81,9 +82,48 @@ export async function execute(
 	};
 	const { results, ahead } = await startOrResumeAll(ctx, run);
 	const settings = { stepNames, mismatchIndex, eventIndex, executionId, version, ahead };
-	const held = routeAll(ctx, run, results, outputs, settings, differentIndex);
+	const withFiles = await restoreFiles(ctx, run, results);
+	const held = routeAll(
+		ctx,
+		{ ...run, items: withFiles },
+		results,
+		outputs,
+		settings,
+		differentIndex,
+	);
 	noteHeldInstances(executionId, held);
 	return outputs;
+}
+
+/**
+ * The items, each resumed instance's with the files its newest checkpoint
+ * carries (n8n binary data, beside the restored state). Only a checkpoint
+ * saved with files costs a call: ListCheckpointFiles, then a download per file.
+ */
+async function restoreFiles(
+	ctx: IExecuteFunctions,
+	{ node, items, client, workflowId }: StartRun,
+	results: Array<StartOrResumeResponse | NodeError | undefined>,
+): Promise<INodeExecutionData[]> {
+	const out = [...items];
+	for (let i = 0; i < items.length; i++) {
+		const response = results[i];
+		if (!response || response instanceof Error) continue;
+		const latest = response.latestCheckpoint;
+		if (response.outcome !== StartOutcome.START_OUTCOME_RESUMED || !latest?.fileCount) continue;
+		try {
+			const listed = await client.listCheckpointFiles({
+				workflowId: response.instance?.workflowId || workflowId,
+				instanceKey: latest.instanceKey,
+				sequence: latest.sequence,
+			});
+			out[i] = withBinary(items[i], await binaryOf(ctx, client, listed.files));
+		} catch (error) {
+			// The instance is this execution's now: failing here frees it for the next resume.
+			throw sidecarError(node, error, callContext(client, "Restoring the checkpoint's files", i));
+		}
+	}
+	return out;
 }
 
 /** Puts every item on its output; the instances this execution now holds (noteHeldInstances). */

@@ -3,7 +3,7 @@
 import { jsonDiff, renderDiff } from "./diff.js";
 import { keyTable } from "./keys.js";
 import { bulkPanel } from "./operations.js";
-import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, encodeBytes, enumName, errorBox, executionLink, fmtTime, h, idText, instanceHref, isStalled, may, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
+import { RpcError, STATUSES, all, badge, confirmAction, decodeBytes, downloadFile, encodeBytes, enumName, errorBox, executionLink, fmtBytes, fmtTime, h, idText, instanceHref, isStalled, may, parseJsonBytes, pretty, rpc, show, statusOf, versionText } from "./lib.js";
 
 // --- instances --------------------------------------------------------------------------------------
 
@@ -265,7 +265,18 @@ export async function renderInstance(params) {
           } catch (err) {
             statePanel.replaceChildren(errorBox(err));
           }
-        } }, "State") : "")))));
+        } }, "State") : "",
+        e.checkpoint && Number(e.checkpoint.fileCount || 0) > 0 ? h("button", { type: "button", class: "secondary",
+          dataset: { files: e.checkpoint.sequence }, onclick: async () => {
+            statePanel.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+            try {
+              const r = await rpc("FileService", "ListCheckpointFiles", { ...ref, sequence: String(e.checkpoint.sequence) });
+              statePanel.replaceChildren(h("h2", {}, `Files of checkpoint #${e.checkpoint.sequence} (${e.checkpoint.stepName})`),
+                filesTable(r.files || []));
+            } catch (err) {
+              statePanel.replaceChildren(errorBox(err));
+            }
+          } }, `Files (${e.checkpoint.fileCount})`) : "")))));
 
   const diffButton = h("button", { type: "button", id: "diff", disabled: cps.length < 2,
     onclick: async () => {
@@ -295,6 +306,26 @@ export async function renderInstance(params) {
       h("span", {}, cps.length < 2 ? "A diff needs two checkpoints." : "Pick A and B in the timeline (default: the last two).")),
     diffPanel, statePanel,
     h("h2", {}, "Idempotency keys of this instance"), keysTable);
+}
+
+/** A checkpoint's files (FileService.ListCheckpointFiles): each downloadable through the same token. */
+function filesTable(files) {
+  return h("table", { "data-testid": "files" },
+    h("thead", {}, h("tr", {}, ["Property", "File name", "Type", "Size", "SHA-256", ""].map((t) => h("th", {}, t)))),
+    h("tbody", {}, files.map((f) => {
+      const status = h("span", { class: "muted" });
+      return h("tr", {},
+        h("td", { class: "mono" }, f.property), h("td", {}, f.fileName || ""), h("td", { class: "mono" }, f.mimeType || ""),
+        h("td", {}, fmtBytes(f.sizeBytes)), h("td", {}, idText(f.sha256, { class: "mono" })),
+        h("td", {}, h("button", { type: "button", class: "secondary", dataset: { download: f.property }, onclick: async () => {
+          status.textContent = "";
+          try {
+            await downloadFile(f.sha256, f.fileName, f.mimeType);
+          } catch (err) {
+            status.textContent = `${err.code}: ${err.message}`;
+          }
+        } }, "Download"), status));
+    })));
 }
 
 /** A note where a source of the timeline had more entries than the console reads (the rest exist, unshown). */

@@ -49,6 +49,36 @@ export async function rpc(service, method, body) {
   return payload;
 }
 
+/** Downloads a stored file (GET /files/<sha256>, the same token) and saves it under its name. */
+export async function downloadFile(sha256, name, type) {
+  const token = sessionStorage.getItem(TOKEN_KEY) || "";
+  const query = new URLSearchParams({ name: name || sha256, type: type || "" });
+  const res = await fetch(`/files/${encodeURIComponent(sha256)}?${query}`, { headers: { Authorization: `Bearer ${token}` } });
+  if (!res.ok) {
+    let payload = {};
+    try {
+      payload = await res.json();
+    } catch (_) {
+      payload = {};
+    }
+    throw new RpcError(payload.code || "unknown", payload.message || res.statusText, res.status);
+  }
+  const url = URL.createObjectURL(await res.blob());
+  const link = h("a", { href: url, download: name || sha256 });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/** A size in bytes as people read it. */
+export function fmtBytes(n) {
+  const v = Number(n || 0);
+  if (v < 1024) return `${v} B`;
+  if (v < 1024 * 1024) return `${(v / 1024).toFixed(1)} KiB`;
+  return `${(v / 1024 / 1024).toFixed(1)} MiB`;
+}
+
 // Every page of a list RPC, up to `limit` items.
 export async function all(service, method, body, field, limit = 2000) {
   const out = [];

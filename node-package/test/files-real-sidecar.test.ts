@@ -1,0 +1,273 @@
+/**
+ * Files (n8n binary data) through the real `durable-sidecar serve` (issue 45):
+ * a Save uploads each content once and names it in the checkpoint, a resume
+ * gives the files back as binary data, and a Claim answered Done Before gets
+ * the files of the save that completed its key.
+ */
+import { createHash, randomBytes } from 'crypto';
+
+import type { IDataObject, INodeExecutionData } from 'n8n-workflow';
+
+import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
+import {
+	IdempotencyGuard,
+	OUTPUT_ALREADY_DONE,
+	OUTPUT_FIRST_RUN,
+} from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
+import { OUTPUT_RESUME, OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
+import { closeAllSidecarClients, getSidecarClient, type SidecarClient } from '../shared/transport';
+import { binaryBytes, executeContext, storedBinary, type ParamValue } from './support/n8n';
+import { TestSidecar } from './support/sidecar';
+
+let sidecar: TestSidecar;
+let client: SidecarClient;
+
+beforeAll(async () => {
+	sidecar = await TestSidecar.start();
+	client = getSidecarClient(sidecar.connection());
+});
+
+afterAll(async () => {
+	closeAllSidecarClients();
+	await sidecar?.stop();
+});
+
+afterEach(() => jest.restoreAllMocks());
+
+const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+
+function context(
+	items: Array<IDataObject | INodeExecutionData>,
+	params: Record<string, ParamValue>,
+	opts: { workflowId: string; executionId: string; binaryMode?: 'default' | 'filesystem' },
+) {
+	return executeContext({ items, params, credentials: sidecar.credentials(), ...opts });
+}
+
+async function start(
+	wf: string,
+	key: string,
+	executionId: string,
+): Promise<INodeExecutionData[][]> {
+	return await new ResumePoint().execute.call(
+		context([{ orderId: key }], { instanceKey: key }, { workflowId: wf, executionId }),
+	);
+}
+
+async function saveWithFiles(
+	wf: string,
+	key: string,
+	binary: INodeExecutionData['binary'],
+	params: Record<string, ParamValue> = {},
+): Promise<INodeExecutionData[][]> {
+	return await new DurableCheckpoint().execute.call(
+		context(
+			[{ json: { orderId: key, durable: { instanceKey: key, workflowId: wf } }, binary }],
+			{ operation: 'save', instanceKey: key, stepName: 'downloaded', saveWhat: 'item', ...params },
+			{ workflowId: wf, executionId: 'exec-1' },
+		),
+	);
+}
+
+const pdf = Buffer.concat([Buffer.from('%PDF-1.7\n'), randomBytes(2_500_000)]);
+const label = randomBytes(300_000);
+
+function binaryOfOrder(): INodeExecutionData['binary'] {
+	return {
+		// n8n's memory mode keeps the bytes in the item; its filesystem mode keeps an id.
+		data: {
+			data: pdf.toString('base64'),
+			mimeType: 'application/pdf',
+			fileName: 'invoice-1001.pdf',
+		},
+		label: storedBinary(label, 'label.png', 'image/png'),
+	};
+}
+
+describe('files with the real sidecar', () => {
+	const wf = 'wf-files';
+
+	test('a Save uploads each content once and names its files in the checkpoint; a resume gives them back', async () => {
+		await start(wf, 'o-1', 'exec-1');
+		const uploads = jest.spyOn(client, 'uploadFile');
+		await saveWithFiles(wf, 'o-1', binaryOfOrder());
+		expect(uploads).toHaveBeenCalledTimes(2);
+		const listed = await client.listCheckpointFiles({ workflowId: wf, instanceKey: 'o-1' });
+		expect(listed.sequence).toBe(1);
+		expect(
+			listed.files.map((f) => [f.property, f.fileName, f.mimeType, f.sha256, f.sizeBytes]),
+		).toEqual([
+			['data', 'invoice-1001.pdf', 'application/pdf', sha(pdf), pdf.length],
+			['label', 'label.png', 'image/png', sha(label), label.length],
+		]);
+		// Another order with the same files: nothing uploaded again, one content each in the database.
+		await start(wf, 'o-2', 'exec-1');
+		uploads.mockClear();
+		await saveWithFiles(wf, 'o-2', binaryOfOrder());
+		expect(uploads).not.toHaveBeenCalled();
+		const rows = await sidecar.sql<{ n: string }>(
+			'SELECT count(*) AS n FROM durable_files WHERE sha256 = ANY($1)',
+			[[sha(pdf), sha(label)]],
+		);
+		expect(Number(rows[0].n)).toBe(2);
+
+		// n8n died: the Resume Point of the next execution restores the state and the files.
+		await sidecar.sql(
+			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
+			[wf, 'o-1'],
+		);
+		for (const binaryMode of ['default', 'filesystem'] as const) {
+			const out = await new ResumePoint().execute.call(
+				context(
+					[{ orderId: 'o-1' }],
+					{ instanceKey: 'o-1' },
+					{
+						workflowId: wf,
+						executionId: `exec-resume-${binaryMode}`,
+						binaryMode,
+					},
+				),
+			);
+			await sidecar.sql(
+				"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
+				[wf, 'o-1'],
+			);
+			expect(out[OUTPUT_START]).toHaveLength(0);
+			expect(out[OUTPUT_RESUME]).toHaveLength(1);
+			const resumed = out[OUTPUT_RESUME][0];
+			expect(resumed.json.orderId).toBe('o-1');
+			expect(Object.keys(resumed.binary ?? {})).toEqual(['data', 'label']);
+			expect(binaryBytes(resumed.binary!.data).equals(pdf)).toBe(true);
+			expect(binaryBytes(resumed.binary!.label).equals(label)).toBe(true);
+			expect(resumed.binary!.data).toMatchObject({
+				fileName: 'invoice-1001.pdf',
+				mimeType: 'application/pdf',
+			});
+			expect(resumed.binary!.label).toMatchObject({ fileName: 'label.png', mimeType: 'image/png' });
+			expect(Boolean(resumed.binary!.label.id)).toBe(binaryMode === 'filesystem');
+		}
+	});
+
+	test('a resume of a checkpoint without files makes no file call', async () => {
+		await start(wf, 'o-plain', 'exec-1');
+		await new DurableCheckpoint().execute.call(
+			context(
+				[{ orderId: 'o-plain', durable: { instanceKey: 'o-plain', workflowId: wf } }],
+				{ operation: 'save', instanceKey: 'o-plain', stepName: 'paid', saveWhat: 'item' },
+				{ workflowId: wf, executionId: 'exec-1' },
+			),
+		);
+		await sidecar.sql(
+			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
+			[wf, 'o-plain'],
+		);
+		const listing = jest.spyOn(client, 'listCheckpointFiles');
+		const stat = jest.spyOn(client, 'statFiles');
+		const out = await start(wf, 'o-plain', 'exec-2');
+		expect(out[OUTPUT_RESUME]).toHaveLength(1);
+		expect(out[OUTPUT_RESUME][0].binary).toBeUndefined();
+		expect(listing).not.toHaveBeenCalled();
+		expect(stat).not.toHaveBeenCalled();
+	});
+
+	test('Save Files off saves the state without the files', async () => {
+		await start(wf, 'o-off', 'exec-1');
+		const stat = jest.spyOn(client, 'statFiles');
+		await saveWithFiles(wf, 'o-off', binaryOfOrder(), { options: { saveFiles: false } });
+		expect(stat).not.toHaveBeenCalled();
+		const listed = await client.listCheckpointFiles({ workflowId: wf, instanceKey: 'o-off' });
+		expect(listed.files).toEqual([]);
+	});
+
+	test('a file over the sidecar limit fails the Save with the limit named, and nothing is saved', async () => {
+		const small = await TestSidecar.start({ env: { DURABLE_MAX_FILE_BYTES: '1000000' } });
+		try {
+			const conn = small.credentials();
+			const run = (
+				node: ResumePoint | DurableCheckpoint,
+				items: Array<IDataObject | INodeExecutionData>,
+				params: Record<string, ParamValue>,
+			) =>
+				node.execute.call(
+					executeContext({
+						items,
+						params,
+						credentials: conn,
+						workflowId: wf,
+						executionId: 'exec-1',
+					}),
+				);
+			await run(new ResumePoint(), [{ orderId: 'o-big' }], { instanceKey: 'o-big' });
+			await expect(
+				run(
+					new DurableCheckpoint(),
+					[
+						{
+							json: { orderId: 'o-big', durable: { instanceKey: 'o-big', workflowId: wf } },
+							binary: binaryOfOrder(),
+						},
+					],
+					{ operation: 'save', instanceKey: 'o-big', stepName: 'downloaded', saveWhat: 'item' },
+				),
+			).rejects.toThrow(/DURABLE_MAX_FILE_BYTES/);
+			const rows = await small.sql<{ n: string }>(
+				"SELECT count(*) AS n FROM durable_checkpoints WHERE instance_key = 'o-big'",
+			);
+			expect(Number(rows[0].n)).toBe(0);
+		} finally {
+			await small.stop();
+		}
+	});
+
+	test('a Claim answered Done Before gets the files of the save that completed its key', async () => {
+		const guard = (executionId: string) =>
+			new IdempotencyGuard().execute.call(
+				context(
+					[{ orderId: 'o-inv', amount: 12 }],
+					{
+						operation: 'claim',
+						scope: 'invoice',
+						key: 'o-inv-invoice',
+						fingerprintFrom: 'fields',
+						fingerprintFields: 'orderId, amount',
+					},
+					{ workflowId: wf, executionId },
+				),
+			);
+		const first = await guard('exec-1');
+		expect(first[OUTPUT_FIRST_RUN]).toHaveLength(1);
+		const attempt = (first[OUTPUT_FIRST_RUN][0].json.idempotency as IDataObject).attempt as number;
+		// The invoice step's save completes the key with the invoice PDF (as a v2 Save after the call does).
+		await client.startOrResume({ workflowId: wf, instanceKey: 'o-inv', executionId: 'exec-1' });
+		await client.uploadFile(sha(pdf), pdf.length, async () => [pdf]);
+		await client.saveCheckpoints({
+			items: [
+				{
+					workflowId: wf,
+					instanceKey: 'o-inv',
+					stepName: 'invoiced',
+					stateJson: Buffer.from('{"invoice":"INV-7"}'),
+					executionId: 'exec-1',
+					completeKey: { scope: 'invoice', key: 'o-inv-invoice', attempt },
+					files: [
+						{
+							property: 'invoice',
+							fileName: 'INV-7.pdf',
+							mimeType: 'application/pdf',
+							sha256: sha(pdf),
+							sizeBytes: pdf.length,
+						},
+					],
+				},
+			],
+		});
+		const again = await guard('exec-2');
+		expect(again[OUTPUT_ALREADY_DONE]).toHaveLength(1);
+		const done = again[OUTPUT_ALREADY_DONE][0];
+		expect(binaryBytes(done.binary!.invoice).equals(pdf)).toBe(true);
+		expect(done.binary!.invoice).toMatchObject({
+			fileName: 'INV-7.pdf',
+			mimeType: 'application/pdf',
+		});
+	});
+});
