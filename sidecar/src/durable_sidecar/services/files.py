@@ -84,7 +84,7 @@ class FileService:
         hashes = sorted({f.sha256 for _, files in named for f in files})
         if not hashes:
             return
-        held = await self.store.sizes_txn(conn, namespace, hashes)
+        held = await self.store.sizes_txn(conn, namespace, hashes, hold=True)
         for field, files in named:
             for i, f in enumerate(files):
                 size = held.get(f.sha256)

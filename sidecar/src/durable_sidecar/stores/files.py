@@ -29,8 +29,12 @@ class FileStore:
         self.r = runner
         d = runner.dialect
         now = d.now_sql
-        self._sizes = d.sql("SELECT sha256, size_bytes FROM durable_files WHERE namespace = %(ns)s AND "
-                            + d.in_list.format(column="sha256", param="shas"))
+        sizes = ("SELECT sha256, size_bytes FROM durable_files WHERE namespace = %(ns)s AND "
+                 + d.in_list.format(column="sha256", param="shas"))
+        self._sizes = d.sql(sizes)
+        # A save's check: the contents stay until it commits (the sweep's delete of one waits for it, then finds
+        # it referred to and leaves it).
+        self._sizes_held = d.sql(sizes + " ORDER BY sha256" + d.lock(True, share=True))
         self._usage = d.sql("SELECT coalesce(sum(size_bytes), 0) AS n FROM durable_files WHERE namespace = %(ns)s")
         self._insert = d.sql(
             f"""INSERT INTO durable_files (namespace, sha256, size_bytes, chunk_count, created_at)
@@ -72,6 +76,10 @@ class FileStore:
                   AND NOT EXISTS (SELECT 1 FROM durable_key_files k
                                   WHERE k.namespace = f.namespace AND k.sha256 = f.sha256)
                 LIMIT %(limit)s""")
+        # Taken before the delete: a save holding the content (FOR SHARE) finishes first, and the delete's own
+        # statement then sees the references that save committed.
+        self._lock = d.sql("SELECT 1 AS held FROM durable_files WHERE namespace = %(ns)s AND sha256 = %(sha)s"
+                           + d.lock(True))
         self._delete = d.sql(
             """DELETE FROM durable_files WHERE namespace = %(ns)s AND sha256 = %(sha)s
                AND NOT EXISTS (SELECT 1 FROM durable_checkpoint_files c
@@ -80,9 +88,12 @@ class FileStore:
 
     # --- contents ------------------------------------------------------------------------------------------
 
-    async def sizes_txn(self, conn: Conn, namespace: str, hashes: list[str]) -> dict[str, int]:
-        """The size of each of these contents the namespace holds."""
-        rows = await self.r.all(conn, self._sizes, {"ns": namespace, "shas": self.r.dialect.list_param(hashes)})
+    async def sizes_txn(self, conn: Conn, namespace: str, hashes: list[str], *,
+                        hold: bool = False) -> dict[str, int]:
+        """The size of each of these contents the namespace holds; `hold`: kept from deletion until the
+        transaction ends (a save about to refer to them)."""
+        rows = await self.r.all(conn, self._sizes_held if hold else self._sizes,
+                                {"ns": namespace, "shas": self.r.dialect.list_param(hashes)})
         return {r["sha256"]: int(r["size_bytes"]) for r in rows}
 
     async def usage_txn(self, conn: Conn, namespace: str) -> int:
@@ -149,7 +160,9 @@ class FileStore:
                                                                                  limit=limit))
         count = size = 0
         for row in rows:
-            if await self.r.execute(conn, self._delete, {"ns": row["namespace"], "sha": row["sha256"]}):
+            key = {"ns": row["namespace"], "sha": row["sha256"]}
+            await self.r.all(conn, self._lock, key)
+            if await self.r.execute(conn, self._delete, key):
                 count += 1
                 size += int(row["size_bytes"])
         return count, size
