@@ -316,7 +316,7 @@ def test_12_kill9_n8n_again_while_it_applies_its_startup_publication(stack: Stac
                n8n_restart_s=restarted, kill_to_resumed_s=resumed, kill_to_completed_s=done)
 
 
-def test_13_an_order_replayed_from_checkpoint_2_runs_steps_3_and_4_again_with_new_keys(stack: Stack) -> None:
+def test_33_an_order_replayed_from_checkpoint_2_runs_steps_3_and_4_again_with_new_keys(stack: Stack) -> None:
     """Issue 44: a completed order replayed from its second checkpoint (`durable-sidecar instances replay`) is a
     fork <key>~r1 that the Resume Trigger runs from "reserved": shipping and the coupon run again, and the
     provider sees new Idempotency-Keys for them; payment and inventory do not run again."""
@@ -340,5 +340,5 @@ def test_13_an_order_replayed_from_checkpoint_2_runs_steps_3_and_4_again_with_ne
         assert len(keys - first_keys[s]) == 1, (s, keys, first_keys[s])  # one new Idempotency-Key
     original = stack.sidecar.instance(ORDER_WF, k)
     assert original is not None and original.last_sequence == 4
-    REPORT.add("13. replay from checkpoint 2", 1, 1, 0, time.monotonic() - t0,
+    REPORT.add("33. replay from checkpoint 2", 1, 1, 0, time.monotonic() - t0,
                note="fork <key>~r1 ran shipping and coupon again with new keys; payment, inventory once")

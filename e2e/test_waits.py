@@ -281,7 +281,7 @@ def test_24_a_poison_order_is_suspended_then_retried_by_the_operator_with_side_e
                backoffs=len(scheduled))
 
 
-def test_25_the_carriers_event_before_the_order_starts_a_held_instance_the_order_runs_with_its_own_fields(
+def test_34_the_carriers_event_before_the_order_starts_a_held_instance_the_order_runs_with_its_own_fields(
         waits: Stack) -> None:
     """Found by a user trial: with Start If Absent, the Resume Trigger ran the instance a signal started from the
     signal's item and called the provider without the order's fields. The instance is held for its delivery: the
@@ -317,11 +317,11 @@ def test_25_the_carriers_event_before_the_order_starts_a_held_instance_the_order
         kinds = [e.kind for e in audit(stack, k)]
         assert kinds[:3] == ["started", "signalled", "start_item_delivered"], kinds
         assert instance(stack, k).resume_count == 0  # the order's execution ran it through, as a new order
-    REPORT.add("25. carrier's event before the order (Start If Absent)", len(ks), len(ks), 0, time.monotonic() - t0,
+    REPORT.add("34. carrier's event before the order (Start If Absent)", len(ks), len(ks), 0, time.monotonic() - t0,
                note="held for its delivery; the order started it with its own fields; the wait took the event")
 
 
-def test_26_a_bulk_retry_completes_200_orders_suspended_by_a_failing_provider(waits: Stack) -> None:
+def test_35_a_bulk_retry_completes_200_orders_suspended_by_a_failing_provider(waits: Stack) -> None:
     """Issue 44: the shipping provider fails for 200 orders until each is suspended; once it recovers, one bulk
     retry by filter (`durable-sidecar operations`: preview, then start) redrives all of them, and each ships once
     and completes when its carrier event comes."""
@@ -361,6 +361,6 @@ def test_26_a_bulk_retry_completes_200_orders_suspended_by_a_failing_provider(wa
         retried = [e for e in audit(stack, k) if e.kind == "retried"]
         assert len(retried) == 1 and retried[0].actor == "e2e-operator" and f"(bulk operation {op_id})" in \
             retried[0].detail, retried
-    REPORT.add("26. bulk retry of 200 suspended orders", len(ks), len(ks), 0, time.monotonic() - t0,
+    REPORT.add("35. bulk retry of 200 suspended orders", len(ks), len(ks), 0, time.monotonic() - t0,
                note=f"suspended after {suspended_after:.0f} s; one operation retried all 200, shipped and waiting "
                     f"{shipped_after:.0f} s later; each shipped once and completed")
