@@ -502,7 +502,8 @@ def main() -> int:
     parser.add_argument("--data-dir", default=os.environ.get("DURABLE_RUN_DIR", str(REPO / ".durable-data")))
     parser.add_argument("--n8n-port", type=int, default=int(os.environ.get("N8N_PORT", "5678")))
     parser.add_argument("--sidecar-port", type=int, default=int(os.environ.get("DURABLE_RUN_SIDECAR_PORT", "50051")))
-    parser.add_argument("--services-port", type=int, default=8099, help="port of the demo order services")
+    parser.add_argument("--services-port", type=int, default=int(os.environ.get("DURABLE_RUN_SERVICES_PORT", "8099")),
+                        help="port of the demo order services")
     args = parser.parse_args()
     data = Path(args.data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,13 @@ export function hintFor(
 		case GrpcStatus.ABORTED:
 			return 'Another execution moved on first (a stale expected sequence or idempotency attempt): this execution no longer holds the instance or key. Stop this branch; the newer execution continues the work.';
 		case GrpcStatus.RESOURCE_EXHAUSTED:
+			if (
+				/DURABLE_MAX_(CHECKPOINT_FILE_BYTES|CHECKPOINT_FILES|FILE_BYTES|NAMESPACE_FILE_BYTES)/.test(
+					details,
+				)
+			) {
+				return 'A file (binary data) is over a limit the sidecar sets, named in the message; nothing of this save was stored. Raise that setting on the sidecar, or turn off Save Files on this Save if the files need not come back after a crash. Until then every resume of the instance fails here the same way (it is suspended once its retry policy is used up: retry it after the change).';
+			}
 			return 'The payload is larger than the sidecar accepts (DURABLE_MAX_STATE_BYTES). Save chosen fields instead of the whole item, or raise the limit on the sidecar.';
 		case GrpcStatus.OUT_OF_RANGE:
 			return 'A number in this item is outside the range the sidecar accepts.';

@@ -209,7 +209,11 @@ describe('files with the real sidecar', () => {
 					],
 					{ operation: 'save', instanceKey: 'o-big', stepName: 'downloaded', saveWhat: 'item' },
 				),
-			).rejects.toThrow(/DURABLE_MAX_FILE_BYTES/);
+			).rejects.toMatchObject({
+				message: expect.stringMatching(/1,000,000 bytes \(DURABLE_MAX_FILE_BYTES\)/),
+				// The hint is the file limit's, not the state limit's.
+				description: expect.stringMatching(/Save Files/),
+			});
 			const rows = await small.sql<{ n: string }>(
 				"SELECT count(*) AS n FROM durable_checkpoints WHERE instance_key = 'o-big'",
 			);

@@ -365,7 +365,7 @@ async def test_files_over_plain_http_put_and_get_with_the_same_auth_and_checks(d
                 assert reply.status == 201, await reply.text()
                 assert (await reply.json())["stored"] is True
             async with http.put(f"{base}/{sha(data)}", data=data, headers=auth) as reply:
-                assert reply.status == 200 and "stored" not in await reply.json()  # proto JSON omits false
+                assert reply.status == 200 and (await reply.json())["stored"] is False
             async with http.get(f"{base}/{sha(data)}?name=Rechnung%20M%C3%A4rz.pdf&type=application/pdf",
                                 headers=auth) as reply:
                 assert reply.status == 200 and await reply.read() == data
@@ -386,7 +386,8 @@ async def test_files_over_plain_http_put_and_get_with_the_same_auth_and_checks(d
             big = os.urandom(3 * MIB + 1)
             async with http.put(f"{base}/{sha(big)}", data=big, headers=auth) as reply:
                 body = await reply.json()
-                assert reply.status == 429 and "DURABLE_MAX_FILE_BYTES" in body["message"]
+                assert reply.status == 413 and body["code"] == "resource_exhausted"
+                assert "DURABLE_MAX_FILE_BYTES" in body["message"]
         assert await stored(database_url, sha(b"else")) == (0, 0) and await stored(database_url, sha(big)) == (0, 0)
     finally:
         await sidecar.stop(grace=0.5)

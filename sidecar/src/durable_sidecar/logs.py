@@ -42,6 +42,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """A line for people: time, level, logger, [request id instance key], the message, then the extra= fields
+    as key=value (the method, code and error of a refused call, say), as the JSON lines carry them."""
+
+    _CONTEXT = frozenset({"request_id", "instance_key", "namespace"})
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s %(instance_key)s] %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = [f"{key}={value}" if " " not in str(value) else f"{key}={json.dumps(str(value))}"
+                  for key, value in vars(record).items()
+                  if key not in _STANDARD and key not in self._CONTEXT and value not in ("", None)]
+        if not extras:
+            return line
+        head, sep, tail = line.partition("\n")  # a traceback stays below the line
+        return f"{head} {' '.join(extras)}{sep}{tail}"
+
+
 def configure(level: str, fmt: str) -> None:
     """Installs the process's one handler (the application, never the library, does this)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -49,9 +69,7 @@ def configure(level: str, fmt: str) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s %(instance_key)s] %(message)s")
-        )
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

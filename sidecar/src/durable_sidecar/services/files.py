@@ -37,8 +37,9 @@ _MAX_MIME_TYPE = 255
 _PRUNE_BATCH = 100
 
 
-def _mib(n: int) -> str:
-    return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n} bytes"
+def _size(n: int) -> str:
+    """A size as the settings take it (bytes), with MiB beside it when large."""
+    return f"{n:,} bytes ({n / 1048576:.1f} MiB)" if n >= 1048576 else f"{n:,} bytes"
 
 
 class FileService:
@@ -72,12 +73,12 @@ class FileService:
             if f.size_bytes < 0:
                 raise InvalidArgument(f"{at}.size_bytes must not be negative")
             if f.size_bytes > lim.max_file_bytes:
-                raise TooLarge(f"{at}: {_mib(f.size_bytes)}; the limit per file is {_mib(lim.max_file_bytes)} "
+                raise TooLarge(f"{at}: {_size(f.size_bytes)}; the limit per file is {_size(lim.max_file_bytes)} "
                                "(DURABLE_MAX_FILE_BYTES)")
             total += f.size_bytes
         if total > lim.max_checkpoint_file_bytes:
-            raise TooLarge(f"{field}: {_mib(total)} in all; the limit per checkpoint is "
-                           f"{_mib(lim.max_checkpoint_file_bytes)} (DURABLE_MAX_CHECKPOINT_FILE_BYTES)")
+            raise TooLarge(f"{field}: {_size(total)} in all; the limit per checkpoint is "
+                           f"{_size(lim.max_checkpoint_file_bytes)} (DURABLE_MAX_CHECKPOINT_FILE_BYTES)")
 
     async def verify_txn(self, conn: Conn, namespace: str, named: list[tuple[str, tuple[FileRef, ...]]]) -> None:
         """Every content the files name is held by the namespace at the size named (FailedPrecondition)."""
@@ -122,8 +123,8 @@ class FileService:
         used = await self.store.usage_txn(conn, namespace)
         limit = self.limits.max_namespace_file_bytes
         if used + size_bytes > limit:
-            raise TooLarge(f"the namespace holds {_mib(used)} of files; {_mib(size_bytes)} more would pass its "
-                           f"limit of {_mib(limit)} (DURABLE_MAX_NAMESPACE_FILE_BYTES): nothing stored")
+            raise TooLarge(f"the namespace holds {_size(used)} of files; {_size(size_bytes)} more would pass its "
+                           f"limit of {_size(limit)} (DURABLE_MAX_NAMESPACE_FILE_BYTES): nothing stored")
         return False
 
     async def upload(self, namespace: str, sha256: str, size_bytes: int,
@@ -133,7 +134,7 @@ class FileService:
         if size_bytes < 0:
             raise InvalidArgument("header.size_bytes must not be negative")
         if size_bytes > self.limits.max_file_bytes:
-            raise TooLarge(f"{_mib(size_bytes)}; the limit per file is {_mib(self.limits.max_file_bytes)} "
+            raise TooLarge(f"{_size(size_bytes)}; the limit per file is {_size(self.limits.max_file_bytes)} "
                            "(DURABLE_MAX_FILE_BYTES): nothing stored")
 
         async def room(conn: Conn) -> bool:

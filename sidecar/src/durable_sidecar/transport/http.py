@@ -199,8 +199,11 @@ class HttpJsonServer:
         try:
             reply = await self._files.UploadFile(messages(), Context(metadata))
         except Aborted as aborted:
-            return _error(aborted.code, aborted.details)
-        return web.json_response(json_format.MessageToDict(reply), status=201 if reply.stored else 200)
+            # Over a limit: 413, which no client retries as it might a 429 (the Connect mapping's).
+            too_large = aborted.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+            return _error(aborted.code, aborted.details, status=413 if too_large else 0)
+        return web.json_response(json_format.MessageToDict(reply, always_print_fields_with_no_presence=True),
+                                 status=201 if reply.stored else 200)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         route = self._routes.get(request.path)
