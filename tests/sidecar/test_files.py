@@ -391,3 +391,20 @@ async def test_files_over_plain_http_put_and_get_with_the_same_auth_and_checks(d
         assert await stored(database_url, sha(b"else")) == (0, 0) and await stored(database_url, sha(big)) == (0, 0)
     finally:
         await sidecar.stop(grace=0.5)
+
+
+async def test_the_cli_shows_a_checkpoints_files(harness: Harness, database_url: str) -> None:
+    from tests.sidecar.test_server import _cli
+
+    s = harness.alpha
+    data = os.urandom(3000)
+    await upload(s, data)
+    key = new_key()
+    await start(s, key)
+    await save(s, item(key, "downloaded", {"n": 1}, files=[ref("data", data, "scan 1.pdf")]))
+    ns = harness.sidecar.settings.tokens[s.token]
+    listed = await asyncio.to_thread(_cli, database_url, "checkpoints", "list", WF, key, "--namespace", ns)
+    assert listed.returncode == 0 and "FILES" in listed.stdout.upper(), listed.stdout
+    shown = await asyncio.to_thread(_cli, database_url, "checkpoints", "show", WF, key, "--namespace", ns)
+    assert shown.returncode == 0, shown.stderr
+    assert "scan 1.pdf" in shown.stdout and sha(data) in shown.stdout and "application/pdf" in shown.stdout

@@ -159,9 +159,9 @@ async def _run(args: argparse.Namespace) -> int:
         elif cmd == "checkpoints" and args.action == "list":
             cps, _ = await svc.checkpoints.list_checkpoints(InstanceRef(ns, args.workflow, args.key), Page(args.limit, ""),
                                                      include_state=False)
-            print(table(["seq", "step", "size", "stored", "sha256", "execution", "node", "created"],
-                        [[c.sequence, c.step_name, c.size_bytes, c.stored_bytes, c.sha256[:16], c.execution_id,
-                          c.node_name or "-", c.created_at] for c in cps]))
+            print(table(["seq", "step", "size", "stored", "files", "sha256", "execution", "node", "created"],
+                        [[c.sequence, c.step_name, c.size_bytes, c.stored_bytes, c.file_count, c.sha256[:16],
+                          c.execution_id, c.node_name or "-", c.created_at] for c in cps]))
         elif cmd == "checkpoints" and args.action == "show":
             ref = InstanceRef(ns, args.workflow, args.key)
             cp = (await svc.checkpoints.get(ref, args.sequence, include_state=True) if args.sequence
@@ -170,6 +170,12 @@ async def _run(args: argparse.Namespace) -> int:
                   f"size={cp.size_bytes} sha256={cp.sha256} execution={cp.execution_id} at {_fmt(cp.created_at)}")
             assert cp.state is not None
             print(json.dumps(json.loads(cp.state), indent=2, ensure_ascii=False))
+            if cp.file_count:
+                _, files = await svc.files.checkpoint_files(ref, cp.sequence)
+                print(f"# files ({len(files)}; durable-sidecar serves them at GET /files/<sha256> on the HTTP face)")
+                print(table(["property", "file name", "type", "size", "sha256"],
+                            [[f.property, f.file_name or "-", f.mime_type or "-", f.size_bytes, f.sha256]
+                             for f in files]))
         elif cmd == "prune":
             result = await svc.checkpoints.prune(ns, PrunePolicy(
                 workflow_id=args.workflow or "", instance_key=args.key or "", keep_last=args.keep_last,
