@@ -10,14 +10,27 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 
+class SentFile(NamedTuple):
+    """A file a call carried as a multipart form's part: the form field, the file name, the MIME type, the SHA-256
+    of the bytes and their number."""
+
+    field: str
+    name: str
+    mime: str
+    sha256: str
+    size: int
+
+
 class ExpectedCall(NamedTuple):
     """One side effect a key must have exactly one effective call of: the provider, the Claim's scope (the Save's
-    step), the branch the call goes by, and for a line item its own key (the Claim's Key)."""
+    step), the branch the call goes by, for a line item its own key (the Claim's Key), and the file every call of
+    it must carry (the order's document, downloaded and saved by the side effect before; None: no file)."""
 
     provider: str
     scope: str
     logic: str
     line: str = ""
+    file: SentFile | None = None
 
     def order(self, key: str) -> str:
         """The orderId the provider sees: the business key, or `<key>:<line>` for a line item."""
@@ -95,6 +108,7 @@ class CallFact:
     reply_id: str
     logic: str                  # the branch the workflow took ("plain", "card", "account")
     end: float = 0.0            # when the provider answered it (0: still performing)
+    files: tuple[SentFile, ...] = ()    # the files its multipart form carried
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ APIs answer, so a workflow that reads the order from the response breaks.
 For `make chaos` each call's record also says how it was answered and whether it performed; a seeded
 schedule per service and order fails its first calls or slows them; a call whose key is still being
 performed can be answered 409 as Stripe does; and a planted defect makes the services ignore
-Idempotency-Key.
+Idempotency-Key. `GET /documents/<order>` serves the order's document (`document`: the same bytes, file name and
+type for the same order, every time), and a call may carry files as a multipart form (its text fields are the
+body, its files are recorded by field, file name, MIME type, SHA-256 and size).
 
 For `make run` it is the demo order services, with two more abilities:
 
@@ -26,6 +28,9 @@ For `make run` it is the demo order services, with two more abilities:
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
+import hashlib
 import json
 import os
 import threading
@@ -43,6 +48,34 @@ SERVICES = ("payment", "inventory", "shipping", "coupon", "notify")
 # CRM_WINDOW_S (sliding, every request counted) and CRM_CONCURRENT in flight, else 429 and nothing performed;
 # each call takes CRM_SERVICE_S. GET /crm lists every request (customer, order, at, end, status).
 CRM_RATE, CRM_WINDOW_S, CRM_CONCURRENT, CRM_SERVICE_S = 5, 1.0, 2, 0.05
+DOCUMENT_MIME = "application/pdf"
+
+
+def document(order: str) -> tuple[str, bytes]:
+    """The order's document, served as DOCUMENT_MIME by GET /documents/<order>: its file name and its bytes (a
+    PDF-looking 20 to 60 KB derived from the order, so every download of an order gets the same ones)."""
+    seed = hashlib.sha256(order.encode()).digest()
+    size = 20_000 + int.from_bytes(seed[:4], "big") % 40_000
+    return f"order-{order}.pdf", b"%PDF-1.7\n" + hashlib.shake_256(seed).digest(size) + b"\n%%EOF\n"
+
+
+def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """A multipart/form-data body: its text fields, and its files (field, file_name, mime, sha256, size)."""
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    fields: dict[str, str] = {}
+    files: list[dict[str, Any]] = []
+    for part in message.iter_parts():
+        name = str(part.get_param("name", header="content-disposition") or "")
+        data = part.get_payload(decode=True)
+        if not isinstance(data, bytes):
+            continue
+        if part.get_filename() is None:
+            fields[name] = data.decode()
+            continue
+        files.append({"field": name, "file_name": part.get_filename(), "mime": part.get_content_type(),
+                      "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+    return fields, files
 
 
 @dataclass
@@ -57,6 +90,8 @@ class Ledger:
     stalled: set[str] = field(default_factory=set)
     release: threading.Event = field(default_factory=threading.Event)
     routes: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    # GET /documents/<order>: how often each order's document was downloaded.
+    downloads: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # The `logic` a caller sent with each effect (workflow versions mark their calls with it).
     logic: dict[str, dict[str, list[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     shape: str = "echo"
@@ -146,7 +181,24 @@ class _Handler(BaseHTTPRequestHandler):
             with self.ledger.lock:
                 self._reply(200, {"requests": [dict(r) for r in self.ledger.crm]})
             return
+        if self.path.startswith("/documents/"):
+            self._document(self.path.split("/", 2)[2])
+            return
         self._reply(404, {"error": "not found"})
+
+    def _document(self, order: str) -> None:
+        name, data = document(order)
+        with self.ledger.lock:
+            self.ledger.downloads[order] += 1
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", DOCUMENT_MIME)
+            self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _crm(self, body: dict[str, Any], free: bool = False) -> None:
         """The rate-limited CRM: 429 over CRM_RATE per CRM_WINDOW_S or CRM_CONCURRENT in flight per customer
@@ -208,11 +260,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
-            self._reply(400, {"error": "body is not JSON"})
+        raw = self.rfile.read(length)
+        content_type = self.headers.get("Content-Type", "")
+        files: list[dict[str, Any]] = []
+        if len(raw) < length:
+            self._reply(400, {"error": "body cut short"})  # its sender died while sending it
             return
+        if content_type.startswith("multipart/form-data"):
+            fields, files = multipart(content_type, raw)
+            body: dict[str, Any] = dict(fields)
+        else:
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._reply(400, {"error": "body is not JSON"})
+                return
         path = self.path.strip("/").split("?")[0]
         if path == "slow":
             self._slow()
@@ -236,7 +298,7 @@ class _Handler(BaseHTTPRequestHandler):
         # Each call's record: when it came, how it was answered (status), whether it performed (effective)
         # and the id of the answer it got (a replay gets the stored answer's id).
         call: dict[str, Any] = {"service": path, "order": order, "key": key, "at": time.time(), "body": body,
-                                "status": 0, "effective": False, "reply_id": ""}
+                                "status": 0, "effective": False, "reply_id": "", "files": files}
         with self.ledger.lock:
             self.ledger.calls.append(call)
             failing = (path, order) in self.ledger.failing
@@ -343,10 +405,15 @@ class FakeServices:
             self.ledger.conflict_in_progress = True
 
     def call_records(self) -> list[dict[str, Any]]:
-        """A copy of every call's record (service, order, key, at, body, status, effective, reply_id, and end once
-        answered), in order."""
+        """A copy of every call's record (service, order, key, at, body, status, effective, reply_id, files, and end
+        once answered), in order."""
         with self.ledger.lock:
             return [dict(c) for c in self.ledger.calls]
+
+    def downloads(self, order: str) -> int:
+        """How often the order's document was downloaded (GET /documents/<order>)."""
+        with self.ledger.lock:
+            return self.ledger.downloads[order]
 
     def crm_requests(self) -> list[dict[str, Any]]:
         """Every request the rate-limited CRM saw (customer, order, at, end, status), in arrival order."""
