@@ -26,7 +26,9 @@ from chaos.model import (
     Case,
     Segment,
     Shape,
+    uploading,
 )
+from chaos.providers import DOCUMENT_FIELD
 
 # --- building blocks: one function each -----------------------------------------------------------------
 
@@ -40,6 +42,7 @@ class Builder:
         self.case_id = case_id
         self.subs: list[dict[str, Any]] = []
         self.col = 0
+        self.uploads: frozenset[int] = frozenset()     # the segments whose calls upload the order's document
 
     def at(self, row: int = 0) -> tuple[int, int]:
         self.col += 1
@@ -94,9 +97,12 @@ def block_retry_policy(params: dict[str, Any]) -> None:
 
 
 def block_code_pass_through(b: Builder, seg: Segment) -> str:
-    """A Code node that returns its items and keeps pairing (each item paired to its input)."""
+    """A Code node that returns its items and keeps pairing (each item paired to its input); before a call that
+    uploads the order's document it returns their files too."""
+    files = " binary: item.binary," if seg.number in b.uploads else ""
     return str(b.f.node(f"Code {seg.step}", "n8n-nodes-base.code", 2, {
-        "jsCode": "return $input.all().map((item, i) => ({ json: item.json, pairedItem: { item: i } }));"}, b.at(-1)))
+        "jsCode": f"return $input.all().map((item, i) => ({{ json: item.json,{files} pairedItem: {{ item: i }} }}));"},
+        b.at(-1)))
 
 
 def block_http_retry(b: Builder, call: str) -> None:
@@ -105,11 +111,40 @@ def block_http_retry(b: Builder, call: str) -> None:
 
 
 def block_call(b: Builder, seg: Segment, logic: str, name: str, row: int = -1) -> str:
-    """The side effect: an HTTP Request to the segment's provider with the Claim's derived Idempotency-Key."""
-    call = b.f.call(name, seg.provider, call_body(logic), b.at(row))
+    """The side effect: an HTTP Request to the segment's provider with the Claim's derived Idempotency-Key (a
+    JSON body, or a multipart form with the order's document after a segment that downloaded it)."""
+    if seg.number in b.uploads:
+        call = block_upload_call(b, seg, logic, name, row)
+    else:
+        call = b.f.call(name, seg.provider, call_body(logic), b.at(row))
     if seg.http_retry:
         block_http_retry(b, call)
     return call
+
+
+def block_download(b: Builder, seg: Segment) -> str:
+    """After the call, an HTTP Request (GET, Response Format: File) downloads the order's document into binary
+    property `data`, keeping the item's JSON (the provider's answer, which names the order), so the Save after it
+    checkpoints the file with the state. The Claim's Done Before skips it: the Save gets the files of the Save
+    that completed the key."""
+    return str(b.f.node(f"Download {seg.step}", "n8n-nodes-base.httpRequest", 4.2, {
+        "method": "GET", "url": f"={b.services_url}/documents/{{{{ $json.orderId }}}}",
+        "options": {"response": {"response": {"responseFormat": "file"}}}}, b.at(1)))
+
+
+def block_upload_call(b: Builder, seg: Segment, logic: str, name: str, row: int) -> str:
+    """The side effect after a segment that downloaded the order's document: the same call as a multipart form
+    (Body Content Type: Form-Data) whose fields are the order and the branch and whose part `document` is the
+    n8n Binary File `data`, the file the previous Save checkpointed (restored by the Resume Point on a resume)."""
+    return str(b.f.node(name, "n8n-nodes-base.httpRequest", 4.2, {
+        "method": "POST", "url": f"{b.services_url}/{seg.provider}", "sendBody": True,
+        "contentType": "multipart-form-data", "bodyParameters": {"parameters": [
+            {"parameterType": "formData", "name": "orderId", "value": "={{ $json.body.orderId }}"},
+            {"parameterType": "formData", "name": "logic", "value": logic},
+            {"parameterType": "formBinaryData", "name": DOCUMENT_FIELD, "inputDataFieldName": "data"}]},
+        "sendHeaders": True, "headerParameters": {"parameters": [
+            {"name": "Idempotency-Key", "value": "={{ $json.idempotency.derivedKey }}"}]}, "options": {},
+    }, b.at(row)))
 
 
 def block_claim(b: Builder, seg: Segment) -> str:
@@ -275,8 +310,8 @@ def block_wait(b: Builder, seg: Segment) -> str:
 
 def block_segment(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     """[Wait →] [Enter Section or Rate Limit →] Claim → [Code] → call (or IF → two calls → Merge, or Switch → 2–3
-    calls → Merge) → [Leave Section →] Save; Done Before → the same Save (or Leave Section). Returns the segment's
-    entry and exit nodes."""
+    calls → Merge) → [Download →] [Leave Section →] Save; Done Before → the same Save (or Leave Section). Returns
+    the segment's entry and exit nodes."""
     wait = block_wait(b, seg) if seg.wait_s else None
     entry, exit_ = _segment_body(b, seg, last)
     if wait is None:
@@ -333,6 +368,10 @@ def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     else:
         done = block_call(b, seg, "plain", f"Call {seg.step}")
         b.f.link(first_run, done, 0)
+    if seg.document:
+        download = block_download(b, seg)
+        b.f.link(done, download)
+        done = download
     save = block_save(b, seg, last)
     before_save = leave or save
     b.f.link(done, before_save)
@@ -380,6 +419,8 @@ BLOCKS = (
           block_enter_section, lambda s: any(g.limit == "section" for g in s.segments)),
     Block("Durable Limit Rate Limit before the Claim, shared by the case's keys", block_rate_limit,
           lambda s: any(g.limit == "rate" for g in s.segments)),
+    Block("HTTP Request downloads the order's document (a file) before a Save; the next call uploads it (multipart)",
+          block_download, lambda s: any(g.document for g in s.segments)),
 )
 
 
@@ -391,6 +432,7 @@ def build_workflows(case_id: str, path: str, shape: Shape, services_url: str) ->
     """The case's workflows, sub-workflows first. Resume Point outputs: 0 Start, 1 Resume, 2 Finished, 3 Busy,
     then one per step output (every segment's step but the last's, whose Save completes the instance)."""
     b = Builder(case_id, services_url)
+    b.uploads = uploading(shape.segments)
     hook = block_webhook(b, path, shape.respond)
     trigger = block_resume_trigger(b)
     rp = block_resume_point(b, shape)

@@ -38,7 +38,9 @@ from chaos.model import (
     ProviderSchedule,
     Segment,
     Shape,
+    uploading,
 )
+from chaos.providers import sent_document
 
 # --- drawing ----------------------------------------------------------------------------------------------
 
@@ -80,7 +82,21 @@ def draw_shape(rng: random.Random) -> Shape:
     event_after = rng.choice(waits_for) if waits_for and rng.random() < 0.3 else 0
     signal_via = rng.choice(["workflow", "http"]) if event_after else ""
     segments = draw_limits(rng, segments)
+    segments = draw_documents(rng, segments)
     return Shape(respond, tuple(segments), retry_policy, event_after, signal_via)
+
+
+def draw_documents(rng: random.Random, segments: list[Segment]) -> list[Segment]:
+    """The order's document (a file) downloaded after a quarter of the side effects' calls, saved with their step,
+    and uploaded by the next side effect's call. Neither side in a sub-workflow (the file would stay in the
+    caller) nor on line items (a Split Out drops the files), never after the last side effect, and no call that
+    uploads a document downloads one: a resumed instance must send the file its Save kept."""
+    out: list[Segment] = []
+    for s, nxt in zip(segments, [*segments[1:], None], strict=True):
+        fits = (nxt is not None and s.shape not in ("sub", "lines") and nxt.shape not in ("sub", "lines")
+                and not (out and out[-1].document))
+        out.append(replace(s, document=True) if fits and rng.random() < 0.25 else s)
+    return out
 
 
 def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
@@ -155,9 +171,11 @@ def expectations(case: Case) -> dict[str, Expected]:
         scheds = [s for s in case.schedules if s.key == key or s.key.startswith(f"{key}:")]
         fail_first = max((s.fail_first for s in scheds), default=0)
         skus = line_skus(case.lines.get(key, 1))
+        uploads = uploading(shape.segments)
         calls = tuple(call for s in shape.segments for call in (
             [ExpectedCall(s.provider, s.step, "plain", sku) for sku in skus] if s.shape == "lines" else
-            [ExpectedCall(s.provider, s.step, segment_logic(s, case.methods[key], case.channels.get(key, CHANNELS[0])))]))
+            [ExpectedCall(s.provider, s.step, segment_logic(s, case.methods[key], case.channels.get(key, CHANNELS[0])),
+                          file=sent_document(key) if s.number in uploads else None)]))
         trail = tuple(step for s in shape.segments for step in [s.step] * (len(skus) if s.shape == "lines" else 1))
         # Each failure under the retry policy costs an execution, the lease's release (~5 s) and its backoff.
         bound = 60.0 + sum(s.delay_s for s in scheds) + (20.0 * fail_first if shape.retry_policy else 3.0 * fail_first)
@@ -220,11 +238,11 @@ def delivery_body(case: Case, key: str) -> dict[str, Any]:
 
 def simpler(seg: Segment) -> Segment | None:
     """The segment with the fewest nodes that still calls its provider once per key: no IF, Switch or line items
-    (one plain Claim → call → Save), no Code node, no n8n Wait, no Durable Limit; None if it is that already, or a sub-workflow
+    (one plain Claim → call → Save), no Code node, no n8n Wait, no Durable Limit, no document; None if it is that already, or a sub-workflow
     (which the shrinker drops with the side effects after it). Retry On Fail stays: a failing provider needs it."""
     if seg.shape == "sub":
         return None
-    plain = replace(seg, shape="plain", code=False, outputs=0, wait_s=0, loop=False, limit="")
+    plain = replace(seg, shape="plain", code=False, outputs=0, wait_s=0, loop=False, limit="", document=False)
     return None if plain == seg else plain
 
 
@@ -236,6 +254,7 @@ def reduce(case: Case, services_url: str, *, keys: int, segments: int, copies: b
     segs = [(simpler(s) or s) if s.number in plain else s for s in case.shape.segments[:max(1, segments)]]
     while len(segs) > 1 and segs[-1].shape == "sub":
         segs.pop()
+    segs[-1] = replace(segs[-1], document=False)    # no side effect after it to upload the document
     shape = replace(case.shape, segments=tuple(segs),
                     event_after=case.shape.event_after if case.shape.event_after < len(segs) else 0)
     providers = {s.provider for s in segs}

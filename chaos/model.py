@@ -4,6 +4,7 @@ expectations) and the constants the drawing and the building blocks share."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from chaos.history import ExpectedCall, LimitedCall
@@ -55,6 +56,8 @@ class Segment:
     loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
     limit: str = ""         # Durable Limit shared by the case's keys: "section" (Enter Section … Leave Section around
                             # the call) or "rate" (Rate Limit before the Claim); "" none
+    document: bool = False  # after the call, an HTTP Request downloads the order's document (a file on the item the
+                            # Save checkpoints), and the next segment's call uploads it (multipart form-data)
 
     @property
     def step(self) -> str:
@@ -71,6 +74,12 @@ class Shape:
     event_after: int = 0    # the segment after whose Save the instance waits for the event "delivered" (0: none)
     signal_via: str = ""    # who signals it: "workflow" (the case's carrier workflow) or "http" (chaos, through a
                             # sidecar's HTTP/JSON face, SignalInstance)
+
+
+def uploading(segments: tuple[Segment, ...]) -> frozenset[int]:
+    """The numbers of the segments whose calls upload the order's document: each one after a segment that
+    downloads it."""
+    return frozenset(nxt.number for s, nxt in pairwise(segments) if s.document)
 
 
 @dataclass(frozen=True)

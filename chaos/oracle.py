@@ -1,4 +1,4 @@
-"""The oracle of issue 41: six rules, each a pure function of a History, each returning its violations.
+"""The oracle of issue 41: seven rules, each a pure function of a History, each returning its violations.
 
 1. Every acknowledged delivery's instance completes; a suspension only where the schedule could exhaust the
    retry policy, and then `durable-sidecar instances retry` finishes it.
@@ -12,6 +12,9 @@
    flight at once than a section's places, unless a holder died meanwhile (its place is freed while the call it
    sent may still run); no more calls started within half a rate's period than its items, unless a fault of the
    wave came between (a sidecar or database outage holds calls back and lets them go together).
+7. A side effect that sends the order's document (downloaded and saved with the step before it, restored on a
+   resume) carries it in every call that reaches its provider: the same bytes (SHA-256 and size), file name and
+   MIME type, in its form field; any other side effect's calls carry no file.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ RULES = {
     4: "completed state equals the expected state",
     5: "nothing after completion, nothing completed twice",
     6: "a Durable Limit shared by a case's keys holds at the provider",
+    7: "a file saved with a step reaches the next side effect's provider whole",
 }
 
 # The sidecar's session grace (DURABLE_SESSION_GRACE_SECONDS, its default): a silent n8n process's instances
@@ -295,9 +299,30 @@ def rule_6_limits_hold(h: History) -> list[Violation]:
     return out
 
 
+def rule_7_files_arrive_whole(h: History) -> list[Violation]:
+    """Every call of a side effect, effective or not (a replay, a retry, a refused call all carry the item's
+    files as the execution had them), is checked; one without a call is rule 2's."""
+    out = []
+    for e in h.expectations:
+        for x in e.calls:
+            provider = f"{x.provider} (line {x.line})" if x.line else x.provider
+            for c in h.calls_of(x.provider, x.order(e.key)):
+                want = (x.file,) if x.file else ()
+                if c.files == want:
+                    continue
+                which = "effective call" if c.effective else f"call answered {c.status or 'nothing yet'}"
+                got = ", ".join(f"{f.field}={f.name} ({f.mime}, {f.size} bytes, sha256 {f.sha256[:12]})"
+                                for f in c.files) or "no file"
+                expected = (f"{x.file.field}={x.file.name} ({x.file.mime}, {x.file.size} bytes, sha256 "
+                            f"{x.file.sha256[:12]})") if x.file else "no file"
+                out.append(Violation(7, e.key, f"{provider}: its {which} at {c.at:.3f} carried {got}, expected "
+                                               f"{expected}"))
+    return out
+
+
 RULE_CHECKS: tuple[Callable[[History], list[Violation]], ...] = (
     rule_1_acknowledged_completes, rule_2_one_effective_call, rule_3_nothing_stuck, rule_4_expected_state,
-    rule_5_nothing_after_completion, rule_6_limits_hold)
+    rule_5_nothing_after_completion, rule_6_limits_hold, rule_7_files_arrive_whole)
 
 
 def check(h: History) -> list[Violation]:

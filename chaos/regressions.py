@@ -22,7 +22,7 @@ from typing import Any
 
 from chaos import faults
 from chaos.generator import generate
-from chaos.history import ExpectedCall, LimitedCall
+from chaos.history import ExpectedCall, LimitedCall, SentFile
 from chaos.model import Case, Delivery, Expected, ProviderSchedule, Segment, Shape
 
 FOLDER = Path(__file__).resolve().parent / "regressions"
@@ -40,11 +40,19 @@ def case_to_json(case: Case, services_url: str) -> dict[str, Any]:
     return data
 
 
+def expected_call(data: list[Any]) -> ExpectedCall:
+    """An ExpectedCall from JSON (a list; waves kept before line items or files were drawn lack those)."""
+    provider, scope, logic, *more = data
+    line = more[0] if more else ""
+    file = more[1] if len(more) > 1 else None
+    return ExpectedCall(provider, scope, logic, line, SentFile(*file) if file else None)
+
+
 def case_from_json(data: dict[str, Any], services_url: str) -> Case:
     shape = data["shape"]
     segments = tuple(Segment(**_known(Segment, s)) for s in shape["segments"])
     expected = {k: Expected(**{**_known(Expected, e), "trail": tuple(e["trail"]),
-                               "calls": tuple(ExpectedCall(*c) for c in e["calls"]),
+                               "calls": tuple(expected_call(c) for c in e["calls"]),
                                "rewalked": tuple(e.get("rewalked", ())),
                                "limits": tuple(LimitedCall(*c) for c in e.get("limits", ()))})
                 for k, e in data["expected"].items()}

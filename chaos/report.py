@@ -37,10 +37,38 @@ def table(h: History, cases: list[Case], seconds: float) -> str:
         ("longest recovery", f"{longest[1]:.1f} s ({longest[0].kind} on {longest[0].target})" if longest else "-"),
         ("provider calls", f"{len(h.calls)} ({sum(1 for c in h.calls if c.effective)} effective, "
                            f"{sum(1 for c in h.calls if c.status == 500)} scheduled failures)"),
+        ("files", files_row(h)),
         ("time", f"{seconds:.0f} s"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def files_row(h: History) -> str:
+    """The calls that carried the order's document (rule 7 checks each), and those sent after an n8n process died,
+    or an execution failed on one of the side effect's calls, since the Save that kept the file (so the file most
+    likely came back from the sidecar, through the Resume Point)."""
+    carried = effective = after_death = 0
+    for e in h.expectations:
+        for x in e.calls:
+            if x.file is None:
+                continue
+            kept_by = e.trail[e.trail.index(x.scope) - 1]
+            saved = [c.created_at for c in h.trail(e.workflow_id, e.key) if c.step == kept_by]
+            calls = h.calls_of(x.provider, x.order(e.key))
+            deaths = [f.at for f in h.faults if f.wave == e.wave and f.kind in oracle.HOLDER_DEATHS]
+            # Under the Resume Point's retry policy an execution that failed on a call is resumed from the Save.
+            deaths += [c.at for c in calls if c.status >= 400 and e.retry_policy]
+            for c in calls:
+                if c.files != (x.file,):
+                    continue    # rule 7's
+                carried += 1
+                effective += c.effective
+                after_death += bool(saved) and any(min(saved) < t < c.at for t in deaths)
+    if not carried:
+        return "-"
+    return (f"{carried} calls carried the order's document ({effective} effective), {after_death} of them after an "
+            "n8n process died or an execution failed since the Save that kept it")
 
 
 def coverage(cases: list[Case], h: History, plans: dict[int, list[PlannedFault]],

@@ -3,7 +3,7 @@
 It runs case I of seed S with its wave's faults on a stack of its own; if the oracle fails, it tries, one at a
 time, the case without one of its faults, with one key, with each key delivered once, with fewer side
 effects, and with a side effect's nodes cut to a plain Claim → call → Save (no IF, Switch or line items, no
-Code node, no n8n Wait), keeps every reduction that still breaks a rule the original broke, and starts over
+Code node, no n8n Wait, no Durable Limit, no document download), keeps every reduction that still breaks a rule the original broke, and starts over
 from there; a reduction that let the case pass is not tried again.
 The smallest failing case is written like a failure of `make chaos`.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from itertools import pairwise
 from typing import Any
 
 from chaos import faults
@@ -318,3 +319,62 @@ def test_the_limits_ignored_plant_opens_every_limit_but_keeps_the_expectations()
     assert all((p["maxItems"], p["periodAmount"]) == (1000, 1) for p in gates if p["operation"] == "rateLimit")
     assert all(e.limits for c in cases for e in c.expected.values())
     assert all(s.delay_s >= 3.0 for c in cases for s in c.schedules)
+
+
+def test_a_document_is_downloaded_after_a_call_saved_with_its_step_and_uploaded_by_the_next_call() -> None:
+    """Call (or its Merge) → Download (GET, Response Format: File) → [Leave Section →] Save; the next side effect's
+    calls (each branch's) are multipart forms whose part `document` is the binary property `data`, and its Code
+    node keeps the files; neither side in a sub-workflow or on line items, never after the last side effect, and
+    the calls of that side effect, and only they, are expected to carry the order's document."""
+    from chaos.providers import sent_document
+
+    seen = 0
+    for index in range(80):
+        case = generate(31, index, URL)
+        main = case.workflows[-1]
+        nodes = {n["name"]: n for n in main["nodes"]}
+        out = {(src, o): dst for src, o, dst, _ in links(main)}
+        segments = case.shape.segments
+        uploads = {nxt.number for s, nxt in pairwise(segments) if s.document}
+        assert not segments[-1].document
+        for i, seg in enumerate(segments):
+            calls = [n for name, n in nodes.items() if name.startswith(f"Call {seg.step}")]
+            if seg.document:
+                seen += 1
+                nxt = segments[i + 1]
+                assert seg.shape not in ("sub", "lines") and nxt.shape not in ("sub", "lines") and not nxt.document
+                download = nodes[f"Download {seg.step}"]
+                assert download["type"] == "n8n-nodes-base.httpRequest" and download["typeVersion"] == 4.2
+                assert download["parameters"]["method"] == "GET"
+                assert download["parameters"]["url"] == f"={URL}/documents/{{{{ $json.orderId }}}}"
+                assert download["parameters"]["options"]["response"]["response"]["responseFormat"] == "file"
+                into = {src for src, _, dst, _ in links(main) if dst == download["name"]}
+                assert into == ({f"Merge {seg.step}"} if seg.shape in ("branch", "switch") else {f"Call {seg.step}"})
+                assert out[(download["name"], 0)] == (f"Leave {seg.step}" if seg.limit == "section" else f"Save {seg.step}")
+            else:
+                assert f"Download {seg.step}" not in nodes
+            if seg.number not in uploads:
+                assert all(c["parameters"].get("contentType") != "multipart-form-data" for c in calls)
+                assert all(x.file is None for e in case.expected.values() for x in e.calls if x.scope == seg.step)
+                continue
+            assert calls and all(c["parameters"]["contentType"] == "multipart-form-data" for c in calls)
+            for c in calls:
+                fields = c["parameters"]["bodyParameters"]["parameters"]
+                assert {"parameterType": "formBinaryData", "name": "document", "inputDataFieldName": "data"} in fields
+                assert [h["value"] for h in c["parameters"]["headerParameters"]["parameters"]] == [
+                    "={{ $json.idempotency.derivedKey }}"]
+            if seg.code:
+                assert "binary: item.binary" in nodes[f"Code {seg.step}"]["parameters"]["jsCode"]
+            for key, e in case.expected.items():
+                assert [x.file for x in e.calls if x.scope == seg.step] == [sent_document(key)] * len(
+                    [x for x in e.calls if x.scope == seg.step])
+    assert seen > 5
+
+
+def test_the_shrinker_drops_a_document_with_the_side_effect_that_would_upload_it() -> None:
+    from chaos.generator import reduce
+
+    big = next(c for c in (generate(31, i, URL) for i in range(80)) if c.shape.segments[0].document)
+    small = reduce(big, URL, keys=1, segments=1, copies=False, tag="r3")
+    assert not small.shape.segments[0].document
+    assert all(x.file is None for e in small.expected.values() for x in e.calls)

@@ -17,6 +17,7 @@ from chaos.history import (
     InstanceFact,
     KeyFact,
     LimitedCall,
+    SentFile,
 )
 
 WF, KEY, T0 = "chaos7x0", "s7c0k0", 1_000_000.0
@@ -299,3 +300,63 @@ def test_a_sibling_lines_error_stamped_just_before_an_answered_call_is_its_execu
     assert [v for v in oracle.rule_2_one_effective_call(h)] == []
     h.calls[-4] = replace(h.calls[-4], at=T0 + 6.0)  # the 409 two seconds before: not this execution's
     assert 2 in {v.rule for v in oracle.rule_2_one_effective_call(h)}
+
+
+# Rule 7: a file saved with a step reaches the next side effect's provider whole.
+
+DOC = SentFile("document", f"order-{KEY}.pdf", "application/pdf", "ab" * 32, 41_234)
+
+
+def files_history() -> History:
+    """The good history where payment's step downloaded the order's document and saved it, and the coupon call
+    uploads it: n8n killed after payment's Save, the resumed instance's coupon call (the effective one, with the
+    restored file) and a replay of it after another kill both carry it."""
+    h = good_history()
+    pay, coupon = h.expectations[0].calls
+    h.expectations = [replace(h.expectations[0], calls=(pay, coupon._replace(file=DOC)))]
+    h.calls[2] = replace(h.calls[2], files=(DOC,))
+    h.calls.append(replace(h.calls[2], at=T0 + 21.5, effective=False, files=(DOC,)))
+    h.faults.append(FaultFact("n8n-kill", 0, "n8n main", T0 + 21.2, T0 + 21.4))
+    return h
+
+
+def test_rule_7_passes_every_call_carrying_the_saved_document() -> None:
+    assert oracle.check(files_history()) == []
+
+
+def test_rule_7_fails_when_a_call_carries_no_file_or_other_bytes() -> None:
+    h = files_history()
+    h.calls[2] = replace(h.calls[2], files=())
+    [v] = oracle.check(h)
+    assert v.rule == 7 and "effective call" in v.message and "no file" in v.message
+    h = files_history()
+    h.calls[3] = replace(h.calls[3], files=(DOC._replace(sha256="cd" * 32),))   # the replay: other bytes
+    assert rules_broken(h) == {7}
+    h = files_history()
+    h.calls[2] = replace(h.calls[2], files=(DOC._replace(size=DOC.size - 1),))
+    assert rules_broken(h) == {7}
+
+
+def test_rule_7_fails_on_another_file_name_type_field_or_a_second_file() -> None:
+    for wrong in (DOC._replace(name="data.pdf"), DOC._replace(mime="application/octet-stream"),
+                  DOC._replace(field="data")):
+        h = files_history()
+        h.calls[2] = replace(h.calls[2], files=(wrong,))
+        assert rules_broken(h) == {7}, wrong
+    h = files_history()
+    h.calls[2] = replace(h.calls[2], files=(DOC, DOC))
+    assert rules_broken(h) == {7}
+
+
+def test_rule_7_fails_when_a_side_effect_without_a_document_sends_one() -> None:
+    h = files_history()
+    h.calls[0] = replace(h.calls[0], files=(DOC,))
+    assert rules_broken(h) == {7}
+
+
+def test_the_tables_files_row_counts_the_calls_that_carried_the_document() -> None:
+    from chaos.report import files_row
+
+    assert files_row(files_history()) == ("2 calls carried the order's document (1 effective), 1 of them after an "
+                                          "n8n process died or an execution failed since the Save that kept it")
+    assert files_row(good_history()) == "-"

@@ -11,7 +11,7 @@ from chaos import regressions
 from chaos.generator import delivery_body, generate
 
 
-@pytest.mark.parametrize("seed,index", [(7, 4), (169, 0), (139, 1), (42, 4)])
+@pytest.mark.parametrize("seed,index", [(7, 4), (169, 9), (139, 1), (42, 4), (169, 1)])
 def test_a_case_stored_and_loaded_is_the_same_case_at_another_providers_address(seed: int, index: int) -> None:
     case = generate(seed, index, "http://127.0.0.1:8101")
     stored = json.loads(json.dumps(regressions.case_to_json(case, "http://127.0.0.1:8101")))
@@ -23,8 +23,10 @@ def test_a_case_stored_and_loaded_is_the_same_case_at_another_providers_address(
     assert all(delivery_body(loaded, k) == delivery_body(case, k) for k in case.keys)
 
 
-def test_the_round_trip_above_covers_line_items() -> None:
-    assert max(generate(169, 0, "http://x").lines.values()) > 1
+def test_the_round_trip_above_covers_line_items_and_a_document() -> None:
+    lined = generate(169, 9, "http://x")
+    assert max(lined.lines.values()) > 1 and any(s.shape == "lines" for s in lined.shape.segments)
+    assert any(x.file for e in generate(169, 1, "http://x").expected.values() for x in e.calls)
 
 
 def test_every_kept_regression_loads_with_its_faults_and_a_note() -> None:
