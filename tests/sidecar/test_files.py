@@ -18,6 +18,7 @@ from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs
 from tests.sidecar.storage import fetch
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
+from tests.sidecar.test_events import refused
 
 MIB = 1024 * 1024
 
@@ -51,12 +52,6 @@ def ref(prop: str, data: bytes, name: str = "invoice.pdf", mime: str = "applicat
 async def listed(s: Stubs, key: str, sequence: int = 0) -> files_pb2.ListCheckpointFilesResponse:
     return await s.files.ListCheckpointFiles(files_pb2.ListCheckpointFilesRequest(
         workflow_id=WF, instance_key=key, sequence=sequence), metadata=s.metadata)
-
-
-async def refused(call: object) -> tuple[grpc.StatusCode, str]:
-    with pytest.raises(grpc.aio.AioRpcError) as exc:
-        await call  # type: ignore[misc]
-    return exc.value.code(), exc.value.details() or ""
 
 
 async def stored(url: str, digest: str) -> tuple[int, int]:

@@ -69,6 +69,11 @@ _HTTP_STATUS: dict[grpc.StatusCode, tuple[str, int]] = {
 _METADATA_HEADERS = ("authorization", "x-request-id", "traceparent", "tracestate", "durable-session")
 
 
+def _metadata_of(request: web.Request) -> list[tuple[str, str]]:
+    """The HTTP headers a handler sees as its call metadata."""
+    return [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+
+
 def _error(code: grpc.StatusCode, details: str, *, status: int = 0) -> web.Response:
     name, mapped = _HTTP_STATUS.get(code, ("unknown", 500))
     return web.json_response({"code": name, "message": details}, status=status or mapped)
@@ -157,7 +162,7 @@ class HttpJsonServer:
     async def _download(self, request: web.Request) -> web.StreamResponse:
         """GET /files/<sha256>: FileService.DownloadFile's bytes as the body, always as an attachment (a file is
         the senders' content: never shown inline on the console's origin); ?name= and ?type= name it."""
-        metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+        metadata = _metadata_of(request)
         parts = self._files.DownloadFile(files_pb2.DownloadFileRequest(sha256=request.match_info["sha256"]),
                                          Context(metadata))
         try:
@@ -195,7 +200,7 @@ class HttpJsonServer:
             async for chunk in request.content.iter_chunked(CHUNK_BYTES):
                 yield files_pb2.UploadFileRequest(chunk=chunk)
 
-        metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+        metadata = _metadata_of(request)
         try:
             reply = await self._files.UploadFile(messages(), Context(metadata))
         except Aborted as aborted:
@@ -252,7 +257,7 @@ class HttpJsonServer:
         except (json_format.ParseError, DecodeError, UnicodeDecodeError, ValueError) as exc:
             # Refused by the handler after authentication, like an undecodable gRPC request.
             decoded = Undecodable(route.method, str(exc))
-        metadata = [(h, request.headers[h]) for h in _METADATA_HEADERS if h in request.headers]
+        metadata = _metadata_of(request)
         try:
             if timeout is None:
                 response = await route.handler(decoded, Context(metadata))
