@@ -115,7 +115,7 @@ export function hintFor(
 					details,
 				)
 			) {
-				return 'A file (binary data) is over a limit the sidecar sets, named in the message; nothing of this save was stored. Raise that setting on the sidecar, or turn off Save Files on this Save if the files need not come back after a crash. Until then every resume of the instance fails here the same way (it is suspended once its retry policy is used up: retry it after the change).';
+				return 'A file (binary data) is over a limit the sidecar sets, named in the message; nothing of this save was stored. Raise that setting on the sidecar, or turn off Save Files on this Save if the files need not come back after a crash. Every resume would be refused the same way, so the instance is failed with this reason (unless Continue On Fail is on): retry it (console or CLI) after the change.';
 			}
 			return 'The payload is larger than the sidecar accepts (DURABLE_MAX_STATE_BYTES). Save chosen fields instead of the whole item, or raise the limit on the sidecar.';
 		case GrpcStatus.OUT_OF_RANGE:

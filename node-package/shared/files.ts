@@ -91,9 +91,21 @@ export async function uploadMissing(client: SidecarClient, contents: FileContent
 		for (const sha256 of batch) {
 			if (held.has(sha256)) continue;
 			const { sizeBytes, source } = contents.get(sha256)!;
-			await client.uploadFile(sha256, sizeBytes, source);
+			try {
+				await client.uploadFile(sha256, sizeBytes, source);
+			} catch (error) {
+				throw typeof error === 'object' && error !== null
+					? Object.assign(error, { sha256 })
+					: error;
+			}
 		}
 	}
+}
+
+/** The content an upload of uploadMissing was refused for, when the error says. */
+export function refusedContent(error: unknown): string | undefined {
+	const sha256 = (error as { sha256?: unknown } | null)?.sha256;
+	return typeof sha256 === 'string' ? sha256 : undefined;
 }
 
 /** The files as n8n binary data, each streamed from the sidecar into n8n's binary data store. */

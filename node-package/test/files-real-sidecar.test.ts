@@ -218,6 +218,61 @@ describe('files with the real sidecar', () => {
 				"SELECT count(*) AS n FROM durable_checkpoints WHERE instance_key = 'o-big'",
 			);
 			expect(Number(rows[0].n)).toBe(0);
+			// Every resume would be refused alike: the instance is failed at once, with the reason.
+			const [inst] = await small.sql<{ status: string; error_message: string }>(
+				"SELECT status, error_message FROM durable_instances WHERE instance_key = 'o-big'",
+			);
+			expect(inst.status).toBe('failed');
+			expect(inst.error_message).toMatch(/DURABLE_MAX_FILE_BYTES.*retry the instance/);
+		} finally {
+			await small.stop();
+		}
+	});
+
+	test('a state over the sidecar limit fails its instance at once with the reason; with Continue On Fail it does not', async () => {
+		const small = await TestSidecar.start({ env: { DURABLE_MAX_STATE_BYTES: '2000' } });
+		try {
+			const conn = small.credentials();
+			const run = (
+				node: ResumePoint | DurableCheckpoint,
+				items: Array<IDataObject | INodeExecutionData>,
+				params: Record<string, ParamValue>,
+				continueOnFail = false,
+			) =>
+				node.execute.call(
+					executeContext({
+						items,
+						params,
+						credentials: conn,
+						workflowId: wf,
+						executionId: 'exec-1',
+						continueOnFail,
+					}),
+				);
+			const big = 'x'.repeat(5000);
+			for (const key of ['o-state', 'o-state-cof']) {
+				await run(new ResumePoint(), [{ orderId: key }], { instanceKey: key });
+			}
+			const save = (key: string, continueOnFail: boolean) =>
+				run(
+					new DurableCheckpoint(),
+					[{ json: { orderId: key, big, durable: { instanceKey: key, workflowId: wf } } }],
+					{ operation: 'save', instanceKey: key, stepName: 'fetched', saveWhat: 'item' },
+					continueOnFail,
+				);
+			await expect(save('o-state', false)).rejects.toMatchObject({
+				message: expect.stringMatching(/DURABLE_MAX_STATE_BYTES/),
+			});
+			const out = await save('o-state-cof', true);
+			expect(out[0][0].json.error).toMatch(/DURABLE_MAX_STATE_BYTES/);
+			const rows = await small.sql<{ instance_key: string; status: string; error_message: string }>(
+				"SELECT instance_key, status, error_message FROM durable_instances WHERE instance_key LIKE 'o-state%' ORDER BY instance_key",
+			);
+			expect(rows.map((r) => [r.instance_key, r.status])).toEqual([
+				['o-state', 'failed'],
+				['o-state-cof', 'running'],
+			]);
+			expect(rows[0].error_message).toMatch(/DURABLE_MAX_STATE_BYTES/);
 		} finally {
 			await small.stop();
 		}

@@ -28,7 +28,14 @@ import {
 	type SidecarClient,
 } from '../../../shared/transport';
 import { parameterReader, type ClaimRef, nodeParameter } from '../../../shared/upstream';
-import { fileRefsOf, hasFiles, uploadMissing, type FileContents } from '../../../shared/files';
+import {
+	fileRefsOf,
+	hasFiles,
+	refusedContent,
+	uploadMissing,
+	type FileContents,
+} from '../../../shared/files';
+import { failRefused, isLimitRefusal } from './refused';
 import type { CheckpointRun } from './run';
 
 /** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */
@@ -134,6 +141,15 @@ export async function saveCheckpoints(
 					items: batch.map((i) => prepared.get(i)!.request),
 				});
 				return response.results;
+			}).catch(async (error: unknown) => {
+				// Without Continue On Fail the first refused item fails the execution: a limit's
+				// refusal fails its instance too (refused.ts), or every resume would fail here again.
+				const at = isLimitRefusal(error)
+					? (error.context.itemIndex as number | undefined)
+					: undefined;
+				const sent = at === undefined ? undefined : prepared.get(at);
+				if (sent) await failRefused(run, [sent.request], error);
+				throw error;
 			})
 		: new Map<number, never>();
 	const out: INodeExecutionData[] = [];
@@ -161,10 +177,11 @@ export async function saveCheckpoints(
  */
 async function attachFiles(
 	ctx: IExecuteFunctions,
-	{ node, items, client }: CheckpointRun,
+	run: CheckpointRun,
 	prepared: Map<number, PreparedSave>,
 	problems: Map<number, NodeError>,
 ): Promise<void> {
+	const { node, items, client } = run;
 	const withFiles = [...prepared.keys()].filter((i) => hasFiles(items[i]));
 	if (!withFiles.length || !(nodeParameter(ctx, 'options.saveFiles', 0, true) as boolean)) return;
 	const contents: FileContents = new Map();
@@ -180,11 +197,21 @@ async function attachFiles(
 	try {
 		await uploadMissing(client, contents);
 	} catch (error) {
-		throw sidecarError(
+		// The items whose files hold the content refused (all of them when it is not known).
+		const refused = refusedContent(error);
+		const holders = withFiles.filter(
+			(i) => !refused || prepared.get(i)?.request.files.some((f) => f.sha256 === refused),
+		);
+		const mapped = sidecarError(
 			node,
 			error,
-			callContext(client, 'Uploading the files to save', withFiles[0]),
+			callContext(client, 'Uploading the files to save', holders[0] ?? withFiles[0]),
 		);
+		if (!ctx.continueOnFail()) {
+			const requests = holders.flatMap((i) => prepared.get(i)?.request ?? []);
+			await failRefused(run, requests, mapped);
+		}
+		throw mapped;
 	}
 }
 

@@ -1,0 +1,51 @@
+/**
+ * A save the sidecar refuses for one of its limits (RESOURCE_EXHAUSTED: a state
+ * or a file over a DURABLE_MAX_* setting) is refused the same way on every
+ * resume. Left alone, the instance would be resumed and fail again until its
+ * retry policy gave up, its last error saying only that its execution died.
+ * Instead its instance is failed at once, not to be retried by the policy, with
+ * the refusal as its error: the console and the CLI say why, and an operator
+ * retries it (RetryInstance) once the limit is raised or the workflow saves less.
+ */
+import { NodeOperationError } from 'n8n-workflow';
+
+import type { SaveCheckpointItem } from '../../../shared/transport';
+import type { CheckpointRun } from './run';
+
+/** Whether the error is the sidecar's refusal for a limit. */
+export function isLimitRefusal(error: unknown): error is NodeOperationError {
+	return error instanceof NodeOperationError && error.context.grpcCode === 'RESOURCE_EXHAUSTED';
+}
+
+/**
+ * Fails the instances of `requests` with the refusal `error` (when it is one; any
+ * other error changes nothing here). The refusal is what the author sees either
+ * way: a failure to record it is not allowed to hide it.
+ */
+export async function failRefused(
+	{ client }: Pick<CheckpointRun, 'client'>,
+	requests: SaveCheckpointItem[],
+	error: unknown,
+): Promise<void> {
+	if (!isLimitRefusal(error)) return;
+	const seen = new Set<string>();
+	for (const { workflowId, instanceKey, executionId } of requests) {
+		if (seen.has(instanceKey)) continue;
+		seen.add(instanceKey);
+		try {
+			await client.failInstance({
+				workflowId,
+				instanceKey,
+				executionId,
+				errorMessage:
+					`${error.message} (refused by the sidecar: retry the instance once the limit is raised or the workflow saves less)`.slice(
+						0,
+						4096,
+					),
+				retry: false,
+			});
+		} catch {
+			// Best effort: the instance is then resumed under its retry policy, as before.
+		}
+	}
+}
