@@ -79,7 +79,8 @@ def markdown(data: dict[str, Any]) -> str:
         "# Benchmarks: the sidecar side by side with raw PostgreSQL, a no-op gRPC call and DBOS Transact",
         "",
         f"Run {meta['started']} → {meta['finished']} (UTC){' — QUICK run: numbers are not stable' if meta['quick'] else ''}.",
-        f"Command: `{meta['command']}` (what `make bench` runs). Sidecar code: commit {meta.get('code', {}).get('commit', '?')}"
+        f"Command: `{meta['command']}` ({'a part of ' if meta.get('plan', {}).get('only') else ''}what `make bench` "
+        f"runs). Sidecar code: commit {meta.get('code', {}).get('commit', '?')}"
         + (f" plus {n} uncommitted sidecar/proto files" if (n := meta.get("code", {}).get("uncommitted_sidecar_files")) else "")
         + ".",
         "",

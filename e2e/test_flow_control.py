@@ -2,7 +2,9 @@
 of the examples as they are shipped.
 
 - 300 orders across 10 customers through examples/crm-sync.json to a CRM that answers 429 when a customer has
-  more than 5 requests in a second or 2 in flight: no 429, and the time against the ideal schedule, printed.
+  more than 5 requests in a second or 2 in flight: no 429. Three rounds, each right after the same 300 orders
+  through the example without its limits (n8n's own pace on this machine); printed: each round's time against
+  the ideal schedule and against that pace, and the median's verdict (a speed is never asserted).
 - kill -9 of a worker while its orders hold places inside the CRM call: the places are freed, every order
   completes, and the CRM performs each once.
 - 50 chat messages in 5 bursts for each of 2 chats through examples/chat-debounce.json: one answer per burst
@@ -31,6 +33,8 @@ from scenarios import all_completed, wait_for
 
 CRM_WF, CHAT_WF = "durableCrmSync", "durableChatDebounce"
 CUSTOMERS, PER_CUSTOMER = 10, 30
+# Rounds of scenario 28a, each the unlimited floor then the limited run: the verdict is their median.
+ROUNDS = 3
 
 
 def _deliver(url: str, bodies: list[dict[str, Any]], threads: int = 16) -> list[int]:
@@ -57,6 +61,28 @@ def _without_limits(wf: dict[str, Any]) -> dict[str, Any]:
                 t["node"] = skip.get(t["node"], t["node"])
     wf["connections"] = links
     return wf
+
+
+def _crm_round(stack: Stack, url: str, workflow: str, prefix: str, limited: bool = False) -> float:
+    """300 orders of 10 customers delivered at once; every one completes and is performed once at the CRM. With
+    the limits: no answer 429 and no place left held. Answers the time from the first to the last CRM call."""
+    run = uuid.uuid4().hex[:6]
+    bodies = [{"orderId": f"{prefix}-{run}-{c}-{i:02d}", "customerId": f"{prefix}-{run}-{c}"}
+              for i in range(PER_CUSTOMER) for c in range(CUSTOMERS)]
+    keys = [b["orderId"] for b in bodies]
+    started = time.monotonic()
+    statuses = _deliver(url, bodies)
+    assert statuses.count(200) == len(bodies), sorted(set(statuses))
+    wait_for(f"every order of {workflow} to complete", lambda: all_completed(stack, keys, workflow), started, 600,
+             lambda: stack.diagnose(keys[:5], workflow))
+    mine = [r for r in stack.services.crm_requests() if r["customer"].startswith(f"{prefix}-{run}-")]
+    assert all(stack.services.effects("crm", k) == 1 for k in keys), "a CRM effect missing or repeated"
+    if limited:
+        refused = [r for r in mine if r["status"] == 429]
+        assert refused == [], f"{len(refused)} answers 429, e.g. {refused[:3]}"
+        assert all(k.holders == 0 and k.waiters == 0 for k in _places(stack)
+                   if k.limit_key.startswith(f"{prefix}-{run}"))
+    return float(max(r["end"] for r in mine) - min(r["at"] for r in mine))
 
 
 def _places(stack: Stack) -> list[limits_pb2.LimitKeyState]:
@@ -102,46 +128,31 @@ def test_28_flow_control_in_queue_mode_limits_per_customer_survives_a_worker_kil
         n8n.wait_webhook("crm-plain", timeout=120)
         crm_url, chat_url = f"{n8n.url}/webhook/crm-sync", f"{n8n.url}/webhook/chat"
 
-        # n8n's own pace on this machine: the same 300 orders through the example without its limits.
-        run = uuid.uuid4().hex[:6]
-        plain = [{"orderId": f"plain-{run}-{c}-{i:02d}", "customerId": f"plain-{run}-{c}"}
-                 for i in range(PER_CUSTOMER) for c in range(CUSTOMERS)]
-        assert _deliver(f"{n8n.url}/webhook/crm-plain", plain).count(200) == len(plain)
-        wait_for("every order without limits to complete",
-                 lambda: all_completed(stack, [b["orderId"] for b in plain], "durableCrmSyncPlain"), time.monotonic(),
-                 600)
-        calls = [r for r in services.crm_requests() if r["customer"].startswith(f"plain-{run}-")]
-        unlimited = max(r["end"] for r in calls) - min(r["at"] for r in calls)
-
-        # a) 300 orders, 10 customers, delivered at once.
-        run = uuid.uuid4().hex[:6]
-        bodies = [{"orderId": f"crm-{run}-{c}-{i:02d}", "customerId": f"cust-{run}-{c}"}
-                  for i in range(PER_CUSTOMER) for c in range(CUSTOMERS)]
-        keys = [b["orderId"] for b in bodies]
+        # a) 300 orders, 10 customers, delivered at once, in ROUNDS rounds, each after the same 300 orders through
+        # the example without its limits (n8n's own pace, the floor measured beside it).
+        ideal = (PER_CUSTOMER - 1) * CRM_WINDOW_S / CRM_RATE + CRM_SERVICE_S  # each customer's 30 calls back to back
+        rounds: list[tuple[float, float, float]] = []  # (with the limits, without, with ÷ max(ideal, without))
         started = time.monotonic()
-        statuses = _deliver(crm_url, bodies)
-        assert statuses.count(200) == len(bodies), sorted(set(statuses))
-        wait_for("every CRM order to complete", lambda: all_completed(stack, keys, CRM_WF), started, 600,
-                 lambda: stack.diagnose(keys[:5], CRM_WF))
-        mine = [r for r in services.crm_requests() if r["customer"].startswith(f"cust-{run}-")]
-        refused = [r for r in mine if r["status"] == 429]
-        assert refused == [], f"{len(refused)} answers 429, e.g. {refused[:3]}"
-        assert all(services.effects("crm", k) == 1 for k in keys), "a CRM effect missing or repeated"
-        # The ideal schedule: each customer's 30 calls at the CRM's own rate, back to back.
-        ideal = (PER_CUSTOMER - 1) * CRM_WINDOW_S / CRM_RATE + CRM_SERVICE_S
-        took = max(r["end"] for r in mine) - min(r["at"] for r in mine)
-        intake_s = time.monotonic() - started
-        print(f"\n28a: {len(keys)} orders, {CUSTOMERS} customers: 429 answers {len(refused)}; CRM calls from first "
-              f"to last {took:.2f} s against the ideal {ideal:.2f} s ({took / ideal:.2f}x; goal within 1.15x); "
-              f"{len(mine)} requests; all completed {intake_s:.1f} s after the first delivery; the same orders "
-              f"without the limits (n8n's own pace here) {unlimited:.2f} s")
-        assert all(k.holders == 0 and k.waiters == 0 for k in _places(stack) if k.limit_key.startswith(f"cust-{run}"))
+        for r in range(ROUNDS):
+            unlimited = _crm_round(stack, f"{n8n.url}/webhook/crm-plain", "durableCrmSyncPlain", "plain")
+            took = _crm_round(stack, crm_url, CRM_WF, "cust", limited=True)
+            rounds.append((took, unlimited, took / max(ideal, unlimited)))
+            print(f"\n28a round {r + 1}: {CUSTOMERS * PER_CUSTOMER} orders, {CUSTOMERS} customers: 0 answers 429; "
+                  f"first to last CRM call {took:.2f} s with the limits, {unlimited:.2f} s without them; ideal "
+                  f"{ideal:.2f} s; {took / max(ideal, unlimited):.2f}x the larger")
+        took, unlimited, ratio = sorted(rounds, key=lambda x: x[2])[ROUNDS // 2]
+        verdict = "within 15 %" if ratio <= 1.15 else "NOT within 15 %"
+        print(f"28a: median of {ROUNDS} rounds {ratio:.2f}x the ideal schedule or n8n's own pace, whichever is "
+              f"slower ({verdict}); against the ideal alone {took / ideal:.2f}x (rounds "
+              + ", ".join(f"{t:.1f}/{u:.1f} s" for t, u, _ in rounds) + " with/without the limits)")
         REPORT.add("28a. 300 orders, 10 customers, a CRM limiting 5/s and 2 in flight per customer, queue mode",
-                   len(keys), len(keys), 0, intake_s,
-                   note=f"0 answers 429; first to last CRM call {took:.2f} s, ideal {ideal:.2f} s "
-                        f"({took / ideal:.2f}x, goal 1.15x); without the limits {unlimited:.2f} s",
-                   crm_429=len(refused), schedule_s=round(took, 2), ideal_s=round(ideal, 2),
-                   schedule_ratio=round(took / ideal, 3), unlimited_s=round(unlimited, 2))
+                   ROUNDS * CUSTOMERS * PER_CUSTOMER, ROUNDS * CUSTOMERS * PER_CUSTOMER, 0,
+                   time.monotonic() - started,
+                   note=f"0 answers 429 in {ROUNDS} rounds; median round: first to last CRM call {took:.2f} s, "
+                        f"without the limits {unlimited:.2f} s, ideal {ideal:.2f} s: {ratio:.2f}x the slower of the "
+                        f"two ({verdict}), {took / ideal:.2f}x the ideal",
+                   crm_429=0, schedule_s=round(took, 2), ideal_s=round(ideal, 2), unlimited_s=round(unlimited, 2),
+                   schedule_pct=round(100 * ratio), ideal_pct=round(100 * took / ideal))
 
         # b) kill -9 of a worker while orders hold places inside the CRM call.
         t1 = time.monotonic()
