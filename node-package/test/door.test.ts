@@ -249,10 +249,7 @@ describe('the door: another delivery under a key in use', () => {
 	test('items of other triggers are never judged: a poll that reads an order again with newer fields resumes it', async () => {
 		const wf = 'wf-door-poll';
 		await run(wf, 'e1', [{ body: { orderId: 'o-6', status: 'paid' } }]);
-		await sidecar.sql(
-			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1",
-			[wf],
-		);
+		await sidecar.expireLease(wf);
 		const again = await run(wf, 'e2', [{ body: { orderId: 'o-6', status: 'shipped' } }]);
 		expect((again[OUTPUT_RESUME][0].json.durable as IDataObject).outcome).toBe('resumed');
 	});

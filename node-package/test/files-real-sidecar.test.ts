@@ -112,10 +112,7 @@ describe('files with the real sidecar', () => {
 		expect(Number(rows[0].n)).toBe(2);
 
 		// n8n died: the Resume Point of the next execution restores the state and the files.
-		await sidecar.sql(
-			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
-			[wf, 'o-1'],
-		);
+		await sidecar.expireLease(wf, 'o-1');
 		for (const binaryMode of ['default', 'filesystem'] as const) {
 			const out = await new ResumePoint().execute.call(
 				context(
@@ -128,10 +125,7 @@ describe('files with the real sidecar', () => {
 					},
 				),
 			);
-			await sidecar.sql(
-				"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
-				[wf, 'o-1'],
-			);
+			await sidecar.expireLease(wf, 'o-1');
 			expect(out[OUTPUT_START]).toHaveLength(0);
 			expect(out[OUTPUT_RESUME]).toHaveLength(1);
 			const resumed = out[OUTPUT_RESUME][0];
@@ -157,10 +151,7 @@ describe('files with the real sidecar', () => {
 				{ workflowId: wf, executionId: 'exec-1' },
 			),
 		);
-		await sidecar.sql(
-			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
-			[wf, 'o-plain'],
-		);
+		await sidecar.expireLease(wf, 'o-plain');
 		const listing = jest.spyOn(client, 'listCheckpointFiles');
 		const stat = jest.spyOn(client, 'statFiles');
 		const out = await start(wf, 'o-plain', 'exec-2');

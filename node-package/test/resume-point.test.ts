@@ -68,13 +68,6 @@ async function save(
 }
 
 /** Lets an instance's lease lapse without waiting for it. */
-async function expireLease(workflowId: string, key: string): Promise<void> {
-	await sidecar.sql(
-		"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
-		[workflowId, key],
-	);
-}
-
 describe('Resume Point', () => {
 	test('a new key leaves by Start with its instance metadata and paired item', async () => {
 		const out = await runResumePoint(
@@ -127,7 +120,7 @@ describe('Resume Point', () => {
 		const wf = 'wf-resume';
 		await runResumePoint([{ orderId: 'order-r' }], {}, { executionId: 'e1', workflowId: wf });
 		await save(wf, 'e1', 'order-r', 'payment-captured', { paymentId: 'pay-9', total: 42 });
-		await expireLease(wf, 'order-r');
+		await sidecar.expireLease(wf, 'order-r');
 		const out = await runResumePoint(
 			[{ orderId: 'order-r', total: 1 }],
 			{},
@@ -149,7 +142,7 @@ describe('Resume Point', () => {
 		for (const key of ['m-replace', 'm-field']) {
 			await runResumePoint([{ orderId: key }], {}, { executionId: 'e1', workflowId: wf });
 			await save(wf, 'e1', key, 'step-a', { saved: true, orderId: key });
-			await expireLease(wf, key);
+			await sidecar.expireLease(wf, key);
 		}
 		const replaced = await runResumePoint(
 			[{ orderId: 'm-replace', extra: 1 }],
@@ -177,8 +170,8 @@ describe('Resume Point', () => {
 		);
 		await save(wf, 'e1', 's-1', 'shipped', { a: 1 });
 		await save(wf, 'e1', 's-2', 'unlisted', { a: 2 });
-		await expireLease(wf, 's-1');
-		await expireLease(wf, 's-2');
+		await sidecar.expireLease(wf, 's-1');
+		await sidecar.expireLease(wf, 's-2');
 		const out = await runResumePoint(
 			[{ orderId: 's-1' }, { orderId: 's-2' }],
 			{ stepOutputs: 'paid, shipped' },
@@ -224,7 +217,7 @@ describe('Resume Point', () => {
 		const wf = 'wf-claim';
 		await runResumePoint([{ orderId: 'c-1' }], {}, { executionId: 'e1', workflowId: wf });
 		await save(wf, 'e1', 'c-1', 'waiting', { x: 1 });
-		await expireLease(wf, 'c-1');
+		await sidecar.expireLease(wf, 'c-1');
 		const client = getSidecarClient(sidecar.connection());
 		const claimed = (
 			await unary(client.instances, client.instances.claimResumable, client, {
@@ -312,7 +305,7 @@ describe('Resume Point', () => {
 			{ executionId: 'e1', workflowId: wf },
 		);
 		await register(['Webhook', 'Resume Point', 'Charge'], '1.1.0');
-		await expireLease(wf, 'v-1');
+		await sidecar.expireLease(wf, 'v-1');
 		const out = await runResumePoint(
 			[{ orderId: 'v-1' }],
 			{ versionMismatchOutput: true },

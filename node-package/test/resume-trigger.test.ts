@@ -38,13 +38,6 @@ async function startInstances(workflowId: string, keys: string[]): Promise<void>
 	expect(out[OUTPUT_START]).toHaveLength(keys.length);
 }
 
-async function expireLeases(workflowId: string): Promise<void> {
-	await sidecar.sql(
-		"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1",
-		[workflowId],
-	);
-}
-
 async function activate(
 	workflowId: string,
 	extra: Partial<Parameters<typeof triggerContext>[0]> = {},
@@ -69,8 +62,8 @@ describe('Resume Trigger', () => {
 		const wf = 'wf-stalled';
 		await startInstances(wf, ['s-1']);
 		await startInstances('wf-other', ['not-mine']);
-		await expireLeases(wf);
-		await expireLeases('wf-other');
+		await sidecar.expireLease(wf);
+		await sidecar.expireLease('wf-other');
 		const { harness, response } = await activate(wf);
 		await waitFor(() => harness.emitted.length >= 1, 15_000, 'the stalled instance');
 		// A few more polls: the claim holds, so nothing is emitted twice, and other workflows are never emitted.
@@ -136,7 +129,7 @@ describe('Resume Trigger', () => {
 		await sleep(500);
 		await sidecar.restart();
 		await startInstances(wf, ['r-1']);
-		await expireLeases(wf);
+		await sidecar.expireLease(wf);
 		await waitFor(() => harness.emitted.length >= 1, 45_000, 'an emit after the restart');
 		expect(durable(harness.emitted[0].item).instanceKey).toBe('r-1');
 		expect(harness.logs.some((l) => l.level === 'warn' && /reconnecting/.test(l.message))).toBe(
@@ -147,7 +140,7 @@ describe('Resume Trigger', () => {
 		await response.closeFunction?.();
 		// After close nothing is claimed or emitted any more.
 		await startInstances(wf, ['r-2']);
-		await expireLeases(wf);
+		await sidecar.expireLease(wf);
 		await sleep(1000);
 		expect(harness.emitted).toHaveLength(1);
 		const [row] = await sidecar.sql<{ lease_owner: string }>(
@@ -169,7 +162,7 @@ describe('Resume Trigger', () => {
 	test('manual mode emits the first due instance and stops', async () => {
 		const wf = 'wf-manual';
 		await startInstances(wf, ['m-1']);
-		await expireLeases(wf);
+		await sidecar.expireLease(wf);
 		const { harness, response } = await activate(wf, { mode: 'manual' });
 		await response.manualTriggerFunction?.();
 		expect(harness.emitted).toHaveLength(1);

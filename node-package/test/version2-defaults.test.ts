@@ -16,7 +16,6 @@ import type { UpstreamNode } from './support/n8n';
 import {
 	CHARGE,
 	durable,
-	expireInstanceLease,
 	GUARD,
 	HTTP,
 	httpResponse,
@@ -76,7 +75,7 @@ describe('version 2 with default parameters', () => {
 		expect(saved[0].json.idempotency).toBeUndefined();
 
 		// The execution dies; a re-delivery with other content resumes the instance.
-		await expireInstanceLease(wf, 'o-s');
+		await sidecar.expireLease(wf, 'o-s');
 		const second = { workflowId: wf, executionId: 'e2' };
 		const resumed = await runResumePoint(second, [{ body: { orderId: 'o-s', amount: 999 } }]);
 		expect(resumed[OUTPUT_RESUME]).toHaveLength(1);
@@ -196,7 +195,7 @@ describe('version 2 with default parameters', () => {
 		]);
 		expect(claimed[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({ attempt: 1 });
 		// e1 dies between Claim and Save; its instance is resumed by e2 with other item content.
-		await expireInstanceLease(wf, 'o-f');
+		await sidecar.expireLease(wf, 'o-f');
 		const second = { workflowId: wf, executionId: 'e2' };
 		const resumed = await runResumePoint(second, [
 			{ body: { orderId: 'o-f', amount: 2 }, extra: true },
@@ -282,7 +281,7 @@ describe('version 2 with default parameters', () => {
 		expect(instanceLease[0].lease_seconds).toBe(120);
 		expect(instanceLease[0].s).toBeGreaterThan(100);
 
-		await expireInstanceLease(wf, 'o-l');
+		await sidecar.expireLease(wf, 'o-l');
 		const resumed = await runResumePoint({ workflowId: wf, executionId: 'e2' }, [
 			{ body: { orderId: 'o-l' } },
 		]);

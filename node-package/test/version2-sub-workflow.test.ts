@@ -10,7 +10,6 @@ import type { UpstreamNode } from './support/n8n';
 import {
 	CHARGE,
 	durable,
-	expireInstanceLease,
 	GUARD,
 	HTTP,
 	httpResponse,
@@ -90,7 +89,7 @@ describe("a sub-workflow acts for its caller's instance", () => {
 			[TRIGGER],
 		);
 		// n8n died during the charge; the instance's lease lapsed and another execution resumed it.
-		await expireInstanceLease('wf-caller', 'o-sub-2');
+		await sidecar.expireLease('wf-caller', 'o-sub-2');
 		const second = { workflowId: 'wf-caller', executionId: 'p-next' };
 		const resumed = await runResumePoint(second, [{ body: { orderId: 'o-sub-2' } }]);
 		expect(resumed[OUTPUT_RESUME]).toHaveLength(1);

@@ -207,6 +207,15 @@ export class TestSidecar {
 	}
 
 	/** Runs SQL against this sidecar's database (to inspect or age rows). */
+	/** Lets the leases of a workflow's instances (or of one) lapse, as when their execution died. */
+	async expireLease(workflowId: string, instanceKey?: string): Promise<void> {
+		await this.sql(
+			"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1" +
+				(instanceKey === undefined ? '' : ' AND instance_key = $2'),
+			instanceKey === undefined ? [workflowId] : [workflowId, instanceKey],
+		);
+	}
+
 	async sql<T extends Record<string, unknown>>(text: string, values: unknown[] = []): Promise<T[]> {
 		const pg = new PgClient({ ...PG, database: this.database });
 		await pg.connect();

@@ -132,11 +132,4 @@ export function durable(item: INodeExecutionData): IDataObject {
 	return item.json.durable as IDataObject;
 }
 
-export async function expireInstanceLease(workflowId: string, key: string): Promise<void> {
-	await sidecar.sql(
-		"UPDATE durable_instances SET lease_expires_at = now() - interval '1 second' WHERE workflow_id = $1 AND instance_key = $2",
-		[workflowId, key],
-	);
-}
-
 export const CHARGE = { chargeId: 'ch-1', status: 'paid' };
