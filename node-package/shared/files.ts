@@ -82,8 +82,17 @@ export async function fileRefsOf(
 	return refs;
 }
 
-/** Uploads the contents the sidecar does not hold yet (one StatFiles call per 1,000 contents). */
-export async function uploadMissing(client: SidecarClient, contents: FileContents): Promise<void> {
+/**
+ * Uploads the contents the sidecar does not hold yet (one StatFiles call per 1,000 contents). The
+ * first failure is thrown, tagged with its content (refusedContent); with `keepGoing` the other
+ * contents are still uploaded and the failures are answered by content instead.
+ */
+export async function uploadMissing(
+	client: SidecarClient,
+	contents: FileContents,
+	keepGoing = false,
+): Promise<Map<string, unknown>> {
+	const failed = new Map<string, unknown>();
 	const hashes = [...contents.keys()];
 	for (let at = 0; at < hashes.length; at += STAT_BATCH) {
 		const batch = hashes.slice(at, at + STAT_BATCH);
@@ -94,12 +103,16 @@ export async function uploadMissing(client: SidecarClient, contents: FileContent
 			try {
 				await client.uploadFile(sha256, sizeBytes, source);
 			} catch (error) {
-				throw typeof error === 'object' && error !== null
-					? Object.assign(error, { sha256 })
-					: error;
+				if (!keepGoing) {
+					throw typeof error === 'object' && error !== null
+						? Object.assign(error, { sha256 })
+						: error;
+				}
+				failed.set(sha256, error);
 			}
 		}
 	}
+	return failed;
 }
 
 /** The content an upload of uploadMissing was refused for, when the error says. */

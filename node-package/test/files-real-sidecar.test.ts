@@ -170,100 +170,145 @@ describe('files with the real sidecar', () => {
 		expect(listed.files).toEqual([]);
 	});
 
-	test('a file over the sidecar limit fails the Save with the limit named, and nothing is saved', async () => {
-		const small = await TestSidecar.start({ env: { DURABLE_MAX_FILE_BYTES: '1000000' } });
+	/** A sidecar with `env`, and the nodes run against it in one execution. */
+	async function smallSidecar(env: Record<string, string>) {
+		const small = await TestSidecar.start({ env });
+		const run = (
+			node: ResumePoint | DurableCheckpoint,
+			items: Array<IDataObject | INodeExecutionData>,
+			params: Record<string, ParamValue>,
+			continueOnFail = false,
+		) =>
+			node.execute.call(
+				executeContext({
+					items,
+					params,
+					credentials: small.credentials(),
+					workflowId: wf,
+					executionId: 'exec-1',
+					continueOnFail,
+				}),
+			);
+		const start = async (...keys: string[]) => {
+			for (const key of keys)
+				await run(new ResumePoint(), [{ orderId: key }], { instanceKey: key });
+		};
+		const instances = async (like: string) =>
+			await small.sql<{ instance_key: string; status: string; error_message: string }>(
+				'SELECT instance_key, status, error_message FROM durable_instances WHERE instance_key LIKE $1 ORDER BY instance_key',
+				[like],
+			);
+		const checkpoints = async (like: string) =>
+			Number(
+				(
+					await small.sql<{ n: string }>(
+						'SELECT count(*) AS n FROM durable_checkpoints WHERE instance_key LIKE $1',
+						[like],
+					)
+				)[0].n,
+			);
+		return { small, run, start, instances, checkpoints };
+	}
+
+	const saveParams = { operation: 'save', stepName: 'downloaded', saveWhat: 'item' };
+	const itemOf = (key: string, extra: Partial<INodeExecutionData> = {}): INodeExecutionData => ({
+		json: { orderId: key, durable: { instanceKey: key, workflowId: wf } },
+		...extra,
+	});
+
+	test('a file over the sidecar limit fails the Save with the file and limit named, saves nothing and fails the instance at once', async () => {
+		const { small, run, start, instances, checkpoints } = await smallSidecar({
+			DURABLE_MAX_FILE_BYTES: '1000000',
+		});
 		try {
-			const conn = small.credentials();
-			const run = (
-				node: ResumePoint | DurableCheckpoint,
-				items: Array<IDataObject | INodeExecutionData>,
-				params: Record<string, ParamValue>,
-			) =>
-				node.execute.call(
-					executeContext({
-						items,
-						params,
-						credentials: conn,
-						workflowId: wf,
-						executionId: 'exec-1',
-					}),
-				);
-			await run(new ResumePoint(), [{ orderId: 'o-big' }], { instanceKey: 'o-big' });
+			await start('o-big');
 			await expect(
-				run(
-					new DurableCheckpoint(),
-					[
-						{
-							json: { orderId: 'o-big', durable: { instanceKey: 'o-big', workflowId: wf } },
-							binary: binaryOfOrder(),
-						},
-					],
-					{ operation: 'save', instanceKey: 'o-big', stepName: 'downloaded', saveWhat: 'item' },
-				),
+				run(new DurableCheckpoint(), [itemOf('o-big', { binary: binaryOfOrder() })], {
+					...saveParams,
+					instanceKey: 'o-big',
+				}),
 			).rejects.toMatchObject({
-				message: expect.stringMatching(/1,000,000 bytes \(DURABLE_MAX_FILE_BYTES\)/),
+				message: expect.stringMatching(
+					/^Uploading file 'invoice-1001.pdf' \(binary property 'data'\) failed: .*1,000,000 bytes \(DURABLE_MAX_FILE_BYTES\)/,
+				),
 				// The hint is the file limit's, not the state limit's.
 				description: expect.stringMatching(/Save Files/),
 			});
-			const rows = await small.sql<{ n: string }>(
-				"SELECT count(*) AS n FROM durable_checkpoints WHERE instance_key = 'o-big'",
-			);
-			expect(Number(rows[0].n)).toBe(0);
+			expect(await checkpoints('o-big')).toBe(0);
 			// Every resume would be refused alike: the instance is failed at once, with the reason.
-			const [inst] = await small.sql<{ status: string; error_message: string }>(
-				"SELECT status, error_message FROM durable_instances WHERE instance_key = 'o-big'",
-			);
+			const [inst] = await instances('o-big');
 			expect(inst.status).toBe('failed');
-			expect(inst.error_message).toMatch(/DURABLE_MAX_FILE_BYTES.*retry the instance/);
+			expect(inst.error_message).toMatch(
+				/^Durable Node: step 'downloaded' not saved\. .*DURABLE_MAX_FILE_BYTES.*retry the instance/,
+			);
 		} finally {
 			await small.stop();
 		}
 	});
 
-	test('a state over the sidecar limit fails its instance at once with the reason; with Continue On Fail it does not', async () => {
-		const small = await TestSidecar.start({ env: { DURABLE_MAX_STATE_BYTES: '2000' } });
+	test('with Continue On Fail, an item whose file is refused leaves as an error item and its instance is failed; the others are saved', async () => {
+		const { small, run, start, instances, checkpoints } = await smallSidecar({
+			DURABLE_MAX_FILE_BYTES: '1000000',
+		});
 		try {
-			const conn = small.credentials();
-			const run = (
-				node: ResumePoint | DurableCheckpoint,
-				items: Array<IDataObject | INodeExecutionData>,
-				params: Record<string, ParamValue>,
-				continueOnFail = false,
-			) =>
-				node.execute.call(
-					executeContext({
-						items,
-						params,
-						credentials: conn,
-						workflowId: wf,
-						executionId: 'exec-1',
-						continueOnFail,
+			await start('c-big', 'c-small');
+			const [out] = await run(
+				new DurableCheckpoint(),
+				[
+					itemOf('c-big', { binary: binaryOfOrder() }),
+					itemOf('c-small', {
+						binary: { label: storedBinary(Buffer.from('ok'), 'ok.txt', 'text/plain') },
 					}),
-				);
+				],
+				{ ...saveParams, instanceKey: (i: number) => ['c-big', 'c-small'][i] },
+				true,
+			);
+			expect(out).toHaveLength(2);
+			expect(out[0].json.error).toMatch(/DURABLE_MAX_FILE_BYTES/);
+			expect(out[1].json.error).toBeUndefined();
+			expect(await checkpoints('c-big')).toBe(0);
+			expect(await checkpoints('c-small')).toBe(1);
+			expect((await instances('c-%')).map((r) => [r.instance_key, r.status])).toEqual([
+				['c-big', 'failed'],
+				['c-small', 'running'],
+			]);
+		} finally {
+			await small.stop();
+		}
+	});
+
+	test('a state over the sidecar limit fails its instance at once with the reason, with or without Continue On Fail', async () => {
+		const { small, run, start, instances, checkpoints } = await smallSidecar({
+			DURABLE_MAX_STATE_BYTES: '2000',
+		});
+		try {
+			await start('o-state', 'o-state-cof');
 			const big = 'x'.repeat(5000);
-			for (const key of ['o-state', 'o-state-cof']) {
-				await run(new ResumePoint(), [{ orderId: key }], { instanceKey: key });
-			}
 			const save = (key: string, continueOnFail: boolean) =>
 				run(
 					new DurableCheckpoint(),
 					[{ json: { orderId: key, big, durable: { instanceKey: key, workflowId: wf } } }],
-					{ operation: 'save', instanceKey: key, stepName: 'fetched', saveWhat: 'item' },
+					{ ...saveParams, instanceKey: key, stepName: 'fetched' },
 					continueOnFail,
 				);
 			await expect(save('o-state', false)).rejects.toMatchObject({
 				message: expect.stringMatching(/DURABLE_MAX_STATE_BYTES/),
+				description: expect.stringMatching(/fails its instance/),
 			});
-			const out = await save('o-state-cof', true);
-			expect(out[0][0].json.error).toMatch(/DURABLE_MAX_STATE_BYTES/);
-			const rows = await small.sql<{ instance_key: string; status: string; error_message: string }>(
-				"SELECT instance_key, status, error_message FROM durable_instances WHERE instance_key LIKE 'o-state%' ORDER BY instance_key",
-			);
+			// Continue On Fail: the error branch gets the item, and the instance is failed all the same.
+			const [out] = await save('o-state-cof', true);
+			expect(out[0].json.error).toMatch(/DURABLE_MAX_STATE_BYTES/);
+			const rows = await instances('o-state%');
 			expect(rows.map((r) => [r.instance_key, r.status])).toEqual([
 				['o-state', 'failed'],
-				['o-state-cof', 'running'],
+				['o-state-cof', 'failed'],
 			]);
-			expect(rows[0].error_message).toMatch(/DURABLE_MAX_STATE_BYTES/);
+			for (const r of rows) {
+				expect(r.error_message).toMatch(
+					/^Durable Node: step 'fetched' not saved\. .*DURABLE_MAX_STATE_BYTES/,
+				);
+			}
+			expect(await checkpoints('o-state%')).toBe(0);
 		} finally {
 			await small.stop();
 		}

@@ -143,7 +143,7 @@ export async function saveCheckpoints(
 				return response.results;
 			}).catch(async (error: unknown) => {
 				// Without Continue On Fail the first refused item fails the execution: a limit's
-				// refusal fails its instance too (refused.ts), or every resume would fail here again.
+				// refusal fails its instance too (refused.ts), or every resume would be refused again.
 				const at = isLimitRefusal(error)
 					? (error.context.itemIndex as number | undefined)
 					: undefined;
@@ -158,6 +158,8 @@ export async function saveCheckpoints(
 		const failure = problems.get(i) ?? (result && !result.ok ? result.error : undefined);
 		if (failure) {
 			if (!ctx.continueOnFail()) throw failure;
+			// The error branch gets the item, and the instance is failed all the same (refused.ts).
+			if (result && !result.ok) await failRefused(run, [prepared.get(i)!.request], failure);
 			out.push(errorItem(items[i], failure, i));
 			continue;
 		}
@@ -194,24 +196,34 @@ async function attachFiles(
 			prepared.delete(i);
 		}
 	}
+	let failed: Map<string, unknown>;
 	try {
-		await uploadMissing(client, contents);
+		failed = await uploadMissing(client, contents, ctx.continueOnFail());
 	} catch (error) {
-		// The items whose files hold the content refused (all of them when it is not known).
-		const refused = refusedContent(error);
-		const holders = withFiles.filter(
-			(i) => !refused || prepared.get(i)?.request.files.some((f) => f.sha256 === refused),
-		);
-		const mapped = sidecarError(
-			node,
-			error,
-			callContext(client, 'Uploading the files to save', holders[0] ?? withFiles[0]),
-		);
-		if (!ctx.continueOnFail()) {
-			const requests = holders.flatMap((i) => prepared.get(i)?.request ?? []);
-			await failRefused(run, requests, mapped);
+		// Unknown content (StatFiles failed, say): every item with files failed alike.
+		failed = new Map([[refusedContent(error) ?? '', error]]);
+	}
+	// Each item whose files hold a content that failed (every item with files when it is not known).
+	const refused = new Map<number, NodeError>();
+	for (const [sha256, error] of failed) {
+		for (const i of withFiles) {
+			const file = prepared.get(i)?.request.files.find((f) => !sha256 || f.sha256 === sha256);
+			if (!file || refused.has(i)) continue;
+			const named = file.fileName ? `'${file.fileName}' ` : '';
+			const action = sha256
+				? `Uploading file ${named}(binary property '${file.property}')`
+				: 'Uploading the files to save';
+			refused.set(i, sidecarError(node, error, callContext(client, action, i)));
 		}
-		throw mapped;
+	}
+	for (const [i, error] of refused) {
+		await failRefused(run, [prepared.get(i)!.request], error);
+	}
+	const first = refused.values().next();
+	if (!first.done && !ctx.continueOnFail()) throw first.value;
+	for (const [i, error] of refused) {
+		problems.set(i, error);
+		prepared.delete(i);
 	}
 }
 
