@@ -210,6 +210,19 @@ describe('files with the real sidecar', () => {
 		return { small, run, start, instances, checkpoints };
 	}
 
+	/** `body` against a sidecar with `env`, stopped afterwards whatever happens. */
+	async function withSmallSidecar(
+		env: Record<string, string>,
+		body: (s: Awaited<ReturnType<typeof smallSidecar>>) => Promise<void>,
+	): Promise<void> {
+		const s = await smallSidecar(env);
+		try {
+			await body(s);
+		} finally {
+			await s.small.stop();
+		}
+	}
+
 	const saveParams = { operation: 'save', stepName: 'downloaded', saveWhat: 'item' };
 	const itemOf = (key: string, extra: Partial<INodeExecutionData> = {}): INodeExecutionData => ({
 		json: { orderId: key, durable: { instanceKey: key, workflowId: wf } },
@@ -217,101 +230,101 @@ describe('files with the real sidecar', () => {
 	});
 
 	test('a file over the sidecar limit fails the Save with the file and limit named, saves nothing and fails the instance at once', async () => {
-		const { small, run, start, instances, checkpoints } = await smallSidecar({
-			DURABLE_MAX_FILE_BYTES: '1000000',
-		});
-		try {
-			await start('o-big');
-			await expect(
-				run(new DurableCheckpoint(), [itemOf('o-big', { binary: binaryOfOrder() })], {
-					...saveParams,
-					instanceKey: 'o-big',
-				}),
-			).rejects.toMatchObject({
-				message: expect.stringMatching(
-					/^Uploading file 'invoice-1001.pdf' \(binary property 'data'\) failed: .*1,000,000 bytes \(DURABLE_MAX_FILE_BYTES\)/,
-				),
-				// The hint is the file limit's, not the state limit's.
-				description: expect.stringMatching(/Save Files/),
-			});
-			expect(await checkpoints('o-big')).toBe(0);
-			// Every resume would be refused alike: the instance is failed at once, with the reason.
-			const [inst] = await instances('o-big');
-			expect(inst.status).toBe('failed');
-			expect(inst.error_message).toMatch(
-				/^Durable Node: step 'downloaded' not saved\. .*DURABLE_MAX_FILE_BYTES.*retry the instance/,
-			);
-		} finally {
-			await small.stop();
-		}
+		await withSmallSidecar(
+			{
+				DURABLE_MAX_FILE_BYTES: '1000000',
+			},
+			async ({ run, start, instances, checkpoints }) => {
+				await start('o-big');
+				await expect(
+					run(new DurableCheckpoint(), [itemOf('o-big', { binary: binaryOfOrder() })], {
+						...saveParams,
+						instanceKey: 'o-big',
+					}),
+				).rejects.toMatchObject({
+					message: expect.stringMatching(
+						/^Uploading file 'invoice-1001.pdf' \(binary property 'data'\) failed: .*1,000,000 bytes \(DURABLE_MAX_FILE_BYTES\)/,
+					),
+					// The hint is the file limit's, not the state limit's.
+					description: expect.stringMatching(/Save Files/),
+				});
+				expect(await checkpoints('o-big')).toBe(0);
+				// Every resume would be refused alike: the instance is failed at once, with the reason.
+				const [inst] = await instances('o-big');
+				expect(inst.status).toBe('failed');
+				expect(inst.error_message).toMatch(
+					/^Durable Node: step 'downloaded' not saved\. .*DURABLE_MAX_FILE_BYTES.*retry the instance/,
+				);
+			},
+		);
 	});
 
 	test('with Continue On Fail, an item whose file is refused leaves as an error item and its instance is failed; the others are saved', async () => {
-		const { small, run, start, instances, checkpoints } = await smallSidecar({
-			DURABLE_MAX_FILE_BYTES: '1000000',
-		});
-		try {
-			await start('c-big', 'c-small');
-			const [out] = await run(
-				new DurableCheckpoint(),
-				[
-					itemOf('c-big', { binary: binaryOfOrder() }),
-					itemOf('c-small', {
-						binary: { label: storedBinary(Buffer.from('ok'), 'ok.txt', 'text/plain') },
-					}),
-				],
-				{ ...saveParams, instanceKey: (i: number) => ['c-big', 'c-small'][i] },
-				true,
-			);
-			expect(out).toHaveLength(2);
-			expect(out[0].json.error).toMatch(/DURABLE_MAX_FILE_BYTES/);
-			expect(out[1].json.error).toBeUndefined();
-			expect(await checkpoints('c-big')).toBe(0);
-			expect(await checkpoints('c-small')).toBe(1);
-			expect((await instances('c-%')).map((r) => [r.instance_key, r.status])).toEqual([
-				['c-big', 'failed'],
-				['c-small', 'running'],
-			]);
-		} finally {
-			await small.stop();
-		}
+		await withSmallSidecar(
+			{
+				DURABLE_MAX_FILE_BYTES: '1000000',
+			},
+			async ({ run, start, instances, checkpoints }) => {
+				await start('c-big', 'c-small');
+				const [out] = await run(
+					new DurableCheckpoint(),
+					[
+						itemOf('c-big', { binary: binaryOfOrder() }),
+						itemOf('c-small', {
+							binary: { label: storedBinary(Buffer.from('ok'), 'ok.txt', 'text/plain') },
+						}),
+					],
+					{ ...saveParams, instanceKey: (i: number) => ['c-big', 'c-small'][i] },
+					true,
+				);
+				expect(out).toHaveLength(2);
+				expect(out[0].json.error).toMatch(/DURABLE_MAX_FILE_BYTES/);
+				expect(out[1].json.error).toBeUndefined();
+				expect(await checkpoints('c-big')).toBe(0);
+				expect(await checkpoints('c-small')).toBe(1);
+				expect((await instances('c-%')).map((r) => [r.instance_key, r.status])).toEqual([
+					['c-big', 'failed'],
+					['c-small', 'running'],
+				]);
+			},
+		);
 	});
 
 	test('a state over the sidecar limit fails its instance at once with the reason, with or without Continue On Fail', async () => {
-		const { small, run, start, instances, checkpoints } = await smallSidecar({
-			DURABLE_MAX_STATE_BYTES: '2000',
-		});
-		try {
-			await start('o-state', 'o-state-cof');
-			const big = 'x'.repeat(5000);
-			const save = (key: string, continueOnFail: boolean) =>
-				run(
-					new DurableCheckpoint(),
-					[{ json: { orderId: key, big, durable: { instanceKey: key, workflowId: wf } } }],
-					{ ...saveParams, instanceKey: key, stepName: 'fetched' },
-					continueOnFail,
-				);
-			await expect(save('o-state', false)).rejects.toMatchObject({
-				message: expect.stringMatching(/DURABLE_MAX_STATE_BYTES/),
-				description: expect.stringMatching(/fails its instance/),
-			});
-			// Continue On Fail: the error branch gets the item, and the instance is failed all the same.
-			const [out] = await save('o-state-cof', true);
-			expect(out[0].json.error).toMatch(/DURABLE_MAX_STATE_BYTES/);
-			const rows = await instances('o-state%');
-			expect(rows.map((r) => [r.instance_key, r.status])).toEqual([
-				['o-state', 'failed'],
-				['o-state-cof', 'failed'],
-			]);
-			for (const r of rows) {
-				expect(r.error_message).toMatch(
-					/^Durable Node: step 'fetched' not saved\. .*DURABLE_MAX_STATE_BYTES/,
-				);
-			}
-			expect(await checkpoints('o-state%')).toBe(0);
-		} finally {
-			await small.stop();
-		}
+		await withSmallSidecar(
+			{
+				DURABLE_MAX_STATE_BYTES: '2000',
+			},
+			async ({ run, start, instances, checkpoints }) => {
+				await start('o-state', 'o-state-cof');
+				const big = 'x'.repeat(5000);
+				const save = (key: string, continueOnFail: boolean) =>
+					run(
+						new DurableCheckpoint(),
+						[{ json: { orderId: key, big, durable: { instanceKey: key, workflowId: wf } } }],
+						{ ...saveParams, instanceKey: key, stepName: 'fetched' },
+						continueOnFail,
+					);
+				await expect(save('o-state', false)).rejects.toMatchObject({
+					message: expect.stringMatching(/DURABLE_MAX_STATE_BYTES/),
+					description: expect.stringMatching(/fails its instance/),
+				});
+				// Continue On Fail: the error branch gets the item, and the instance is failed all the same.
+				const [out] = await save('o-state-cof', true);
+				expect(out[0].json.error).toMatch(/DURABLE_MAX_STATE_BYTES/);
+				const rows = await instances('o-state%');
+				expect(rows.map((r) => [r.instance_key, r.status])).toEqual([
+					['o-state', 'failed'],
+					['o-state-cof', 'failed'],
+				]);
+				for (const r of rows) {
+					expect(r.error_message).toMatch(
+						/^Durable Node: step 'fetched' not saved\. .*DURABLE_MAX_STATE_BYTES/,
+					);
+				}
+				expect(await checkpoints('o-state%')).toBe(0);
+			},
+		);
 	});
 
 	test('a Claim answered Done Before gets the files of the save that completed its key', async () => {
