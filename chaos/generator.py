@@ -103,8 +103,9 @@ def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
     """A Durable Limit (docs/nodes.md) on some side effects, shared by the case's keys: a section (one call at a
     time) or a rate (RATE_ITEMS per RATE_PERIOD_S). Not on a sub-workflow or line items (their Claims are inside a
     loop or another workflow), nor on any segment after a lines segment (its items are still the order's lines,
-    several items of one instance in one run: a limit counts instances, and n8n sends a run's items on together;
-    docs/flow-control.md), and no rate where n8n's Retry On Fail sends the call again without the limit."""
+    which go through a limit together: a Rate Limit there needs a Burst of at least the lines, and rule 6 checks
+    a rate's calls as evenly spaced; docs/flow-control.md), and no rate where n8n's Retry On Fail sends the call
+    again without the limit."""
     out = []
     lined = False
     for s in segments:

@@ -14,6 +14,7 @@ import {
 import { nodeOf } from './run-node';
 import { cachedCredentials } from './credential-cache';
 import { sidecarError, type ErrorContext } from './errors';
+import type { Target } from './refs';
 import {
 	sidecarClientFor,
 	InstanceStatus,
@@ -323,4 +324,28 @@ export function eventJson(event: Event | undefined): IDataObject | null {
 		sender: event.sender,
 		receivedAt: event.receivedAt ? event.receivedAt.toISOString() : null,
 	};
+}
+
+/**
+ * Fails an instance that no resume can carry on (a limit the sidecar refuses, a workflow its
+ * items cannot pass), with `message` as its error and no retry by its policy: the console and the
+ * CLI say why at once, instead of the instance being resumed and refused until its policy gives up.
+ * Best effort: the caller's own error is what the author sees either way.
+ */
+export async function failInstanceForGood(
+	client: SidecarClient,
+	{ workflowId, instanceKey, executionId }: Target,
+	message: string,
+): Promise<void> {
+	try {
+		await client.failInstance({
+			workflowId,
+			instanceKey,
+			executionId,
+			errorMessage: message.slice(0, 4096),
+			retry: false,
+		});
+	} catch {
+		// The instance is then resumed under its retry policy, and refused again.
+	}
 }

@@ -42,6 +42,7 @@ export {
 	OverLimit,
 	ThrottleOutcome,
 } from './gen/durable/v1/limits';
+export type { ThrottleResponse } from './gen/durable/v1/limits';
 export type {
 	ResumableInstance,
 	StartOrResumeResponse,

@@ -8,6 +8,7 @@ import { sleep, type INodeExecutionData } from 'n8n-workflow';
 import { configuredOutputs, DurableLimit } from '../nodes/DurableLimit/DurableLimit.node';
 import { OUTPUT_RESUME, OUTPUT_START, ResumePoint } from '../nodes/ResumePoint/ResumePoint.node';
 import { ResumeReason } from '../shared/transport';
+import type { ParamValue } from './support/n8n';
 import { client, runNode, sidecar, useSidecar } from './support/waits-and-signals';
 
 useSidecar();
@@ -28,7 +29,7 @@ async function started(keys: string[], executionId = 'exec-1'): Promise<INodeExe
 }
 
 const limit = (
-	params: Record<string, string | number>,
+	params: Record<string, ParamValue>,
 	items: INodeExecutionData[],
 	executionId = 'exec-1',
 	continueOnFail = false,
@@ -156,6 +157,56 @@ describe('Durable Limit with the real sidecar', () => {
 		);
 		expect(rows.map((r) => r.instance_key).sort()).toEqual(parked.sort());
 		expect(new Set(rows.map((r) => r.state))).toEqual(new Set(['reserved']));
+	});
+
+	test("Rate Limit: an order's lines in one run are one call, go on or are parked together, and come back together", async () => {
+		const name = unique('lines');
+		const params = {
+			operation: 'rateLimit',
+			limitName: name,
+			maxItems: 3,
+			periodAmount: 3,
+			periodUnit: 'seconds',
+			options: { burst: 3, maxWaitSeconds: 0 },
+		};
+		const linesOf = (items: INodeExecutionData[], n: number) =>
+			items.flatMap((item) => Array.from({ length: n }, () => item));
+		const [a, b] = [unique('o'), unique('o')];
+		// A's two lines take two of the burst's three at once; B's two lines (in the same run) cannot both
+		// go yet, so neither goes (one of them used to, while B was parked).
+		const [allowed] = await limit(params, linesOf(await started([a, b]), 2));
+		expect(keysOf(allowed)).toEqual([a, a]);
+		expect(new Set(allowed.map((i) => (i.json.limit as { slotAt: string }).slotAt)).size).toBe(1);
+		const rows = await sidecar.sql<{ instance_key: string }>(
+			'SELECT instance_key FROM durable_limit_entries WHERE limit_name = $1',
+			[name],
+		);
+		expect(rows.map((r) => r.instance_key)).toEqual([b]); // one reservation, B parked as a whole
+		const back = await resumed([b], 'exec-2');
+		expect(keysOf(back)).toEqual([b]);
+		const [again] = await limit(params, linesOf(back, 2), 'exec-2');
+		expect(keysOf(again)).toEqual([b, b]);
+		expect(again[0].json.limit).toMatchObject({ outcome: 'allowed' });
+	});
+
+	test('Rate Limit: more lines of one order than the Burst fail their instance with the way out, not a livelock', async () => {
+		const name = unique('over');
+		const order = unique('o');
+		const items = await started([order]);
+		const params = { operation: 'rateLimit', limitName: name, maxItems: 5, periodAmount: 1 };
+		await expect(limit(params, [...items, ...items])).rejects.toThrow(
+			`2 items of instance '${order}' reached the Rate Limit`,
+		);
+		const [row] = await sidecar.sql<{ status: string; error_message: string }>(
+			'SELECT status, error_message FROM durable_instances WHERE workflow_id = $1 AND instance_key = $2',
+			[wf, order],
+		);
+		expect(row.status).toBe('failed');
+		expect(row.error_message).toContain('Set the option Burst to at least');
+		const entries = await sidecar.sql('SELECT 1 FROM durable_limit_entries WHERE limit_name = $1', [
+			name,
+		]);
+		expect(entries).toHaveLength(0);
 	});
 
 	test('Debounce keep First: the first item waits for the burst to end; later ones leave by Debounced at once', async () => {

@@ -400,12 +400,53 @@ async def test_a_parked_slot_wakes_its_item_ahead_so_the_call_goes_out_on_time(h
     assert (await get(s, third)).wake_at.ToDatetime() == late.slot_at.ToDatetime()
 
 
+async def test_several_calls_of_one_instance_take_that_many_slots_at_one_time(harness: Harness) -> None:
+    """An instance's items that reach the limit in one run (an order's lines) make one call for all of them: it
+    takes that many slots at one time (within the burst), and the instance is parked as a whole and given all of
+    them together on resume (before, one of them went on while the instance was parked, and the instance was
+    parked again on every resume)."""
+    s, name = harness.alpha, _name()
+    first, second, third = await started(s, 3)
+    rate = {"limit": 4, "period_ms": 2000, "burst": 3}  # spaced 500 ms, 3 at once after a quiet spell
+    now = await throttle(s, first, name, calls=3, max_wait_ms=0, **rate)
+    assert (now.outcome, now.wait_ms) == (ALLOWED, 0)
+    parked = await throttle(s, second, name, calls=2, max_wait_ms=0, **rate)
+    assert parked.outcome == T_WAITING
+    # The three took 1.5 s of the key; two more conform together once one interval of it is left over the burst.
+    assert parked.slot_at.ToDatetime() - now.slot_at.ToDatetime() == timedelta(milliseconds=1000)
+    behind = await throttle(s, third, name, max_wait_ms=300_000, **rate)
+    assert behind.slot_at.ToDatetime() - parked.slot_at.ToDatetime() == timedelta(milliseconds=500)
+    handed = await handed_out(s, [second])
+    await resume(s, handed[0], "exec-2")
+    got = await throttle(s, second, name, execution="exec-2", calls=2, max_wait_ms=300_000, **rate)
+    assert got.outcome == ALLOWED and got.slot_at == parked.slot_at  # both slots, spent once
+
+
+async def test_calls_of_several_items_never_give_more_in_any_window_than_the_rate_allows(harness: Harness) -> None:
+    s, name = harness.alpha, _name()
+    keys = await started(s, 30)
+    times = []
+    rng = random.Random(43)
+    for i, key in enumerate(keys):
+        if i % 7 == 3:
+            await asyncio.sleep(rng.uniform(0.05, 0.4))
+        calls = rng.randint(1, 3)
+        a = await throttle(s, key, name, limit=10, period_ms=1000, burst=3, calls=calls, max_wait_ms=300_000)
+        assert a.outcome == ALLOWED
+        times.extend([a.slot_at.ToDatetime()] * calls)
+    assert times == sorted(times)
+    assert _most_in_window(times, timedelta(seconds=1)) <= 10 + 3 - 1
+    assert _most_in_window(times, timedelta(milliseconds=100)) <= 3
+
+
 async def test_throttle_refuses_bad_input(harness: Harness) -> None:
     s, name = harness.alpha, _name()
     (key,) = await started(s, 1)
-    for kw in ({"limit": 0}, {"period_ms": 0}, {"period_ms": 86_400_001}, {"burst": 6}, {"max_wait_ms": 300_001}):
-        code, _ = await refused(throttle(s, key, name, **kw))
+    for kw in ({"limit": 0}, {"period_ms": 0}, {"period_ms": 86_400_001}, {"burst": 6}, {"max_wait_ms": 300_001},
+               {"calls": 2}, {"calls": -1}, {"calls": 4, "burst": 3}):
+        code, details = await refused(throttle(s, key, name, **kw))
         assert code == grpc.StatusCode.INVALID_ARGUMENT, kw
+        assert "calls" not in kw or "calls must be" in details
     assert await fetch(_url(harness), "SELECT count(*) FROM durable_limits WHERE limit_name = %s", name) == [(0,)]
 
 

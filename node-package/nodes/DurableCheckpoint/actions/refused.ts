@@ -11,6 +11,7 @@
  */
 import { NodeOperationError } from 'n8n-workflow';
 
+import { failInstanceForGood } from '../../../shared/node-helpers';
 import type { SaveCheckpointItem } from '../../../shared/transport';
 import type { CheckpointRun } from './run';
 
@@ -37,16 +38,6 @@ export async function failRefused(
 		const message =
 			`${node.name}: step '${stepName}' not saved. ${error.message}. ` +
 			'Refused by the sidecar: retry the instance once the limit is raised or the workflow saves less.';
-		try {
-			await client.failInstance({
-				workflowId,
-				instanceKey,
-				executionId,
-				errorMessage: message.slice(0, 4096),
-				retry: false,
-			});
-		} catch {
-			// Best effort: the instance is then resumed under its retry policy, as before.
-		}
+		await failInstanceForGood(client, { workflowId, instanceKey, executionId }, message);
 	}
 }

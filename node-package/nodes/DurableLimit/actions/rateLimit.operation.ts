@@ -1,12 +1,18 @@
 /**
  * Rate Limit: at most N items per period per key, across every n8n process. An item whose slot is
- * near waits in this execution (only when the run has one item: items of one run leave the node
+ * near waits in this execution (only when the run makes one call: items of one run leave the node
  * together); a later slot is reserved and the item parked until it, or it leaves by Busy.
+ *
+ * The items of one instance at one key (an order's lines after a Split Out) are one call for all of
+ * them: n8n sends them on together, so they take that many slots at one time, which the Burst must
+ * allow, and the instance goes on or is parked as a whole. (Parked while one of its items went on,
+ * the instance was resumed, saved anew, and parked again, never finishing.)
  */
-import { sleep } from 'n8n-workflow';
+import { NodeOperationError, sleep } from 'n8n-workflow';
 
-import { OverLimit, ThrottleOutcome } from '../../../shared/transport';
-import { nodeParameter } from '../../../shared/upstream';
+import { failInstanceForGood } from '../../../shared/node-helpers';
+import { OverLimit, ThrottleOutcome, type ThrottleResponse } from '../../../shared/transport';
+import { nodeParameter, type Target } from '../../../shared/upstream';
 import { millisecondsOf, routeItems, waitMs, type LimitOperation } from './run';
 
 const ALLOWED = 0;
@@ -14,7 +20,53 @@ const BUSY = 1;
 
 export const execute: LimitOperation = async (ctx, run) => {
 	const busy = nodeParameter(ctx, 'overLimit', 0, 'wait') === 'busy';
-	const alone = run.items.length === 1;
+	// Items by the call they make: their instance and the limit's key. An item whose instance or key
+	// cannot be read makes no call (routeItems reports its error).
+	const callOf = (i: number): string | undefined => {
+		try {
+			const { workflowId, instanceKey } = run.target(i);
+			const { limitName, limitKey } = run.limitOf(i);
+			return JSON.stringify([workflowId, instanceKey, limitName, limitKey]);
+		} catch {
+			return undefined;
+		}
+	};
+	const callOfItem = run.items.map((_, i) => callOf(i));
+	const itemsOfCall = new Map<string, number>();
+	for (const call of callOfItem) {
+		if (call !== undefined) itemsOfCall.set(call, (itemsOfCall.get(call) ?? 0) + 1);
+	}
+	const alone = itemsOfCall.size <= 1;
+	const answers = new Map<string, Promise<ThrottleResponse>>();
+	const throttle = async (i: number, target: Target, call: string): Promise<ThrottleResponse> => {
+		const { limitName, limitKey } = run.limitOf(i);
+		const limit = Number(nodeParameter(ctx, 'maxItems', i, 10));
+		const burst = Number(nodeParameter(ctx, 'options.burst', i, 1));
+		const calls = itemsOfCall.get(call) ?? 1;
+		if (calls > burst) {
+			const message =
+				`${run.node.name}: ${calls} items of instance '${target.instanceKey}' reached the Rate Limit ` +
+				`'${limitName}' [${limitKey}] in one run. n8n sends them on together, so their calls would go ` +
+				`out at one time, and Burst is ${burst}.`;
+			const description =
+				`Set the option Burst to at least the most items one instance brings (at most Most Items, ${limit}), ` +
+				'or place the Rate Limit before the node that splits an instance into items (Split Out). ' +
+				'The instance is failed, not retried: retry it once the workflow is changed.';
+			await failInstanceForGood(run.client, target, `${message} ${description}`);
+			throw new NodeOperationError(run.node, message, { itemIndex: i, description });
+		}
+		return await run.client.throttle({
+			...target,
+			limitName,
+			limitKey,
+			limit,
+			periodMs: millisecondsOf(ctx, run.node, i, 'periodAmount', 'periodUnit', 'Per'),
+			burst,
+			maxWaitMs: alone ? waitMs(ctx, i) : 0,
+			overLimit: busy ? OverLimit.OVER_LIMIT_REFUSE : OverLimit.OVER_LIMIT_WAIT,
+			calls,
+		});
+	};
 	return await routeItems(
 		ctx,
 		run,
@@ -22,17 +74,14 @@ export const execute: LimitOperation = async (ctx, run) => {
 		busy ? 2 : 1,
 		busy ? BUSY : ALLOWED,
 		async (i, target) => {
+			const call = callOfItem[i] ?? String(i);
+			let pending = answers.get(call);
+			if (pending === undefined) {
+				pending = throttle(i, target, call);
+				answers.set(call, pending);
+			}
+			const answer = await pending;
 			const { limitName, limitKey } = run.limitOf(i);
-			const answer = await run.client.throttle({
-				...target,
-				limitName,
-				limitKey,
-				limit: Number(nodeParameter(ctx, 'maxItems', i, 10)),
-				periodMs: millisecondsOf(ctx, run.node, i, 'periodAmount', 'periodUnit', 'Per'),
-				burst: Number(nodeParameter(ctx, 'options.burst', i, 1)),
-				maxWaitMs: alone ? waitMs(ctx, i) : 0,
-				overLimit: busy ? OverLimit.OVER_LIMIT_REFUSE : OverLimit.OVER_LIMIT_WAIT,
-			});
 			const limit = {
 				name: limitName,
 				key: limitKey,

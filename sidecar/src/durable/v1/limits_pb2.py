@@ -26,7 +26,7 @@ from durable.v1 import common_pb2 as durable_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64urable/v1/limits.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x01\n\x12\x41\x63quireSlotRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\x12\x13\n\x0bmax_holders\x18\x06 \x01(\x05\x12)\n\nover_limit\x18\x07 \x01(\x0e\x32\x15.durable.v1.OverLimit\x12\x13\n\x0bmax_wait_ms\x18\x08 \x01(\x03\"\x9e\x01\n\x13\x41\x63quireSlotResponse\x12+\n\x07outcome\x18\x01 \x01(\x0e\x32\x1a.durable.v1.AcquireOutcome\x12\x0f\n\x07holders\x18\x02 \x01(\x05\x12\x0f\n\x07waiters\x18\x03 \x01(\x05\x12\x10\n\x08position\x18\x04 \x01(\x05\x12&\n\x08instance\x18\x05 \x01(\x0b\x32\x14.durable.v1.Instance\"|\n\x12ReleaseSlotRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\"Z\n\x13ReleaseSlotResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x0f\n\x07granted\x18\x02 \x01(\x05\x12\x0f\n\x07holders\x18\x03 \x01(\x05\x12\x0f\n\x07waiters\x18\x04 \x01(\x05\"\xea\x01\n\x0fThrottleRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\x12\r\n\x05limit\x18\x06 \x01(\x05\x12\x11\n\tperiod_ms\x18\x07 \x01(\x03\x12\r\n\x05\x62urst\x18\x08 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\t \x01(\x03\x12)\n\nover_limit\x18\n \x01(\x0e\x32\x15.durable.v1.OverLimit\"\xa6\x01\n\x10ThrottleResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.durable.v1.ThrottleOutcome\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x03\x12+\n\x07slot_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08instance\x18\x04 \x01(\x0b\x32\x14.durable.v1.Instance\"\xc8\x01\n\x0f\x44\x65\x62ounceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\x12\x10\n\x08quiet_ms\x18\x06 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\x03\x12&\n\x04keep\x18\x08 \x01(\x0e\x32\x18.durable.v1.DebounceKeep\"\x97\x01\n\x10\x44\x65\x62ounceResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.durable.v1.DebounceOutcome\x12-\n\tdecide_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08instance\x18\x03 \x01(\x0b\x32\x14.durable.v1.Instance\"v\n\x14ListLimitKeysRequest\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.durable.v1.LimitKind\x12\x12\n\nlimit_name\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xa8\x01\n\nLimitEntry\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05owner\x18\x04 \x01(\t\x12)\n\x05since\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x83\x02\n\rLimitKeyState\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.durable.v1.LimitKind\x12\x12\n\nlimit_name\x18\x02 \x01(\t\x12\x11\n\tlimit_key\x18\x03 \x01(\t\x12\x0f\n\x07holders\x18\x04 \x01(\x05\x12\x0f\n\x07waiters\x18\x05 \x01(\x05\x12+\n\x07next_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x07\x65ntries\x18\x07 \x03(\x0b\x32\x16.durable.v1.LimitEntry\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x15ListLimitKeysResponse\x12\'\n\x04keys\x18\x01 \x03(\x0b\x32\x19.durable.v1.LimitKeyState\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*q\n\tLimitKind\x12\x1a\n\x16LIMIT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16LIMIT_KIND_CONCURRENCY\x10\x01\x12\x13\n\x0fLIMIT_KIND_RATE\x10\x02\x12\x17\n\x13LIMIT_KIND_DEBOUNCE\x10\x03*S\n\tOverLimit\x12\x1a\n\x16OVER_LIMIT_UNSPECIFIED\x10\x00\x12\x13\n\x0fOVER_LIMIT_WAIT\x10\x01\x12\x15\n\x11OVER_LIMIT_REFUSE\x10\x02*\x86\x01\n\x0e\x41\x63quireOutcome\x12\x1f\n\x1b\x41\x43QUIRE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x43QUIRE_OUTCOME_ACQUIRED\x10\x01\x12\x1b\n\x17\x41\x43QUIRE_OUTCOME_WAITING\x10\x02\x12\x18\n\x14\x41\x43QUIRE_OUTCOME_BUSY\x10\x03*\x8a\x01\n\x0fThrottleOutcome\x12 \n\x1cTHROTTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18THROTTLE_OUTCOME_ALLOWED\x10\x01\x12\x1c\n\x18THROTTLE_OUTCOME_WAITING\x10\x02\x12\x19\n\x15THROTTLE_OUTCOME_BUSY\x10\x03*^\n\x0c\x44\x65\x62ounceKeep\x12\x1d\n\x19\x44\x45\x42OUNCE_KEEP_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44\x45\x42OUNCE_KEEP_LAST\x10\x01\x12\x17\n\x13\x44\x45\x42OUNCE_KEEP_FIRST\x10\x02*\x8b\x01\n\x0f\x44\x65\x62ounceOutcome\x12 \n\x1c\x44\x45\x42OUNCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44\x45\x42OUNCE_OUTCOME_WAITING\x10\x01\x12\x18\n\x14\x44\x45\x42OUNCE_OUTCOME_RUN\x10\x02\x12\x1e\n\x1a\x44\x45\x42OUNCE_OUTCOME_DEBOUNCED\x10\x03\x32\x97\x03\n\x0cLimitService\x12N\n\x0b\x41\x63quireSlot\x12\x1e.durable.v1.AcquireSlotRequest\x1a\x1f.durable.v1.AcquireSlotResponse\x12N\n\x0bReleaseSlot\x12\x1e.durable.v1.ReleaseSlotRequest\x1a\x1f.durable.v1.ReleaseSlotResponse\x12\x45\n\x08Throttle\x12\x1b.durable.v1.ThrottleRequest\x1a\x1c.durable.v1.ThrottleResponse\x12\x45\n\x08\x44\x65\x62ounce\x12\x1b.durable.v1.DebounceRequest\x1a\x1c.durable.v1.DebounceResponse\x12Y\n\rListLimitKeys\x12 .durable.v1.ListLimitKeysRequest\x1a!.durable.v1.ListLimitKeysResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64urable/v1/limits.proto\x12\ndurable.v1\x1a\x17\x64urable/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x01\n\x12\x41\x63quireSlotRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\x12\x13\n\x0bmax_holders\x18\x06 \x01(\x05\x12)\n\nover_limit\x18\x07 \x01(\x0e\x32\x15.durable.v1.OverLimit\x12\x13\n\x0bmax_wait_ms\x18\x08 \x01(\x03\"\x9e\x01\n\x13\x41\x63quireSlotResponse\x12+\n\x07outcome\x18\x01 \x01(\x0e\x32\x1a.durable.v1.AcquireOutcome\x12\x0f\n\x07holders\x18\x02 \x01(\x05\x12\x0f\n\x07waiters\x18\x03 \x01(\x05\x12\x10\n\x08position\x18\x04 \x01(\x05\x12&\n\x08instance\x18\x05 \x01(\x0b\x32\x14.durable.v1.Instance\"|\n\x12ReleaseSlotRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\"Z\n\x13ReleaseSlotResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x0f\n\x07granted\x18\x02 \x01(\x05\x12\x0f\n\x07holders\x18\x03 \x01(\x05\x12\x0f\n\x07waiters\x18\x04 \x01(\x05\"\xf9\x01\n\x0fThrottleRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\x12\r\n\x05limit\x18\x06 \x01(\x05\x12\x11\n\tperiod_ms\x18\x07 \x01(\x03\x12\r\n\x05\x62urst\x18\x08 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\t \x01(\x03\x12)\n\nover_limit\x18\n \x01(\x0e\x32\x15.durable.v1.OverLimit\x12\r\n\x05\x63\x61lls\x18\x0b \x01(\x05\"\xa6\x01\n\x10ThrottleResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.durable.v1.ThrottleOutcome\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x03\x12+\n\x07slot_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08instance\x18\x04 \x01(\x0b\x32\x14.durable.v1.Instance\"\xc8\x01\n\x0f\x44\x65\x62ounceRequest\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\x12\x12\n\nlimit_name\x18\x04 \x01(\t\x12\x11\n\tlimit_key\x18\x05 \x01(\t\x12\x10\n\x08quiet_ms\x18\x06 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\x03\x12&\n\x04keep\x18\x08 \x01(\x0e\x32\x18.durable.v1.DebounceKeep\"\x97\x01\n\x10\x44\x65\x62ounceResponse\x12,\n\x07outcome\x18\x01 \x01(\x0e\x32\x1b.durable.v1.DebounceOutcome\x12-\n\tdecide_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08instance\x18\x03 \x01(\x0b\x32\x14.durable.v1.Instance\"v\n\x14ListLimitKeysRequest\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.durable.v1.LimitKind\x12\x12\n\nlimit_name\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xa8\x01\n\nLimitEntry\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x14\n\x0cinstance_key\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05owner\x18\x04 \x01(\t\x12)\n\x05since\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x02\x61t\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x83\x02\n\rLimitKeyState\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.durable.v1.LimitKind\x12\x12\n\nlimit_name\x18\x02 \x01(\t\x12\x11\n\tlimit_key\x18\x03 \x01(\t\x12\x0f\n\x07holders\x18\x04 \x01(\x05\x12\x0f\n\x07waiters\x18\x05 \x01(\x05\x12+\n\x07next_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x07\x65ntries\x18\x07 \x03(\x0b\x32\x16.durable.v1.LimitEntry\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x15ListLimitKeysResponse\x12\'\n\x04keys\x18\x01 \x03(\x0b\x32\x19.durable.v1.LimitKeyState\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*q\n\tLimitKind\x12\x1a\n\x16LIMIT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16LIMIT_KIND_CONCURRENCY\x10\x01\x12\x13\n\x0fLIMIT_KIND_RATE\x10\x02\x12\x17\n\x13LIMIT_KIND_DEBOUNCE\x10\x03*S\n\tOverLimit\x12\x1a\n\x16OVER_LIMIT_UNSPECIFIED\x10\x00\x12\x13\n\x0fOVER_LIMIT_WAIT\x10\x01\x12\x15\n\x11OVER_LIMIT_REFUSE\x10\x02*\x86\x01\n\x0e\x41\x63quireOutcome\x12\x1f\n\x1b\x41\x43QUIRE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x43QUIRE_OUTCOME_ACQUIRED\x10\x01\x12\x1b\n\x17\x41\x43QUIRE_OUTCOME_WAITING\x10\x02\x12\x18\n\x14\x41\x43QUIRE_OUTCOME_BUSY\x10\x03*\x8a\x01\n\x0fThrottleOutcome\x12 \n\x1cTHROTTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18THROTTLE_OUTCOME_ALLOWED\x10\x01\x12\x1c\n\x18THROTTLE_OUTCOME_WAITING\x10\x02\x12\x19\n\x15THROTTLE_OUTCOME_BUSY\x10\x03*^\n\x0c\x44\x65\x62ounceKeep\x12\x1d\n\x19\x44\x45\x42OUNCE_KEEP_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44\x45\x42OUNCE_KEEP_LAST\x10\x01\x12\x17\n\x13\x44\x45\x42OUNCE_KEEP_FIRST\x10\x02*\x8b\x01\n\x0f\x44\x65\x62ounceOutcome\x12 \n\x1c\x44\x45\x42OUNCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44\x45\x42OUNCE_OUTCOME_WAITING\x10\x01\x12\x18\n\x14\x44\x45\x42OUNCE_OUTCOME_RUN\x10\x02\x12\x1e\n\x1a\x44\x45\x42OUNCE_OUTCOME_DEBOUNCED\x10\x03\x32\x97\x03\n\x0cLimitService\x12N\n\x0b\x41\x63quireSlot\x12\x1e.durable.v1.AcquireSlotRequest\x1a\x1f.durable.v1.AcquireSlotResponse\x12N\n\x0bReleaseSlot\x12\x1e.durable.v1.ReleaseSlotRequest\x1a\x1f.durable.v1.ReleaseSlotResponse\x12\x45\n\x08Throttle\x12\x1b.durable.v1.ThrottleRequest\x1a\x1c.durable.v1.ThrottleResponse\x12\x45\n\x08\x44\x65\x62ounce\x12\x1b.durable.v1.DebounceRequest\x1a\x1c.durable.v1.DebounceResponse\x12Y\n\rListLimitKeys\x12 .durable.v1.ListLimitKeysRequest\x1a!.durable.v1.ListLimitKeysResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,18 +35,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LIMITSERVICE'].methods_by_name['ListLimitKeys']._loaded_options = None
   _globals['_LIMITSERVICE'].methods_by_name['ListLimitKeys']._serialized_options = b'\220\002\001'
-  _globals['_LIMITKIND']._serialized_start=2095
-  _globals['_LIMITKIND']._serialized_end=2208
-  _globals['_OVERLIMIT']._serialized_start=2210
-  _globals['_OVERLIMIT']._serialized_end=2293
-  _globals['_ACQUIREOUTCOME']._serialized_start=2296
-  _globals['_ACQUIREOUTCOME']._serialized_end=2430
-  _globals['_THROTTLEOUTCOME']._serialized_start=2433
-  _globals['_THROTTLEOUTCOME']._serialized_end=2571
-  _globals['_DEBOUNCEKEEP']._serialized_start=2573
-  _globals['_DEBOUNCEKEEP']._serialized_end=2667
-  _globals['_DEBOUNCEOUTCOME']._serialized_start=2670
-  _globals['_DEBOUNCEOUTCOME']._serialized_end=2809
+  _globals['_LIMITKIND']._serialized_start=2110
+  _globals['_LIMITKIND']._serialized_end=2223
+  _globals['_OVERLIMIT']._serialized_start=2225
+  _globals['_OVERLIMIT']._serialized_end=2308
+  _globals['_ACQUIREOUTCOME']._serialized_start=2311
+  _globals['_ACQUIREOUTCOME']._serialized_end=2445
+  _globals['_THROTTLEOUTCOME']._serialized_start=2448
+  _globals['_THROTTLEOUTCOME']._serialized_end=2586
+  _globals['_DEBOUNCEKEEP']._serialized_start=2588
+  _globals['_DEBOUNCEKEEP']._serialized_end=2682
+  _globals['_DEBOUNCEOUTCOME']._serialized_start=2685
+  _globals['_DEBOUNCEOUTCOME']._serialized_end=2824
   _globals['_ACQUIRESLOTREQUEST']._serialized_start=98
   _globals['_ACQUIRESLOTREQUEST']._serialized_end=307
   _globals['_ACQUIRESLOTRESPONSE']._serialized_start=310
@@ -56,21 +56,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RELEASESLOTRESPONSE']._serialized_start=596
   _globals['_RELEASESLOTRESPONSE']._serialized_end=686
   _globals['_THROTTLEREQUEST']._serialized_start=689
-  _globals['_THROTTLEREQUEST']._serialized_end=923
-  _globals['_THROTTLERESPONSE']._serialized_start=926
-  _globals['_THROTTLERESPONSE']._serialized_end=1092
-  _globals['_DEBOUNCEREQUEST']._serialized_start=1095
-  _globals['_DEBOUNCEREQUEST']._serialized_end=1295
-  _globals['_DEBOUNCERESPONSE']._serialized_start=1298
-  _globals['_DEBOUNCERESPONSE']._serialized_end=1449
-  _globals['_LISTLIMITKEYSREQUEST']._serialized_start=1451
-  _globals['_LISTLIMITKEYSREQUEST']._serialized_end=1569
-  _globals['_LIMITENTRY']._serialized_start=1572
-  _globals['_LIMITENTRY']._serialized_end=1740
-  _globals['_LIMITKEYSTATE']._serialized_start=1743
-  _globals['_LIMITKEYSTATE']._serialized_end=2002
-  _globals['_LISTLIMITKEYSRESPONSE']._serialized_start=2004
-  _globals['_LISTLIMITKEYSRESPONSE']._serialized_end=2093
-  _globals['_LIMITSERVICE']._serialized_start=2812
-  _globals['_LIMITSERVICE']._serialized_end=3219
+  _globals['_THROTTLEREQUEST']._serialized_end=938
+  _globals['_THROTTLERESPONSE']._serialized_start=941
+  _globals['_THROTTLERESPONSE']._serialized_end=1107
+  _globals['_DEBOUNCEREQUEST']._serialized_start=1110
+  _globals['_DEBOUNCEREQUEST']._serialized_end=1310
+  _globals['_DEBOUNCERESPONSE']._serialized_start=1313
+  _globals['_DEBOUNCERESPONSE']._serialized_end=1464
+  _globals['_LISTLIMITKEYSREQUEST']._serialized_start=1466
+  _globals['_LISTLIMITKEYSREQUEST']._serialized_end=1584
+  _globals['_LIMITENTRY']._serialized_start=1587
+  _globals['_LIMITENTRY']._serialized_end=1755
+  _globals['_LIMITKEYSTATE']._serialized_start=1758
+  _globals['_LIMITKEYSTATE']._serialized_end=2017
+  _globals['_LISTLIMITKEYSRESPONSE']._serialized_start=2019
+  _globals['_LISTLIMITKEYSRESPONSE']._serialized_end=2108
+  _globals['_LIMITSERVICE']._serialized_start=2827
+  _globals['_LIMITSERVICE']._serialized_end=3234
 # @@protoc_insertion_point(module_scope)

@@ -134,7 +134,7 @@ class ReleaseSlotResponse(_message.Message):
     def __init__(self, released: _Optional[bool] = ..., granted: _Optional[int] = ..., holders: _Optional[int] = ..., waiters: _Optional[int] = ...) -> None: ...
 
 class ThrottleRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key", "limit", "period_ms", "burst", "max_wait_ms", "over_limit")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key", "limit", "period_ms", "burst", "max_wait_ms", "over_limit", "calls")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class ThrottleRequest(_message.Message):
     BURST_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -155,7 +156,8 @@ class ThrottleRequest(_message.Message):
     burst: int
     max_wait_ms: int
     over_limit: OverLimit
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., limit_name: _Optional[str] = ..., limit_key: _Optional[str] = ..., limit: _Optional[int] = ..., period_ms: _Optional[int] = ..., burst: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., over_limit: _Optional[_Union[OverLimit, str]] = ...) -> None: ...
+    calls: int
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., limit_name: _Optional[str] = ..., limit_key: _Optional[str] = ..., limit: _Optional[int] = ..., period_ms: _Optional[int] = ..., burst: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., over_limit: _Optional[_Union[OverLimit, str]] = ..., calls: _Optional[int] = ...) -> None: ...
 
 class ThrottleResponse(_message.Message):
     __slots__ = ("outcome", "wait_ms", "slot_at", "instance")

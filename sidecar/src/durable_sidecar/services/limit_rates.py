@@ -42,12 +42,16 @@ class _RateCall:
     in_process: timedelta
     lead: timedelta
     over: Over
+    calls: int
 
 
 def _gcra(next_at: datetime | None, now: datetime, call: _RateCall) -> tuple[datetime, datetime]:
-    """The generic cell rate algorithm on a key's row: (the caller's slot, the row's next theoretical time)."""
+    """The generic cell rate algorithm on a key's row, for a call that stands for `calls` calls at one time (at
+    most the burst): (the caller's slot, the row's next theoretical time). The slot is when all of them conform
+    together, as the last would if they were spaced; they take `calls` emission intervals."""
     theoretical = max(next_at or now, now)
-    return max(now, theoretical - call.tolerance), theoretical + call.spacing
+    return (max(now, theoretical + call.spacing * (call.calls - 1) - call.tolerance),
+            theoretical + call.spacing * call.calls)
 
 
 class RateLimiter:
@@ -69,7 +73,7 @@ class RateLimiter:
 
 
     async def throttle(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str, limit: int,
-                       period_ms: int, burst: int, max_wait_ms: int, over: Over) -> Answer:
+                       period_ms: int, burst: int, max_wait_ms: int, over: Over, calls: int = 1) -> Answer:
         check_call(ref, execution_id, limit_name, limit_key)
         if not 0 <= max_wait_ms <= MAX_IN_PROCESS_WAIT_MS:
             raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_IN_PROCESS_WAIT_MS}, got {max_wait_ms}")
@@ -80,12 +84,17 @@ class RateLimiter:
         burst = burst or 1
         if not 1 <= burst <= limit:
             raise InvalidArgument(f"burst must be 1 to limit ({limit}), got {burst}")
+        calls = calls or 1
+        if not 1 <= calls <= burst:
+            raise InvalidArgument(f"calls must be 1 to burst ({burst}): {calls} calls at one time would go beyond "
+                                  f"{limit} per {period_ms} ms spaced {burst} at a time; raise the burst to at least "
+                                  f"{calls}, or send one item per instance through the limit")
         spacing = timedelta(milliseconds=period_ms) / limit
         in_process = timedelta(milliseconds=max_wait_ms)
         # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call
         # is answered ALLOWED with the rest of the wait (never parked again).
         call = _RateCall(ref, execution_id, LimitId(ref.namespace, "rate", limit_name, limit_key), spacing,
-                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over)
+                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over, calls)
         group = "\x00".join((ref.namespace, limit_name, limit_key, str(limit), str(period_ms), str(burst),
                               str(max_wait_ms), over.value))
         return await self._rate_groups.write(group, call)

@@ -319,10 +319,10 @@ class LimitService:
     # --- rate ----------------------------------------------------------------------------------------------
 
     async def throttle(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str, limit: int,
-                       period_ms: int, burst: int, max_wait_ms: int, over: Over) -> Answer:
+                       period_ms: int, burst: int, max_wait_ms: int, over: Over, calls: int = 1) -> Answer:
         return await self.rates.throttle(ref, execution_id=execution_id, limit_name=limit_name, limit_key=limit_key,
                                          limit=limit, period_ms=period_ms, burst=burst, max_wait_ms=max_wait_ms,
-                                         over=over)
+                                         over=over, calls=calls)
 
     # --- debounce ------------------------------------------------------------------------------------------
 

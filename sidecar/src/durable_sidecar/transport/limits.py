@@ -67,7 +67,7 @@ class LimitServicer(limits_pb2_grpc.LimitServiceServicer):
             InstanceRef(ns, request.workflow_id, request.instance_key), execution_id=request.execution_id,
             limit_name=request.limit_name, limit_key=request.limit_key, limit=request.limit,
             period_ms=request.period_ms, burst=request.burst, max_wait_ms=request.max_wait_ms,
-            over=_OVER[request.over_limit])
+            over=_OVER[request.over_limit], calls=request.calls)
         return limits_pb2.ThrottleResponse(outcome=_THROTTLE[a.outcome], wait_ms=a.wait_ms, slot_at=convert.ts(a.at),
                                            instance=convert.instance(a.instance))
 

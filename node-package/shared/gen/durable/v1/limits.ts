@@ -181,6 +181,12 @@ export interface ThrottleRequest {
    */
   maxWaitMs: number;
   overLimit: OverLimit;
+  /**
+   * The calls that go out together at the slot: the instance's items that
+   * reach the limit in one n8n run (n8n sends them on together), 1 to burst;
+   * 0 means 1. They take that many slots of the key, all at one time.
+   */
+  calls: number;
 }
 
 export interface ThrottleResponse {
@@ -729,6 +735,7 @@ function createBaseThrottleRequest(): ThrottleRequest {
     burst: 0,
     maxWaitMs: 0,
     overLimit: 0,
+    calls: 0,
   };
 }
 
@@ -763,6 +770,9 @@ export const ThrottleRequest: MessageFns<ThrottleRequest> = {
     }
     if (message.overLimit !== 0) {
       writer.uint32(80).int32(message.overLimit);
+    }
+    if (message.calls !== 0) {
+      writer.uint32(88).int32(message.calls);
     }
     return writer;
   },
@@ -860,6 +870,14 @@ export const ThrottleRequest: MessageFns<ThrottleRequest> = {
             message.overLimit = reader.int32() as any;
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.calls = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -887,6 +905,7 @@ export const ThrottleRequest: MessageFns<ThrottleRequest> = {
     message.burst = object.burst ?? 0;
     message.maxWaitMs = object.maxWaitMs ?? 0;
     message.overLimit = object.overLimit ?? 0;
+    message.calls = object.calls ?? 0;
     return message;
   },
 };
