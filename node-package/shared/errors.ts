@@ -106,6 +106,9 @@ export function hintFor(
 			if (/^session /.test(details)) {
 				return 'The sidecar ended the session of this n8n process (it sent no heartbeat for the grace period: it was frozen, overloaded or cut off from the sidecar) and freed its leases, so another execution may have resumed these instances. This execution stops here and changes nothing; new executions of this process work in a new session.';
 			}
+			if (/a finished instance starts no more side effects/.test(details)) {
+				return "This execution went on for an instance that is already finished (failed, completed or cancelled), for example past a refused Save whose On Error is 'Continue' (regular output), so the side effect was not started: nothing would resume the instance to record it. Route a Save's errors by its error output (On Error: Continue (using error output)) or an If on {{ $json.error }}, and retry the instance if it should run again.";
+			}
 			return 'The instance or key is in a state that forbids this operation (for example it is already completed or failed, or the idempotency key was used before with a different payload). Route such items with Continue On Fail, or use a new key.';
 		case GrpcStatus.ABORTED:
 			return 'Another execution moved on first (a stale expected sequence or idempotency attempt): this execution no longer holds the instance or key. Stop this branch; the newer execution continues the work.';

@@ -95,6 +95,26 @@ describe('Idempotency Guard 2.1: a Key you set counts within its instance', () =
 		}
 	});
 
+	test('a Claim for a finished instance (an execution that went on past its failure) starts nothing and says why', async () => {
+		const { run, lines, upstream } = await orderLines('wf-lines-failed', 'e1', ['o-f1']);
+		const client = getSidecarClient(sidecar.connection());
+		await client.failInstance({
+			workflowId: run.workflowId,
+			instanceKey: 'o-f1',
+			executionId: run.executionId,
+			errorMessage: 'Save: step not saved (refused)',
+			retry: false,
+		});
+		const count = async () => (await sidecar.sql('SELECT 1 FROM durable_idempotency_keys')).length;
+		const before = await count();
+		const refused = runGuard(run, lines, upstream, lineKey, 2.1);
+		await expect(refused).rejects.toThrow(/a finished instance starts no more side effects/);
+		await expect(refused).rejects.toMatchObject({
+			description: expect.stringMatching(/On Error: Continue \(using error output\)/),
+		});
+		expect(await count()).toBe(before);
+	});
+
 	test('a Key too long together with its instance key is an author error naming the limit; nothing is claimed', async () => {
 		const { run, lines, upstream } = await orderLines('wf-lines-long', 'e1', [
 			'o-' + 'x'.repeat(200),

@@ -398,6 +398,59 @@ async def test_claim_waits_while_the_keys_holder_still_holds_the_instance(harnes
     assert (await get_key(s, charge)).attempt == 1
 
 
+async def test_a_claim_for_a_finished_instance_starts_no_side_effect(harness: Harness, database_url: str) -> None:
+    """An execution that went on after its instance was failed (n8n's On Error "Continue" past a refused save) or
+    finished must not start a side effect for it: nothing would ever resume the instance to record the call. The
+    claim is refused, no key is written, a batch with such a claim claims nothing, and a completed key is still
+    replayed (no call is made)."""
+    s = harness.alpha
+    failed, completed, cancelled, running = new_key(), new_key(), new_key(), new_key()
+    for key in (failed, completed, cancelled, running):
+        await start(s, key, "exec-1")
+    replayed = new_key()
+    first = await claim(s, replayed, "exec-1", workflow_id=WF, instance_key=completed)
+    await save(s, item(completed, "Charge", {"ok": True}, complete_key=completing(replayed, first.key.attempt,
+                                                                                    b'{"id":"ch_1"}')))
+    await save(s, item(completed, "Done", {"ok": True}, complete_instance=True))
+    await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+        workflow_id=WF, instance_key=failed, execution_id="exec-1", error_message="refused", retry=False),
+        metadata=s.metadata)
+    await s.instances.CancelInstance(instance_pb2.CancelInstanceRequest(
+        workflow_id=WF, instance_key=cancelled, actor="ops", reason="test"), metadata=s.metadata)
+    for key, status in ((failed, "failed"), (completed, "completed"), (cancelled, "cancelled")):
+        charge = new_key()
+        code, details = await refused(claim(s, charge, "exec-1", workflow_id=WF, instance_key=key))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+        assert f"instance {WF}/{key} is {status}: a finished instance starts no more side effects" in details
+        assert details.startswith("items[0]:")
+        assert await fetch(database_url, "SELECT count(*) FROM durable_idempotency_keys WHERE key = %s",
+                           charge) == [(0,)]
+    # A completed key of the finished instance is replayed; the same key without the instance is unchanged.
+    again = await claim(s, replayed, "exec-1", workflow_id=WF, instance_key=completed)
+    assert again.outcome == DUPLICATE and again.key.result_json == b'{"id":"ch_1"}'
+    # A batch: the running instance's claim is not taken either (all or nothing), and is taken alone.
+    ok, bad = new_key(), new_key()
+    code, details = await refused(s.idempotency.Claim(idempotency_pb2.ClaimRequest(items=[
+        idempotency_pb2.ClaimItem(scope=SCOPE, key=ok, holder="exec-1", workflow_id=WF, instance_key=running),
+        idempotency_pb2.ClaimItem(scope=SCOPE, key=bad, holder="exec-1", workflow_id=WF, instance_key=failed)]),
+        metadata=s.metadata))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and details.startswith("items[1]:")
+    assert await fetch(database_url, "SELECT count(*) FROM durable_idempotency_keys WHERE key IN (%s, %s)",
+                       ok, bad) == [(0,)]
+    assert (await claim(s, ok, "exec-1", workflow_id=WF, instance_key=running)).outcome == ACQUIRED
+    # A key whose holder's lease lapsed is not taken over for a finished instance either.
+    lapsed = new_key()
+    await start(s, other := new_key(), "exec-1")
+    await claim(s, lapsed, "exec-1", workflow_id=WF, instance_key=other)
+    await expire_key_lease(database_url, lapsed)
+    await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+        workflow_id=WF, instance_key=other, execution_id="exec-1", error_message="refused", retry=False),
+        metadata=s.metadata)
+    code, _ = await refused(claim(s, lapsed, "exec-2", workflow_id=WF, instance_key=other))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert (await get_key(s, lapsed)).attempt == 1
+
+
 async def test_claim_naming_half_an_instance_is_invalid(harness: Harness) -> None:
     s = harness.alpha
     for kw in ({"workflow_id": WF}, {"instance_key": "order-1"}):

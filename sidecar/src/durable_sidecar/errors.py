@@ -23,6 +23,10 @@ class FailedPrecondition(DomainError):
     """The row's state forbids the call (e.g. saving to a completed instance)."""
 
 
+class InstanceFinished(FailedPrecondition):
+    """A claim for an instance that is completed, failed or cancelled: no side effect starts for it."""
+
+
 class StaleFencingToken(DomainError):
     """A fencing token (expected sequence, attempt number) is stale: re-read and retry higher up."""
 

@@ -30,7 +30,7 @@ from ..domain import (
     NewClaim,
     Page,
 )
-from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
+from ..errors import DomainError, FailedPrecondition, InstanceFinished, InvalidArgument, NotFound, StaleFencingToken, TooLarge, Unavailable
 from ..logs import instance_key_var
 from ..memory.completed_keys import CompletedKeys
 from ..stores.base import Conn, Database, SingleClaim
@@ -252,6 +252,9 @@ class IdempotencyService:
 
         try:
             results, renewed, now, taken_over = await self.db.transaction(txn)
+        except InstanceFinished:
+            metrics.IDEMPOTENCY_CLAIMS.labels("instance_finished").inc()
+            raise
         except FailedPrecondition:
             metrics.IDEMPOTENCY_CLAIMS.labels("mismatch").inc()
             raise
@@ -299,6 +302,7 @@ class IdempotencyService:
         for _ in range(_LOCK_TRIES):
             row = await self.store.get_txn(conn, claim.ref, for_update=True)
             if row is None:
+                await self._refuse_for_finished_instance(conn, index, claim)
                 created = await self.store.insert_txn(conn, claim)
                 if created is not None:
                     return Claimed(ClaimOutcome.ACQUIRED, created), False
@@ -306,6 +310,7 @@ class IdempotencyService:
             if row.expired(now):
                 # An expired key counts as unseen, but its attempt number carries on
                 # (never back to 1) so a late call from the old life stays fenced out.
+                await self._refuse_for_finished_instance(conn, index, claim)
                 return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=True)), True
             if row.fingerprint != claim.fingerprint and not self._legacy_match(row.fingerprint, claim):
                 raise FailedPrecondition(
@@ -329,8 +334,23 @@ class IdempotencyService:
                                    await self.store.acquire_txn(conn, claim, new_life=False)), False
                 return Claimed(ClaimOutcome.IN_PROGRESS, row), False
             # Failed, or in progress with a lapsed lease: the next attempt takes over.
+            await self._refuse_for_finished_instance(conn, index, claim)
             return Claimed(ClaimOutcome.ACQUIRED, await self.store.acquire_txn(conn, claim, new_life=False)), False
         raise Unavailable(f"items[{index}]: key {_name(claim.ref)} kept changing under the claim; retry")
+
+    async def _refuse_for_finished_instance(self, conn: Conn, index: int, claim: NewClaim) -> None:
+        """Refuses a claim that would start a side effect for an instance that is finished (completed, failed or
+        cancelled): nothing resumes it, so a call made now would be lost to it (an execution that went on after
+        its instance was failed, e.g. n8n's On Error "Continue" past a refused save). A completed key is still
+        replayed (no call is made). Read, not locked, as _holder_lost_instance reads it."""
+        if claim.instance is None or self.instances is None:
+            return
+        inst = await self.instances.get_txn(conn, claim.instance)
+        if inst is not None and inst.status.final:
+            raise InstanceFinished(
+                f"items[{index}]: instance {claim.instance.workflow_id}/{claim.instance.instance_key} is "
+                f"{inst.status.value}: a finished instance starts no more side effects, so key {_name(claim.ref)} "
+                "was not claimed and nothing in this batch was; retry the instance to run it again")
 
     async def _holder_lost_instance(self, conn: Conn, now: datetime, claim: NewClaim, row: IdempotencyKey) -> bool:
         """Whether the claimant holds the claim's instance (live lease) and the key's holder held it once, not now.

@@ -76,6 +76,10 @@ class IdempotencyStore:
         # lease it was just given: a running holder's key cannot expire under it.
         self.new_expiry = f"{d.greatest}({d.later_sql.format(param='ttl')}, {lease_until})"
         self.lease_until = lease_until
+        self._instance_finished = d.sql(
+            """SELECT 1 AS finished FROM durable_instances
+               WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(ik)s
+                 AND status IN ('completed', 'failed', 'cancelled')""")
         self._get = {lock: d.sql(f"SELECT {KEY_COLUMNS} FROM durable_idempotency_keys WHERE {KEY_WHERE}"
                                  f"{d.lock(lock)}") for lock in (False, True)}
         self._insert = d.sql(
@@ -151,8 +155,14 @@ class IdempotencyStore:
         Run with Database.single. A completed key read this way may be replayed
         (it cannot change before it expires); any other existing key, and None
         (no row seen), goes to the locked path. This default takes two statements
-        (fine where statements cost no round trip); PostgreSQL overrides it.
+        (fine where statements cost no round trip); PostgreSQL overrides it. A
+        claim naming a finished instance inserts nothing: the locked path refuses
+        it (PostgreSQL's statement does the same).
         """
+        ref = claim.instance
+        if ref is not None and await self.r.one(conn, self._instance_finished, {
+                "ns": ref.namespace, "wf": ref.workflow_id, "ik": ref.instance_key}) is not None:
+            return None
         created = await self.insert_txn(conn, claim)
         if created is not None:
             return SingleClaim(created, True, await self.now_txn(conn))

@@ -113,7 +113,10 @@ export interface ClaimItem {
    * `holder` holds this instance's lease and the key's holder does not, the
    * key's holder lost the instance (its execution died and the instance was
    * resumed): the key is acquired again with attempt + 1 at once instead of
-   * after its lease. The old holder's attempt is fenced off as usual.
+   * after its lease. The old holder's attempt is fenced off as usual. A claim
+   * that would take a key (start a side effect) for an instance that is
+   * completed, failed or cancelled is FAILED_PRECONDITION, and nothing in the
+   * batch is claimed; a completed key is still DUPLICATE.
    */
   workflowId: string;
   instanceKey: string;

@@ -18,11 +18,16 @@ from .db import RUNNER, pg
 class IdempotencyStore(idempotency.IdempotencyStore):
     def __init__(self) -> None:
         super().__init__(RUNNER)
+        # A claim naming a finished instance inserts nothing: with no key either, the locked path refuses it.
         self._claim_single = f"""WITH inserted AS (
                     INSERT INTO durable_idempotency_keys
                         (namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, expires_at)
-                    VALUES (%(ns)s, %(scope)s, %(key)s, 'in_progress', %(fp)s, 1, %(holder)s,
-                            {self.lease_until}, {self.new_expiry})
+                    SELECT %(ns)s, %(scope)s, %(key)s, 'in_progress', %(fp)s, 1, %(holder)s,
+                           {self.lease_until}, {self.new_expiry}
+                    WHERE NOT EXISTS (
+                        SELECT 1 FROM durable_instances
+                        WHERE namespace = %(ns)s AND workflow_id = %(instance_workflow)s
+                          AND instance_key = %(instance_key)s AND status IN ('completed', 'failed', 'cancelled'))
                     ON CONFLICT DO NOTHING
                     RETURNING {_COLUMNS})
                 SELECT *, true AS inserted, now() AS db_now FROM inserted
@@ -33,7 +38,10 @@ class IdempotencyStore(idempotency.IdempotencyStore):
     async def claim_single_txn(self, conn: Conn, claim: NewClaim) -> base.SingleClaim | None:
         # A row a concurrent claim inserted after this statement's snapshot is in neither
         # half: no row, and the caller takes the locked path.
-        cur = await pg(conn).execute(self._claim_single, _claim(claim))  # fixed text
+        instance = claim.instance
+        cur = await pg(conn).execute(self._claim_single, {  # fixed text
+            **_claim(claim), "instance_workflow": instance.workflow_id if instance else None,
+            "instance_key": instance.instance_key if instance else None})
         row = await cur.fetchone()
         return base.SingleClaim(self.record(row), bool(row["inserted"]), row["db_now"]) if row else None
 
