@@ -8,7 +8,7 @@ from collections import Counter
 
 import grpc
 import pytest
-from durable.v1 import audit_pb2, common_pb2, events_pb2, instance_pb2
+from durable.v1 import audit_pb2, common_pb2, events_pb2, instance_pb2, limits_pb2
 from durable_sidecar.domain import RetryPolicy
 from durable_sidecar.services.events import backoff_ms
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -627,5 +627,53 @@ async def test_signals_and_redrives_wake_the_resume_trigger_stream_at_once(harne
         await s.recovery.RetryInstance(events_pb2.RetryInstanceRequest(
             workflow_id=wf, instance_key=failed, actor="alice", reason="fixed"), metadata=s.metadata)
         assert (await handed_out(failed)).reason == instance_pb2.RESUME_REASON_REDRIVE
+    finally:
+        stream.cancel()
+
+
+async def test_the_resume_trigger_stream_claims_a_wake_up_at_its_time_not_at_its_next_poll(harness: Harness) -> None:
+    """An instance parked until a time (a rate limit's slot, a scheduled wake-up, a wait's timeout) is claimed at
+    that time by a stream that polls every ten minutes: the park wakes the streams, which plan their next claim
+    for it. (A user trial saw parked rate-limited orders come back up to 3 s after their slot with the Resume
+    Trigger's 5 s poll, so their calls went out late, bunched with the next slots' calls.)"""
+    s = harness.alpha
+    wf = f"wf-timed-{new_key()}"
+    stream = s.instances.WatchResumable(instance_pb2.WatchResumableRequest(
+        claimant="trigger", workflow_ids=[wf], max_instances=10, poll_interval_ms=600_000), metadata=s.metadata)
+    batches = stream.__aiter__()
+    loop = asyncio.get_running_loop()
+
+    async def begin(key: str) -> None:
+        await s.instances.StartOrResume(instance_pb2.StartOrResumeRequest(
+            workflow_id=wf, instance_key=key, execution_id="exec-1"), metadata=s.metadata)
+
+    async def handed_out(key: str, after: float) -> float:
+        """Seconds from `after` until the stream hands the instance out."""
+        while True:
+            batch = await asyncio.wait_for(batches.__anext__(), timeout=60)
+            if any(r.instance.instance_key == key for r in batch.instances):
+                return loop.time() - after
+
+    try:
+        assert not (await asyncio.wait_for(batches.__anext__(), timeout=30)).instances  # drained: now it sleeps
+        # A rate limit's slot: one call every 2 s, the second parked until its slot (no wait in its process).
+        first, second = new_key(), new_key()
+        await begin(first)
+        await begin(second)
+        rate = {"limit_name": f"api-{new_key()}", "limit_key": "c", "limit": 1, "period_ms": 2000}
+        for key in (first, second):
+            answer = await s.limits.Throttle(limits_pb2.ThrottleRequest(
+                workflow_id=wf, instance_key=key, execution_id="exec-1", **rate), metadata=s.metadata)
+        assert answer.outcome == limits_pb2.THROTTLE_OUTCOME_WAITING
+        parked_at = loop.time()
+        took = await handed_out(second, parked_at)
+        assert 1.0 <= took < 30  # at its slot (2 s ahead), not at the next poll (ten minutes)
+        # A scheduled wake-up 2 s ahead.
+        timed = new_key()
+        await begin(timed)
+        await s.instances.ScheduleWakeUp(instance_pb2.ScheduleWakeUpRequest(
+            workflow_id=wf, instance_key=timed, execution_id="exec-1", delay_seconds=2), metadata=s.metadata)
+        took = await handed_out(timed, loop.time())
+        assert 1.0 <= took < 30
     finally:
         stream.cancel()

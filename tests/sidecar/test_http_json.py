@@ -47,6 +47,7 @@ from tests.sidecar.test_security import _make_cert
 _GRPC_ONLY = {
     "test_watch_resumable_streams_claims_and_heartbeats": "server streaming stays gRPC-only",
     "test_signals_and_redrives_wake_the_resume_trigger_stream_at_once": "server streaming stays gRPC-only",
+    "test_the_resume_trigger_stream_claims_a_wake_up_at_its_time_not_at_its_next_poll": "server streaming stays gRPC-only",
     "test_side_effect_runs_once_over_1000_deliveries_including_while_in_flight": "load, not encoding (gRPC run only)",
     "test_concurrent_batches_over_the_same_instances_neither_deadlock_nor_skip": "load, not encoding (gRPC run only)",
     "test_cli_keys_show_list_and_forced_release": "the CLI, not an encoding",

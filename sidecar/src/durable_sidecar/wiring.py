@@ -130,8 +130,10 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     operations = OperationService(db, backend.operations, recovery, instances.cancel_txn, move=versions.move_one_txn,
                                   replay=replay.replay_txn, versions=backend.versions)
     # Whatever makes instances due now (a place given, an event delivered, a signal's start, a redrive, a bulk
-    # operation's batch) wakes this replica's Resume Trigger streams.
+    # operation's batch) or parks one until a time (a rate limit's slot, a wait's timeout, a scheduled wake-up)
+    # wakes this replica's Resume Trigger streams: they claim at once, or plan their next claim for that time.
     limits.on_due = events.on_due = recovery.on_due = operations.on_due = replay.on_due = sessions.wake_streams
+    instances.on_due = sessions.wake_streams
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     search = SearchFieldService(db, backend.instances, backend.search_fields)

@@ -104,7 +104,10 @@ class EventService:
                 detail=event_name + (f", timeout at {until.isoformat()}" if until is not None else ""))
             return AwaitOutcome.WAITING, done, None
 
-        return await self.db.transaction(txn)
+        outcome, done, event = await self.db.transaction(txn)
+        if outcome is AwaitOutcome.WAITING and done.wake_at is not None:
+            self.on_due()  # the Resume Trigger's streams plan their next claim for its timeout
+        return outcome, done, event
 
     async def signal(self, ref: InstanceRef, *, event_name: str, dedupe_id: str, payload_json: bytes | None,
                      sender: str, start_if_absent: bool = False,

@@ -54,6 +54,9 @@ MAX_DELAY_SECONDS = 31_622_400
 
 # WatchResumable's poll interval, as the contract states it (milliseconds).
 POLL_INTERVAL_MS = (100, 600_000)
+# A resume stream waiting for a wake-up still ahead claims this long after it (the database's clock has passed it
+# by then).
+WAKE_MARGIN_S = 0.01
 
 
 def _delivered(item: object) -> object:
@@ -115,6 +118,8 @@ class InstanceService:
         # How a watch stream sleeps between claims: until its poll interval, shutdown, or (wired to the session
         # service) leases freed by a session's end.
         self.wait_for_freed: Callable[[float, asyncio.Event], Awaitable[None]] = _sleep_or_stop
+        # Called after a wake-up is scheduled: this replica's streams plan their next claim for it (wiring.py).
+        self.on_due: Callable[[], None] = lambda: None
 
     async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
         if inst.last_sequence == 0:
@@ -519,7 +524,9 @@ class InstanceService:
                                                detail=done.wake_at.isoformat() if done.wake_at else "")
             return done
 
-        return await self.db.transaction(txn)
+        done = await self.db.transaction(txn)
+        self.on_due()  # the Resume Trigger's streams plan their next claim for this wake-up
+        return done
 
     async def claim_resumable(self, namespace: str, *, workflow_ids: list[str], claimant: str,
                               max_instances: int, lease_seconds: int) -> list[Resumable]:
@@ -584,7 +591,13 @@ class InstanceService:
             yield batch
             if batch:
                 continue  # more may be waiting: claim again at once
-            await self.wait_for_freed(interval, stopping)
+            # A wake-up due before the next poll (a rate limit's slot, a timer, a retry's backoff) is claimed at
+            # its time, not up to a poll interval late: a rate-limited item woken late calls late, among the
+            # next slots' calls.
+            ahead = await self.db.transaction(lambda conn: self.instances.next_wake_txn(
+                conn, namespace, workflow_ids=workflow_ids))
+            timeout = interval if ahead is None else min(interval, max(0.0, ahead.total_seconds()) + WAKE_MARGIN_S)
+            await self.wait_for_freed(timeout, stopping)
 
 
 async def _sleep_or_stop(timeout: float, stopping: asyncio.Event) -> None:

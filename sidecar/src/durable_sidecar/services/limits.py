@@ -82,8 +82,9 @@ class LimitService:
         self.db = db
         self.instances = instances
         self.store = store
-        # Called after a transaction that made instances due now (a place given, a debounce decided): this
-        # replica's Resume Trigger streams claim at once instead of at their next poll (wiring.py).
+        # Called after a transaction that made instances due now (a place given, a debounce decided), or parked
+        # one until a time (a rate limit's slot): this replica's Resume Trigger streams claim at once, or at that
+        # time, instead of at their next poll (wiring.py).
         self.on_due: Callable[[], None] = lambda: None
         # AcquireSlot calls waiting in this process for a place, by key (set when a place is given here).
         self._waiters: dict[LimitId, set[asyncio.Event]] = {}
@@ -113,6 +114,9 @@ class LimitService:
         inst = await self.instances.update_txn(conn, ref, now=now, lease_owner="", lease_expires_at=None,
                                                wake_at=until, wake_reason="", awaited_event="", wait_outcome="")
         await self.instances.add_event_txn(conn, ref, kind, actor=actor, detail=detail)
+        after = _after.get()
+        if after is not None:
+            after.due = True  # the Resume Trigger's streams plan their next claim for this wake-up
         return inst
 
     async def _wake(self, conn: Conn, ref: InstanceRef, *, now: datetime, at: datetime, kind: str,

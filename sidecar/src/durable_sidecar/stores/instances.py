@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from ..domain import (
@@ -318,6 +318,13 @@ class InstanceStore:
                   AND (%(any_wf)s OR {d.in_list.format(column="workflow_id", param="wfs")})
                 ORDER BY coalesce(wake_at, lease_expires_at)
                 LIMIT %(limit)s""")
+        # The next wake-up still ahead among the instances a resume stream watches (the index on wake_at).
+        self._next_wake = d.sql(
+            f"""SELECT wake_at FROM durable_instances
+                WHERE namespace = %(ns)s AND status = 'running' AND wake_at IS NOT NULL AND suspended_at IS NULL
+                  AND wake_at > {now} AND (%(any_wf)s OR {d.in_list.format(column="workflow_id", param="wfs")})
+                ORDER BY wake_at
+                LIMIT 1""")
         self._lease_to = d.sql(
             f"""UPDATE durable_instances
                 SET lease_owner = %(owner)s, lease_expires_at = {d.later_sql.format(param="lease")},
@@ -490,6 +497,16 @@ class InstanceStore:
                 **instance_params(ref), "owner": token_prefix + secrets.token_hex(16), "lease": lease_seconds})
             out.append((inst, ResumeReason(c["reason"]), inst.lease_owner))
         return out
+
+    async def next_wake_txn(self, conn: Conn, namespace: str, *, workflow_ids: list[str]) -> timedelta | None:
+        """How long until the next wake-up still ahead among these workflows' running instances (None: none)."""
+        d = self.r.dialect
+        params = await self.r.with_now(conn, ns=namespace, any_wf=not workflow_ids, wfs=d.list_param(workflow_ids))
+        row = await self.r.one(conn, self._next_wake, params)
+        if row is None:
+            return None
+        wake_at = d.time_or_none(row["wake_at"])
+        return None if wake_at is None else wake_at - await self.r.now(conn)
 
     async def list_txn(self, conn: Conn, namespace: str, flt: InstanceFilter,
                        page: Page) -> tuple[list[Instance], str]:
