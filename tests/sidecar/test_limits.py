@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import random
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -420,6 +420,33 @@ async def test_several_calls_of_one_instance_take_that_many_slots_at_one_time(ha
     await resume(s, handed[0], "exec-2")
     got = await throttle(s, second, name, execution="exec-2", calls=2, max_wait_ms=300_000, **rate)
     assert got.outcome == ALLOWED and got.slot_at == parked.slot_at  # both slots, spent once
+
+
+async def test_a_reservation_is_spent_by_the_next_call_whatever_was_saved_on_the_way_back(harness: Harness) -> None:
+    """A resumed order that saves again before it reaches the limit (its lines' steps, on the way from its Resume
+    Point) still spends its reservation: a newer checkpoint used to void it, give a new slot further on, and park
+    the order again, each pass. A reservation whose slot passed more than a period ago is not spent."""
+    s, name = harness.alpha, _name()
+    first, second = await started(s, 2)
+    rate = {"limit": 1, "period_ms": 1500}
+    await throttle(s, first, name, max_wait_ms=0, **rate)
+    parked = await throttle(s, second, name, max_wait_ms=0, **rate)
+    assert parked.outcome == T_WAITING
+    handed = await handed_out(s, [second])
+    await resume(s, handed[0], "exec-2")
+    await save(s, item(second, "line a", {"ok": True}, execution="exec-2"))  # saved again on the way back
+    got = await throttle(s, second, name, execution="exec-2", max_wait_ms=300_000, **rate)
+    assert got.outcome == ALLOWED and got.slot_at == parked.slot_at
+    # A stale reservation: its slot passed more than a period ago.
+    (third,) = await started(s, 1)
+    late = await throttle(s, third, name, max_wait_ms=0, **rate)
+    assert late.outcome == T_WAITING
+    # Its execution comes back more than a period after the slot (n8n was down, say).
+    await asyncio.sleep((late.slot_at.ToDatetime() - datetime.now(UTC).replace(tzinfo=None)).total_seconds() + 1.7)
+    handed = await handed_out(s, [third])
+    await resume(s, handed[0], "exec-3")
+    fresh = await throttle(s, third, name, execution="exec-3", max_wait_ms=300_000, **rate)
+    assert fresh.outcome == ALLOWED and fresh.slot_at.ToDatetime() > late.slot_at.ToDatetime()
 
 
 async def test_calls_of_several_items_never_give_more_in_any_window_than_the_rate_allows(harness: Harness) -> None:

@@ -43,6 +43,9 @@ class _RateCall:
     lead: timedelta
     over: Over
     calls: int
+    # A reservation whose slot passed longer ago than this (the period) is not spent (its instance went on
+    # without it, or came back too late to call on that slot within the rate): the call takes a new slot.
+    stale: timedelta
 
 
 def _gcra(next_at: datetime | None, now: datetime, call: _RateCall) -> tuple[datetime, datetime]:
@@ -94,7 +97,8 @@ class RateLimiter:
         # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call
         # is answered ALLOWED with the rest of the wait (never parked again).
         call = _RateCall(ref, execution_id, LimitId(ref.namespace, "rate", limit_name, limit_key), spacing,
-                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over, calls)
+                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over, calls,
+                         timedelta(milliseconds=period_ms))
         group = "\x00".join((ref.namespace, limit_name, limit_key, str(limit), str(period_ms), str(burst),
                               str(max_wait_ms), over.value))
         return await self._rate_groups.write(group, call)
@@ -113,8 +117,10 @@ class RateLimiter:
         row, now = await self.store.lock_txn(conn, key)
         inst = leased(locked, ref, call.execution_id, now)
         mine = await self.store.entry_of_txn(conn, key, ref)
-        if mine is not None and mine.at is not None and mine.sequence == inst.last_sequence:
-            # The slot reserved when this instance was parked: spent now, once.
+        if mine is not None and mine.at is not None and now - mine.at <= call.stale:
+            # The slot reserved when this instance was parked: spent now, once, by its next call on the key,
+            # whatever it saved on its way back (a resumed order saves its lines again before the limit; a newer
+            # checkpoint used to void the reservation, and the order was parked again, for ever).
             if mine.at - now <= call.in_process:
                 await self.store.delete_txn(conn, mine.id)
                 metrics.LIMIT_CALLS.labels("rate", "allowed").inc()
@@ -124,7 +130,7 @@ class RateLimiter:
             parked = await self._park(conn, ref, now=now, until=mine.at - call.lead, kind="limit_waiting",
                                       actor=call.execution_id, detail=f"{where}: slot at {mine.at.isoformat()}")
             return Answer(Outcome.WAITING, parked, at=mine.at)
-        if mine is not None:  # reserved before a newer checkpoint: that pass is over, its slot spent
+        if mine is not None:  # a slot long past: that pass is over, its slot spent
             await self.store.delete_txn(conn, mine.id)
         slot, next_at = _gcra(row.next_at, now, call)
         if slot - now <= call.in_process:
