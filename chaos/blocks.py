@@ -17,8 +17,6 @@ from chaos.model import (
     EVENT,
     HTTP_RETRY_TRIES,
     LAST_NODE,
-    RATE_ITEMS,
-    RATE_PERIOD_S,
     RESPOND_NODE,
     RETRY_POLICY_BACKOFF_S,
     RETRY_POLICY_RESUMES,
@@ -26,6 +24,7 @@ from chaos.model import (
     Case,
     Segment,
     Shape,
+    rate_of,
     uploading,
 )
 from chaos.providers import DOCUMENT_FIELD
@@ -338,10 +337,12 @@ def block_enter_section(b: Builder, seg: Segment) -> tuple[str, str]:
 
 def block_rate_limit(b: Builder, seg: Segment) -> str:
     """Durable Limit Rate Limit (Most Items RATE_ITEMS per RATE_PERIOD_S seconds) before the Claim, its options at
-    their defaults."""
+    their defaults; after a lines segment, Burst MAX_LINES (generator.rate_of), as docs/flow-control.md says for a
+    limit after a Split Out."""
+    most, period_s, burst = rate_of(seg)
     return b.f.durable(f"Rate {seg.step}", "durableLimit", {
-        "operation": "rateLimit", **limit_params(b, seg), "maxItems": RATE_ITEMS, "periodAmount": RATE_PERIOD_S,
-        "periodUnit": "seconds", "options": {}}, b.at())
+        "operation": "rateLimit", **limit_params(b, seg), "maxItems": most, "periodAmount": period_s,
+        "periodUnit": "seconds", "options": {"burst": burst} if burst > 1 else {}}, b.at())
 
 
 def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:

@@ -24,8 +24,6 @@ from chaos.model import (
     LAST_NODE,
     MAX_LINES,
     PROVIDERS,
-    RATE_ITEMS,
-    RATE_PERIOD_S,
     RESPOND_NODE,
     RETRY_POLICY_RESUMES,
     SECTION_PLACES,
@@ -38,6 +36,7 @@ from chaos.model import (
     ProviderSchedule,
     Segment,
     Shape,
+    rate_of,
     uploading,
 )
 from chaos.providers import sent_document
@@ -102,16 +101,16 @@ def draw_documents(rng: random.Random, segments: list[Segment]) -> list[Segment]
 def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
     """A Durable Limit (docs/nodes.md) on some side effects, shared by the case's keys: a section (one call at a
     time) or a rate (RATE_ITEMS per RATE_PERIOD_S). Not on a sub-workflow or line items (their Claims are inside a
-    loop or another workflow), nor on any segment after a lines segment (its items are still the order's lines,
-    which go through a limit together: a Rate Limit there needs a Burst of at least the lines, and rule 6 checks
-    a rate's calls as evenly spaced; docs/flow-control.md), and no rate where n8n's Retry On Fail sends the call
-    again without the limit."""
+    loop or another workflow), and no rate where n8n's Retry On Fail sends the call again without the limit. On a
+    segment after a lines segment the order's items are still its lines, which reach the limit together
+    (docs/flow-control.md "Several items of one instance"): a rate there has a Burst of MAX_LINES."""
     out = []
     lined = False
     for s in segments:
+        kinds = [] if s.shape in ("sub", "lines") else ["section"] if s.http_retry else ["section", "rate"]
+        drawn = replace(s, limit=rng.choice(kinds), lined=lined) if kinds and rng.random() < 0.25 else s
+        out.append(drawn)
         lined = lined or s.shape == "lines"
-        kinds = [] if s.shape == "sub" or lined else ["section"] if s.http_retry else ["section", "rate"]
-        out.append(replace(s, limit=rng.choice(kinds)) if kinds and rng.random() < 0.25 else s)
     return out
 
 
@@ -197,7 +196,8 @@ def expectations(case: Case) -> dict[str, Expected]:
 def limited_call(seg: Segment) -> LimitedCall:
     if seg.limit == "section":
         return LimitedCall(seg.provider, "section", SECTION_PLACES)
-    return LimitedCall(seg.provider, "rate", RATE_ITEMS, float(RATE_PERIOD_S))
+    most, period_s, burst = rate_of(seg)
+    return LimitedCall(seg.provider, "rate", most, float(period_s), burst)
 
 
 def limit_wait_s(case: Case, key: str) -> float:
@@ -210,7 +210,9 @@ def limit_wait_s(case: Case, key: str) -> float:
             extra += sum(s.delay_s + 20.0 * s.fail_first + 10.0 for s in case.schedules
                          if s.provider == seg.provider and s.key in others)
         elif seg.limit == "rate":
-            extra += len(others) * (RATE_PERIOD_S / RATE_ITEMS + 10.0)
+            most, period_s, _ = rate_of(seg)
+            slots = MAX_LINES if seg.lined else 1  # an order's lines take a slot each
+            extra += len(others) * (slots * period_s / most + 10.0)
     return extra
 
 

@@ -44,12 +44,14 @@ class ExpectedCall(NamedTuple):
 
 class LimitedCall(NamedTuple):
     """A side effect behind a Durable Limit that every key of its case shares: the provider's calls of those keys
-    are at most `most` in flight at once ("section"), or at most `most` started per `period_s` ("rate")."""
+    are at most `most` in flight at once ("section"), or at most `most` started per `period_s`, `burst` of them at
+    once after a quiet spell ("rate")."""
 
     provider: str
     kind: str
     most: int
     period_s: float = 0.0
+    burst: int = 1
 
 
 def belongs_to(order: str, key: str) -> bool:

@@ -35,6 +35,8 @@ MAX_LINES = 3
 SECTION_PLACES = 1
 RATE_ITEMS = 1
 RATE_PERIOD_S = 2
+# After a lines segment an order's items are its lines, which reach a Rate Limit together and take a slot each, so
+# the limit there has a Burst of MAX_LINES and the same average rate: MAX_LINES per MAX_LINES × RATE_PERIOD_S.
 
 RESPOND_NODE = "responseNode"    # Webhook → Respond: Using 'Respond to Webhook' Node ("Accepted" after Start)
 LAST_NODE = "lastNode"           # Webhook → Respond: When Last Node Finishes (Finished, Busy → No Operation)
@@ -56,12 +58,21 @@ class Segment:
     loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
     limit: str = ""         # Durable Limit shared by the case's keys: "section" (Enter Section … Leave Section around
                             # the call) or "rate" (Rate Limit before the Claim); "" none
+    lined: bool = False     # after a lines segment: the order's lines reach the segment's limit together
     document: bool = False  # after the call, an HTTP Request downloads the order's document (a file on the item the
                             # Save checkpoints), and the next segment's call uploads it (multipart form-data)
 
     @property
     def step(self) -> str:
         return f"s{self.number}"
+
+
+def rate_of(seg: Segment) -> tuple[int, int, int]:
+    """A rate segment's Most Items, Per (seconds) and Burst: after a lines segment, room for an order's lines at
+    once at the same average rate."""
+    if seg.lined:
+        return RATE_ITEMS * MAX_LINES, RATE_PERIOD_S * MAX_LINES, MAX_LINES
+    return RATE_ITEMS, RATE_PERIOD_S, 1
 
 
 @dataclass(frozen=True)

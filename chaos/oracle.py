@@ -10,8 +10,8 @@
 5. No checkpoint after its instance completed; no instance or key completed twice.
 6. A side effect behind a Durable Limit its case's keys share stays within it at the provider: no more calls in
    flight at once than a section's places, unless a holder died meanwhile (its place is freed while the call it
-   sent may still run); no more calls started within half a rate's period than its items, unless a fault of the
-   wave came between (a sidecar or database outage holds calls back and lets them go together).
+   sent may still run); no more calls started within half a rate's period than its items (plus its burst less
+   one), unless a fault of the wave came between (a sidecar or database outage holds calls back and lets them go together).
 7. A side effect that sends the order's document (downloaded and saved with the step before it, restored on a
    resume) carries it in every call that reaches its provider: the same bytes (SHA-256 and size), file name and
    MIME type, in its form field; any other side effect's calls carry no file.
@@ -291,11 +291,13 @@ def rule_6_limits_hold(h: History) -> list[Violation]:
                                                        f"{limit.most} at once allowed, and no holder died"))
                 continue
             window = limit.period_s / 2
-            for first, last in zip(calls, calls[limit.most:], strict=False):
+            most = limit.most + limit.burst - 1  # a burst's calls at once, then spaced
+            for first, last in zip(calls, calls[most:], strict=False):
                 if last.at - first.at < window and not _fault_near(h, owner[first.key].wave, first.at, last.at):
-                    out.append(Violation(6, last.key, f"{limit.provider}: {limit.most + 1} calls within "
+                    out.append(Violation(6, last.key, f"{limit.provider}: {most + 1} calls within "
                                                       f"{last.at - first.at:.2f} s ({first.key} first), at most "
-                                                      f"{limit.most} per {limit.period_s:g} s allowed"))
+                                                      f"{limit.most} per {limit.period_s:g} s allowed"
+                                                      + (f", {limit.burst} at once" if limit.burst > 1 else "")))
     return out
 
 

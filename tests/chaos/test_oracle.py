@@ -282,6 +282,22 @@ def test_rule_6_fails_when_a_rate_lets_calls_out_closer_than_half_its_period_wit
     assert oracle.rule_6_limits_hold(h) == []
 
 
+def test_rule_6_lets_a_rates_burst_out_at_once_and_no_more() -> None:
+    """After a lines segment a rate has a burst (an order's lines take their slots at once): up to Most Items +
+    Burst − 1 calls (the documented bound over a whole period) within half its period pass, one more does not."""
+    h = limited_history("rate")
+    limit = LimitedCall("payment", "rate", 3, 6.0, 3)
+    h.expectations = [replace(e, limits=(limit,)) for e in h.expectations]
+    k3, k4 = "s7c0k2", "s7c0k3"
+    h.expectations += [replace(h.expectations[0], key=k) for k in (k3, k4)]
+    h.calls = [CallFact("payment", k, f"dk-{n}", T0 + 1 + n * 0.01, 200, True, f"payment_{n}", "plain", T0 + 2)
+               for n, k in enumerate((KEY, K2, k3, k4))]
+    h.calls.append(CallFact("payment", KEY, "dk-8", T0 + 2.4, 200, False, "payment_0", "plain", T0 + 2.6))
+    assert oracle.rule_6_limits_hold(h) == []  # 5 within 3 s
+    h.calls.append(CallFact("payment", K2, "dk-9", T0 + 2.5, 200, False, "payment_1", "plain", T0 + 2.6))
+    assert [v.rule for v in oracle.rule_6_limits_hold(h)] == [6]
+
+
 def test_a_sibling_lines_error_stamped_just_before_an_answered_call_is_its_executions_death() -> None:
     """Seen in CI (seed 819873, case 7): the lines' calls of one execution went out together; sku-1's got a 409
     (its key still being performed) stamped 1 ms before sku-2's answered replay, the execution failed on it, and
