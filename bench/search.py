@@ -31,7 +31,7 @@ import harness  # e2e/harness.py, on sys.path through bench/__init__.py
 import psycopg
 from durable.v1 import audit_pb2, audit_pb2_grpc, common_pb2, instance_pb2, instance_pb2_grpc
 from durable_sidecar.domain import FieldCondition, InstanceFilter, Page, SearchOp
-from durable_sidecar.stores.instances import list_instances_query
+from durable_sidecar.stores.instance_listing import list_instances_query
 from durable_sidecar.stores.postgres.db import DIALECT
 
 from bench.harness_sidecar import harness_sidecar

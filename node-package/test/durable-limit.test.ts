@@ -73,6 +73,21 @@ async function resumed(keys: string[], executionId: string): Promise<INodeExecut
 	return [];
 }
 
+/** A Rate Limit's parameters: Most Items per Per seconds, with its options. */
+const rateLimit = (
+	limitName: string,
+	maxItems: number,
+	seconds: number,
+	options?: Record<string, number>,
+): Record<string, ParamValue> => ({
+	operation: 'rateLimit',
+	limitName,
+	maxItems,
+	periodAmount: seconds,
+	periodUnit: 'seconds',
+	...(options ? { options } : {}),
+});
+
 const keysOf = (items: INodeExecutionData[]) =>
 	items.map((i) => (i.json.durable as { instanceKey: string }).instanceKey);
 
@@ -132,13 +147,7 @@ describe('Durable Limit with the real sidecar', () => {
 
 	test('Rate Limit: a lone item waits in the execution for its slot; in a run of several, the rest are parked', async () => {
 		const name = unique('rate');
-		const params = {
-			operation: 'rateLimit',
-			limitName: name,
-			maxItems: 2,
-			periodAmount: 1,
-			periodUnit: 'seconds',
-		};
+		const params = rateLimit(name, 2, 1);
 		const [first] = await limit(params, await started([unique('r')]));
 		expect(first[0].json.limit).toMatchObject({ outcome: 'allowed', waitedMs: 0 });
 		const t0 = Date.now();
@@ -161,14 +170,7 @@ describe('Durable Limit with the real sidecar', () => {
 
 	test("Rate Limit: an order's lines in one run are one call, go on or are parked together, and come back together", async () => {
 		const name = unique('lines');
-		const params = {
-			operation: 'rateLimit',
-			limitName: name,
-			maxItems: 3,
-			periodAmount: 3,
-			periodUnit: 'seconds',
-			options: { burst: 3, maxWaitSeconds: 0 },
-		};
+		const params = rateLimit(name, 3, 3, { burst: 3, maxWaitSeconds: 0 });
 		const linesOf = (items: INodeExecutionData[], n: number) =>
 			items.flatMap((item) => Array.from({ length: n }, () => item));
 		const [a, b] = [unique('o'), unique('o')];

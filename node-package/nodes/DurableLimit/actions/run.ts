@@ -61,7 +61,7 @@ export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
 		items,
 		client: await sidecarFor(ctx),
 		executionId,
-		target: (i) =>
+		target: once((i) =>
 			targetOf(
 				ctx,
 				upstream.requireInstance(
@@ -72,7 +72,8 @@ export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
 				i,
 				{ workflowId, executionId },
 			),
-		limitOf: (i) => {
+		),
+		limitOf: once((i) => {
 			const limitName = text('limitName', i);
 			if (!limitName) {
 				throw new NodeOperationError(node, 'Limit Name is empty', {
@@ -82,7 +83,25 @@ export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
 				});
 			}
 			return { limitName, limitKey: text('limitKey', i) || ALL_ITEMS_KEY };
-		},
+		}),
+	};
+}
+
+/** `read` per item index, evaluated once (its answer or its error) however often an operation asks. */
+function once<T>(read: (i: number) => T): (i: number) => T {
+	const seen = new Map<number, { value: T } | { error: unknown }>();
+	return (i) => {
+		let got = seen.get(i);
+		if (got === undefined) {
+			try {
+				got = { value: read(i) };
+			} catch (error) {
+				got = { error };
+			}
+			seen.set(i, got);
+		}
+		if ('error' in got) throw got.error;
+		return got.value;
 	};
 }
 

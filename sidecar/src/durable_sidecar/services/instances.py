@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import canonical, validation
+from .. import validation
 from ..domain import (
     Checkpoint,
     IdempotencyKey,
@@ -42,6 +42,7 @@ from .events import hand_out_reason
 from .retries import RetryRules, check_policy
 from .search_fields import Change, SearchFieldService, parse_changes, with_fields
 from .sessions import caller_live
+from .start_items import same_delivery
 from .versions import VersionService
 
 if TYPE_CHECKING:
@@ -57,20 +58,6 @@ POLL_INTERVAL_MS = (100, 600_000)
 # A resume stream waiting for a wake-up still ahead claims this long after it (the database's clock has passed it
 # by then).
 WAKE_MARGIN_S = 0.01
-
-
-def _delivered(item: object) -> object:
-    """What a re-delivery must repeat: an n8n Webhook item's body (its headers change every time), else the item."""
-    if isinstance(item, dict) and isinstance(item.get("headers"), dict) and "body" in item:
-        return item["body"]
-    return item
-
-
-def same_delivery(stored: bytes, sent: bytes) -> bool:
-    """Whether a start item sent for an existing instance is the delivery it started with (RFC 8785 equality)."""
-    def form(payload: bytes) -> bytes:
-        return canonical.canonical_value("start_item_json", _delivered(canonical.parse("start_item_json", payload)))
-    return form(stored) == form(sent)
 
 
 def _log_start(result: StartResult) -> None:

@@ -89,9 +89,9 @@ class RateLimiter:
             raise InvalidArgument(f"burst must be 1 to limit ({limit}), got {burst}")
         calls = calls or 1
         if not 1 <= calls <= burst:
-            raise InvalidArgument(f"calls must be 1 to burst ({burst}): {calls} calls at one time would go beyond "
-                                  f"{limit} per {period_ms} ms spaced {burst} at a time; raise the burst to at least "
-                                  f"{calls}, or send one item per instance through the limit")
+            raise InvalidArgument(f"calls must be 1 to burst ({burst}), got {calls}: that many calls at one time go "
+                                  f"beyond the rate; raise the burst to at least {calls}, or send one item per "
+                                  "instance through the limit")
         spacing = timedelta(milliseconds=period_ms) / limit
         in_process = timedelta(milliseconds=max_wait_ms)
         # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..domain import IdempotencyKey, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
+from ..domain import IdempotencyKey, InstanceStatus, KeyFilter, KeyRef, KeyStatus, NewClaim, Page
 from .base import Conn, SingleClaim
 from .core import Dialect, Row, Runner, blob, lease_end_sql, time_cursor
 from .paging import cut_page
@@ -22,6 +22,9 @@ KEY_COLUMNS = """namespace, scope, key, status, fingerprint, attempt, holder, le
 
 
 KEY_WHERE = "namespace = %(ns)s AND scope = %(scope)s AND key = %(key)s"
+# A claim's instance that takes no more claims (a completed, failed or cancelled one), by key.
+INSTANCE_FINISHED = ("namespace = %(ns)s AND workflow_id = %(instance_workflow)s AND instance_key = %(instance_key)s "
+                     "AND status IN ({})".format(", ".join(f"'{s.value}'" for s in InstanceStatus if s.final)))
 
 
 def key_params(ref: KeyRef) -> dict[str, Any]:
@@ -76,10 +79,7 @@ class IdempotencyStore:
         # lease it was just given: a running holder's key cannot expire under it.
         self.new_expiry = f"{d.greatest}({d.later_sql.format(param='ttl')}, {lease_until})"
         self.lease_until = lease_until
-        self._instance_finished = d.sql(
-            """SELECT 1 AS finished FROM durable_instances
-               WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(ik)s
-                 AND status IN ('completed', 'failed', 'cancelled')""")
+        self._instance_finished = d.sql(f"SELECT 1 AS finished FROM durable_instances WHERE {INSTANCE_FINISHED}")
         self._get = {lock: d.sql(f"SELECT {KEY_COLUMNS} FROM durable_idempotency_keys WHERE {KEY_WHERE}"
                                  f"{d.lock(lock)}") for lock in (False, True)}
         self._insert = d.sql(
@@ -161,7 +161,7 @@ class IdempotencyStore:
         """
         ref = claim.instance
         if ref is not None and await self.r.one(conn, self._instance_finished, {
-                "ns": ref.namespace, "wf": ref.workflow_id, "ik": ref.instance_key}) is not None:
+                "ns": ref.namespace, "instance_workflow": ref.workflow_id, "instance_key": ref.instance_key}) is not None:
             return None
         created = await self.insert_txn(conn, claim)
         if created is not None:

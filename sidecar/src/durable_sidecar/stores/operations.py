@@ -17,7 +17,8 @@ from ..domain import Instance, InstanceFilter, InstanceRef, Page
 from ..domain_operations import BulkAction, Operation, OperationStatus
 from .base import Conn
 from .core import INSTANCE_COLUMNS, Dialect, Row, Runner
-from .instances import STALLED_WHERE, instance_filter, instance_of, status_condition
+from .instance_listing import STALLED_WHERE, instance_filter, status_condition
+from .instances import instance_of
 from .paging import cut_page, decode_cursor
 
 OPERATION_COLUMNS = ("id, namespace, action, status, selector_json, actor, reason, to_version, replay_from_step, "

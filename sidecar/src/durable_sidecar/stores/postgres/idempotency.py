@@ -8,6 +8,7 @@ from datetime import datetime
 from ...domain import IdempotencyKey, KeyRef, NewClaim
 from .. import base, idempotency
 from ..base import Conn
+from ..idempotency import INSTANCE_FINISHED
 from ..idempotency import KEY_COLUMNS as _COLUMNS
 from ..idempotency import KEY_WHERE as _KEY
 from ..idempotency import claim_params as _claim
@@ -24,10 +25,7 @@ class IdempotencyStore(idempotency.IdempotencyStore):
                         (namespace, scope, key, status, fingerprint, attempt, holder, lease_expires_at, expires_at)
                     SELECT %(ns)s, %(scope)s, %(key)s, 'in_progress', %(fp)s, 1, %(holder)s,
                            {self.lease_until}, {self.new_expiry}
-                    WHERE NOT EXISTS (
-                        SELECT 1 FROM durable_instances
-                        WHERE namespace = %(ns)s AND workflow_id = %(instance_workflow)s
-                          AND instance_key = %(instance_key)s AND status IN ('completed', 'failed', 'cancelled'))
+                    WHERE NOT EXISTS (SELECT 1 FROM durable_instances WHERE {INSTANCE_FINISHED})
                     ON CONFLICT DO NOTHING
                     RETURNING {_COLUMNS})
                 SELECT *, true AS inserted, now() AS db_now FROM inserted
