@@ -73,7 +73,8 @@ def post_order(stack: Stack, key: str, timeout_s: int | None = None) -> int:
 
 
 def carrier(stack: Stack, key: str, event_id: str) -> tuple[int, dict[str, Any]]:
-    """The carrier's webhook: n8n answers with the Signal node's item (Respond: When Last Node Finishes)."""
+    """The carrier's webhook: answered with the Signal node's item (Received), or a refusal's status and error
+    (Not Accepted, from the Signal's error output)."""
     status, reply = http("POST", f"{stack.n8n.url}/webhook/carrier",
                          {"orderId": key, "eventId": event_id, "deliveredAt": f"noon-{event_id}"}, timeout=60)
     try:
@@ -216,10 +217,15 @@ def test_22_a_duplicate_signal_is_delivered_once_and_a_late_one_is_refused(waits
     delivered_once(stack, k, f"evt-{k}")
     assert len(mailbox(stack, k)) == 1
     late_status, late = carrier(stack, k, f"evt-{k}-late")
-    assert late_status == 500, (late_status, late)  # a finished order takes no more events: the carrier sees an error
+    # A finished order takes no more events: 409 (a 4xx, so the carrier stops re-delivering), nothing stored.
+    assert late_status == 409 and "takes no more events" in late["error"], (late_status, late)
     assert len(mailbox(stack, k)) == 1
+    unknown_status, unknown = carrier(stack, f"{k}-nobody", f"evt-{k}-nobody")
+    assert unknown_status == 503 and "does not exist" in unknown["error"], (unknown_status, unknown)  # may start later
+    no_key, reply = http("POST", f"{stack.n8n.url}/webhook/carrier", {"orderId": {"id": k}, "eventId": "x"}, timeout=60)
+    assert no_key == 400 and b"is an object" in reply, (no_key, reply)  # never retried, never a key "[object Object]"
     REPORT.add("22. duplicate signal, then a late one", 1, 1, 0, time.monotonic() - t0,
-               note="second delivery: duplicate; after completion: 500 (no more events)")
+               note="second delivery: duplicate; after completion: 409 (no more events); unknown order: 503; object id: 400")
 
 
 def test_23_a_wait_that_times_out_leaves_by_timed_out(waits: Stack) -> None:
@@ -233,8 +239,8 @@ def test_23_a_wait_that_times_out_leaves_by_timed_out(waits: Stack) -> None:
     assert stack.services.effects("shipping", k) == 1 and stack.services.calls("notify", k) == 0
     kinds = [e.kind for e in audit(stack, k)]
     assert "wait_timed_out" in kinds, kinds
-    status, _ = carrier(stack, k, f"evt-{k}")
-    assert status == 500
+    status, body = carrier(stack, k, f"evt-{k}")
+    assert status == 409, (status, body)
     REPORT.add("23. wait with a 3 s timeout", 1, 0, 0, time.monotonic() - t0,
                note="Timed Out output → Fail Instance; a later signal is refused")
 

@@ -336,23 +336,41 @@ def order_delivery() -> None:
 
 
 def carrier_webhook() -> None:
-    """The carrier's "delivered" webhook signals the waiting order, once per carrier event id."""
+    """The carrier's "delivered" webhook signals the waiting order, once per carrier event id; a refused event is
+    answered from the Signal's error output with the status its error item names, as the Resume Point's are."""
     f = Flow("durableCarrierWebhook", "Carrier webhook: signal delivered")
     hook = f.node("Carrier Webhook", "n8n-nodes-base.webhook", 2.1, {
-        "httpMethod": "POST", "path": "carrier", "responseMode": "lastNode", "options": {},
+        "httpMethod": "POST", "path": "carrier", "responseMode": "responseNode", "options": {},
     }, (0, 0), webhookId=_id("webhook", f.wf_id))
     signal = f.node("Signal Delivered", f"{PKG}.durableInstance", 1, {
         "operation": "signal", "workflowId": "durableOrderDelivery",
         "instanceKey": "={{ $json.body.orderId }}", "eventName": "delivered",
         "payloadFrom": "json", "payloadJson": "={{ JSON.stringify($json.body) }}",
         "dedupeId": "={{ $json.body.eventId }}", "options": {"sender": "carrier"},
-    }, (COL, 0), creds=True)
+    }, (COL, 0), creds=True, onError="continueErrorOutput")
+    received = f.node("Received", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "firstIncomingItem", "options": {},
+    }, (2 * COL, 0))
+    answer = f.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "json",
+        "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
+        "options": {"responseCode": "={{ $json.details.httpStatus }}"},
+    }, (2 * COL, ROW))
+    fail = f.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {
+        "errorMessage": "={{ $json.error }}",
+    }, (3 * COL, ROW))
     f.link(hook, signal)
+    f.link(signal, received)
+    f.link(signal, answer, 1)
+    f.link(answer, fail)
     f.write("carrier-webhook.json",
             "The carrier posts { orderId, eventId, deliveredAt } when a parcel is delivered; Durable Instance "
             "(Signal) delivers the event \"delivered\" to that order's instance of \"Order delivery\", "
-            "deduplicated by the carrier's eventId, and the carrier is answered when the event is stored "
-            "(500 when the order does not exist: the carrier retries).")
+            "deduplicated by the carrier's eventId. Received answers 200 with the signal (outcome delivered, "
+            "stored or duplicate) once the event is stored. A refused event leaves by the error output: Not "
+            "Accepted answers 409 when the order has finished (a late event changes nothing: the carrier stops "
+            "sending it), 400 when the body names no order, 503 when no such order exists yet or the sidecar is "
+            "away (the carrier delivers again); then Fail Execution marks the execution failed.")
 
 
 LIMIT = f"{PKG}.durableLimit"

@@ -9,7 +9,12 @@
  * database unreachable, a workflow the author must fix) gets a 5xx, so the
  * sender delivers it again.
  */
-import { NodeOperationError, type INode, type INodeExecutionData } from 'n8n-workflow';
+import {
+	NodeOperationError,
+	type INode,
+	type INodeExecutionData,
+	type NodeApiError,
+} from 'n8n-workflow';
 
 import { GrpcStatus } from './errors';
 
@@ -113,21 +118,28 @@ export function isWebhookDelivery(item: INodeExecutionData): boolean {
 	);
 }
 
-/** Sidecar refusals of what the sender sent (its body): the same answer every time. */
-const SENDER_FIELDS = /^(start_item_json|instance_key)\b/;
+/** Sidecar refusals of what the sender sent (its body, a signal's payload): the same answer every time. */
+const SENDER_FIELDS = /^(start_item_json|instance_key|payload_json)\b/;
+
+/** gRPC code names (as errors.ts puts them in context.grpcCode) a node answers with its own status. */
+export type SenderStatuses = Partial<Record<keyof typeof GrpcStatus, number>>;
 
 /**
  * The HTTP status a webhook sender should get for an item that failed at the
- * Resume Point: a refusal's own (400, 422), 413 or 400 when the sidecar
- * refused the delivery's body itself, 503 for anything that may succeed on a
- * later delivery (the sidecar or its database away, a deadline), 500 for the
- * rest (a workflow its author must fix: the sender should deliver again later).
+ * Resume Point or a Durable Instance node: a refusal's own (400, 422), the
+ * node's own for a sidecar code (`own`: a signal's 404 and 409), 413 or 400
+ * when the sidecar refused the delivery's body itself, 503 for anything that
+ * may succeed on a later delivery (the sidecar or its database away, a
+ * deadline), 500 for the rest (a workflow its author must fix: the sender
+ * should deliver again later).
  */
-export function senderStatus(error: NodeOperationError | Error): number {
+export function senderStatus(error: NodeOperationError | Error, own: SenderStatuses = {}): number {
 	const context = (error as { context?: Record<string, unknown> }).context ?? {};
 	if (typeof context.httpStatus === 'number') return context.httpStatus;
 	if (context.sidecarUnreachable === true) return 503;
 	const code = context.grpcCode;
+	const mine = typeof code === 'string' ? own[code as keyof typeof GrpcStatus] : undefined;
+	if (mine !== undefined) return mine;
 	const details = typeof context.grpcDetails === 'string' ? context.grpcDetails : '';
 	if (code === GrpcStatus[GrpcStatus.RESOURCE_EXHAUSTED] && SENDER_FIELDS.test(details)) return 413;
 	if (code === GrpcStatus[GrpcStatus.INVALID_ARGUMENT] && SENDER_FIELDS.test(details)) return 400;
@@ -140,4 +152,27 @@ export function senderStatus(error: NodeOperationError | Error): number {
 		return 503;
 	}
 	return 500;
+}
+
+/**
+ * A failed item as n8n's error output keeps it: `error` and `details` only
+ * (details.httpStatus: what a Respond to Webhook there answers the sender).
+ * n8n replaces the JSON of an item that carries an `error` object with
+ * `{ error: message }` (WorkflowExecute.normalizeNodeErrors in n8n 2.41), so
+ * the status would be lost there; an item whose JSON holds only these keys
+ * is routed to the error output all the same, merged with the item it came
+ * from (the delivery's body stays readable).
+ */
+export function refusedItem(
+	failure: NodeOperationError | NodeApiError,
+	i: number,
+	own: SenderStatuses = {},
+): INodeExecutionData {
+	return {
+		json: {
+			error: failure.message,
+			details: { httpStatus: senderStatus(failure, own), description: failure.description ?? null },
+		},
+		pairedItem: { item: i },
+	};
 }

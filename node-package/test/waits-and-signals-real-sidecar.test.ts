@@ -198,6 +198,56 @@ describe('with the real sidecar', () => {
 		});
 	});
 
+	test("on the error output a signal that can never be delivered carries the sender's answer: 409 finished, 400 no key, 503 unknown (it may start later)", async () => {
+		await startAndSave('real-door');
+		await runNode(
+			new DurableCheckpoint(),
+			{ operation: 'complete', instanceFrom: 'key', instanceKey: 'real-door' },
+			{ workflowId: wf },
+		);
+		await startAndSave('real-door-open');
+		const params = {
+			instanceKey: (_i: number, item: { json: Record<string, unknown> }) => item.json.orderId,
+			eventName: 'delivered',
+			payloadJson: '{"by":"carrier"}',
+		};
+		const [out] = await runNode(new DurableInstance(), params, {
+			workflowId: wf,
+			executionId: 'carrier-door',
+			continueOnFail: true,
+			items: [
+				{ orderId: 'real-door' },
+				{ orderId: 'real-door-nobody' },
+				{ orderId: { id: 7 } },
+				{ orderId: 'real-door-open' },
+			],
+		});
+		expect(out.map((item) => (item.json.details as { httpStatus?: number })?.httpStatus)).toEqual([
+			409,
+			503,
+			400,
+			undefined,
+		]);
+		expect(out[0].json.error).toMatch(/takes no more events/);
+		expect(out[0].error).toBeUndefined(); // n8n would replace the JSON of an item with an error object
+		expect(out[3].json.signal).toMatchObject({ outcome: 'stored' });
+		const mailbox = await new Promise<number>((resolve, reject) =>
+			client.events.listEvents(
+				{
+					workflowId: wf,
+					instanceKey: 'real-door',
+					pendingOnly: false,
+					pageSize: 10,
+					pageToken: '',
+				},
+				client.metadata(),
+				client.options(),
+				(error, response) => (error ? reject(error) : resolve(response.events.length)),
+			),
+		);
+		expect(mailbox).toBe(0); // the late event changed nothing
+	});
+
 	test('operator actions: cancel a waiting instance with a reason', async () => {
 		await startAndSave('real-4');
 		await wait('real-4');

@@ -2,8 +2,8 @@
 import { NodeOperationError } from 'n8n-workflow';
 import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
-import { perItem, settledItems, type NodeError } from '../../../shared/batch';
-import { businessKey } from '../../../shared/door';
+import { perItem, type NodeError } from '../../../shared/batch';
+import { businessKey, refusedItem, type SenderStatuses } from '../../../shared/door';
 import { asNodeError, executionIdOf, sidecarFor, workflowIdOf } from '../../../shared/node-helpers';
 import type { SidecarClient } from '../../../shared/transport';
 
@@ -74,6 +74,9 @@ export async function runOf(ctx: IExecuteFunctions): Promise<InstanceRun> {
 /**
  * Every item's parameters are read (and refused) by `prepare` before anything is sent; then
  * the calls, a few at a time. Each output item is the input item with what its call answered.
+ * Under Continue On Fail a failed item is `error` and `details.httpStatus` (shared/door.ts):
+ * what a Respond to Webhook on the error output answers a sender (a carrier's event), with
+ * `statuses` for the sidecar codes this operation answers with a status of its own.
  */
 export async function callPerItem(
 	ctx: IExecuteFunctions,
@@ -81,6 +84,7 @@ export async function callPerItem(
 	action: string,
 	hints: Partial<Record<number, string>>,
 	prepare: (i: number) => PreparedCall,
+	statuses: SenderStatuses = {},
 ): Promise<INodeExecutionData[][]> {
 	const { node, items, client } = run;
 	const prepared: Array<PreparedCall | NodeError> = items.map((_, i) => {
@@ -108,10 +112,16 @@ export async function callPerItem(
 		hints,
 	);
 	return [
-		settledItems(ctx, items, settled, (answer, i) => ({
-			json: { ...items[i].json, ...answer },
-			binary: items[i].binary,
-			pairedItem: { item: i },
-		})),
+		settled.map((result, i) => {
+			if (result.ok) {
+				return {
+					json: { ...items[i].json, ...result.value },
+					binary: items[i].binary,
+					pairedItem: { item: i },
+				};
+			}
+			if (!ctx.continueOnFail()) throw result.error;
+			return refusedItem(result.error, i, statuses);
+		}),
 	];
 }

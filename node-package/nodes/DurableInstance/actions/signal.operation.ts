@@ -17,7 +17,7 @@ import {
 	userJson,
 } from '../../../shared/node-helpers';
 import { SignalOutcome } from '../../../shared/transport';
-import { callPerItem, type InstanceRun } from './run';
+import { callPerItem, type InstanceRun, type PreparedCall } from './run';
 
 /** Identifiers the sidecar takes are 1 to 255 characters. */
 const MAX_ID = 255;
@@ -26,15 +26,26 @@ const SIGNAL_HINTS: Partial<Record<number, string>> = {
 	[GrpcStatus.NOT_FOUND]:
 		"No instance has this key in that workflow, and a signal starts one only with Start If Absent. Check Workflow ID (the target workflow's ID, from its URL; empty means this workflow) and Instance Key (the key that workflow's Resume Point uses). A signal that may arrive before its instance exists: turn on Start If Absent (signal-with-start).",
 	[GrpcStatus.FAILED_PRECONDITION]:
-		'The instance has finished (completed, failed or cancelled) and takes no more events. Expect late events? Route them with Continue On Fail.',
+		"The instance has finished (completed, failed or cancelled) and takes no more events. Expect late events? Set this node's On Error to Continue (using error output) and answer the sender from there with a Respond to Webhook whose code is {{ $json.details.httpStatus }} (409 here), as examples/carrier-webhook.json does.",
 };
+
+/**
+ * What a sender is answered on the error output (details.httpStatus) for a
+ * signal the sidecar refused: 409 for an instance that has finished (the
+ * event can never be delivered: a sender stops re-delivering on a 4xx), 503
+ * for an instance that does not exist (yet: the order may start after its
+ * carrier's event, so the sender should deliver again; with Start If Absent
+ * the event holds it instead). A key the item lacks is 400, the sidecar away
+ * 503 (shared/door.ts).
+ */
+const SIGNAL_STATUSES = { NOT_FOUND: 503, FAILED_PRECONDITION: 409 } as const;
 
 export async function execute(
 	ctx: IExecuteFunctions,
 	run: InstanceRun,
 ): Promise<INodeExecutionData[][]> {
 	const { node, items, client, executionId, text, required, target } = run;
-	return await callPerItem(ctx, run, 'Signalling the instance', SIGNAL_HINTS, (i) => {
+	const prepare = (i: number): PreparedCall => {
 		const { workflowId, instanceKey } = target(i);
 		const eventName = required(
 			'eventName',
@@ -83,7 +94,15 @@ export async function execute(
 				},
 			};
 		};
-	});
+	};
+	return await callPerItem(
+		ctx,
+		run,
+		'Signalling the instance',
+		SIGNAL_HINTS,
+		prepare,
+		SIGNAL_STATUSES,
+	);
 }
 
 /** Signal-with-start's start item: the whole item, or a custom JSON object. */

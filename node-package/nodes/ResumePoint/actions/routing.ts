@@ -5,12 +5,11 @@ import {
 	type IExecuteFunctions,
 	type INode,
 	type INodeExecutionData,
-	type NodeApiError,
 } from 'n8n-workflow';
 
 import { keepAheadAnswer, type AheadGuard } from '../../../shared/claim-ahead';
 import type { ResumeVersion } from './version';
-import { refusal, senderStatus } from '../../../shared/door';
+import { refusal } from '../../../shared/door';
 import {
 	DURABLE_FIELD,
 	durableOf,
@@ -50,28 +49,6 @@ export const smallInstanceMeta = (inst: Instance | undefined): IDataObject =>
 
 export function outcomeName(outcome: StartOutcome): string {
 	return (StartOutcome[outcome] ?? 'UNSPECIFIED').replace('START_OUTCOME_', '').toLowerCase();
-}
-
-/**
- * A failed item as n8n's error output keeps it: `error` and `details` only
- * (details.httpStatus: what a Respond to Webhook there answers the sender).
- * n8n replaces the JSON of an item that carries an `error` object with
- * `{ error: message }` (WorkflowExecute.normalizeNodeErrors in n8n 2.41), so
- * the status would be lost there; an item whose JSON holds only these keys
- * is routed to the error output all the same, merged with the item it came
- * from (the delivery's body stays readable).
- */
-export function refusedItem(
-	failure: NodeOperationError | NodeApiError,
-	i: number,
-): INodeExecutionData {
-	return {
-		json: {
-			error: failure.message,
-			details: { httpStatus: senderStatus(failure), description: failure.description ?? null },
-		},
-		pairedItem: { item: i },
-	};
 }
 
 /** Different Delivery: Refuse. The key is in use by another delivery: HTTP 422 for the sender. */

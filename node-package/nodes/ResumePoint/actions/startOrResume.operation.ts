@@ -12,6 +12,7 @@ import {
 	sidecarFor,
 	workflowIdOf,
 } from '../../../shared/node-helpers';
+import { refusedItem } from '../../../shared/door';
 import { binaryOf, withBinary } from '../../../shared/files';
 import { nodeOf } from '../../../shared/run-node';
 import { StartOutcome, type StartOrResumeResponse } from '../../../shared/transport';
@@ -22,7 +23,6 @@ import {
 	differentDeliveryRefused,
 	FIXED_OUTPUTS,
 	OUTPUT_IN_PROGRESS,
-	refusedItem,
 	route,
 	routeResponse,
 	smallInstanceMeta,
