@@ -256,17 +256,31 @@ def block_wait_for_event(b: Builder, rp: str, save: str, entry: str, step_output
 
 
 def block_signal_workflow(case_id: str, path: str, services_url: str) -> dict[str, Any]:
-    """The carrier's workflow (docs/nodes.md, Durable Instance): Webhook (When Last Node Finishes) → Durable
-    Instance, Signal "delivered" to the case's workflow, Instance Key and Deduplication ID from the body."""
+    """The carrier's workflow (docs/nodes.md, Durable Instance; examples/carrier-webhook.json): Webhook (Using
+    'Respond to Webhook' Node) → Durable Instance, Signal "delivered" to the case's workflow, Instance Key and
+    Deduplication ID from the body, On Error: Continue (using error output) → Received; the error output →
+    Not Accepted (the item's details.httpStatus: 409 a finished instance, 503 one not there yet) → Fail
+    Execution."""
     f = DocsFlow(f"{case_id}signal", f"chaos {case_id} carrier", services_url, CREDENTIAL_ID)
     hook = f.node("Webhook", "n8n-nodes-base.webhook", 2.1, {"httpMethod": "POST", "path": f"{path}-signal",
-                                                             "responseMode": LAST_NODE, "options": {}},
+                                                             "responseMode": RESPOND_NODE, "options": {}},
                   (0, 0), webhookId=f"{case_id}signal-hook")
     signal = f.node("Signal Delivered", "n8n-nodes-durable.durableInstance", 1, {
         "operation": "signal", "workflowId": case_id, "instanceKey": "={{ $json.body.orderId }}", "eventName": EVENT,
         "payloadJson": "={{ JSON.stringify($json.body) }}", "dedupeId": "={{ $json.body.eventId }}", "options": {}},
-        (220, 0), credentials=f.cred)
+        (220, 0), credentials=f.cred, onError="continueErrorOutput")
+    received = f.node("Received", "n8n-nodes-base.respondToWebhook", 1.5,
+                      {"respondWith": "firstIncomingItem", "options": {}}, (440, 0))
+    refused = f.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "json",
+        "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
+        "options": {"responseCode": "={{ $json.details.httpStatus }}"}}, (440, 200))
+    fail = f.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {"errorMessage": "={{ $json.error }}"},
+                  (660, 200))
     f.link(hook, signal)
+    f.link(signal, received)
+    f.link(signal, refused, 1)
+    f.link(refused, fail)
     return f.workflow()
 
 
