@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from durable.v1 import common_pb2, events_pb2, instance_pb2, limits_pb2
+from durable.v1 import checkpoint_pb2, common_pb2, events_pb2, instance_pb2, limits_pb2
 from durable_sidecar import metrics
 from durable_sidecar.services.limits import LimitService
 from durable_sidecar.wiring import open_backend
@@ -214,6 +214,27 @@ async def test_a_place_is_freed_when_its_holder_dies_completes_or_parks(harness:
     await s.instances.ScheduleWakeUp(instance_pb2.ScheduleWakeUpRequest(
         workflow_id=WF, instance_key=parked, execution_id="exec-1", delay_seconds=3600), metadata=s.metadata)
     assert [h.instance.instance_key for h in await handed_out(s, [w3])] == [w3]
+
+
+@pytest.mark.parametrize("harness", [{"limit_sweep_interval_seconds": 3600}], indirect=True)
+async def test_a_holder_that_finishes_hands_its_place_on_at_once_not_at_the_sweep(harness: Harness) -> None:
+    """A section ends at the instance's completion: its place goes to the next waiter right after the last Save,
+    a CompleteInstance or a FailInstance commits, not at the limit sweep's next pass (an hour here)."""
+    s, name = harness.alpha, _name()
+    by_save, by_complete, by_fail, w1, w2, w3 = await started(s, 6)
+    for key in (by_save, by_complete, by_fail):
+        assert (await acquire(s, key, name, max_holders=3)).outcome == ACQUIRED
+    for key in (w1, w2, w3):
+        assert (await acquire(s, key, name, max_holders=3)).outcome == WAITING
+    await save(s, item(by_save, "synced", {"ok": True}, state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
+                       complete_instance=True))
+    assert [h.instance.instance_key for h in await handed_out(s, [w1, w2, w3], timeout=5)] == [w1]
+    await s.instances.CompleteInstance(instance_pb2.CompleteInstanceRequest(
+        workflow_id=WF, instance_key=by_complete, execution_id="exec-1"), metadata=s.metadata)
+    assert [h.instance.instance_key for h in await handed_out(s, [w2, w3], timeout=5)] == [w2]
+    await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+        workflow_id=WF, instance_key=by_fail, execution_id="exec-1", error_message="gave up"), metadata=s.metadata)
+    assert [h.instance.instance_key for h in await handed_out(s, [w3], timeout=5)] == [w3]
 
 
 async def test_many_waiters_are_served_in_arrival_order(harness: Harness) -> None:

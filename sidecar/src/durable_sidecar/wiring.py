@@ -134,6 +134,8 @@ def build_services(settings: Settings, backend: Backend, cache: Cache, *, keys_c
     # wakes this replica's Resume Trigger streams: they claim at once, or plan their next claim for that time.
     limits.on_due = events.on_due = recovery.on_due = operations.on_due = replay.on_due = sessions.wake_streams
     instances.on_due = sessions.wake_streams
+    # An instance that finishes hands the places it held on at once, not at the limit sweep's next pass.
+    checkpoints.on_finished = instances.on_finished = limits.finished
     # The cache the states are in: the CLI's shared one (Redis), else the server's own.
     purge = PurgeService(db, backend.instances, backend.purge, keys_cache or cache, checkpoints)
     search = SearchFieldService(db, backend.instances, backend.search_fields)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -109,6 +110,8 @@ class CheckpointService:
         # Completes the instances saves name (complete_instance): wiring.py gives it the InstanceService's
         # completion; without one such saves are refused.
         self.completer: InstanceCompleter | None = None
+        # Told of each instance a save completed, after the commit (the limits hand its places on); wiring.py.
+        self.on_finished: Callable[[InstanceRef], None] = lambda ref: None
         # Sets the search fields saves carry; wiring.py sets it.
         self.search: SearchFieldService | None = None
         # Checks and attaches the files saves carry; wiring.py sets it.
@@ -288,6 +291,8 @@ class CheckpointService:
                 else:
                     self.memory.put(new.ref, saved.checkpoint.sequence, new.state, new.sha256)
         for new, saved in zip(saved_items, results, strict=True):
+            if new.complete_instance:
+                self.on_finished(new.ref)
             if saved.deduplicated:
                 repeated += 1
             elif len(new.state) >= self.cache_min_bytes:

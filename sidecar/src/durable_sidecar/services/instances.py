@@ -107,6 +107,9 @@ class InstanceService:
         self.wait_for_freed: Callable[[float, asyncio.Event], Awaitable[None]] = _sleep_or_stop
         # Called after a wake-up is scheduled: this replica's streams plan their next claim for it (wiring.py).
         self.on_due: Callable[[], None] = lambda: None
+        # Told of each instance finish() moved to a final status, after the commit (the limits hand its places
+        # on); wiring.py.
+        self.on_finished: Callable[[InstanceRef], None] = lambda ref: None
 
     async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
         if inst.last_sequence == 0:
@@ -427,13 +430,17 @@ class InstanceService:
 
             done = await self.db.single(one)
             if done is not None:
+                self.on_finished(ref)
                 return done
 
         async def txn(conn: Conn) -> Instance:
             return await self._finish_locked_txn(conn, ref, status, actor=actor, error_message=error_message,
                                                  result_json=result_json, retry=retry)
 
-        return await self.db.transaction(txn)
+        finished = await self.db.transaction(txn)
+        if finished.status.final:
+            self.on_finished(ref)
+        return finished
 
     async def complete_txn(self, conn: Conn, ref: InstanceRef, *, actor: str) -> Instance:
         """CompleteInstance (no result) inside the caller's transaction: a save with complete_instance.

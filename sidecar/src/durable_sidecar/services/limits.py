@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,8 @@ _SWEEP_KEYS = 100
 PRUNE_AFTER = timedelta(hours=1)
 _PRUNE_EVERY_SECONDS = 600.0
 _PRUNE_BATCH = 1000
+# Instances remembered as having asked this replica for a place (finished() hands their places on at once).
+_ENTERED_MAX = 100_000
 
 
 def holds(e: Entry, now: datetime) -> bool:
@@ -88,6 +91,10 @@ class LimitService:
         self.on_due: Callable[[], None] = lambda: None
         # AcquireSlot calls waiting in this process for a place, by key (set when a place is given here).
         self._waiters: dict[LimitId, set[asyncio.Event]] = {}
+        # Instances that asked this replica for a place (newest last): when one finishes, its places go to the
+        # next waiters at once (finished()); any other freed place within the sweep's interval.
+        self._entered: OrderedDict[InstanceRef, None] = OrderedDict()
+        self._handing_on: set[asyncio.Task[None]] = set()
         # Rate limits (services/limit_rates.py), in this service's transactions and parking.
         self.rates = RateLimiter(store, instances, self._run, self._park)
     async def _run(self, txn: Callable[[Conn], Awaitable[T]]) -> T:
@@ -172,6 +179,10 @@ class LimitService:
         if not 1 <= max_holders <= MAX_HOLDERS:
             raise InvalidArgument(f"max_holders must be 1 to {MAX_HOLDERS}, got {max_holders}")
         limit = LimitId(ref.namespace, "concurrency", limit_name, limit_key)
+        self._entered[ref] = None
+        self._entered.move_to_end(ref)
+        if len(self._entered) > _ENTERED_MAX:
+            self._entered.popitem(last=False)
 
         def attempt(park: bool) -> Callable[[Conn], Awaitable[Answer]]:
             async def txn(conn: Conn) -> Answer:
@@ -280,6 +291,34 @@ class LimitService:
             await self.store.set_txn(conn, limit, now=now, capacity=capacity, next_at=row.next_at,
                                      burst_started_at=row.burst_started_at)
         return row, now
+
+    def finished(self, ref: InstanceRef) -> None:
+        """After an instance reached a final status (its last Save completed it; Complete, Fail or Cancel): the
+        places it held through this replica go to the next waiters now, after the caller's reply, instead of at
+        the sweep's next pass (up to DURABLE_LIMIT_SWEEP_INTERVAL_SECONDS later). Nothing for an instance that
+        never asked this replica for a place."""
+        if ref not in self._entered:
+            return
+        del self._entered[ref]
+        task = asyncio.get_running_loop().create_task(self._hand_on(ref))
+        self._handing_on.add(task)
+        task.add_done_callback(self._handing_on.discard)
+
+    async def _hand_on(self, ref: InstanceRef) -> None:
+        async def txn(conn: Conn) -> int:
+            granted = 0
+            for limit in await self.store.instance_keys_txn(conn, ref, "concurrency"):
+                row, now = await self.store.lock_txn(conn, limit)
+                _, _, n = await self._settle(conn, limit, row.capacity or 1, now,
+                                             await self.store.entries_txn(conn, limit))
+                granted += n
+            return granted
+
+        try:
+            await self._run(txn)
+        except Exception as exc:  # noqa: BLE001 - the sweep hands the places on within its interval
+            log.warning("handing on a finished instance's places failed; the limit sweep will",
+                        extra={"workflow_id": ref.workflow_id, "instance_key": ref.instance_key, "error": str(exc)})
 
     async def sweep_once(self) -> int:
         """Hands places freed without a ReleaseSlot (a holder finished, died or parked) to waiters; how many."""

@@ -116,6 +116,8 @@ class LimitStore:
         self._keys_of = d.sql("""SELECT DISTINCT limit_key FROM durable_limit_entries
             WHERE namespace = %(ns)s AND kind = %(kind)s AND limit_name = %(name)s AND workflow_id = %(wf)s
               AND instance_key = %(key)s""")
+        self._instance_keys = d.sql("""SELECT DISTINCT limit_name, limit_key FROM durable_limit_entries
+            WHERE namespace = %(ns)s AND workflow_id = %(wf)s AND instance_key = %(key)s AND kind = %(kind)s""")
         self._waiting_keys = d.sql("""SELECT DISTINCT namespace, kind, limit_name, limit_key
             FROM durable_limit_entries WHERE state = 'waiting' LIMIT %(limit)s""")
         self._prune = d.sql("""DELETE FROM durable_limits WHERE updated_at < %(before)s
@@ -208,6 +210,13 @@ class LimitStore:
         rows = await self.r.all(conn, self._keys_of, {"ns": ref.namespace, "kind": kind, "name": name,
                                                       "wf": ref.workflow_id, "key": ref.instance_key})
         return [r["limit_key"] for r in rows]
+
+    async def instance_keys_txn(self, conn: Conn, ref: InstanceRef, kind: str) -> list[LimitId]:
+        """Every key of a kind the instance has entries at, of any limit (its instance index), in lock order."""
+        rows = await self.r.all(conn, self._instance_keys, {"ns": ref.namespace, "wf": ref.workflow_id,
+                                                           "key": ref.instance_key, "kind": kind})
+        return sorted((LimitId(ref.namespace, kind, r["limit_name"], r["limit_key"]) for r in rows),
+                      key=lambda limit: (limit.name, limit.key))
 
     async def waiting_keys_txn(self, conn: Conn, *, limit: int) -> list[LimitId]:
         """Keys that have waiters (the sweep hands freed places to them)."""
