@@ -17,10 +17,14 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 class _ContextFilter(logging.Filter):
+    """The call's request id, instance key and namespace on every line; a line logged outside a call (a sweep
+    that suspends an instance, say) names its instance with extra= instead, which is kept."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id_var.get()
-        record.instance_key = instance_key_var.get()
-        record.namespace = namespace_var.get()
+        for name, var in (("request_id", request_id_var), ("instance_key", instance_key_var),
+                          ("namespace", namespace_var)):
+            if not getattr(record, name, ""):
+                setattr(record, name, var.get())
         return True
 
 

@@ -87,7 +87,9 @@ class RetryRules:
             await self.instances.add_event_txn(
                 conn, inst.ref, "suspended", actor=actor,
                 detail=f"after {inst.attempt} automatic resumes (max {policy.max_automatic_resumes}): {error}")
-            log.warning("instance suspended", extra={"attempts": inst.attempt})
+            log.warning("instance suspended", extra={"namespace": inst.ref.namespace, "workflow_id": inst.ref.workflow_id,
+                                                     "instance_key": inst.ref.instance_key, "attempts": inst.attempt,
+                                                     "error": error})
             return FailureVerdict(done, resume_now=False, suspended=True)
         delay = backoff_ms(policy, attempt)
         if delay > 0 or park_always:
