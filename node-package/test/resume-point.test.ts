@@ -284,6 +284,41 @@ describe('Resume Point', () => {
 		expect(out[OUTPUT_IN_PROGRESS][1].json.details).toMatchObject({ httpStatus: 400 });
 	});
 
+	test('without Version Mismatch Output an instance bound to an older version is refused, not run on the new logic', async () => {
+		const wf = 'wf-versions-off';
+		const client = getSidecarClient(sidecar.connection());
+		const register = async (nodes: string[], label: string) =>
+			await unary(client.versions, client.versions.registerVersion, client, {
+				workflowId: wf,
+				definitionJson: Buffer.from(
+					JSON.stringify({ nodes: nodes.map((name) => ({ name, type: 'x' })), connections: {} }),
+				),
+				n8nVersionId: '',
+				label,
+				note: '',
+				actor: 'test',
+			});
+		await register(['Webhook', 'Resume Point'], '1.0.0');
+		await runResumePoint([{ orderId: 'v-off' }], {}, { executionId: 'e1', workflowId: wf });
+		await register(['Webhook', 'Resume Point', 'Charge'], '1.1.0');
+		await sidecar.expireLease(wf, 'v-off');
+		await expect(
+			runResumePoint([{ orderId: 'v-off' }], {}, { executionId: 'e2', workflowId: wf }),
+		).rejects.toMatchObject({
+			message: expect.stringContaining('is bound to version 1 (1.0.0) of this workflow'),
+			description: expect.stringContaining('turn on Version Mismatch Output'),
+		});
+		// An instance bound to the current version resumes as before.
+		await runResumePoint([{ orderId: 'v-new' }], {}, { executionId: 'e3', workflowId: wf });
+		await sidecar.expireLease(wf, 'v-new');
+		const out = await runResumePoint(
+			[{ orderId: 'v-new' }],
+			{},
+			{ executionId: 'e4', workflowId: wf },
+		);
+		expect(out[OUTPUT_RESUME]).toHaveLength(1);
+	});
+
 	test('Version Mismatch output carries the bound snapshot for an instance on an older version', async () => {
 		const wf = 'wf-versions';
 		const client = getSidecarClient(sidecar.connection());

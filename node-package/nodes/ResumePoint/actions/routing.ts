@@ -174,6 +174,9 @@ function routeResumed(
 	const json = restored(ctx, item, i, version.resumedState(response), meta);
 	Object.assign(meta, version.checkpointMeta(response.latestCheckpoint));
 	if (runsBound) meta.runsBoundVersion = handedOver;
+	if (response.versionMismatch && !runsBound && mismatchIndex < 0) {
+		throw versionRefused(ctx, response, i);
+	}
 	const toMismatch = response.versionMismatch && mismatchIndex >= 0 && !runsBound;
 	const waitOutcome = response.waitOutcome;
 	if (
@@ -207,6 +210,30 @@ function routeResumed(
 	const stepIndex = stepNames.indexOf(response.instance?.lastStep ?? '');
 	const target = stepIndex >= 0 ? FIXED_OUTPUTS + stepIndex : OUTPUT_RESUME;
 	outputs[target].push(route(item, i, meta, json));
+}
+
+/**
+ * A resumed instance bound to another version of this workflow, at a Resume Point without
+ * Version Mismatch Output: its next steps would run this version's logic, which the instance
+ * never moved to. Refused like a wait without Wait Outputs (nothing of it runs; it is handed
+ * out again), with the two ways to keep its version or move it on purpose.
+ */
+function versionRefused(
+	ctx: IExecuteFunctions,
+	response: StartOrResumeResponse,
+	i: number,
+): NodeOperationError {
+	const key = response.instance?.instanceKey ?? '';
+	const bound = response.instance?.boundVersion ?? 0;
+	const label = response.boundVersion?.label ? ` (${response.boundVersion.label})` : '';
+	return new NodeOperationError(
+		nodeOf(ctx),
+		`Instance ${key} is bound to version ${bound}${label} of this workflow, but this execution runs version ${response.currentVersion}: its next steps would run logic it never moved to`,
+		{
+			itemIndex: i,
+			description: `Nothing of it ran. Keep its version: turn on Version Mismatch Output on this Resume Point and wire Old Version to an Execute Workflow that runs the bound version's JSON (docs/concepts.md, "Running the bound version in n8n"). Or move it to this version on purpose, logged: durable-sidecar instances move WORKFLOW --to ${response.currentVersion} --key ${key} --reason "…". It is handed out again by the Resume Trigger (and suspended after its automatic resumes) until one of them is done.`,
+		},
+	);
 }
 
 /** The item's JSON with the restored state, per Restore State (under durable.state: in `meta`). */
