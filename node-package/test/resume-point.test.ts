@@ -284,20 +284,24 @@ describe('Resume Point', () => {
 		expect(out[OUTPUT_IN_PROGRESS][1].json.details).toMatchObject({ httpStatus: 400 });
 	});
 
+	/** Registers a workflow version of `nodes` (as a sync from n8n would) under `label`. */
+	const registerVersion = async (wf: string, nodes: string[], label: string) => {
+		const client = getSidecarClient(sidecar.connection());
+		return await unary(client.versions, client.versions.registerVersion, client, {
+			workflowId: wf,
+			definitionJson: Buffer.from(
+				JSON.stringify({ nodes: nodes.map((name) => ({ name, type: 'x' })), connections: {} }),
+			),
+			n8nVersionId: '',
+			label,
+			note: '',
+			actor: 'test',
+		});
+	};
+
 	test('without Version Mismatch Output an instance bound to an older version is refused, not run on the new logic', async () => {
 		const wf = 'wf-versions-off';
-		const client = getSidecarClient(sidecar.connection());
-		const register = async (nodes: string[], label: string) =>
-			await unary(client.versions, client.versions.registerVersion, client, {
-				workflowId: wf,
-				definitionJson: Buffer.from(
-					JSON.stringify({ nodes: nodes.map((name) => ({ name, type: 'x' })), connections: {} }),
-				),
-				n8nVersionId: '',
-				label,
-				note: '',
-				actor: 'test',
-			});
+		const register = (nodes: string[], label: string) => registerVersion(wf, nodes, label);
 		await register(['Webhook', 'Resume Point'], '1.0.0');
 		await runResumePoint([{ orderId: 'v-off' }], {}, { executionId: 'e1', workflowId: wf });
 		await register(['Webhook', 'Resume Point', 'Charge'], '1.1.0');
@@ -321,18 +325,7 @@ describe('Resume Point', () => {
 
 	test('Version Mismatch output carries the bound snapshot for an instance on an older version', async () => {
 		const wf = 'wf-versions';
-		const client = getSidecarClient(sidecar.connection());
-		const register = async (nodes: string[], label: string) =>
-			await unary(client.versions, client.versions.registerVersion, client, {
-				workflowId: wf,
-				definitionJson: Buffer.from(
-					JSON.stringify({ nodes: nodes.map((name) => ({ name, type: 'x' })), connections: {} }),
-				),
-				n8nVersionId: '',
-				label,
-				note: '',
-				actor: 'test',
-			});
+		const register = (nodes: string[], label: string) => registerVersion(wf, nodes, label);
 		await register(['Webhook', 'Resume Point'], '1.0.0');
 		await runResumePoint(
 			[{ orderId: 'v-1' }],
