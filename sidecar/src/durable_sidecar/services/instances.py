@@ -107,8 +107,7 @@ class InstanceService:
         self.wait_for_freed: Callable[[float, asyncio.Event], Awaitable[None]] = _sleep_or_stop
         # Called after a wake-up is scheduled: this replica's streams plan their next claim for it (wiring.py).
         self.on_due: Callable[[], None] = lambda: None
-        # Told of each instance finish() moved to a final status, after the commit (the limits hand its places
-        # on); wiring.py.
+        # Told of each instance finish() made final, after the commit (limits hand its places on); wiring.py.
         self.on_finished: Callable[[InstanceRef], None] = lambda ref: None
 
     async def _latest_meta(self, conn: Conn, inst: Instance) -> Checkpoint | None:
@@ -437,8 +436,7 @@ class InstanceService:
             return await self._finish_locked_txn(conn, ref, status, actor=actor, error_message=error_message,
                                                  result_json=result_json, retry=retry)
 
-        finished = await self.db.transaction(txn)
-        if finished.status.final:
+        if (finished := await self.db.transaction(txn)).status.final:
             self.on_finished(ref)
         return finished
 
@@ -550,8 +548,9 @@ class InstanceService:
                     inst = await self.waits.update_txn(conn, inst.ref, now=now, wake_reason="")
                 if claimed_as is ResumeReason.STALLED:
                     verdict = await self.retry.after_failure_txn(
-                        conn, inst, error=f"lease lapsed at sequence {inst.last_sequence} (its execution died)",
-                        actor=claimant, now=now, park_always=False)
+                        conn, inst, actor=claimant, now=now, park_always=False,
+                        error=f"lease lapsed at sequence {inst.last_sequence}: its execution ended without saving "
+                              "(it failed, or its n8n process died); see that execution in n8n")
                     if not verdict.resume_now:
                         continue  # parked for its backoff, or suspended
                     inst = verdict.instance
