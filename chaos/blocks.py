@@ -271,16 +271,9 @@ def block_signal_workflow(case_id: str, path: str, services_url: str) -> dict[st
         (220, 0), credentials=f.cred, onError="continueErrorOutput")
     received = f.node("Received", "n8n-nodes-base.respondToWebhook", 1.5,
                       {"respondWith": "firstIncomingItem", "options": {}}, (440, 0))
-    refused = f.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
-        "respondWith": "json",
-        "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
-        "options": {"responseCode": "={{ $json.details.httpStatus }}"}}, (440, 200))
-    fail = f.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {"errorMessage": "={{ $json.error }}"},
-                  (660, 200))
     f.link(hook, signal)
     f.link(signal, received)
-    f.link(signal, refused, 1)
-    f.link(refused, fail)
+    f.link(signal, f.not_accepted((440, 200)), 1)
     return f.workflow()
 
 

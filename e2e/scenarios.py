@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,12 +95,14 @@ class DocsFlow:
         import sys
 
         sys.path.insert(0, str(REPO / "examples"))
-        from generate import GUARD, RESUME_POINT, Flow
+        from generate import GUARD, RESUME_POINT, Flow, not_accepted
 
         self.flow, self.services_url = Flow(workflow_id, name), services_url
         self.versions = {"resumeTrigger": 1, "idempotencyGuard": GUARD, "resumePoint": RESUME_POINT, "durableLimit": 1}
         self.cred = {"durableSidecarApi": {"id": credential_id, "name": credential_id}}
         self.node, self.link = self.flow.node, self.flow.link
+        # Not Accepted (the failed item's details.httpStatus) → Fail Execution, for an error output to link to.
+        self.not_accepted: Callable[[tuple[int, int]], str] = lambda pos: not_accepted(self.flow, pos)
 
     def durable(self, name: str, type_: str, params: dict[str, Any], pos: tuple[int, int]) -> str:
         version = self.versions.get(type_, 2)

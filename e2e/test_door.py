@@ -90,13 +90,8 @@ def door_flow(services_url: str, *, workflow_id: str, path: str, different: str 
                                          "amount: $json.body.amount }) }}", (880, -100))
     save = f.durable("Save Charged", "durableCheckpoint", {
         "operation": "save", "stepName": "charged", "options": {"completeInstance": True}}, (1100, 0))
-    refused = f.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
-        "respondWith": "json",
-        "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
-        "options": {"responseCode": "={{ $json.details.httpStatus }}"}}, (440, 300))
-    fail = f.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {"errorMessage": "={{ $json.error }}"},
-                  (660, 300))
-    for a, b in [(hook, rp), (ok, claim), (charge, save), (refused, fail)]:
+    refused = f.not_accepted((440, 300))
+    for a, b in [(hook, rp), (ok, claim), (charge, save)]:
         f.link(a, b)
     f.link(rp, ok, 0)
     f.link(claim, charge, 0)

@@ -101,21 +101,28 @@ def intake(flow: Flow, path: str, pos: tuple[int, int], amount: bool = False,
     return webhook, check
 
 
-def resume_point(flow: Flow, params: dict[str, Any], pos: tuple[int, int]) -> str:
-    """The Resume Point, its error output answered (docs/intake.md): a refused delivery gets the status its
-    error item names (400 a bad key, 422 another delivery under a key in use, 503 the sidecar away), then
-    Fail Execution marks the execution failed, so n8n's execution list and error workflow see it."""
-    rp = flow.node("Resume Point", f"{PKG}.resumePoint", RESUME_POINT, {"versionLabel": VERSION_LABEL, **params},
-                   pos, creds=True, onError="continueErrorOutput")
+def not_accepted(flow: Flow, pos: tuple[int, int]) -> str:
+    """What an error output of ours is wired to (docs/intake.md): Not Accepted answers the sender with the status
+    the failed item names (`details.httpStatus`), then Fail Execution (a column right) marks the execution failed,
+    so n8n's execution list and error workflow see it. Answers Not Accepted, to link the error output to."""
     answer = flow.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
         "respondWith": "json",
         "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
         "options": {"responseCode": "={{ $json.details.httpStatus }}"},
-    }, (pos[0] + COL, pos[1] + 3 * ROW))
+    }, pos)
     fail = flow.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {
         "errorMessage": "={{ $json.error }}",
-    }, (pos[0] + 2 * COL, pos[1] + 3 * ROW))
+    }, (pos[0] + COL, pos[1]))
     flow.link(answer, fail)
+    return answer
+
+
+def resume_point(flow: Flow, params: dict[str, Any], pos: tuple[int, int]) -> str:
+    """The Resume Point, its error output answered (not_accepted): a refused delivery gets the status its error
+    item names (400 a bad key, 422 another delivery under a key in use, 503 the sidecar away)."""
+    rp = flow.node("Resume Point", f"{PKG}.resumePoint", RESUME_POINT, {"versionLabel": VERSION_LABEL, **params},
+                   pos, creds=True, onError="continueErrorOutput")
+    not_accepted(flow, (pos[0] + COL, pos[1] + 3 * ROW))
     return rp
 
 
@@ -351,18 +358,9 @@ def carrier_webhook() -> None:
     received = f.node("Received", "n8n-nodes-base.respondToWebhook", 1.5, {
         "respondWith": "firstIncomingItem", "options": {},
     }, (2 * COL, 0))
-    answer = f.node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
-        "respondWith": "json",
-        "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
-        "options": {"responseCode": "={{ $json.details.httpStatus }}"},
-    }, (2 * COL, ROW))
-    fail = f.node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {
-        "errorMessage": "={{ $json.error }}",
-    }, (3 * COL, ROW))
     f.link(hook, signal)
     f.link(signal, received)
-    f.link(signal, answer, 1)
-    f.link(answer, fail)
+    f.link(signal, not_accepted(f, (2 * COL, ROW)), 1)
     f.write("carrier-webhook.json",
             "The carrier posts { orderId, eventId, deliveredAt } when a parcel is delivered; Durable Instance "
             "(Signal) delivers the event \"delivered\" to that order's instance of \"Order delivery\", "

@@ -90,6 +90,16 @@ async def handed_out(s: Stubs, keys: list[str], *, timeout: float = 10.0) -> lis
         await asyncio.sleep(0.1)
 
 
+async def three_holders_three_waiters(s: Stubs, name: str) -> list[str]:
+    """Six new instances at a key of three places: the first three hold one each, the last three wait in order."""
+    keys = await started(s, 6)
+    for key in keys[:3]:
+        assert (await acquire(s, key, name, max_holders=3)).outcome == ACQUIRED
+    for key in keys[3:]:
+        assert (await acquire(s, key, name, max_holders=3)).outcome == WAITING
+    return keys
+
+
 async def resume(s: Stubs, handed: instance_pb2.ResumableInstance, execution: str) -> None:
     await start(s, handed.instance.instance_key, execution, claim_token=handed.claim_token)
 
@@ -198,11 +208,7 @@ async def test_refuse_leaves_by_busy_and_records_nothing(harness: Harness) -> No
 
 async def test_a_place_is_freed_when_its_holder_dies_completes_or_parks(harness: Harness) -> None:
     s, name = harness.alpha, _name()
-    dead, done, parked, w1, w2, w3 = await started(s, 6)
-    for key in (dead, done, parked):
-        assert (await acquire(s, key, name, max_holders=3)).outcome == ACQUIRED
-    for key in (w1, w2, w3):
-        assert (await acquire(s, key, name, max_holders=3)).outcome == WAITING
+    dead, done, parked, w1, w2, w3 = await three_holders_three_waiters(s, name)
     # The holder's process died: its lease lapsed (a session's end does the same).
     await expire_instance_lease(_url(harness), dead)
     assert [h.instance.instance_key for h in await handed_out(s, [w1, w2, w3])] == [w1]
@@ -221,11 +227,7 @@ async def test_a_holder_that_finishes_hands_its_place_on_at_once_not_at_the_swee
     """A section ends at the instance's completion: its place goes to the next waiter right after the last Save,
     a CompleteInstance or a FailInstance commits, not at the limit sweep's next pass (an hour here)."""
     s, name = harness.alpha, _name()
-    by_save, by_complete, by_fail, w1, w2, w3 = await started(s, 6)
-    for key in (by_save, by_complete, by_fail):
-        assert (await acquire(s, key, name, max_holders=3)).outcome == ACQUIRED
-    for key in (w1, w2, w3):
-        assert (await acquire(s, key, name, max_holders=3)).outcome == WAITING
+    by_save, by_complete, by_fail, w1, w2, w3 = await three_holders_three_waiters(s, name)
     await save(s, item(by_save, "synced", {"ok": True}, state_mode=checkpoint_pb2.STATE_MODE_ADD_STEP_RESULT,
                        complete_instance=True))
     assert [h.instance.instance_key for h in await handed_out(s, [w1, w2, w3], timeout=5)] == [w1]
