@@ -147,12 +147,12 @@ def test_4_redelivered_order_runs_once_and_later_deliveries_take_completed(stack
                note="later deliveries: Finished, no call")
 
 
-def order_tracking_v2(v1: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 of the order workflow: the coupon call carries `logic: "v2"` (the services record it)."""
+def order_tracking_v2(v1: dict[str, Any], logic: str = "v2") -> dict[str, Any]:
+    """A later version of the order workflow: the coupon call carries `logic` (the services record it)."""
     wf = copy.deepcopy(v1)
     (coupon,) = [n for n in wf["nodes"] if n["name"] == "Send Coupon"]
     coupon["parameters"]["jsonBody"] = (
-        "={{ JSON.stringify({ orderId: $json.body.orderId, amount: $json.body.amount, logic: 'v2' }) }}")
+        f"={{{{ JSON.stringify({{ orderId: $json.body.orderId, amount: $json.body.amount, logic: '{logic}' }}) }}}}")
     return wf
 
 
@@ -223,13 +223,28 @@ def test_5_version_binding_in_flight_orders_keep_v1_moved_one_and_new_orders_run
         moves = [e for e in sidecar.change_log(ORDER_WF) if e.kind == version_pb2.CHANGE_KIND_INSTANCE_MOVED]
         assert [(e.instance_key, e.from_version, e.to_version, e.actor, e.reason) for e in moves] == [
             (moved, v1, v2, "e2e-operator", "customer asked for the v2 coupon")], moves
+
+        # v3 is published and an order comes at once, with no sync: the Resume Point's fingerprint of the
+        # workflow it runs is new to the sidecar, which reads n8n then, not at its next interval (60 s).
+        saved = n8n.update_workflow(api_key, order_tracking_v2(stack.workflows[ORDER_WF], "v3"))
+        n8n.wait_published(ORDER_WF, saved["versionId"])
+        late = orders("ver-v3", 1)
+        post_all(stack, late)
+        wait_completed(stack, late, timeout=120)
+        inst = sidecar.instance(ORDER_WF, late[0])
+        assert inst is not None and inst.bound_version == v2 + 1, f"{late[0]} is bound to {inst}"
+        assert stack.services.logic("coupon", late[0]) == ["v3"], stack.services.logic("coupon", late[0])
+        (registered,) = [e for e in sidecar.change_log(ORDER_WF)
+                         if e.kind == version_pb2.CHANGE_KIND_VERSION_REGISTERED and e.to_version == v2 + 1]
+        assert "an execution ran a workflow this sidecar had not seen" in registered.reason, registered
+        everyone += late
         dups = check_exactly_once(stack, everyone)
     finally:
         sidecar.reconfigure({})
     REPORT.add("5. version binding: v1 in flight, v2 published", len(everyone), len(everyone), dups,
                time.monotonic() - t0,
                note=f"{len(in_flight) - 1} finished on v{v1} via Execute Workflow, 1 moved + {len(new)} new on v{v2}; "
-                    "1 move in the change log")
+                    "1 move in the change log; v3 bound at its first order, no sync")
 
 
 def test_6_scheduled_resume_survives_an_n8n_restart(stack: Stack) -> None:

@@ -17,7 +17,19 @@ from durable_sidecar.services import versions as versions_service
 from tests.conftest import Harness
 from tests.sidecar.helpers import Stubs, free_port
 from tests.sidecar.storage import ago, fetch
-from tests.sidecar.version_helpers import WF, change_log, charge_amount, expect_error, new_key, raw, sidecar_with, start, versions, workflow
+from tests.sidecar.version_helpers import (
+    WF,
+    change_log,
+    charge_amount,
+    expect_error,
+    new_key,
+    raw,
+    resume,
+    sidecar_with,
+    start,
+    versions,
+    workflow,
+)
 
 N8N_KEY = "n8n-api-key-for-tests"
 
@@ -177,6 +189,51 @@ async def test_start_or_resume_reads_n8n_while_the_workflow_has_no_version_then_
         # A definition sent by the caller wins and needs no HTTP call.
         sent = await start(s, new_key(), definition_json=raw(workflow(amount=30)))
         assert sent.instance.bound_version == 3 and len(n8n.requests) == 2
+
+
+async def test_an_unfamiliar_workflow_fingerprint_reads_n8n_at_once(database_url: str, n8n: FakeN8n) -> None:
+    """A version published a moment ago binds its first order, not one a sync interval (60 s) later."""
+    n8n.publish(WF, workflow(amount=10), "n8n-v-aaa")
+    async with sidecar_with(database_url, n8n_base_url=n8n.url, n8n_api_key=N8N_KEY) as s:
+        first = await start(s, new_key(), workflow_fingerprint="fp-1")
+        assert first.instance.bound_version == 1 and len(n8n.requests) == 1
+        # The same fingerprint again: nothing new to read, whatever n8n holds now.
+        parked = new_key()
+        assert (await start(s, parked, workflow_fingerprint="fp-1")).instance.bound_version == 1
+        assert len(n8n.requests) == 1
+        # Published, and an execution of the new version starts an order within the sync interval.
+        n8n.publish(WF, workflow(amount=20), "n8n-v-bbb")
+        second = await start(s, new_key(), workflow_fingerprint="fp-2")
+        assert second.instance.bound_version == 2 and second.current_version == 2 and len(n8n.requests) == 2
+        assert (await start(s, new_key(), workflow_fingerprint="fp-2")).instance.bound_version == 2
+        assert len(n8n.requests) == 2
+        # An order of version 1 resumed by an execution of version 2 is a mismatch, with its snapshot.
+        resumed = await resume(s, parked, holder="exec-1", execution="exec-2", workflow_fingerprint="fp-2")
+        assert resumed.version_mismatch and resumed.bound_version.version == 1 and len(n8n.requests) == 2
+        # Reverted in n8n: version 1's fingerprint, seen with another current version, reads n8n again.
+        n8n.publish(WF, workflow(amount=10), "n8n-v-ccc")
+        back = await start(s, new_key(), workflow_fingerprint="fp-1")
+        assert back.instance.bound_version == 1 and back.current_version == 1 and len(n8n.requests) == 3
+        # Without a fingerprint (an older node package, a manual run) the sync interval applies as before.
+        n8n.publish(WF, workflow(amount=30), "n8n-v-ddd")
+        assert (await start(s, new_key())).instance.bound_version == 1 and len(n8n.requests) == 3
+
+
+async def test_a_fingerprint_makes_one_read_for_many_starts_and_none_while_n8n_is_down(
+        database_url: str, n8n: FakeN8n) -> None:
+    n8n.publish(WF, workflow(amount=10), "n8n-v-aaa")
+    async with sidecar_with(database_url, n8n_base_url=n8n.url, n8n_api_key=N8N_KEY) as s:
+        burst = await asyncio.gather(*(start(s, new_key(), workflow_fingerprint="fp-burst") for _ in range(8)))
+        assert {r.instance.bound_version for r in burst} == {1} and len(n8n.requests) == 1
+    async with sidecar_with(database_url, n8n_base_url=f"http://127.0.0.1:{free_port()}",
+                            n8n_api_key=N8N_KEY) as s:
+        # n8n unreachable: the start still binds (the registered version, here none: the label).
+        down = await start(s, new_key(), workflow_fingerprint="fp-new", version_label="1.0.0")
+        assert down.outcome == instance_pb2.START_OUTCOME_STARTED
+        assert (await start(s, new_key(), workflow_fingerprint="fp-new")).outcome == instance_pb2.START_OUTCOME_STARTED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await start(s, new_key(), workflow_fingerprint="x" * 129)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "workflow_fingerprint" in str(err.value.details())
 
 
 async def test_start_or_resume_still_starts_when_n8n_is_down(database_url: str) -> None:

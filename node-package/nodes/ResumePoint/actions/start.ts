@@ -5,8 +5,10 @@ import type { NodeError } from '../../../shared/batch';
 import { findAheadGuard, instanceClaim, type AheadGuard } from '../../../shared/claim-ahead';
 import { isWebhookDelivery } from '../../../shared/door';
 import { isSidecarUnreachable } from '../../../shared/errors';
+import { workflowFingerprint } from '../../../shared/fingerprint';
 import {
 	callContext,
+	durableOf,
 	isObject,
 	mapLimited,
 	sidecarError,
@@ -57,6 +59,8 @@ export async function startOrResumeAll(
 	const pinnedOf = parameterReader<number>(ctx, 'options.pinnedVersion', 0);
 	// v2: a new instance claims the key of the Guard this node feeds, when it feeds only that Guard.
 	const ahead = follows ? findAheadGuard(ctx, { onlyChild: true }) : undefined;
+	// Which workflow this execution runs: a version published a moment ago is bound at once.
+	const fingerprint = workflowFingerprint(ctx);
 	// Once the sidecar proved unreachable for a whole deadline, the remaining
 	// items fail at once instead of each waiting out its own deadline.
 	let unreachable: unknown;
@@ -83,6 +87,8 @@ export async function startOrResumeAll(
 				// A known key with another delivery: answered DIFFERENT, nothing taken (v2.1 refuses it).
 				checkDelivery: delivery && onDifferent !== 'ignore' && isWebhookDelivery(items[i]),
 				searchFieldsJson: prep.searchFields,
+				// Not for an item handed over to run its bound (older) version.
+				workflowFingerprint: durableOf(items[i]).runsBoundVersion ? '' : fingerprint,
 				// Claimed only when the instance is new (the sidecar decides): lease 0 is the instance's.
 				claimOnStart:
 					ahead && !prep.claimToken

@@ -47,7 +47,7 @@ RESUME_REASON_RETRY: ResumeReason
 RESUME_REASON_REDRIVE: ResumeReason
 
 class StartOrResumeRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start", "wait_seconds", "check_delivery", "search_fields_json")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "lease_seconds", "version_label", "pinned_version", "definition_json", "claim_token", "include_state", "start_item_json", "retry_policy", "claim_on_start", "wait_seconds", "check_delivery", "search_fields_json", "workflow_fingerprint")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class StartOrResumeRequest(_message.Message):
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CHECK_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     SEARCH_FIELDS_JSON_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -78,7 +79,8 @@ class StartOrResumeRequest(_message.Message):
     wait_seconds: int
     check_delivery: bool
     search_fields_json: bytes
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., wait_seconds: _Optional[int] = ..., check_delivery: _Optional[bool] = ..., search_fields_json: _Optional[bytes] = ...) -> None: ...
+    workflow_fingerprint: str
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., version_label: _Optional[str] = ..., pinned_version: _Optional[int] = ..., definition_json: _Optional[bytes] = ..., claim_token: _Optional[str] = ..., include_state: _Optional[bool] = ..., start_item_json: _Optional[bytes] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., claim_on_start: _Optional[_Union[_idempotency_pb2.ClaimItem, _Mapping]] = ..., wait_seconds: _Optional[int] = ..., check_delivery: _Optional[bool] = ..., search_fields_json: _Optional[bytes] = ..., workflow_fingerprint: _Optional[str] = ...) -> None: ...
 
 class StartOrResumeResponse(_message.Message):
     __slots__ = ("outcome", "instance", "latest_checkpoint", "current_version", "version_mismatch", "bound_version", "start_item_json", "event", "wait_outcome", "start_claim")

@@ -132,12 +132,14 @@ class InstanceService:
         wait_seconds: int = 0,
         check_delivery: bool = False,
         search_fields: bytes = b"",
+        workflow_fingerprint: str = "",
     ) -> StartResult:
         """Starts or finds the instance; a new one binds the version being run (or the pinned one).
 
         The version being run is the sent definition's (registered first when
         new), else the workflow's current version, refreshed from n8n when API
-        access is configured and a check is due (see VersionService).
+        access is configured and a check is due or workflow_fingerprint is
+        unfamiliar (see VersionService).
 
         lease_seconds 0 keeps the instance's lease length (the default for a new
         one); another value becomes its length when this call takes the lease.
@@ -170,6 +172,7 @@ class InstanceService:
         validation.identifier("execution_id", execution_id)
         validation.identifier("version_label", version_label, required=False)
         validation.identifier("claim_token", claim_token, required=False)
+        validation.identifier("workflow_fingerprint", workflow_fingerprint, required=False, limit=128)
         requested_lease = validation.in_range("lease_seconds", lease_seconds, 1, 86_400, default=0)
         hold = validation.in_range("wait_seconds", wait_seconds, 1, 86_400, default=0)
         if pinned_version < 0:
@@ -197,7 +200,8 @@ class InstanceService:
             return requested_lease or inst.lease_seconds or self.default_lease_seconds
         # Parsing and any HTTP call to n8n happen before the transaction opens.
         snapshot = await self.versions.snapshot_for_start(ref.namespace, ref.workflow_id, definition_json,
-                                                          actor=execution_id)
+                                                          actor=execution_id, fingerprint=workflow_fingerprint)
+        read = snapshot is not None and not definition_json  # n8n was read for this call
         if snapshot is None and not pinned_version and self.instances.one_statement_start:
             # A new instance bound to the workflow's current version: one statement.
             async def one(conn: Conn) -> StartedNew | None:
@@ -221,6 +225,8 @@ class InstanceService:
                                      start_item=start_item_json if include_state and start_item_json else None,
                                      current_version=started.current_version)
                 _log_start(result)
+                self.versions.ran(ref.namespace, ref.workflow_id, workflow_fingerprint, result.current_version,
+                                  read=read)
                 return await self._with_fields(fields, await self._claim_on_start(ref, result, claim_on_start,
                                                                                    started.claimed))
 
@@ -329,6 +335,7 @@ class InstanceService:
         elif result.outcome is StartOutcome.STARTED and result.instance.last_sequence == 0:
             self.checkpoint_service.remember_start(ref, start_item_json, start_item)
         _log_start(result)
+        self.versions.ran(ref.namespace, ref.workflow_id, workflow_fingerprint, result.current_version, read=read)
         return await self._with_fields(fields, await self._claim_on_start(ref, result, claim_on_start))
 
     async def _with_fields(self, fields: list[Change], result: StartResult) -> StartResult:

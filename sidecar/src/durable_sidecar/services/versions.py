@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from ..domain import (
     Version,
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
-from ..n8n_api import N8nClient
+from ..n8n_api import N8nClient, N8nWorkflow
 from ..stores.base import Conn, Database
 from ..stores.instances import InstanceStore
 from ..stores.versions import VersionStore
@@ -32,6 +33,10 @@ log = logging.getLogger(__name__)
 # Workflows remembered as 'no n8n check due' (the map is cleared when full), and for how long.
 _NOT_DUE_ENTRIES = 10_000
 _NOT_DUE_SECONDS = 5.0
+# Workflow fingerprints remembered with the version they ran (the map is cleared when full), and how
+# long an unfamiliar fingerprint waits before n8n is asked again after a failed read.
+_FINGERPRINT_ENTRIES = 10_000
+_FINGERPRINT_RETRY_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,13 @@ class VersionService:
         # (namespace, workflow_id) -> monotonic time before which this process does not ask the database
         # whether an n8n check is due: it was told 'not due' (at most one such query per workflow per 5 s).
         self._not_due_until: dict[tuple[str, str], float] = {}
+        # Fingerprints of the workflows executions run (StartOrResume's workflow_fingerprint): the version
+        # each was bound with after n8n was read for it, the current version this process last bound with,
+        # the read in flight per workflow (one at a time), and when to try again after a failed read.
+        self._fingerprints: dict[tuple[str, str, str], int] = {}
+        self._current_seen: dict[tuple[str, str], int] = {}
+        self._reading: dict[tuple[str, str], asyncio.Future[N8nWorkflow | None]] = {}
+        self._read_failed_until: dict[tuple[str, str], float] = {}
 
     # --- registering -------------------------------------------------------
 
@@ -167,12 +179,14 @@ class VersionService:
     # --- binding (used by InstanceService.start_or_resume) ------------------
 
     async def snapshot_for_start(self, namespace: str, workflow_id: str, definition_json: bytes, *,
-                                 actor: str) -> NewVersion | None:
+                                 actor: str, fingerprint: str = "") -> NewVersion | None:
         """The definition a StartOrResume runs, when known; called outside any transaction.
 
         A sent definition is used as it is. Otherwise, with n8n API access,
-        n8n is asked while the workflow has no version, and else by one caller
-        per DURABLE_N8N_SYNC_INTERVAL_SECONDS; every other call makes no HTTP
+        n8n is asked now when the caller's workflow fingerprint is unfamiliar
+        (see _unfamiliar: a version published a moment ago), while the
+        workflow has no version, and else by one caller per
+        DURABLE_N8N_SYNC_INTERVAL_SECONDS; every other call makes no HTTP
         request. A failed read is logged and the registered version is used:
         n8n's API being down must not stop orders from starting.
         """
@@ -181,12 +195,23 @@ class VersionService:
                                     reason="definition sent with StartOrResume")
         if not self.n8n.configured:
             return None
+        workflow = (namespace, workflow_id)
+        if fingerprint and self._unfamiliar(namespace, workflow_id, fingerprint) \
+                and time.monotonic() >= self._read_failed_until.get(workflow, 0.0):
+            fetched = await self._read_once(workflow)
+            if fetched is not None:
+                async def checked(conn: Conn) -> None:  # a read like the interval's: the next is due after it
+                    await self.versions.mark_n8n_checked_txn(conn, namespace, workflow_id)
+
+                await self.db.transaction(checked)
+                return self._from_n8n(namespace, workflow_id, fetched.definition_json, fetched.version_id,
+                                      actor=actor, reason="synced from n8n: an execution ran a workflow "
+                                                          "this sidecar had not seen")
 
         async def claim(conn: Conn) -> bool:
             return await self.versions.claim_n8n_check_txn(conn, namespace, workflow_id,
                                                            interval_seconds=self.sync_interval_seconds)
 
-        workflow = (namespace, workflow_id)
         if time.monotonic() < self._not_due_until.get(workflow, 0.0):
             return None
         if not await self.db.transaction(claim):
@@ -202,6 +227,52 @@ class VersionService:
             log.warning("could not read the workflow from n8n; binding to the registered version",
                         extra={"workflow_id": workflow_id, "error": str(exc)})
             return None
+
+    def _unfamiliar(self, namespace: str, workflow_id: str, fingerprint: str) -> bool:
+        """Whether an execution with this fingerprint may run a version the sidecar does not count as current.
+
+        Familiar: n8n was read for this fingerprint before and it was then
+        bound with the version this process last bound the workflow with. A
+        new fingerprint (a publish, a new n8n, a sidecar restart) or one seen
+        with another version (a revert, the workflow changed elsewhere) is
+        unfamiliar until n8n is read for it once.
+        """
+        seen = self._fingerprints.get((namespace, workflow_id, fingerprint))
+        return seen is None or seen != self._current_seen.get((namespace, workflow_id), seen)
+
+    async def _read_once(self, workflow: tuple[str, str]) -> N8nWorkflow | None:
+        """Reads the workflow from n8n, one read per workflow at a time: callers during a read share it."""
+        reading = self._reading.get(workflow)
+        if reading is not None:
+            return await asyncio.shield(reading)
+        future: asyncio.Future[N8nWorkflow | None] = asyncio.get_running_loop().create_future()
+        self._reading[workflow] = future
+        try:
+            fetched: N8nWorkflow | None = await self.n8n.fetch_workflow(workflow[1])
+        except DomainError as exc:
+            log.warning("could not read the workflow from n8n; binding to the registered version",
+                        extra={"workflow_id": workflow[1], "error": str(exc)})
+            self._read_failed_until[workflow] = time.monotonic() + _FINGERPRINT_RETRY_SECONDS
+            fetched = None
+        except BaseException:
+            future.set_result(None)
+            raise
+        finally:
+            del self._reading[workflow]
+        future.set_result(fetched)
+        return fetched
+
+    def ran(self, namespace: str, workflow_id: str, fingerprint: str, current: int, *, read: bool) -> None:
+        """Notes a StartOrResume's outcome: the current version it bound with and, when n8n was read for it,
+        that an execution with this fingerprint runs that version."""
+        if not fingerprint or not current:
+            return
+        if len(self._fingerprints) >= _FINGERPRINT_ENTRIES:
+            self._fingerprints.clear()
+            self._current_seen.clear()
+        self._current_seen[(namespace, workflow_id)] = current
+        if read:
+            self._fingerprints[(namespace, workflow_id, fingerprint)] = current
 
     async def binding_txn(self, conn: Conn, namespace: str, workflow_id: str, snapshot: NewVersion | None, *,
                           pinned_version: int) -> Binding:

@@ -53,6 +53,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
             wait_seconds=request.wait_seconds,
             check_delivery=request.check_delivery,
             search_fields=request.search_fields_json,
+            workflow_fingerprint=request.workflow_fingerprint,
         )
         return instance_pb2.StartOrResumeResponse(
             outcome=convert.OUTCOME_TO_PB[result.outcome],

@@ -188,6 +188,17 @@ export interface StartOrResumeRequest {
    * them; checked before anything is written.
    */
   searchFieldsJson: Buffer;
+  /**
+   * Optional: a fingerprint (at most 128 printable characters) of the
+   * workflow the caller runs, as the caller sees it (the Resume Point hashes
+   * itself and every node before and after it, with their parameters). Only
+   * compared with itself: a fingerprint this sidecar process has not seen
+   * with the workflow's current version makes it read the workflow from n8n
+   * now (with n8n API access), so an execution of a version published a
+   * moment ago binds to that version instead of waiting for the next
+   * periodic sync. Ignored without n8n API access and with definition_json.
+   */
+  workflowFingerprint: string;
 }
 
 export interface StartOrResumeResponse {
@@ -453,6 +464,7 @@ function createBaseStartOrResumeRequest(): StartOrResumeRequest {
     waitSeconds: 0,
     checkDelivery: false,
     searchFieldsJson: Buffer.alloc(0),
+    workflowFingerprint: "",
   };
 }
 
@@ -502,6 +514,9 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     }
     if (message.searchFieldsJson.length !== 0) {
       writer.uint32(122).bytes(message.searchFieldsJson);
+    }
+    if (message.workflowFingerprint !== "") {
+      writer.uint32(130).string(message.workflowFingerprint);
     }
     return writer;
   },
@@ -639,6 +654,14 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
             message.searchFieldsJson = Buffer.from(reader.bytes());
             continue;
           }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.workflowFingerprint = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -675,6 +698,7 @@ export const StartOrResumeRequest: MessageFns<StartOrResumeRequest> = {
     message.waitSeconds = object.waitSeconds ?? 0;
     message.checkDelivery = object.checkDelivery ?? false;
     message.searchFieldsJson = object.searchFieldsJson ?? Buffer.alloc(0);
+    message.workflowFingerprint = object.workflowFingerprint ?? "";
     return message;
   },
 };
