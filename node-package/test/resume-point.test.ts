@@ -8,7 +8,7 @@ import {
 	OUTPUT_START,
 	ResumePoint,
 } from '../nodes/ResumePoint/ResumePoint.node';
-import { closeAllSidecarClients, getSidecarClient } from '../shared/transport';
+import { closeAllSidecarClients, getSidecarClient, InstanceStatus } from '../shared/transport';
 import { executeContext, unary, type ParamValue } from './support/n8n';
 import { TestSidecar } from './support/sidecar';
 
@@ -312,6 +312,24 @@ describe('Resume Point', () => {
 			message: expect.stringContaining('is bound to version 1 (1.0.0) of this workflow'),
 			description: expect.stringContaining('turn on Version Mismatch Output'),
 		});
+		// Suspended at once with the reason: no automatic resume would mend it.
+		const client = getSidecarClient(sidecar.connection());
+		const got = await unary(client.instances, client.instances.getInstance, client, {
+			workflowId: wf,
+			instanceKey: 'v-off',
+		});
+		expect(got.instance).toMatchObject({
+			status: InstanceStatus.INSTANCE_STATUS_SUSPENDED,
+			leaseOwner: '',
+			attempt: 0,
+			lastError: expect.stringContaining('is bound to version 1 (1.0.0) of this workflow'),
+		});
+		const again = await runResumePoint(
+			[{ orderId: 'v-off' }],
+			{},
+			{ executionId: 'e2b', workflowId: wf },
+		);
+		expect(again[OUTPUT_IN_PROGRESS]).toHaveLength(1);
 		// An instance bound to the current version resumes as before.
 		await runResumePoint([{ orderId: 'v-new' }], {}, { executionId: 'e3', workflowId: wf });
 		await sidecar.expireLease(wf, 'v-new');

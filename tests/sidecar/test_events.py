@@ -395,6 +395,43 @@ async def test_fail_with_retry_counts_attempts_and_progress_resets_them(harness:
     assert detail[0] == "suspended" and detail[1] == "exec-3" and "payment API 503" in detail[2]
 
 
+async def test_fail_with_suspend_suspends_at_once_without_counting_a_resume(harness: Harness,
+                                                                           database_url: str) -> None:
+    """A failure no automatic resume can mend (the Resume Point refusing another version): suspended now,
+    handed to nobody, and moved on by an operator."""
+    s = harness.alpha
+    key = new_key()
+    await start(s, key, "exec-1")  # the default policy: 20 automatic resumes
+    await save(s, item(key, "charge", {"amount": 10}))
+
+    async def fail(execution: str) -> common_pb2.Instance:
+        reply = await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+            workflow_id=WF, instance_key=key, execution_id=execution, error_message="bound to version 1",
+            retry=True, suspend=True), metadata=s.metadata)
+        return reply.instance
+
+    suspended = await fail("exec-1")
+    assert suspended.status == common_pb2.INSTANCE_STATUS_SUSPENDED and suspended.attempt == 0
+    assert suspended.last_error == "bound to version 1" and not suspended.lease_owner
+    assert (await fail("exec-1")).status == common_pb2.INSTANCE_STATUS_SUSPENDED  # a repeat changes nothing
+    assert await claim_key(s, key) == []
+    kinds = [(k, a) for k, a, _ in await audit(database_url, key)]
+    assert kinds.count(("suspended", "exec-1")) == 1 and "retry_scheduled" not in [k for k, _ in kinds]
+    assert "no automatic resume can mend it: bound to version 1" in (await audit(database_url, key))[-1][2]
+    await s.recovery.ResumeInstance(events_pb2.ResumeInstanceRequest(workflow_id=WF, instance_key=key, actor="ops",
+                                                                     reason="moved to version 2"),
+                                    metadata=s.metadata)
+    handed = await claim_key(s, key)
+    assert len(handed) == 1 and handed[0].reason == instance_pb2.RESUME_REASON_REDRIVE
+    # Suspend without retry suspends too (FAILED is final only without either).
+    other = new_key()
+    await start(s, other, "exec-9")
+    reply = await s.instances.FailInstance(instance_pb2.FailInstanceRequest(
+        workflow_id=WF, instance_key=other, execution_id="exec-9", error_message="refused", suspend=True),
+        metadata=s.metadata)
+    assert reply.instance.status == common_pb2.INSTANCE_STATUS_SUSPENDED
+
+
 # --- Operator actions -----------------------------------------------------------------------------------
 
 

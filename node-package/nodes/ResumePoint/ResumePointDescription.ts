@@ -138,7 +138,7 @@ export const resumePointProperties: INodeProperties[] = [
 		default: false,
 		noDataExpression: true,
 		description:
-			"Whether resumed instances bound to an older workflow version leave by a separate output, carrying the bound version's workflow JSON and this execution's lease, for an Execute Workflow node that runs that JSON (its Execute Workflow Trigger feeds its own Resume Point, which takes the lease over). Off, such an instance is refused (this node fails saying so) instead of running this version's logic.",
+			"Whether resumed instances bound to an older workflow version leave by a separate output, carrying the bound version's workflow JSON and this execution's lease, for an Execute Workflow node that runs that JSON (its Execute Workflow Trigger feeds its own Resume Point, which takes the lease over). Off, such an instance is refused (this node suspends it and fails saying so) instead of running this version's logic.",
 	},
 	{
 		displayName: 'Wait Outputs',

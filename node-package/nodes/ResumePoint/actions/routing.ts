@@ -167,14 +167,11 @@ function routeResumed(
 	meta: IDataObject,
 ): void {
 	const handedOver = durableOf(item).runsBoundVersion;
-	const runsBound =
-		typeof handedOver === 'number' &&
-		handedOver > 0 &&
-		handedOver === (response.instance?.boundVersion ?? 0);
+	const runsBound = runsBoundVersion(item, response);
 	const json = restored(ctx, item, i, version.resumedState(response), meta);
 	Object.assign(meta, version.checkpointMeta(response.latestCheckpoint));
 	if (runsBound) meta.runsBoundVersion = handedOver;
-	if (response.versionMismatch && !runsBound && mismatchIndex < 0) {
+	if (refusesVersion(item, response, mismatchIndex)) {
 		throw versionRefused(ctx, response, i);
 	}
 	const toMismatch = response.versionMismatch && mismatchIndex >= 0 && !runsBound;
@@ -218,7 +215,32 @@ function routeResumed(
  * never moved to. Refused like a wait without Wait Outputs (nothing of it runs; it is handed
  * out again), with the two ways to keep its version or move it on purpose.
  */
-function versionRefused(
+/** Whether the item was handed over (the Old Version output's claim) to run the instance's bound version. */
+function runsBoundVersion(item: INodeExecutionData, response: StartOrResumeResponse): boolean {
+	const handedOver = durableOf(item).runsBoundVersion;
+	return (
+		typeof handedOver === 'number' &&
+		handedOver > 0 &&
+		handedOver === (response.instance?.boundVersion ?? 0)
+	);
+}
+
+/** Whether a resumed instance is refused: bound to another version, and no Old Version output to run it. */
+export function refusesVersion(
+	item: INodeExecutionData,
+	response: StartOrResumeResponse,
+	mismatchIndex: number,
+): boolean {
+	return (
+		response.outcome === StartOutcome.START_OUTCOME_RESUMED &&
+		response.versionMismatch &&
+		mismatchIndex < 0 &&
+		!runsBoundVersion(item, response)
+	);
+}
+
+/** Why a resumed instance bound to another version is refused, and the two ways on. */
+export function versionRefused(
 	ctx: IExecuteFunctions,
 	response: StartOrResumeResponse,
 	i: number,
@@ -231,7 +253,7 @@ function versionRefused(
 		`Instance ${key} is bound to version ${bound}${label} of this workflow, but this execution runs version ${response.currentVersion}: its next steps would run logic it never moved to`,
 		{
 			itemIndex: i,
-			description: `Nothing of it ran. Keep its version: turn on Version Mismatch Output on this Resume Point and wire Old Version to an Execute Workflow that runs the bound version's JSON (docs/concepts.md, "Running the bound version in n8n"). Or move it to this version on purpose, logged: durable-sidecar instances move WORKFLOW --to ${response.currentVersion} --key ${key} --reason "…". It is handed out again by the Resume Trigger (and suspended after its automatic resumes) until one of them is done.`,
+			description: `Nothing of it ran. Keep its version: turn on Version Mismatch Output on this Resume Point and wire Old Version to an Execute Workflow that runs the bound version's JSON (docs/concepts.md, "Running the bound version in n8n"). Or move it to this version on purpose, logged: durable-sidecar instances move WORKFLOW --to ${response.currentVersion} --key ${key} --reason "…". It is suspended until then (durable-sidecar instances list --status suspended); once one of them is done: durable-sidecar instances resume WORKFLOW ${key} --reason "…" (or operations start resume for many).`,
 		},
 	);
 }

@@ -23,9 +23,11 @@ import {
 	differentDeliveryRefused,
 	FIXED_OUTPUTS,
 	OUTPUT_IN_PROGRESS,
+	refusesVersion,
 	route,
 	routeResponse,
 	smallInstanceMeta,
+	versionRefused,
 	type RouteSettings,
 } from './routing';
 import { startOrResumeAll, type StartRun } from './start';
@@ -82,6 +84,7 @@ export async function execute(
 	};
 	const { results, ahead } = await startOrResumeAll(ctx, run);
 	const settings = { stepNames, mismatchIndex, eventIndex, executionId, version, ahead };
+	await suspendRefused(ctx, run, results, mismatchIndex);
 	const withFiles = await restoreFiles(ctx, run, results);
 	const held = routeAll(
 		ctx,
@@ -93,6 +96,45 @@ export async function execute(
 	);
 	noteHeldInstances(executionId, held);
 	return outputs;
+}
+
+/**
+ * Suspends each resumed instance this Resume Point refuses (bound to another
+ * version, no Old Version output) before it fails: no automatic resume can
+ * mend that, so it waits for an operator instead of being handed out and
+ * refused again until its automatic resumes are used up. A failed call leaves
+ * the instance to those resumes, as before.
+ */
+async function suspendRefused(
+	ctx: IExecuteFunctions,
+	{ items, client, workflowId, executionId }: StartRun,
+	results: Array<StartOrResumeResponse | NodeError | undefined>,
+	mismatchIndex: number,
+): Promise<void> {
+	for (let i = 0; i < items.length; i++) {
+		const response = results[i];
+		if (
+			!response ||
+			response instanceof Error ||
+			!refusesVersion(items[i], response, mismatchIndex)
+		) {
+			continue;
+		}
+		try {
+			await client.failInstance({
+				workflowId: response.instance?.workflowId || workflowId,
+				instanceKey: response.instance?.instanceKey ?? '',
+				executionId,
+				errorMessage: versionRefused(ctx, response, i).message,
+				retry: true,
+				suspend: true,
+			});
+		} catch (error) {
+			ctx.logger.warn(
+				`Could not suspend instance ${response.instance?.instanceKey ?? ''}: ${(error as Error).message}`,
+			);
+		}
+	}
 }
 
 /**

@@ -199,18 +199,20 @@ class CompleteInstanceResponse(_message.Message):
     def __init__(self, instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
 
 class FailInstanceRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "error_message", "retry")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "error_message", "retry", "suspend")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
     error_message: str
     retry: bool
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., error_message: _Optional[str] = ..., retry: _Optional[bool] = ...) -> None: ...
+    suspend: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., error_message: _Optional[str] = ..., retry: _Optional[bool] = ..., suspend: _Optional[bool] = ...) -> None: ...
 
 class FailInstanceResponse(_message.Message):
     __slots__ = ("instance",)

@@ -412,12 +412,13 @@ class InstanceService:
         error_message: str = "",
         result_json: bytes | None = None,
         retry: bool = False,
+        suspend: bool = False,
     ) -> Instance:
         """Moves a running instance to a final status; repeating the same final status is a no-op.
 
         A FAILED with retry goes to the retry policy instead: the instance stays
         running and is handed out again after the backoff, or is suspended once
-        its automatic resumes are used up.
+        its automatic resumes are used up. With suspend it is suspended at once.
         """
         _check_ref(ref)
         validation.identifier("execution_id" if status is not InstanceStatus.CANCELLED else "actor", actor,
@@ -426,7 +427,8 @@ class InstanceService:
         if result_json:
             validation.json_bytes("result_json", result_json)
 
-        if self.instances.one_statement_finish and not (status is InstanceStatus.FAILED and retry):
+        retry = status is InstanceStatus.FAILED and (retry or suspend)
+        if self.instances.one_statement_finish and not retry:
             # The usual case, an instance not final yet: one statement. Anything else (no instance, final
             # already, a retried call) takes the locked path below, which says why.
             async def one(conn: Conn) -> Instance | None:
@@ -441,7 +443,7 @@ class InstanceService:
 
         async def txn(conn: Conn) -> Instance:
             return await self._finish_locked_txn(conn, ref, status, actor=actor, error_message=error_message,
-                                                 result_json=result_json, retry=retry)
+                                                 result_json=result_json, retry=retry, suspend=suspend)
 
         if (finished := await self.db.transaction(txn)).status.final:
             self.on_finished(ref)
@@ -471,7 +473,7 @@ class InstanceService:
 
     async def _finish_locked_txn(self, conn: Conn, ref: InstanceRef, status: InstanceStatus, *, actor: str,
                                  error_message: str = "", result_json: bytes | None = None,
-                                 retry: bool = False) -> Instance:
+                                 retry: bool = False, suspend: bool = False) -> Instance:
         inst = await self.instances.get_txn(conn, ref, for_update=True)
         if inst is None:
             raise NotFound(f"instance {ref.workflow_id}/{ref.instance_key} does not exist")
@@ -486,6 +488,9 @@ class InstanceService:
             if inst.status is InstanceStatus.SUSPENDED or (inst.wake_reason == "retry" and not inst.lease_owner):
                 return inst  # a repeated call: the failure was counted already
             now = await self.waits.now_txn(conn)
+            if suspend:
+                return await self.retry.suspend_txn(conn, inst, error=error_message, actor=actor, now=now,
+                                                    detail=f"at once, no automatic resume can mend it: {error_message}")
             verdict = await self.retry.after_failure_txn(conn, inst, error=error_message, actor=actor, now=now,
                                                          park_always=True)
             return verdict.instance

@@ -69,6 +69,20 @@ class RetryRules:
     def policy_of(self, inst: Instance) -> RetryPolicy:
         return inst.retry_policy or self.default_policy
 
+    async def suspend_txn(self, conn: Conn, inst: Instance, *, error: str, actor: str, now: datetime,
+                          detail: str) -> Instance:
+        """Suspends the (locked) instance with this error: its lease and any wait or wake-up dropped, until an
+        operator moves it on."""
+        done = await self.waits.update_txn(
+            conn, inst.ref, now=now, suspended_at=now, lease_owner="", lease_expires_at=None, wake_at=None,
+            wake_reason="", awaited_event="", attempt=inst.attempt, attempt_sequence=inst.last_sequence,
+            last_error=error)
+        await self.instances.add_event_txn(conn, inst.ref, "suspended", actor=actor, detail=detail)
+        log.warning("instance suspended", extra={"namespace": inst.ref.namespace, "workflow_id": inst.ref.workflow_id,
+                                                 "instance_key": inst.ref.instance_key, "attempts": inst.attempt,
+                                                 "error": error})
+        return done
+
     async def after_failure_txn(self, conn: Conn, inst: Instance, *, error: str, actor: str, now: datetime,
                                 park_always: bool) -> FailureVerdict:
         """Counts one automatic resume of the failed instance and decides: now, after a backoff, or suspended.
@@ -80,16 +94,9 @@ class RetryRules:
         attempt = inst.attempt + 1
         of = str(policy.max_automatic_resumes) if policy.max_automatic_resumes else "unlimited"
         if policy.max_automatic_resumes and attempt > policy.max_automatic_resumes:
-            done = await self.waits.update_txn(
-                conn, inst.ref, now=now, suspended_at=now, lease_owner="", lease_expires_at=None, wake_at=None,
-                wake_reason="", awaited_event="", attempt=inst.attempt, attempt_sequence=inst.last_sequence,
-                last_error=error)
-            await self.instances.add_event_txn(
-                conn, inst.ref, "suspended", actor=actor,
+            done = await self.suspend_txn(
+                conn, inst, error=error, actor=actor, now=now,
                 detail=f"after {inst.attempt} automatic resumes (max {policy.max_automatic_resumes}): {error}")
-            log.warning("instance suspended", extra={"namespace": inst.ref.namespace, "workflow_id": inst.ref.workflow_id,
-                                                     "instance_key": inst.ref.instance_key, "attempts": inst.attempt,
-                                                     "error": error})
             return FailureVerdict(done, resume_now=False, suspended=True)
         delay = backoff_ms(policy, attempt)
         if delay > 0 or park_always:

@@ -106,6 +106,7 @@ class InstanceServicer(instance_pb2_grpc.InstanceServiceServicer):
         inst = await self.service.finish(
             InstanceRef(ns, request.workflow_id, request.instance_key), InstanceStatus.FAILED,
             actor=request.execution_id, error_message=request.error_message, retry=request.retry,
+            suspend=request.suspend,
         )
         return instance_pb2.FailInstanceResponse(instance=convert.instance(inst))
 

@@ -362,6 +362,16 @@ export interface FailInstanceRequest {
    * False: FAILED, final, as before.
    */
   retry: boolean;
+  /**
+   * Whether the instance is SUSPENDED at once with this error, for a failure
+   * no automatic resume can mend (the Resume Point refusing an instance bound
+   * to another version than the execution runs): not final, its lease
+   * released, no automatic resume counted; an operator moves it on
+   * (ResumeInstance or RetryInstance, after moving it to another version).
+   * Audit event "suspended". Takes precedence over retry. A repeated call on
+   * a suspended instance changes nothing.
+   */
+  suspend: boolean;
 }
 
 export interface FailInstanceResponse {
@@ -1627,7 +1637,7 @@ export const CompleteInstanceResponse: MessageFns<CompleteInstanceResponse> = {
 };
 
 function createBaseFailInstanceRequest(): FailInstanceRequest {
-  return { workflowId: "", instanceKey: "", executionId: "", errorMessage: "", retry: false };
+  return { workflowId: "", instanceKey: "", executionId: "", errorMessage: "", retry: false, suspend: false };
 }
 
 export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
@@ -1646,6 +1656,9 @@ export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
     }
     if (message.retry !== false) {
       writer.uint32(40).bool(message.retry);
+    }
+    if (message.suspend !== false) {
+      writer.uint32(48).bool(message.suspend);
     }
     return writer;
   },
@@ -1703,6 +1716,14 @@ export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
             message.retry = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.suspend = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1725,6 +1746,7 @@ export const FailInstanceRequest: MessageFns<FailInstanceRequest> = {
     message.executionId = object.executionId ?? "";
     message.errorMessage = object.errorMessage ?? "";
     message.retry = object.retry ?? false;
+    message.suspend = object.suspend ?? false;
     return message;
   },
 };
