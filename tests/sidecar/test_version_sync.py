@@ -191,8 +191,10 @@ async def test_start_or_resume_reads_n8n_while_the_workflow_has_no_version_then_
         assert sent.instance.bound_version == 3 and len(n8n.requests) == 2
 
 
-async def test_an_unfamiliar_workflow_fingerprint_reads_n8n_at_once(database_url: str, n8n: FakeN8n) -> None:
+async def test_an_unfamiliar_workflow_fingerprint_reads_n8n_at_once(database_url: str, n8n: FakeN8n,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A version published a moment ago binds its first order, not one a sync interval (60 s) later."""
+    monkeypatch.setattr(versions_service, "_FINGERPRINT_READ_SECONDS", 0.05)  # one fingerprint read again soon
     n8n.publish(WF, workflow(amount=10), "n8n-v-aaa")
     async with sidecar_with(database_url, n8n_base_url=n8n.url, n8n_api_key=N8N_KEY) as s:
         first = await start(s, new_key(), workflow_fingerprint="fp-1")
@@ -212,11 +214,38 @@ async def test_an_unfamiliar_workflow_fingerprint_reads_n8n_at_once(database_url
         assert resumed.version_mismatch and resumed.bound_version.version == 1 and len(n8n.requests) == 2
         # Reverted in n8n: version 1's fingerprint, seen with another current version, reads n8n again.
         n8n.publish(WF, workflow(amount=10), "n8n-v-ccc")
+        await asyncio.sleep(0.1)
         back = await start(s, new_key(), workflow_fingerprint="fp-1")
         assert back.instance.bound_version == 1 and back.current_version == 1 and len(n8n.requests) == 3
         # Without a fingerprint (an older node package, a manual run) the sync interval applies as before.
         n8n.publish(WF, workflow(amount=30), "n8n-v-ddd")
         assert (await start(s, new_key())).instance.bound_version == 1 and len(n8n.requests) == 3
+
+
+async def test_a_fingerprint_seen_while_n8n_still_answers_the_previous_version_is_read_for_again(
+        database_url: str, n8n: FakeN8n, monkeypatch: pytest.MonkeyPatch) -> None:
+    """n8n runs a publish a moment before (or after) its API answers it: an execution of new logic that reads
+    the previous version (seen with another fingerprint) must not tie its fingerprint to that version."""
+    monkeypatch.setattr(versions_service, "_FINGERPRINT_READ_SECONDS", 0.05)
+    n8n.publish(WF, workflow(amount=10), "n8n-v-aaa")
+    async with sidecar_with(database_url, n8n_base_url=n8n.url, n8n_api_key=N8N_KEY) as s:
+        assert (await start(s, new_key(), workflow_fingerprint="fp-a")).instance.bound_version == 1
+        # An execution of the next version's logic while n8n's API still answers version 1.
+        early = await start(s, new_key(), workflow_fingerprint="fp-b")
+        assert early.instance.bound_version == 1 and len(n8n.requests) == 2
+        n8n.publish(WF, workflow(amount=20), "n8n-v-bbb")
+        await asyncio.sleep(0.1)
+        # Its fingerprint was not taken for version 1's: read again, and bound to the version it runs.
+        later = await start(s, new_key(), workflow_fingerprint="fp-b")
+        assert later.instance.bound_version == 2 and len(n8n.requests) == 3
+        assert (await start(s, new_key(), workflow_fingerprint="fp-b")).instance.bound_version == 2
+        assert len(n8n.requests) == 3
+        # An execution begun on version 1 that reaches its Resume Point now reads n8n (version 2, seen with
+        # fp-b) and binds the current version without taking fp-a for version 2.
+        await asyncio.sleep(0.1)
+        assert (await start(s, new_key(), workflow_fingerprint="fp-a")).instance.bound_version == 2
+        assert (await start(s, new_key(), workflow_fingerprint="fp-b")).instance.bound_version == 2
+        assert len(n8n.requests) == 4
 
 
 async def test_a_fingerprint_makes_one_read_for_many_starts_and_none_while_n8n_is_down(

@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 # Workflows remembered as 'no n8n check due' (the map is cleared when full), and for how long.
 _NOT_DUE_ENTRIES = 10_000
 _NOT_DUE_SECONDS = 5.0
-# Workflow fingerprints remembered with the version they ran (the map is cleared when full), and how
-# long an unfamiliar fingerprint waits before n8n is asked again after a failed read.
+# Workflow fingerprints remembered with the version they ran (the maps are cleared when full); the
+# least time between two reads for one fingerprint, and before a workflow is read again after a failure.
 _FINGERPRINT_ENTRIES = 10_000
+_FINGERPRINT_READ_SECONDS = 0.5
 _FINGERPRINT_RETRY_SECONDS = 5.0
 
 
@@ -77,11 +78,16 @@ class VersionService:
         # whether an n8n check is due: it was told 'not due' (at most one such query per workflow per 5 s).
         self._not_due_until: dict[tuple[str, str], float] = {}
         # Fingerprints of the workflows executions run (StartOrResume's workflow_fingerprint): the version
-        # each was bound with after n8n was read for it, the current version this process last bound with,
-        # the read in flight per workflow (one at a time), and when to try again after a failed read.
+        # each ran when n8n was read for it, the fingerprint each version was so seen with, the current
+        # version this process last bound with, the read in flight per workflow (one at a time), the time
+        # before which a fingerprint is not read for again, each workflow's last read (with its time), and
+        # the time before which a workflow is not read again after a failed read.
         self._fingerprints: dict[tuple[str, str, str], int] = {}
+        self._printed: dict[tuple[str, str, int], str] = {}
         self._current_seen: dict[tuple[str, str], int] = {}
         self._reading: dict[tuple[str, str], asyncio.Future[N8nWorkflow | None]] = {}
+        self._no_read_until: dict[tuple[str, str, str], float] = {}
+        self._last_read: dict[tuple[str, str], tuple[float, N8nWorkflow]] = {}
         self._read_failed_until: dict[tuple[str, str], float] = {}
 
     # --- registering -------------------------------------------------------
@@ -196,9 +202,8 @@ class VersionService:
         if not self.n8n.configured:
             return None
         workflow = (namespace, workflow_id)
-        if fingerprint and self._unfamiliar(namespace, workflow_id, fingerprint) \
-                and time.monotonic() >= self._read_failed_until.get(workflow, 0.0):
-            fetched = await self._read_once(workflow)
+        if fingerprint and self._unfamiliar(namespace, workflow_id, fingerprint):
+            fetched = await self._fetch_for(workflow, fingerprint)
             if fetched is not None:
                 async def checked(conn: Conn) -> None:  # a read like the interval's: the next is due after it
                     await self.versions.mark_n8n_checked_txn(conn, namespace, workflow_id)
@@ -240,6 +245,33 @@ class VersionService:
         seen = self._fingerprints.get((namespace, workflow_id, fingerprint))
         return seen is None or seen != self._current_seen.get((namespace, workflow_id), seen)
 
+    async def _fetch_for(self, workflow: tuple[str, str], fingerprint: str) -> N8nWorkflow | None:
+        """The workflow as n8n answers it for an unfamiliar fingerprint; None when it cannot be read now.
+
+        A read in flight is joined. Otherwise n8n is read at most once per
+        fingerprint per _FINGERPRINT_READ_SECONDS (a start in between gets the
+        workflow's last read of that age, if any) and not at all for
+        _FINGERPRINT_RETRY_SECONDS after a failed read.
+        """
+        reading = self._reading.get(workflow)
+        if reading is not None:
+            return await asyncio.shield(reading)
+        now = time.monotonic()
+        if now < self._read_failed_until.get(workflow, 0.0):
+            return None
+        key = (*workflow, fingerprint)
+        if now < self._no_read_until.get(key, 0.0):
+            last = self._last_read.get(workflow)
+            return last[1] if last is not None and now - last[0] < _FINGERPRINT_READ_SECONDS else None
+        if len(self._no_read_until) >= _FINGERPRINT_ENTRIES:
+            self._no_read_until.clear()
+            self._last_read.clear()
+        self._no_read_until[key] = now + _FINGERPRINT_READ_SECONDS
+        fetched = await self._read_once(workflow)
+        if fetched is not None:
+            self._last_read[workflow] = (time.monotonic(), fetched)
+        return fetched
+
     async def _read_once(self, workflow: tuple[str, str]) -> N8nWorkflow | None:
         """Reads the workflow from n8n, one read per workflow at a time: callers during a read share it."""
         reading = self._reading.get(workflow)
@@ -264,15 +296,24 @@ class VersionService:
 
     def ran(self, namespace: str, workflow_id: str, fingerprint: str, current: int, *, read: bool) -> None:
         """Notes a StartOrResume's outcome: the current version it bound with and, when n8n was read for it,
-        that an execution with this fingerprint runs that version."""
+        that an execution with this fingerprint runs that version.
+
+        Unless that version was seen with another fingerprint: then this
+        execution runs something else than n8n's current version (n8n goes
+        on running the previous version for a moment after a publish, and an
+        execution begun before it may reach its Resume Point after), and
+        the fingerprint stays unfamiliar, to be read for again.
+        """
         if not fingerprint or not current:
             return
         if len(self._fingerprints) >= _FINGERPRINT_ENTRIES:
             self._fingerprints.clear()
+            self._printed.clear()
             self._current_seen.clear()
         self._current_seen[(namespace, workflow_id)] = current
-        if read:
+        if read and self._printed.get((namespace, workflow_id, current), fingerprint) == fingerprint:
             self._fingerprints[(namespace, workflow_id, fingerprint)] = current
+            self._printed[(namespace, workflow_id, current)] = fingerprint
 
     async def binding_txn(self, conn: Conn, namespace: str, workflow_id: str, snapshot: NewVersion | None, *,
                           pinned_version: int) -> Binding:
