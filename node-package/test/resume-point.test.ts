@@ -284,13 +284,27 @@ describe('Resume Point', () => {
 		expect(out[OUTPUT_IN_PROGRESS][1].json.details).toMatchObject({ httpStatus: 400 });
 	});
 
-	/** Registers a workflow version of `nodes` (as a sync from n8n would) under `label`. */
-	const registerVersion = async (wf: string, nodes: string[], label: string) => {
+	/**
+	 * Registers a workflow version of `nodes` (as a sync from n8n would) under `label`: a Webhook and,
+	 * unless `handOff` is false, an Execute Workflow Trigger feeding the Resume Point (what lets the
+	 * version run as the Old Version output's sub-workflow).
+	 */
+	const registerVersion = async (wf: string, nodes: string[], label: string, handOff = true) => {
 		const client = getSidecarClient(sidecar.connection());
+		const typed = nodes.map((name) => ({
+			name,
+			type: name === 'Resume Point' ? 'n8n-nodes-durable.resumePoint' : 'n8n-nodes-base.noOp',
+		}));
+		const trigger = { name: 'Hand-off', type: 'n8n-nodes-base.executeWorkflowTrigger' };
+		const connections = {
+			[trigger.name]: { main: [[{ node: 'Resume Point', type: 'main', index: 0 }]] },
+		};
 		return await unary(client.versions, client.versions.registerVersion, client, {
 			workflowId: wf,
 			definitionJson: Buffer.from(
-				JSON.stringify({ nodes: nodes.map((name) => ({ name, type: 'x' })), connections: {} }),
+				JSON.stringify(
+					handOff ? { nodes: [...typed, trigger], connections } : { nodes: typed, connections: {} },
+				),
 			),
 			n8nVersionId: '',
 			label,
@@ -363,7 +377,7 @@ describe('Resume Point', () => {
 		expect(meta).toMatchObject({ versionMismatch: true, boundVersion: 1, currentVersion: 2 });
 		expect(meta.boundVersionSnapshot).toMatchObject({ version: 1, label: '1.0.0' });
 		expect((meta.boundVersionSnapshot as IDataObject).workflow).toMatchObject({
-			nodes: [{ name: 'Webhook' }, { name: 'Resume Point' }],
+			nodes: [{ name: 'Webhook' }, { name: 'Resume Point' }, { name: 'Hand-off' }],
 		});
 		// The lease goes with the item: e2 holds it and hands it over for version 1.
 		expect(meta).toMatchObject({ claimToken: 'e2', runsBoundVersion: 1 });
@@ -398,5 +412,37 @@ describe('Resume Point', () => {
 			{ executionId: 'e4', workflowId: wf },
 		);
 		expect(again[OUTPUT_IN_PROGRESS]).toHaveLength(1);
+	});
+	test('Version Mismatch Output on, a bound version without an Execute Workflow Trigger is refused: it could not run as a sub-workflow', async () => {
+		const wf = 'wf-versions-no-handoff';
+		await registerVersion(wf, ['Webhook', 'Resume Point'], '1.0.0', false);
+		await runResumePoint(
+			[{ orderId: 'v-nh' }],
+			{ versionMismatchOutput: true },
+			{ executionId: 'e1', workflowId: wf },
+		);
+		await registerVersion(wf, ['Webhook', 'Resume Point', 'Charge'], '1.1.0');
+		await sidecar.expireLease(wf, 'v-nh');
+		await expect(
+			runResumePoint(
+				[{ orderId: 'v-nh' }],
+				{ versionMismatchOutput: true },
+				{ executionId: 'e2', workflowId: wf },
+			),
+		).rejects.toMatchObject({
+			message: expect.stringContaining('is bound to version 1 (1.0.0) of this workflow'),
+			description: expect.stringContaining('Version 1 has no Execute Workflow Trigger'),
+		});
+		// Suspended with what the operator needs, the workflow's id filled in.
+		const client = getSidecarClient(sidecar.connection());
+		const got = await unary(client.instances, client.instances.getInstance, client, {
+			workflowId: wf,
+			instanceKey: 'v-nh',
+		});
+		expect(got.instance?.status).toBe(InstanceStatus.INSTANCE_STATUS_SUSPENDED);
+		expect(got.instance?.lastError).toContain(
+			`durable-sidecar instances move ${wf} --to 2 --key v-nh`,
+		);
+		expect(got.instance?.lastError).toContain(`durable-sidecar instances resume ${wf} v-nh`);
 	});
 });

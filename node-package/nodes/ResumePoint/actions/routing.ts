@@ -225,7 +225,12 @@ function runsBoundVersion(item: INodeExecutionData, response: StartOrResumeRespo
 	);
 }
 
-/** Whether a resumed instance is refused: bound to another version, and no Old Version output to run it. */
+/**
+ * Whether a resumed instance is refused: bound to another version, and no way
+ * to run that version here (no Old Version output, or a bound version that has
+ * no Execute Workflow Trigger feeding a Resume Point, so that a sub-workflow of
+ * it could not start: n8n fails such a run with "Missing node to start execution").
+ */
 export function refusesVersion(
 	item: INodeExecutionData,
 	response: StartOrResumeResponse,
@@ -234,27 +239,59 @@ export function refusesVersion(
 	return (
 		response.outcome === StartOutcome.START_OUTCOME_RESUMED &&
 		response.versionMismatch &&
-		mismatchIndex < 0 &&
-		!runsBoundVersion(item, response)
+		!runsBoundVersion(item, response) &&
+		(mismatchIndex < 0 || !handsOff(response))
 	);
 }
 
-/** Why a resumed instance bound to another version is refused, and the two ways on. */
+/** Whether the bound version (when its snapshot came back) can run as the Old Version output's sub-workflow. */
+function handsOff(response: StartOrResumeResponse): boolean {
+	const bound = response.boundVersion;
+	if (!bound?.definitionJson?.length) return true; // no snapshot (a label mismatch): the author's branch decides
+	const workflow = fromJsonBytes(bound.definitionJson) as
+		| { nodes?: unknown; connections?: unknown }
+		| undefined;
+	const nodes = Array.isArray(workflow?.nodes) ? (workflow.nodes as IDataObject[]) : [];
+	const resumePoints = new Set(
+		nodes
+			.filter((n) => typeof n.type === 'string' && n.type.endsWith('.resumePoint'))
+			.map((n) => n.name as string),
+	);
+	const connections = isObject(workflow?.connections) ? workflow.connections : {};
+	return nodes.some((n) => {
+		if (n.type !== 'n8n-nodes-base.executeWorkflowTrigger' || n.disabled === true) return false;
+		const main = (connections[n.name as string] as IDataObject | undefined)?.main;
+		return (
+			Array.isArray(main) &&
+			main.some(
+				(targets) =>
+					Array.isArray(targets) &&
+					targets.some((t) => resumePoints.has((t as IDataObject | null)?.node as string)),
+			)
+		);
+	});
+}
+
+/** Why a resumed instance bound to another version is refused, and the ways on. */
 export function versionRefused(
 	ctx: IExecuteFunctions,
 	response: StartOrResumeResponse,
 	i: number,
 ): NodeOperationError {
 	const key = response.instance?.instanceKey ?? '';
+	const workflow = response.instance?.workflowId || 'WORKFLOW';
 	const bound = response.instance?.boundVersion ?? 0;
+	const current = response.currentVersion;
 	const label = response.boundVersion?.label ? ` (${response.boundVersion.label})` : '';
+	const move = `move it to version ${current} on purpose, logged: durable-sidecar instances move ${workflow} --to ${current} --key ${key} --reason "…"`;
+	const resume = `It is suspended until then (durable-sidecar instances list --workflow ${workflow} --status suspended); once that is done: durable-sidecar instances resume ${workflow} ${key} --reason "…" (or operations start resume for many).`;
+	const ways = handsOff(response)
+		? `Keep its version: turn on Version Mismatch Output on this Resume Point and wire Old Version to an Execute Workflow that runs the bound version's JSON (docs/concepts.md, "Running the bound version in n8n"). Or ${move}.`
+		: `Version ${bound} has no Execute Workflow Trigger feeding its Resume Point, so the Old Version output cannot run it as a sub-workflow: ${move}. (Later versions that have the trigger can be run so.)`;
 	return new NodeOperationError(
 		nodeOf(ctx),
-		`Instance ${key} is bound to version ${bound}${label} of this workflow, but this execution runs version ${response.currentVersion}: its next steps would run logic it never moved to`,
-		{
-			itemIndex: i,
-			description: `Nothing of it ran. Keep its version: turn on Version Mismatch Output on this Resume Point and wire Old Version to an Execute Workflow that runs the bound version's JSON (docs/concepts.md, "Running the bound version in n8n"). Or move it to this version on purpose, logged: durable-sidecar instances move WORKFLOW --to ${response.currentVersion} --key ${key} --reason "…". It is suspended until then (durable-sidecar instances list --status suspended); once one of them is done: durable-sidecar instances resume WORKFLOW ${key} --reason "…" (or operations start resume for many).`,
-		},
+		`Instance ${key} is bound to version ${bound}${label} of this workflow, but this execution runs version ${current}: its next steps would run logic it never moved to`,
+		{ itemIndex: i, description: `Nothing of it ran. ${ways} ${resume}` },
 	);
 }
 

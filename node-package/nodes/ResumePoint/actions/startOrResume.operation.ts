@@ -1,5 +1,10 @@
 /** Start or Resume: each item's instance is started, resumed or found busy or finished, and routed. */
-import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+import type {
+	IDataObject,
+	IExecuteFunctions,
+	INodeExecutionData,
+	NodeOperationError,
+} from 'n8n-workflow';
 
 import type { NodeError } from '../../../shared/batch';
 import type { AheadGuard } from '../../../shared/claim-ahead';
@@ -125,7 +130,8 @@ async function suspendRefused(
 				workflowId: response.instance?.workflowId || workflowId,
 				instanceKey: response.instance?.instanceKey ?? '',
 				executionId,
-				errorMessage: versionRefused(ctx, response, i).message,
+				// What the operator reads (instances show, the console): the reason and the ways on.
+				errorMessage: refusalText(versionRefused(ctx, response, i)),
 				retry: true,
 				suspend: true,
 			});
@@ -135,6 +141,10 @@ async function suspendRefused(
 			);
 		}
 	}
+}
+
+function refusalText(error: NodeOperationError): string {
+	return `${error.message}. ${error.description ?? ''}`.slice(0, 4096);
 }
 
 /**
