@@ -190,12 +190,13 @@ def order_tracking() -> None:
     f.link(trigger, rp)
     # Version binding: an order started on an older version of this workflow leaves by Old Version
     # carrying that version's JSON; Execute Workflow runs it, and its copy of "Hand-off" feeds its
-    # own Resume Point, which takes the order's lease over.
+    # own Resume Point, which takes the order's lease over. Once for each item: orders bound to different
+    # versions each run their own (with all items at once, n8n runs the first item's JSON for all).
     f.link(handoff, rp)
     run_bound = f.node("Run Old Version", "n8n-nodes-base.executeWorkflow", 1.2, {
         "source": "parameter",
         "workflowJson": "={{ JSON.stringify($json.durable.boundVersionSnapshot.workflow) }}",
-        "mode": "once", "options": {"waitForSubWorkflow": True},
+        "mode": "each", "options": {"waitForSubWorkflow": True},
     }, (4 * COL, rp_y + 2 * ROW),
         # The note replaces n8n's subtitle, which would read "Workflow: undefined" for a JSON source.
         notes="the order's own version", notesInFlow=True)
