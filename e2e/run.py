@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -392,11 +393,9 @@ class Run:
             wait_sidecar(args.sidecar_port, sidecar)
             self.phases.done("n8n API key for the sidecar (first run only)")
         console = f"http://{sidecar_env['DURABLE_HTTP_LISTEN_ADDRESS']}/console/"
-        # The CLI finds the embedded database where this run keeps it (DURABLE_RUN_DIR moves it).
-        cli = (".venv/bin/durable-sidecar" if data.resolve() == (REPO / ".durable-data").resolve()
-               else f"DURABLE_DATA_DIR={data} .venv/bin/durable-sidecar")
-        if sidecar_env.get("DURABLE_DATABASE_URL"):
-            cli = f"DURABLE_DATABASE_URL=$DURABLE_DATABASE_URL {cli.rsplit(' ', 1)[-1]}"
+        # The CLI with this run's settings: the embedded database where this run keeps it (DURABLE_RUN_DIR
+        # moves it) and n8n's API (versions sync reads n8n itself); DURABLE_DATABASE_URL passes through.
+        cli = str(self.write_cli(data, sidecar_env))
         self.cli = cli
         OUT.write(f"""
   n8n            {base_url}/workflow/durableOrderTracking
@@ -474,12 +473,25 @@ READY""")
                         "The orders it was running were freed seconds after it died (its session ended) and resume "
                         f"now, each from its last checkpoint; watch them: {self.cli} instances list")
 
+    @staticmethod
+    def write_cli(data: Path, sidecar_env: dict[str, str]) -> Path:
+        """data/durable-sidecar: the sidecar's CLI with this run's data folder and n8n API access (owner only)."""
+        lines = ["#!/bin/sh", "# The sidecar's CLI with this make run's settings (written by make run at each start).",
+                 f"export DURABLE_DATA_DIR={shlex.quote(str(data))}"]
+        for name in ("DURABLE_N8N_BASE_URL", "DURABLE_N8N_API_KEY"):
+            if sidecar_env.get(name):
+                lines.append(f'export {name}="${{{name}:-{sidecar_env[name]}}}"')
+        lines.append(f'exec {shlex.quote(str(REPO / ".venv/bin/durable-sidecar"))} "$@"')
+        path = data / "durable-sidecar"
+        path.write_text("\n".join(lines) + "\n")
+        path.chmod(0o700)
+        return path
+
     def import_examples(self, data: Path, n8n_env: dict[str, str], token: str) -> None:
         """The credential and the example workflows, through n8n's own CLI (first run only)."""
         say("importing the credential and the example workflows into n8n (first run only; ~20 s a command)")
         creds = [{"id": "durableSidecarE2E", "name": "Durable Sidecar", "type": "durableSidecarApi",
-                  "data": {"host": "127.0.0.1", "port": self.args.sidecar_port, "tls": False, "token": token,
-                           "deadlineSeconds": 10}}]
+                  "data": {"host": "127.0.0.1", "port": self.args.sidecar_port, "tls": False, "token": token}}]
         cred_file = data / "credential.json"
         cred_file.write_text(json.dumps(creds))
         cli_env = {**n8n_env, "N8N_RUNNERS_BROKER_PORT": str(free_port())}

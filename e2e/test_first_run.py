@@ -117,6 +117,12 @@ def test_8_make_run_on_embedded_storage_completes_an_order(make_run: MakeRun) ->
     bound = next((line.split(":", 1)[1].strip() for line in shown().splitlines()
                   if line.strip().startswith("bound_version:")), "")
     assert bound.isdigit() and int(bound) >= 1, shown()
+    # The CLI make run prints carries this run's settings, n8n's API included: versions sync reads n8n.
+    printed = make_run.data / "durable-sidecar"
+    assert str(printed) in make_run.log.read_text()
+    synced = subprocess.run([str(printed), "versions", "sync", "durableOrderTracking"], env=make_run.env,
+                            capture_output=True, text=True, timeout=60)
+    assert synced.returncode == 0 and f"version {bound}" in synced.stdout + synced.stderr, synced
     wait_until("n8n to finish its executions",
                lambda: all(e[1] not in ("running", "new") for e in make_run.executions()), 60, 1)
     assert make_run.executions(), "the order ran no execution"
