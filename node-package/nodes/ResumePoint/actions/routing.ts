@@ -209,12 +209,6 @@ function routeResumed(
 	outputs[target].push(route(item, i, meta, json));
 }
 
-/**
- * A resumed instance bound to another version of this workflow, at a Resume Point without
- * Version Mismatch Output: its next steps would run this version's logic, which the instance
- * never moved to. Refused like a wait without Wait Outputs (nothing of it runs; it is handed
- * out again), with the two ways to keep its version or move it on purpose.
- */
 /** Whether the item was handed over (the Old Version output's claim) to run the instance's bound version. */
 function runsBoundVersion(item: INodeExecutionData, response: StartOrResumeResponse): boolean {
 	const handedOver = durableOf(item).runsBoundVersion;
@@ -272,7 +266,11 @@ function handsOff(response: StartOrResumeResponse): boolean {
 	});
 }
 
-/** Why a resumed instance bound to another version is refused, and the ways on. */
+/**
+ * Why a resumed instance bound to another version is refused (its next steps would run logic
+ * it never moved to; nothing of it runs and the Resume Point suspends it), and the ways on:
+ * run its own version through the Old Version output, or move it on purpose.
+ */
 export function versionRefused(
 	ctx: IExecuteFunctions,
 	response: StartOrResumeResponse,
