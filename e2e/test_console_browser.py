@@ -459,7 +459,11 @@ def test_console_filters_and_sorts_instances_by_search_fields(stack: Stack, page
     page.fill("#instance-filters input[name=sort]", "amount")
     page.check("#instance-filters input[name=desc]")
     page.click("#search")
-    page.wait_for_selector("[data-testid=instances-table] tbody tr")
+    # The list shown before the search (every workflow's instances) is replaced: wait for the filtered one
+    # (expect() polls; the console's CSP forbids a string predicate).
+    rows_shown = page.locator("[data-testid=instances-table] tbody tr")
+    expect(rows_shown.first).to_have_attribute("data-key", f"search-{run}-d", timeout=15_000)
+    expect(rows_shown).to_have_count(2, timeout=15_000)
     keys = page.locator("[data-testid=instances-table] tbody tr").evaluate_all("rows => rows.map(r => r.dataset.key)")
     assert keys == [f"search-{run}-d", f"search-{run}-a"], keys
     assert page.locator("#counts [data-status=ALL] b").inner_text() == "2"

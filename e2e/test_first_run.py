@@ -66,8 +66,11 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
             f"--sidecar-port {sidecar_port} --services-port {services_port}")
     # The pipeline of `make run 2>&1 | tee log` in a session of its own: a signal to its group is
     # what Ctrl-C in a terminal sends to every process of the foreground job.
+    # SIGINT as a terminal's foreground job has it: a runner started in the background (nohup … &) hands its
+    # children SIGINT ignored, which bash and tee would keep.
     shell = subprocess.Popen(["bash", "-c", f"{{ {argv}; echo $? >{rc_file}; }} 2>&1 | tee {log}"],
-                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True)
+                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     run = MakeRun(shell, tmp / "data", log, rc_file, n8n_port, services_port, env)
     try:
         wait_until("make run to print READY",
