@@ -284,6 +284,15 @@ describe('Resume Point', () => {
 		expect(out[OUTPUT_IN_PROGRESS][1].json.details).toMatchObject({ httpStatus: 400 });
 	});
 
+	/** The instance as the sidecar has it now. */
+	const instanceOf = async (workflowId: string, instanceKey: string) => {
+		const client = getSidecarClient(sidecar.connection());
+		return await unary(client.instances, client.instances.getInstance, client, {
+			workflowId,
+			instanceKey,
+		});
+	};
+
 	/**
 	 * Registers a workflow version of `nodes` (as a sync from n8n would) under `label`: a Webhook and,
 	 * unless `handOff` is false, an Execute Workflow Trigger feeding the Resume Point (what lets the
@@ -327,11 +336,7 @@ describe('Resume Point', () => {
 			description: expect.stringContaining('turn on Version Mismatch Output'),
 		});
 		// Suspended at once with the reason: no automatic resume would mend it.
-		const client = getSidecarClient(sidecar.connection());
-		const got = await unary(client.instances, client.instances.getInstance, client, {
-			workflowId: wf,
-			instanceKey: 'v-off',
-		});
+		const got = await instanceOf(wf, 'v-off');
 		expect(got.instance).toMatchObject({
 			status: InstanceStatus.INSTANCE_STATUS_SUSPENDED,
 			leaseOwner: '',
@@ -434,11 +439,7 @@ describe('Resume Point', () => {
 			description: expect.stringContaining('Version 1 has no Execute Workflow Trigger'),
 		});
 		// Suspended with what the operator needs, the workflow's id filled in.
-		const client = getSidecarClient(sidecar.connection());
-		const got = await unary(client.instances, client.instances.getInstance, client, {
-			workflowId: wf,
-			instanceKey: 'v-nh',
-		});
+		const got = await instanceOf(wf, 'v-nh');
 		expect(got.instance?.status).toBe(InstanceStatus.INSTANCE_STATUS_SUSPENDED);
 		expect(got.instance?.lastError).toContain(
 			`durable-sidecar instances move ${wf} --to 2 --key v-nh`,

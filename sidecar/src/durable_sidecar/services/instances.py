@@ -248,7 +248,8 @@ class InstanceService:
                 result = replace(result, wait_outcome=ResumeReason(inst.wait_outcome), event=event)
             if include_state and result.start_item is None:
                 result = replace(result, start_item=await self.instances.start_item_txn(conn, ref))
-            return await self._with_version(conn, result, current=binding.current, version_label=version_label)
+            return await self.versions.verdict_txn(conn, result, current=binding.current,
+                                                   version_label=version_label)
 
         async def found_or_started(conn: Conn, bound_version: int) -> StartResult:
             created = await self.instances.create_txn(
@@ -358,24 +359,6 @@ class InstanceService:
         claim = _with_instance_lease(claim, claim, result.instance.lease_seconds or self.default_lease_seconds)
         claimed = await self.keys.claim_after(ref.namespace, [claim], "claim_on_start")
         return replace(result, start_claim=claimed[0]) if claimed is not None else result
-
-    async def _with_version(self, conn: Conn, result: StartResult, *, current: int, version_label: str) -> StartResult:
-        """Adds the version verdict, and the bound snapshot when the caller must run it instead.
-
-        With a bound snapshot, the instance is on another version when that is
-        not the one being run. Without one (it started before any version was
-        registered), the author's label is its identity: a different label now
-        is a mismatch, but there is no snapshot to hand back.
-        """
-        inst = result.instance
-        if inst.bound_version:
-            mismatch = current != 0 and inst.bound_version != current
-        else:
-            mismatch = bool(version_label and inst.version_label) and version_label != inst.version_label
-        bound = None
-        if mismatch and inst.bound_version and result.outcome in (StartOutcome.STARTED, StartOutcome.RESUMED):
-            bound = await self.versions.snapshot_txn(conn, inst.namespace, inst.workflow_id, inst.bound_version)
-        return replace(result, current_version=current, version_mismatch=mismatch, bound=bound)
 
     async def get(self, ref: InstanceRef) -> tuple[Instance, Checkpoint | None]:
         _check_ref(ref)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import definitions, validation
 from ..definitions import DefinitionDiff
@@ -19,6 +19,8 @@ from ..domain import (
     NewVersion,
     Page,
     Registered,
+    StartOutcome,
+    StartResult,
     Version,
 )
 from ..errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
@@ -327,6 +329,24 @@ class VersionService:
                 raise NotFound(f"pinned_version {pinned_version} of workflow {workflow_id} does not exist: "
                                "list the registered versions with ListVersions")
         return Binding(current=current, for_new=pinned_version or current)
+
+    async def verdict_txn(self, conn: Conn, result: StartResult, *, current: int, version_label: str) -> StartResult:
+        """Adds the version verdict, and the bound snapshot when the caller must run it instead.
+
+        With a bound snapshot, the instance is on another version when that is
+        not the one being run. Without one (it started before any version was
+        registered), the author's label is its identity: a different label now
+        is a mismatch, but there is no snapshot to hand back.
+        """
+        inst = result.instance
+        if inst.bound_version:
+            mismatch = current != 0 and inst.bound_version != current
+        else:
+            mismatch = bool(version_label and inst.version_label) and version_label != inst.version_label
+        bound = None
+        if mismatch and inst.bound_version and result.outcome in (StartOutcome.STARTED, StartOutcome.RESUMED):
+            bound = await self.snapshot_txn(conn, inst.namespace, inst.workflow_id, inst.bound_version)
+        return replace(result, current_version=current, version_mismatch=mismatch, bound=bound)
 
     async def snapshot_txn(self, conn: Conn, namespace: str, workflow_id: str, version: int) -> Version | None:
         return await self.versions.get_txn(conn, namespace, workflow_id, version, with_definition=True)
