@@ -402,14 +402,9 @@ def crm_sync() -> None:
     push = http(f, "Push to CRM", "crm", (7 * COL, ROW),
                 "={{ JSON.stringify({ orderId: $json.body.orderId, customerId: $json.body.customerId }) }}",
                 "={{ $json.idempotency.derivedKey }}")
-    # No Key: Leave Section gives back every place of "crm-api" the order holds (the item here is the CRM's
-    # answer, which has no customerId).
-    leave = f.node("Leave Section", LIMIT, 1, {
-        "operation": "leaveSection", "limitName": "crm-api",
-    }, (8 * COL, 2 * ROW), creds=True)
     save = f.node("Save Synced", f"{PKG}.durableCheckpoint", 2, {
         "operation": "save", "stepName": "synced", "options": {"completeInstance": True},
-    }, (9 * COL, 2 * ROW), creds=True)
+    }, (8 * COL, 2 * ROW), creds=True)
     # Resume Point outputs: 0 Start, 1 Resume (a waiting order whose turn came, or one that crashed), 2
     # Finished, 3 Busy.
     f.link(rp, ok, 0)
@@ -418,15 +413,16 @@ def crm_sync() -> None:
     f.link(enter, rate)
     f.link(rate, claim)
     f.link(claim, push, 0)
-    f.link(claim, leave, 1)  # Done Before: the CRM has it; give the place back and save
-    f.link(push, leave)
-    f.link(leave, save)
+    f.link(claim, save, 1)  # Done Before: the CRM has it; save
+    f.link(push, save)
+    # No Leave Section: the Save completes the instance, which gives its place back and hands it to the next
+    # waiting order right after it commits (a Leave Section would be one more node and call per order).
     f.write("crm-sync.json",
             "Each order (webhook: orderId, customerId) is pushed to a CRM that answers 429 when a customer has more "
             "than 2 requests in flight or more than 5 in a second. Durable Limit keeps every n8n process and worker "
             "within that, per customer: Enter Section (2 at once) → Rate Limit (5 per 1.1 s) → Claim → Push to CRM "
-            "→ Leave Section → Save (Complete Instance). An order over a limit waits in the sidecar, holding no "
-            "execution; when its turn comes the Resume Trigger brings it back through Resume.")
+            "→ Save (Complete Instance), whose completion gives the order's place back. An order over a limit waits in "
+            "the sidecar, holding no execution; when its turn comes the Resume Trigger brings it back through Resume.")
 
 
 def chat_debounce() -> None:
