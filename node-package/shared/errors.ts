@@ -120,7 +120,7 @@ export function hintFor(
 			) {
 				return 'A file (binary data) is over a limit the sidecar sets, named in the message; nothing of this save was stored. Raise that setting on the sidecar, or turn off Save Files on this Save if the files need not come back after a crash. Every resume would be refused the same way, so the Save fails the instance with this reason: retry it (console or CLI) after the change.';
 			}
-			return 'The payload is larger than the sidecar accepts (DURABLE_MAX_STATE_BYTES). Keep less (on a Save: chosen fields, or a smaller step result), or raise the limit on the sidecar. A Save refused this way fails its instance, since every resume would be refused alike: retry it (console or CLI) after the change.';
+			return 'The payload is larger than the sidecar accepts (DURABLE_MAX_STATE_BYTES). Keep less (on a Save: chosen fields, or a smaller step result), or raise the limit on the sidecar. A Save, Claim or Record Result refused this way fails its instance, since every resume would be refused alike: retry it (console or CLI) after the change.';
 		case GrpcStatus.OUT_OF_RANGE:
 			return 'A number in this item is outside the range the sidecar accepts.';
 		case GrpcStatus.UNAUTHENTICATED:

@@ -327,6 +327,14 @@ export function eventJson(event: Event | undefined): IDataObject | null {
 }
 
 /**
+ * Whether the error is the sidecar's refusal for one of its limits (RESOURCE_EXHAUSTED: a state, a
+ * payload, a result or a file over a DURABLE_MAX_* setting), which every resume would meet again.
+ */
+export function isLimitRefusal(error: unknown): error is NodeOperationError {
+	return error instanceof NodeOperationError && error.context.grpcCode === 'RESOURCE_EXHAUSTED';
+}
+
+/**
  * Fails an instance that no resume can carry on (a limit the sidecar refuses, a workflow its
  * items cannot pass), with `message` as its error and no retry by its policy: the console and the
  * CLI say why at once, instead of the instance being resumed and refused until its policy gives up.

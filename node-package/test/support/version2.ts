@@ -33,10 +33,10 @@ export const GUARD: UpstreamNode = {
 export const HTTP: UpstreamNode = { name: 'Charge card', type: 'n8n-nodes-base.httpRequest' };
 export const QUOTE: UpstreamNode = { name: 'Fetch quote', type: 'n8n-nodes-base.httpRequest' };
 
-/** Starts the test file's sidecar before its tests and stops it after them. */
-export function useSidecar(): void {
+/** Starts the test file's sidecar (with `env` set) before its tests and stops it after them. */
+export function useSidecar(env: Record<string, string> = {}): void {
 	beforeAll(async () => {
-		sidecar = await TestSidecar.start();
+		sidecar = await TestSidecar.start({ env });
 	});
 
 	afterAll(async () => {

@@ -7,18 +7,12 @@
  * the refusal as its error, whether the item then fails the execution or leaves
  * by the error branch (Continue On Fail): the console and the CLI say why, and
  * an operator retries it (RetryInstance) once the limit is raised or the
- * workflow saves less.
+ * workflow saves less. The Idempotency Guard's Claim and Record Result do the
+ * same with their refusals (a fingerprint payload, a result over the limit).
  */
-import { NodeOperationError } from 'n8n-workflow';
-
-import { failInstanceForGood } from '../../../shared/node-helpers';
+import { failInstanceForGood, isLimitRefusal } from '../../../shared/node-helpers';
 import type { SaveCheckpointItem } from '../../../shared/transport';
 import type { CheckpointRun } from './run';
-
-/** Whether the error is the sidecar's refusal for a limit. */
-export function isLimitRefusal(error: unknown): error is NodeOperationError {
-	return error instanceof NodeOperationError && error.context.grpcCode === 'RESOURCE_EXHAUSTED';
-}
 
 /**
  * Fails the instances of `requests` with the refusal `error` (when it is one; any

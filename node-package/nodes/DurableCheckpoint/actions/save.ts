@@ -14,6 +14,7 @@ import {
 	callContext,
 	errorItem,
 	fieldList,
+	isLimitRefusal,
 	jsonParameter,
 	pickFields,
 	searchFieldsOf,
@@ -35,7 +36,7 @@ import {
 	uploadMissing,
 	type FileContents,
 } from '../../../shared/files';
-import { failRefused, isLimitRefusal } from './refused';
+import { failRefused } from './refused';
 import type { CheckpointRun } from './run';
 
 /** The sidecar's default lease (DURABLE_LEASE_SECONDS), for an item that does not say its instance's. */

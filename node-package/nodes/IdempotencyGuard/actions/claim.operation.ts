@@ -14,9 +14,11 @@ import {
 	callContext,
 	DURABLE_FIELD,
 	errorItem,
+	failInstanceForGood,
 	fieldList,
 	fromJsonBytes,
 	IDEMPOTENCY_FIELD,
+	isLimitRefusal,
 	jsonParameter,
 	pickFields,
 	sidecarError,
@@ -63,8 +65,18 @@ export async function execute(
 		? await batched(ctx, client, 'Claiming the idempotency key', indexes, async (batch) => {
 				const response = await client.claim({ items: batch.map((i) => claims.prepared.get(i)!) });
 				return response.results;
+			}).catch(async (error: unknown) => {
+				// Without Continue On Fail the first refused item fails the execution, and its instance.
+				const at = isLimitRefusal(error)
+					? (error.context.itemIndex as number | undefined)
+					: undefined;
+				if (at !== undefined) await failRefusedClaim(run, claims.prepared.get(at), error);
+				throw error;
 			})
 		: new Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>();
+	for (const [i, result] of results) {
+		if (!result.ok) await failRefusedClaim(run, claims.prepared.get(i), result.error);
+	}
 	// Answers claimed ahead take the same routes as this node's own answers.
 	for (const [i, answer] of claims.ahead) results.set(i, { ok: true, value: answer });
 	const restored = await doneBeforeFiles(ctx, run, results);
@@ -151,6 +163,27 @@ function prepareClaims(ctx: IExecuteFunctions, run: GuardRun): Claims {
 		}
 	}
 	return claims;
+}
+
+/**
+ * A claim the sidecar refuses for a limit (its fingerprint payload over DURABLE_MAX_STATE_BYTES) is
+ * refused alike on every resume: its instance is failed at once, as a Save's refusal fails it
+ * (DurableCheckpoint/actions/refused.ts). Nothing was claimed, so nothing ran.
+ */
+async function failRefusedClaim(
+	{ client, node }: GuardRun,
+	claim: ClaimItem | undefined,
+	error: unknown,
+): Promise<void> {
+	if (!claim?.instanceKey || !isLimitRefusal(error)) return;
+	const message =
+		`${node.name}: key '${claim.key}' of scope '${claim.scope}' not claimed, so the side effect after it did not run. ` +
+		`${error.message}. Refused by the sidecar: retry the instance once the limit is raised or the fingerprint is smaller.`;
+	await failInstanceForGood(
+		client,
+		{ workflowId: claim.workflowId, instanceKey: claim.instanceKey, executionId: claim.holder },
+		message,
+	);
 }
 
 type ClaimResults = Map<number, { ok: true; value: AheadAnswer } | { ok: false; error: NodeError }>;

@@ -2,9 +2,15 @@
 import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } from 'n8n-workflow';
 
 import { perItem, settledItems } from '../../../shared/batch';
-import { IDEMPOTENCY_FIELD, isObject } from '../../../shared/node-helpers';
+import {
+	failInstanceForGood,
+	IDEMPOTENCY_FIELD,
+	isLimitRefusal,
+	isObject,
+	workflowIdOf,
+} from '../../../shared/node-helpers';
 import type { IdempotencyKey } from '../../../shared/transport';
-import { nodeParameter, noteGuardRun } from '../../../shared/upstream';
+import { nodeParameter, noteGuardRun, targetOf } from '../../../shared/upstream';
 import { withIdempotency, type GuardRun } from './run';
 
 /** The key an item acts on: given, or from the Claim it descends from. */
@@ -14,18 +20,35 @@ export interface ClaimedKey {
 	attempt: number;
 }
 
-/** Runs `call` on each item's key; the output items carry the key's metadata and `outcome`. */
+/**
+ * Runs `call` on each item's key; the output items carry the key's metadata and `outcome`.
+ * `refused`: what an item's instance is failed with when the sidecar refuses its call for a limit
+ * (RESOURCE_EXHAUSTED), which every resume would meet again (as a Save's refusal, refused.ts).
+ */
 export async function onClaimedKeys(
 	ctx: IExecuteFunctions,
 	run: GuardRun,
 	action: string,
 	outcome: string,
 	call: (i: number, claimed: ClaimedKey) => Promise<IdempotencyKey | undefined>,
+	refused?: (claimed: ClaimedKey, error: Error) => string,
 ): Promise<INodeExecutionData[][]> {
 	const { items, client, node, executionId, version } = run;
+	const keys = new Map<number, ClaimedKey>();
 	const settled = await perItem(ctx, client, action, items.length, async (i) => {
-		return await call(i, claimedKey(ctx, run, i));
+		const claimed = claimedKey(ctx, run, i);
+		keys.set(i, claimed);
+		return await call(i, claimed);
 	});
+	for (let i = 0; refused && i < items.length; i++) {
+		const result = settled[i];
+		const claimed = keys.get(i);
+		if (result.ok || !claimed || !isLimitRefusal(result.error)) continue;
+		const instance = run.upstream.instance(i, items[i]);
+		if (!instance) continue;
+		const target = targetOf(ctx, instance, i, { workflowId: workflowIdOf(ctx), executionId });
+		await failInstanceForGood(client, target, refused(claimed, result.error));
+	}
 	const out = settledItems(ctx, items, settled, (key, i) =>
 		withIdempotency(items[i], { ...version.keyMeta(key), outcome }, i),
 	);

@@ -11,12 +11,23 @@ export async function execute(
 	run: GuardRun,
 ): Promise<INodeExecutionData[][]> {
 	const { node, items, client } = run;
-	return await onClaimedKeys(ctx, run, 'Recording the result', 'recorded', async (i, claimed) => {
-		const what = nodeParameter(ctx, 'resultWhat', i, 'item') as string;
-		const result =
-			what === 'json'
-				? jsonParameter(node, ctx.getNodeParameter('resultJson', i, '{}'), 'Result (JSON)', i)
-				: userJson(items[i]);
-		return (await client.completeKey({ ...claimed, resultJson: toJsonBytes(result) })).key;
-	});
+	return await onClaimedKeys(
+		ctx,
+		run,
+		'Recording the result',
+		'recorded',
+		async (i, claimed) => {
+			const what = nodeParameter(ctx, 'resultWhat', i, 'item') as string;
+			const result =
+				what === 'json'
+					? jsonParameter(node, ctx.getNodeParameter('resultJson', i, '{}'), 'Result (JSON)', i)
+					: userJson(items[i]);
+			return (await client.completeKey({ ...claimed, resultJson: toJsonBytes(result) })).key;
+		},
+		// The side effect ran but its key stays claimed: a retry of the instance runs it again.
+		({ scope, key }, error) =>
+			`${node.name}: the result of key '${key}' of scope '${scope}' not recorded. ${error.message}. ` +
+			'Refused by the sidecar. The side effect before it ran, but its key is not completed, so a retry ' +
+			'of the instance runs it again: check it was done before you retry, or record a smaller result.',
+	);
 }
