@@ -129,7 +129,7 @@ async def harness(database_url: str, request: pytest.FixtureRequest) -> AsyncIte
     sidecar = await app.start(settings)
     ch = channel(sidecar.port)
     try:
-        yield Harness(sidecar, Stubs(ch, alpha_token), Stubs(ch, beta_token))
+        yield Harness(sidecar, Stubs(ch, alpha_token, sidecar.port), Stubs(ch, beta_token, sidecar.port))
     finally:
         await ch.close()
         await sidecar.stop(grace=0.5)

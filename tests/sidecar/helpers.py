@@ -102,6 +102,7 @@ def redis_server() -> Iterator[RedisServer]:
 class Stubs:
     channel: grpc.aio.Channel
     token: str
+    port: int = 0  # the sidecar's, where a test needs a channel of its own (0: not given)
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
