@@ -44,9 +44,14 @@ export async function onClaimedKeys(
 		const result = settled[i];
 		const claimed = keys.get(i);
 		if (result.ok || !claimed || !isLimitRefusal(result.error)) continue;
-		const instance = run.upstream.instance(i, items[i]);
-		if (!instance) continue;
-		const target = targetOf(ctx, instance, i, { workflowId: workflowIdOf(ctx), executionId });
+		let target;
+		try {
+			const instance = run.upstream.instance(i, items[i]);
+			if (!instance) continue;
+			target = targetOf(ctx, instance, i, { workflowId: workflowIdOf(ctx), executionId });
+		} catch {
+			continue; // no instance to fail: the refusal is what the author sees
+		}
 		await failInstanceForGood(client, target, refused(claimed, result.error));
 	}
 	const out = settledItems(ctx, items, settled, (key, i) =>
