@@ -25,7 +25,7 @@ export const MAX_KEY_LENGTH = 255;
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** What JavaScript's String() makes of an object: a key that collapsed upstream. */
-const OBJECT_TEXT = /^\[object [A-Za-z]*\]$/;
+export const OBJECT_TEXT = /^\[object [A-Za-z]*\]$/;
 
 /** A NodeOperationError whose item a webhook sender should be answered `httpStatus` for. */
 export function refusal(

@@ -256,4 +256,33 @@ describe('Durable Limit with the real sidecar', () => {
 		);
 		expect(String(busy[0].json.error)).toContain('does not hold the lease');
 	});
+
+	test('a Key that is an object or a list is refused, never counted as "[object Object]"; numbers are checked under their own names', async () => {
+		const items = await started([unique('k1'), unique('k2')]);
+		const keyed = (key: unknown) =>
+			limit(
+				{ operation: 'enterSection', limitName: unique('obj'), limitKey: () => key, maxHolders: 5 },
+				items,
+			);
+		await expect(keyed({ id: 7 })).rejects.toThrow('Key is an object, not a key');
+		await expect(keyed([1, 2])).rejects.toThrow('Key is a list, not a key');
+		await expect(keyed('[object Object]')).rejects.toThrow('an object was turned into text');
+		await expect(keyed(true)).rejects.toThrow('Key is true, not a key');
+		// A number is its text: 12 and "12" are one key.
+		const [allowed] = await keyed(12);
+		expect(allowed.map((item) => (item.json.limit as { key: string }).key)).toEqual(['12', '12']);
+		const rate = (maxItems: ParamValue) =>
+			limit({ operation: 'rateLimit', limitName: unique('n'), maxItems }, items);
+		await expect(rate(0)).rejects.toThrow(
+			'Most Items must be a whole number from 1 to 1,000,000, got 0',
+		);
+		await expect(rate(-3)).rejects.toThrow('Most Items must be a whole number');
+		await expect(rate('abc')).rejects.toThrow(
+			'Most Items must be a whole number from 1 to 1,000,000, got "abc"',
+		);
+		await expect(rate(2.5)).rejects.toThrow('got 2.5');
+		await expect(
+			limit({ operation: 'enterSection', limitName: unique('m'), maxHolders: 0 }, items),
+		).rejects.toThrow('Most at Once must be a whole number from 1 to 10,000, got 0');
+	});
 });

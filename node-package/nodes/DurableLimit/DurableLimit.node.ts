@@ -152,7 +152,8 @@ export class DurableLimit implements INodeType {
 				default: 1,
 				typeOptions: { minValue: 0.001, numberPrecision: 3 },
 				displayOptions: rate,
-				description: 'The period, in the unit below (at most one day)',
+				description:
+					"The period, in the unit below (at most one day). Set it about 10 % longer than the API's own window: calls reach the API a little after their slots.",
 			},
 			{
 				displayName: 'Unit',

@@ -4,7 +4,7 @@
  */
 import { AcquireOutcome, OverLimit } from '../../../shared/transport';
 import { nodeParameter } from '../../../shared/upstream';
-import { routeItems, waitMs, type LimitOperation } from './run';
+import { routeItems, waitMs, wholeNumber, type LimitOperation } from './run';
 
 const ENTERED = 0;
 const BUSY = 1;
@@ -26,7 +26,7 @@ export const execute: LimitOperation = async (ctx, run) => {
 				...target,
 				limitName,
 				limitKey,
-				maxHolders: Number(nodeParameter(ctx, 'maxHolders', i, 1)),
+				maxHolders: wholeNumber(ctx, 'maxHolders', 'Most at Once', i, 1, [1, 10_000]),
 				overLimit: busy ? OverLimit.OVER_LIMIT_REFUSE : OverLimit.OVER_LIMIT_WAIT,
 				maxWaitMs: alone && !busy ? waitMs(ctx, i) : 0,
 			});

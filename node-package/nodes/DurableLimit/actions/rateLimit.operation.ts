@@ -13,7 +13,7 @@ import { NodeOperationError, sleep } from 'n8n-workflow';
 import { failInstanceForGood } from '../../../shared/node-helpers';
 import { OverLimit, ThrottleOutcome, type ThrottleResponse } from '../../../shared/transport';
 import { nodeParameter, type Target } from '../../../shared/upstream';
-import { millisecondsOf, routeItems, waitMs, type LimitOperation } from './run';
+import { millisecondsOf, routeItems, waitMs, wholeNumber, type LimitOperation } from './run';
 
 const ALLOWED = 0;
 const BUSY = 1;
@@ -40,8 +40,8 @@ export const execute: LimitOperation = async (ctx, run) => {
 	const answers = new Map<string, Promise<ThrottleResponse>>();
 	const throttle = async (i: number, target: Target, call: string): Promise<ThrottleResponse> => {
 		const { limitName, limitKey } = run.limitOf(i);
-		const limit = Number(nodeParameter(ctx, 'maxItems', i, 10));
-		const burst = Number(nodeParameter(ctx, 'options.burst', i, 1));
+		const limit = wholeNumber(ctx, 'maxItems', 'Most Items', i, 10, [1, 1_000_000]);
+		const burst = Math.max(1, wholeNumber(ctx, 'options.burst', 'Burst', i, 1, [0, limit])); // 0 means 1
 		const calls = itemsOfCall.get(call) ?? 1;
 		if (calls > burst) {
 			const message =

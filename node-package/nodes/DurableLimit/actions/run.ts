@@ -12,6 +12,7 @@ import {
 	workflowIdOf,
 } from '../../../shared/node-helpers';
 import type { SidecarClient } from '../../../shared/transport';
+import { OBJECT_TEXT } from '../../../shared/door';
 import { nodeParameter, targetOf, Upstream, type Target } from '../../../shared/upstream';
 
 export type Operation = 'enterSection' | 'leaveSection' | 'rateLimit' | 'debounce';
@@ -82,9 +83,57 @@ export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
 						'Name the limit, e.g. stripe-api: every node that uses the name shares the limit.',
 				});
 			}
-			return { limitName, limitKey: text('limitKey', i) || ALL_ITEMS_KEY };
+			return { limitName, limitKey: limitKeyOf(node, nodeParameter(ctx, 'limitKey', i, ''), i) };
 		}),
 	};
+}
+
+/**
+ * The Key an item gives: text (trimmed) or a number's decimal text; empty: ALL_ITEMS_KEY. Never String()
+ * of an object or a list: two customers whose ids are objects would both count as "[object Object]".
+ */
+export function limitKeyOf(node: INode, raw: unknown, itemIndex: number): string {
+	const refuse = (why: string): NodeOperationError =>
+		new NodeOperationError(node, `Key ${why}`, {
+			itemIndex,
+			description:
+				'Set Key to an expression that gives text or a number, e.g. {{ $json.body.customerId }}: two objects would otherwise count as one key.',
+		});
+	if (raw === undefined || raw === null) return ALL_ITEMS_KEY;
+	if (Array.isArray(raw)) throw refuse('is a list, not a key');
+	if (typeof raw === 'object') throw refuse('is an object, not a key');
+	if (typeof raw === 'boolean' || (typeof raw === 'number' && !Number.isFinite(raw))) {
+		throw refuse(`is ${String(raw)}, not a key`);
+	}
+	const key = typeof raw === 'string' ? raw.trim() : String(raw);
+	if (OBJECT_TEXT.test(key)) {
+		throw refuse(`reads "${key}": an object was turned into text before this node`);
+	}
+	return key || ALL_ITEMS_KEY;
+}
+
+/**
+ * A whole-number parameter in [min, max], or an error naming it as the node shows it (the sidecar's own
+ * refusal names its contract's field, which the author never sees).
+ */
+export function wholeNumber(
+	ctx: IExecuteFunctions,
+	name: string,
+	label: string,
+	itemIndex: number,
+	fallback: number,
+	[min, max]: [number, number],
+): number {
+	const raw: unknown = nodeParameter(ctx, name, itemIndex, fallback);
+	const value = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+	if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+		throw new NodeOperationError(
+			ctx.getNode(),
+			`${label} must be a whole number from ${min.toLocaleString('en-US')} to ${max.toLocaleString('en-US')}, got ${JSON.stringify(raw) ?? String(raw)}`,
+			{ itemIndex, description: `Set ${label} to a whole number from ${min} to ${max}.` },
+		);
+	}
+	return value;
 }
 
 /** `read` per item index, evaluated once (its answer or its error) however often an operation asks. */
