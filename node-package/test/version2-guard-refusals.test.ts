@@ -12,10 +12,10 @@ import {
 } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
 import { OUTPUT_START } from '../nodes/ResumePoint/ResumePoint.node';
 import { getSidecarClient } from '../shared/transport';
-import { executeContext, type ParamValue, type UpstreamNode } from './support/n8n';
+import { type ParamValue, type UpstreamNode } from './support/n8n';
 import {
 	GUARD,
-	guard,
+	runGuard,
 	HTTP,
 	httpResponse,
 	RP,
@@ -28,6 +28,7 @@ useSidecar({ DURABLE_MAX_STATE_BYTES: '2000' });
 
 const BIG = 'x'.repeat(5000);
 
+/** The Guard (version 2) in `run`, with or without Continue On Fail. */
 async function guardRun(
 	run: { workflowId: string; executionId: string },
 	items: INodeExecutionData[],
@@ -35,19 +36,7 @@ async function guardRun(
 	params: Record<string, ParamValue>,
 	continueOnFail = false,
 ): Promise<INodeExecutionData[][]> {
-	return await guard.execute.call(
-		executeContext({
-			items,
-			params,
-			credentials: sidecar.credentials(),
-			...run,
-			nodeName: GUARD.name,
-			typeVersion: 2,
-			description: guard.description,
-			upstream,
-			continueOnFail,
-		}),
-	);
+	return await runGuard(run, items, upstream, params, 2, continueOnFail);
 }
 
 async function instances(workflowId: string) {

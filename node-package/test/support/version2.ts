@@ -82,6 +82,7 @@ export async function runGuard(
 	upstream: UpstreamNode[],
 	params: Record<string, ParamValue> = { scope: 'payment' },
 	typeVersion = 2,
+	continueOnFail = false,
 ): Promise<INodeExecutionData[][]> {
 	return await guard.execute.call(
 		executeContext({
@@ -93,6 +94,7 @@ export async function runGuard(
 			typeVersion,
 			description: guard.description,
 			upstream,
+			continueOnFail,
 		}),
 	);
 }
