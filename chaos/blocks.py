@@ -344,8 +344,8 @@ def block_enter_section(b: Builder, seg: Segment) -> tuple[str, str]:
 
 def block_rate_limit(b: Builder, seg: Segment) -> str:
     """Durable Limit Rate Limit (Most Items RATE_ITEMS per RATE_PERIOD_S seconds) before the Claim, its options at
-    their defaults; after a lines segment, Burst MAX_LINES (generator.rate_of), as docs/flow-control.md says for a
-    limit after a Split Out."""
+    their defaults; after lines segments, a Burst of the items an order brings (model.rate_of), as
+    docs/flow-control.md says for a limit after a Split Out."""
     most, period_s, burst = rate_of(seg)
     return b.f.durable(f"Rate {seg.step}", "durableLimit", {
         "operation": "rateLimit", **limit_params(b, seg), "maxItems": most, "periodAmount": period_s,

@@ -36,6 +36,7 @@ from chaos.model import (
     ProviderSchedule,
     Segment,
     Shape,
+    items_at,
     rate_of,
     uploading,
 )
@@ -103,14 +104,15 @@ def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
     time) or a rate (RATE_ITEMS per RATE_PERIOD_S). Not on a sub-workflow or line items (their Claims are inside a
     loop or another workflow), and no rate where n8n's Retry On Fail sends the call again without the limit. On a
     segment after a lines segment the order's items are still its lines, which reach the limit together
-    (docs/flow-control.md "Several items of one instance"): a rate there has a Burst of MAX_LINES."""
+    (docs/flow-control.md "Several items of one instance"): a rate there has a Burst of the most items an order
+    brings (model.items_at: a second lines segment splits each line's item by the lines again)."""
     out = []
-    lined = False
+    lined = 0
     for s in segments:
         kinds = [] if s.shape in ("sub", "lines") else ["section"] if s.http_retry else ["section", "rate"]
         drawn = replace(s, limit=rng.choice(kinds), lined=lined) if kinds and rng.random() < 0.25 else s
         out.append(drawn)
-        lined = lined or s.shape == "lines"
+        lined += s.shape == "lines"
     return out
 
 
@@ -211,7 +213,7 @@ def limit_wait_s(case: Case, key: str) -> float:
                          if s.provider == seg.provider and s.key in others)
         elif seg.limit == "rate":
             most, period_s, _ = rate_of(seg)
-            slots = MAX_LINES if seg.lined else 1  # an order's lines take a slot each
+            slots = items_at(seg)  # an order's items take a slot each
             extra += len(others) * (slots * period_s / most + 10.0)
     return extra
 

@@ -36,7 +36,10 @@ SECTION_PLACES = 1
 RATE_ITEMS = 1
 RATE_PERIOD_S = 2
 # After a lines segment an order's items are its lines, which reach a Rate Limit together and take a slot each, so
-# the limit there has a Burst of MAX_LINES and the same average rate: MAX_LINES per MAX_LINES × RATE_PERIOD_S.
+# the limit there has a Burst of the most items an order brings and the same average rate: after one lines segment
+# MAX_LINES per MAX_LINES × RATE_PERIOD_S. A second lines segment splits each of those items by the order's lines
+# again (its Split Out of `body.lines` runs on every line's item), so after k of them an order brings up to
+# MAX_LINES ** k items.
 
 RESPOND_NODE = "responseNode"    # Webhook → Respond: Using 'Respond to Webhook' Node ("Accepted" after Start)
 LAST_NODE = "lastNode"           # Webhook → Respond: When Last Node Finishes (Finished, Busy → No Operation)
@@ -58,7 +61,8 @@ class Segment:
     loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
     limit: str = ""         # Durable Limit shared by the case's keys: "section" (Enter Section … Leave Section around
                             # the call) or "rate" (Rate Limit before the Claim); "" none
-    lined: bool = False     # after a lines segment: the order's lines reach the segment's limit together
+    lined: int = 0          # the lines segments before it: the order's items (up to MAX_LINES ** lined) reach the
+                            # segment's limit together
     document: bool = False  # after the call, an HTTP Request downloads the order's document (a file on the item the
                             # Save checkpoints), and the next segment's call uploads it (multipart form-data)
 
@@ -67,12 +71,17 @@ class Segment:
         return f"s{self.number}"
 
 
+def items_at(seg: Segment) -> int:
+    """The most items of one order that reach the segment's limit together: its lines after a lines segment, each
+    split by the lines again after a second one."""
+    return MAX_LINES ** int(seg.lined)
+
+
 def rate_of(seg: Segment) -> tuple[int, int, int]:
-    """A rate segment's Most Items, Per (seconds) and Burst: after a lines segment, room for an order's lines at
+    """A rate segment's Most Items, Per (seconds) and Burst: after lines segments, room for an order's items at
     once at the same average rate."""
-    if seg.lined:
-        return RATE_ITEMS * MAX_LINES, RATE_PERIOD_S * MAX_LINES, MAX_LINES
-    return RATE_ITEMS, RATE_PERIOD_S, 1
+    items = items_at(seg)
+    return RATE_ITEMS * items, RATE_PERIOD_S * items, items
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,40 @@ def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> Non
     assert seen == {"section", "rate"}
 
 
+def test_a_rate_limits_burst_holds_every_item_an_order_brings_to_it() -> None:
+    """Each Split Out of the order's lines before a Rate Limit multiplies the items that reach it together by the
+    lines (a second one splits every line's item again): the Burst holds MAX_LINES to the power of those Split
+    Outs, at RATE_ITEMS per RATE_PERIOD_S on average, or the node fails the order for good (its documented
+    refusal). Chaos seed 757220 case 2 (two lines segments, then a rate with Burst 3) failed an order of 2 lines."""
+    from chaos.model import MAX_LINES, RATE_ITEMS, RATE_PERIOD_S
+
+    def upstream(wf: dict[str, Any], node: str) -> set[str]:
+        into: dict[str, set[str]] = {}
+        for src, _o, dst, _i in links(wf):
+            into.setdefault(dst, set()).add(src)
+        seen, todo = set(), [node]
+        while todo:
+            for src in into.get(todo.pop(), ()):
+                if src not in seen:
+                    seen.add(src)
+                    todo.append(src)
+        return seen
+
+    cases = [generate(757220, 2, URL)] + [generate(31, i, URL) for i in range(300)]
+    deepest = 0
+    for case in cases:
+        main = case.workflows[-1]
+        types = {n["name"]: n["type"] for n in main["nodes"]}
+        for gate in (n for n in main["nodes"] if n["name"].startswith("Rate s")):
+            splits = sum(types[n] == "n8n-nodes-base.splitOut" for n in upstream(main, gate["name"]))
+            deepest = max(deepest, splits)
+            items = MAX_LINES ** splits
+            p = gate["parameters"]
+            assert p["options"].get("burst", 1) >= items, (case.workflow_id, gate["name"], splits)
+            assert p["maxItems"] * RATE_PERIOD_S == p["periodAmount"] * RATE_ITEMS, (case.workflow_id, p)
+    assert deepest == 2
+
+
 def test_the_limits_ignored_plant_opens_every_limit_but_keeps_the_expectations() -> None:
     """`--plant limits-ignored` (the oracle's rule 6 must then fail in a real run): the first wave's Enter
     Sections and Rate Limits let everything through, the Leave Sections stay, no fault is injected, and the
