@@ -25,7 +25,7 @@ export const MAX_KEY_LENGTH = 255;
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** What JavaScript's String() makes of an object: a key that collapsed upstream. */
-export const OBJECT_TEXT = /^\[object [A-Za-z]*\]$/;
+const OBJECT_TEXT = /^\[object [A-Za-z]*\]$/;
 
 /** A NodeOperationError whose item a webhook sender should be answered `httpStatus` for. */
 export function refusal(
@@ -57,38 +57,57 @@ function hasLoneSurrogate(text: string): boolean {
 }
 
 /**
+ * Why a value is no key, as `kind`: a list, an object, a boolean or a number that is not finite, or text that
+ * String() made of an object upstream.
+ */
+export type NotAKey = { why: string; kind: 'list' | 'object' | 'value' | 'objectText' };
+
+/**
+ * The text a key parameter gives ('' when empty): a string trimmed, a finite number's decimal text (12345 and
+ * "12345" are one key); or why it is no key, `noun` naming what it should be. Never String() of an object: two
+ * items whose ids are objects would both become "[object Object]". Shared by every node that reads a key.
+ */
+export function keyText(raw: unknown, noun: string): { text: string } | NotAKey {
+	if (Array.isArray(raw)) return { why: `is a list, not ${noun}`, kind: 'list' };
+	if (typeof raw === 'object' && raw !== null) {
+		return { why: `is an object, not ${noun}`, kind: 'object' };
+	}
+	if (typeof raw === 'boolean' || (typeof raw === 'number' && !Number.isFinite(raw))) {
+		return { why: `is ${String(raw)}, not ${noun}`, kind: 'value' };
+	}
+	const text =
+		raw === undefined || raw === null ? '' : typeof raw === 'string' ? raw.trim() : String(raw);
+	if (OBJECT_TEXT.test(text)) {
+		return {
+			why: `reads "${text}": an object was turned into text before this node`,
+			kind: 'objectText',
+		};
+	}
+	return { text };
+}
+
+/**
  * The business key an item gives for `field` ("Instance Key"), or a refusal
- * (HTTP 400) saying why it is none. A finite number becomes its decimal text
- * (12345 and "12345" are one key); a string is trimmed. Never String() of an
- * object: two orders whose ids are objects would both become "[object Object]".
+ * (HTTP 400) saying why it is none (keyText's rules, and never empty, too
+ * long or with control characters).
  */
 export function businessKey(node: INode, raw: unknown, field: string, itemIndex: number): string {
 	const refuse = (why: string, fix: string): NodeOperationError =>
 		refusal(node, `${field} ${why}`, fix, itemIndex, 400);
 	const expression =
 		'Set it to an expression that gives the business key as text, e.g. {{ $json.body.orderId }}, and check the body before this node (docs/intake.md: The door).';
-	if (raw === undefined || raw === null) throw refuse('is empty for this item', expression);
-	if (Array.isArray(raw)) {
-		throw refuse('is a list, not a business key', `${expression} A list never names one instance.`);
+	const read = keyText(raw, 'a business key');
+	if ('why' in read) {
+		const more = {
+			list: ' A list never names one instance.',
+			object: ' Two objects would otherwise become one key.',
+			value: '',
+			objectText: " Pick the object's identifying field instead.",
+		}[read.kind];
+		throw refuse(read.why, `${expression}${more}`);
 	}
-	if (typeof raw === 'object') {
-		throw refuse(
-			'is an object, not a business key',
-			`${expression} Two objects would otherwise become one key.`,
-		);
-	}
-	if (typeof raw === 'number' && !Number.isFinite(raw)) {
-		throw refuse(`is ${String(raw)}, not a business key`, expression);
-	}
-	if (typeof raw === 'boolean') throw refuse(`is ${String(raw)}, not a business key`, expression);
-	const key = typeof raw === 'string' ? raw.trim() : String(raw);
+	const key = read.text;
 	if (!key) throw refuse('is empty for this item', expression);
-	if (OBJECT_TEXT.test(key)) {
-		throw refuse(
-			`reads "${key}": an object was turned into text before this node`,
-			`${expression} Pick the object's identifying field instead.`,
-		);
-	}
 	const length = [...key].length;
 	if (length > MAX_KEY_LENGTH) {
 		throw refuse(

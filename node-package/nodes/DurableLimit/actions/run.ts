@@ -12,7 +12,7 @@ import {
 	workflowIdOf,
 } from '../../../shared/node-helpers';
 import type { SidecarClient } from '../../../shared/transport';
-import { OBJECT_TEXT } from '../../../shared/door';
+import { keyText } from '../../../shared/door';
 import { nodeParameter, targetOf, Upstream, type Target } from '../../../shared/upstream';
 
 export type Operation = 'enterSection' | 'leaveSection' | 'rateLimit' | 'debounce';
@@ -99,17 +99,9 @@ export function limitKeyOf(node: INode, raw: unknown, itemIndex: number): string
 			description:
 				'Set Key to an expression that gives text or a number, e.g. {{ $json.body.customerId }}: two objects would otherwise count as one key.',
 		});
-	if (raw === undefined || raw === null) return ALL_ITEMS_KEY;
-	if (Array.isArray(raw)) throw refuse('is a list, not a key');
-	if (typeof raw === 'object') throw refuse('is an object, not a key');
-	if (typeof raw === 'boolean' || (typeof raw === 'number' && !Number.isFinite(raw))) {
-		throw refuse(`is ${String(raw)}, not a key`);
-	}
-	const key = typeof raw === 'string' ? raw.trim() : String(raw);
-	if (OBJECT_TEXT.test(key)) {
-		throw refuse(`reads "${key}": an object was turned into text before this node`);
-	}
-	return key || ALL_ITEMS_KEY;
+	const read = keyText(raw, 'a key');
+	if ('why' in read) throw refuse(read.why);
+	return read.text || ALL_ITEMS_KEY;
 }
 
 /**
