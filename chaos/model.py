@@ -74,7 +74,7 @@ class Segment:
 def items_at(seg: Segment) -> int:
     """The most items of one order that reach the segment's limit together: its lines after a lines segment, each
     split by the lines again after a second one."""
-    return MAX_LINES ** int(seg.lined)
+    return int(MAX_LINES ** seg.lined)
 
 
 def rate_of(seg: Segment) -> tuple[int, int, int]:
