@@ -91,6 +91,21 @@ const rateLimit = (
 const keysOf = (items: INodeExecutionData[]) =>
 	items.map((i) => (i.json.durable as { instanceKey: string }).instanceKey);
 
+/** The status and error of the items' instances, in the items' order. */
+async function statusOf(
+	items: INodeExecutionData[],
+): Promise<Array<{ status: string; error: string }>> {
+	const out = [];
+	for (const key of keysOf(items)) {
+		const [row] = await sidecar.sql<{ status: string; error_message: string }>(
+			'SELECT status, error_message FROM durable_instances WHERE workflow_id = $1 AND instance_key = $2',
+			[wf, key],
+		);
+		out.push({ status: row.status, error: row.error_message ?? '' });
+	}
+	return out;
+}
+
 describe('Durable Limit with the real sidecar', () => {
 	test('outputs follow the operation and Over the Limit', () => {
 		const names = (p: Record<string, string>) => configuredOutputs(p).map((o) => o.displayName);
@@ -233,13 +248,18 @@ describe('Durable Limit with the real sidecar', () => {
 	});
 
 	test('clear errors: no Limit Name; an item without an instance; Continue On Fail leaves by the output that runs nothing', async () => {
-		const items = await started([unique('e')]);
-		await expect(limit({ operation: 'enterSection', limitName: '' }, items)).rejects.toThrow(
+		const unnamed = await started([unique('e')]);
+		await expect(limit({ operation: 'enterSection', limitName: '' }, unnamed)).rejects.toThrow(
 			'Limit Name is empty',
 		);
+		expect(await statusOf(unnamed)).toEqual([
+			{ status: 'failed', error: expect.stringContaining('Limit Name is empty') },
+		]);
 		await expect(
 			limit({ operation: 'enterSection', limitName: 'x' }, [{ json: { orderId: 'loose' } }]),
 		).rejects.toThrow('Resume Point');
+		// Under Continue On Fail the error is an item for the workflow to handle: the instance goes on.
+		const items = await started([unique('e')]);
 		const [run, debounced] = await limit(
 			{ operation: 'debounce', limitName: 'x', quietAmount: 0 },
 			items,
@@ -255,6 +275,21 @@ describe('Durable Limit with the real sidecar', () => {
 			true,
 		);
 		expect(String(busy[0].json.error)).toContain('does not hold the lease');
+		expect(await statusOf(items)).toEqual([{ status: 'running', error: '' }]);
+	});
+
+	test('a setup error no resume can pass fails the instance for good with it (not resumed until its retry policy gives up)', async () => {
+		const items = await started([unique('s1'), unique('s2')]);
+		await expect(
+			limit({ operation: 'rateLimit', limitName: unique('s'), maxItems: 'abc' }, items),
+		).rejects.toThrow('Most Items must be a whole number from 1 to 1,000,000, got "abc"');
+		const failed = await statusOf(items);
+		expect(failed).toHaveLength(2);
+		for (const row of failed) {
+			expect(row.status).toBe('failed');
+			expect(row.error).toContain('Durable Limit: Most Items must be a whole number');
+			expect(row.error).toContain('The instance is failed, not retried');
+		}
 	});
 
 	test('a Key that is an object or a list is refused, never counted as "[object Object]"; numbers are checked under their own names', async () => {
@@ -265,11 +300,17 @@ describe('Durable Limit with the real sidecar', () => {
 				items,
 			);
 		await expect(keyed({ id: 7 })).rejects.toThrow('Key is an object, not a key');
+		expect((await statusOf(items)).map((row) => row.status)).toEqual(['failed', 'failed']);
+		// Each refusal comes before any call (the instances are failed by the first one).
 		await expect(keyed([1, 2])).rejects.toThrow('Key is a list, not a key');
 		await expect(keyed('[object Object]')).rejects.toThrow('an object was turned into text');
 		await expect(keyed(true)).rejects.toThrow('Key is true, not a key');
 		// A number is its text: 12 and "12" are one key.
-		const [allowed] = await keyed(12);
+		const fresh = await started([unique('k3'), unique('k4')]);
+		const [allowed] = await limit(
+			{ operation: 'enterSection', limitName: unique('obj'), limitKey: () => 12, maxHolders: 5 },
+			fresh,
+		);
 		expect(allowed.map((item) => (item.json.limit as { key: string }).key)).toEqual(['12', '12']);
 		const rate = (maxItems: ParamValue) =>
 			limit({ operation: 'rateLimit', limitName: unique('n'), maxItems }, items);

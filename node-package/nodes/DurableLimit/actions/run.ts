@@ -2,11 +2,12 @@
 import { NodeOperationError } from 'n8n-workflow';
 import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
-import { perItem } from '../../../shared/batch';
+import { perItem, type Settled } from '../../../shared/batch';
 import {
 	asNodeError,
 	errorItem,
 	executionIdOf,
+	failInstanceForGood,
 	sidecarFor,
 	UNIT_SECONDS,
 	workflowIdOf,
@@ -77,11 +78,12 @@ export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
 		limitOf: once((i) => {
 			const limitName = text('limitName', i);
 			if (!limitName) {
-				throw new NodeOperationError(node, 'Limit Name is empty', {
-					itemIndex: i,
-					description:
-						'Name the limit, e.g. stripe-api: every node that uses the name shares the limit.',
-				});
+				throw setupError(
+					node,
+					'Limit Name is empty',
+					i,
+					'Name the limit, e.g. stripe-api: every node that uses the name shares the limit.',
+				);
 			}
 			return { limitName, limitKey: limitKeyOf(node, nodeParameter(ctx, 'limitKey', i, ''), i) };
 		}),
@@ -94,11 +96,12 @@ export async function runOf(ctx: IExecuteFunctions): Promise<LimitRun> {
  */
 export function limitKeyOf(node: INode, raw: unknown, itemIndex: number): string {
 	const refuse = (why: string): NodeOperationError =>
-		new NodeOperationError(node, `Key ${why}`, {
+		setupError(
+			node,
+			`Key ${why}`,
 			itemIndex,
-			description:
-				'Set Key to an expression that gives text or a number, e.g. {{ $json.body.customerId }}: two objects would otherwise count as one key.',
-		});
+			'Set Key to an expression that gives text or a number, e.g. {{ $json.body.customerId }}: two objects would otherwise count as one key.',
+		);
 	const read = keyText(raw, 'a key');
 	if ('why' in read) throw refuse(read.why);
 	return read.text || ALL_ITEMS_KEY;
@@ -119,13 +122,40 @@ export function wholeNumber(
 	const raw: unknown = nodeParameter(ctx, name, itemIndex, fallback);
 	const value = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
 	if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-		throw new NodeOperationError(
+		throw setupError(
 			ctx.getNode(),
 			`${label} must be a whole number from ${min.toLocaleString('en-US')} to ${max.toLocaleString('en-US')}, got ${JSON.stringify(raw) ?? String(raw)}`,
-			{ itemIndex, description: `Set ${label} to a whole number from ${min} to ${max}.` },
+			itemIndex,
+			`Set ${label} to a whole number from ${min} to ${max}.`,
 		);
 	}
 	return value;
+}
+
+/**
+ * What the instance's error says after a setup error (below): the node's name, the error and the way out.
+ */
+const FAILED_FOR_GOOD =
+	'The instance is failed, not retried: retry it once the workflow is changed.';
+
+/**
+ * An error in how the node is set up for an item (no Limit Name, a Key that is no key, a number out of
+ * range): every resume would meet it again, since a resumed execution reads the same parameters on the
+ * same checkpointed data. routeItems fails its instance for good with it, instead of the instance being
+ * resumed and failing until its retry policy suspends it with a lapsed lease as its only reason.
+ */
+export function setupError(
+	node: INode,
+	message: string,
+	itemIndex: number,
+	description: string,
+): NodeOperationError {
+	const error = new NodeOperationError(node, message, {
+		itemIndex,
+		description: `${description} ${FAILED_FOR_GOOD}`,
+	});
+	error.context.failsInstance = true;
+	return error;
 }
 
 /** `read` per item index, evaluated once (its answer or its error) however often an operation asks. */
@@ -148,8 +178,9 @@ function once<T>(read: (i: number) => T): (i: number) => T {
 
 /**
  * One call per item (several in flight), each item routed to the output its answer names, with
- * `limit` on its JSON; a failed item fails the run, or under Continue On Fail leaves by
- * `failedOutput` (the output that runs nothing) as n8n's error item.
+ * `limit` on its JSON; a failed item fails the run (a setupError failing its instance for good
+ * first), or under Continue On Fail leaves by `failedOutput` (the output that runs nothing) as
+ * n8n's error item.
  */
 export async function routeItems(
 	ctx: IExecuteFunctions,
@@ -169,11 +200,15 @@ export async function routeItems(
 		}
 		return await call(i, target);
 	});
+	const failed = settled.find((result) => !result.ok);
+	if (failed && !failed.ok && !ctx.continueOnFail()) {
+		await failForSetup(run, settled);
+		throw failed.error;
+	}
 	const out: INodeExecutionData[][] = Array.from({ length: outputs }, () => []);
 	for (let i = 0; i < items.length; i++) {
 		const result = settled[i];
 		if (!result.ok) {
-			if (!ctx.continueOnFail()) throw result.error;
 			out[failedOutput].push(errorItem(items[i], result.error, i));
 			continue;
 		}
@@ -186,6 +221,34 @@ export async function routeItems(
 		});
 	}
 	return out;
+}
+
+/**
+ * Before the run fails: the instance of every item whose error is a setupError is failed for good with it
+ * (an item without an instance has none to fail). Under Continue On Fail the items go on as error items
+ * and the author's workflow decides.
+ */
+async function failForSetup(run: LimitRun, settled: Settled<Routed>): Promise<void> {
+	const done = new Set<string>();
+	for (let i = 0; i < settled.length; i++) {
+		const result = settled[i];
+		if (result.ok) continue;
+		const error = result.error;
+		if (!(error instanceof NodeOperationError) || error.context.failsInstance !== true) continue;
+		let target: Target;
+		try {
+			target = run.target(i);
+		} catch {
+			continue;
+		}
+		if (done.has(target.instanceKey)) continue;
+		done.add(target.instanceKey);
+		await failInstanceForGood(
+			run.client,
+			target,
+			`${run.node.name}: ${error.message}. ${error.description ?? ''}`,
+		);
+	}
 }
 
 /** The option Max Wait Inside the Execution, in milliseconds (0 to 60 s). */
@@ -208,13 +271,11 @@ export function millisecondsOf(
 	const seconds = UNIT_SECONDS[String(nodeParameter(ctx, unit, i, 'seconds'))] ?? 1;
 	const ms = Math.round(value * seconds * 1000);
 	if (!Number.isFinite(ms) || ms < (zero ? 0 : 1) || ms > 86_400_000) {
-		throw new NodeOperationError(
+		throw setupError(
 			node,
 			`${what} must be ${zero ? '0' : 'at least 1 ms'} to one day`,
-			{
-				itemIndex: i,
-				description: `Got ${String(value)} ${String(nodeParameter(ctx, unit, i, 'seconds'))}.`,
-			},
+			i,
+			`Got ${String(value)} ${String(nodeParameter(ctx, unit, i, 'seconds'))}.`,
 		);
 	}
 	return ms;
