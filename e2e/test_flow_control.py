@@ -158,7 +158,8 @@ def test_28_flow_control_in_queue_mode_limits_per_customer_survives_a_worker_kil
                    time.monotonic() - started,
                    note=f"0 answers 429 in {ROUNDS} rounds; median round: first to last CRM call {took:.2f} s, "
                         f"without the limits {unlimited:.2f} s, ideal {ideal:.2f} s: {ratio:.2f}x the slower of the "
-                        f"two ({verdict}), {took / ideal:.2f}x the ideal",
+                        f"two ({verdict}), {took / ideal:.2f}x the ideal; rounds (with/without the limits, ratio) "
+                        + ", ".join(f"{t:.1f}/{u:.1f} s {r:.2f}x" for t, u, r in rounds),
                    crm_429=0, schedule_s=round(took, 2), ideal_s=round(ideal, 2), unlimited_s=round(unlimited, 2),
                    schedule_pct=round(100 * ratio), ideal_pct=round(100 * took / ideal))
 
