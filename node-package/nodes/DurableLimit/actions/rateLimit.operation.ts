@@ -13,7 +13,14 @@ import { NodeOperationError, sleep } from 'n8n-workflow';
 import { failInstanceForGood } from '../../../shared/node-helpers';
 import { OverLimit, ThrottleOutcome, type ThrottleResponse } from '../../../shared/transport';
 import { nodeParameter, type Target } from '../../../shared/upstream';
-import { millisecondsOf, routeItems, waitMs, wholeNumber, type LimitOperation } from './run';
+import {
+	FAILED_FOR_GOOD,
+	millisecondsOf,
+	routeItems,
+	waitMs,
+	wholeNumber,
+	type LimitOperation,
+} from './run';
 
 const ALLOWED = 0;
 const BUSY = 1;
@@ -51,7 +58,7 @@ export const execute: LimitOperation = async (ctx, run) => {
 			const description =
 				`Set the option Burst to at least the most items one instance brings (at most Most Items, ${limit}), ` +
 				'or place the Rate Limit before the node that splits an instance into items (Split Out). ' +
-				'The instance is failed, not retried: retry it once the workflow is changed.';
+				FAILED_FOR_GOOD;
 			await failInstanceForGood(run.client, target, `${message} ${description}`);
 			throw new NodeOperationError(run.node, message, { itemIndex: i, description });
 		}
