@@ -335,6 +335,13 @@ export function isLimitRefusal(error: unknown): error is NodeOperationError {
 }
 
 /**
+ * The way out an error that fails its instance for good names: the instance is bound to the version it
+ * started with, and a failed one cannot be moved, so the retry comes first.
+ */
+export const FAILED_FOR_GOOD =
+	'The instance is failed, not retried. To run it again once the workflow is changed: durable-sidecar instances retry, then (the Resume Point suspends it: it is bound to the old version) instances move to the new version and instances resume (docs/waiting-and-failures.md).';
+
+/**
  * Fails an instance that no resume can carry on (a limit the sidecar refuses, a workflow its
  * items cannot pass), with `message` as its error and no retry by its policy: the console and the
  * CLI say why at once, instead of the instance being resumed and refused until its policy gives up.

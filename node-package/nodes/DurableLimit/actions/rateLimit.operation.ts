@@ -10,17 +10,10 @@
  */
 import { NodeOperationError, sleep } from 'n8n-workflow';
 
-import { failInstanceForGood } from '../../../shared/node-helpers';
+import { FAILED_FOR_GOOD, failInstanceForGood } from '../../../shared/node-helpers';
 import { OverLimit, ThrottleOutcome, type ThrottleResponse } from '../../../shared/transport';
 import { nodeParameter, type Target } from '../../../shared/upstream';
-import {
-	FAILED_FOR_GOOD,
-	millisecondsOf,
-	routeItems,
-	waitMs,
-	wholeNumber,
-	type LimitOperation,
-} from './run';
+import { millisecondsOf, routeItems, waitMs, wholeNumber, type LimitOperation } from './run';
 
 const ALLOWED = 0;
 const BUSY = 1;

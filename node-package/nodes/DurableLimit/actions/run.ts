@@ -7,6 +7,7 @@ import {
 	asNodeError,
 	errorItem,
 	executionIdOf,
+	FAILED_FOR_GOOD,
 	failInstanceForGood,
 	sidecarFor,
 	UNIT_SECONDS,
@@ -131,12 +132,6 @@ export function wholeNumber(
 	}
 	return value;
 }
-
-/**
- * What the instance's error says after a setup error (below): the node's name, the error and the way out.
- */
-export const FAILED_FOR_GOOD =
-	'The instance is failed, not retried. To run it again once the workflow is changed: durable-sidecar instances retry, then (the Resume Point suspends it: it is bound to the old version) instances move to the new version and instances resume (docs/waiting-and-failures.md).';
 
 /**
  * An error in how the node is set up for an item (no Limit Name, a Key that is no key, a number out of
