@@ -173,10 +173,12 @@ export function jsonParameter(
 	try {
 		return JSON.parse(value);
 	} catch {
-		throw new NodeOperationError(node, `${name} is not valid JSON`, {
+		throw setupError(
+			node,
+			`${name} is not valid JSON`,
 			itemIndex,
-			description: `Give ${name} as a JSON object, e.g. {"status": "paid"}.`,
-		});
+			`Give ${name} as a JSON object, e.g. {"status": "paid"}.`,
+		);
 	}
 }
 
@@ -191,11 +193,12 @@ export function searchFieldsOf(
 	if (raw === '' || raw === undefined || raw === null) return Buffer.alloc(0);
 	const value = jsonParameter(node, raw, 'Search Fields', i);
 	if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-		throw new NodeOperationError(node, 'Search Fields must be a JSON object', {
-			itemIndex: i,
-			description:
-				'Name each field with its text or number, e.g. {"customerId": "C-42", "amount": 99.5}.',
-		});
+		throw setupError(
+			node,
+			'Search Fields must be a JSON object',
+			i,
+			'Name each field with its text or number, e.g. {"customerId": "C-42", "amount": 99.5}.',
+		);
 	}
 	if (Object.keys(value).length === 0) return Buffer.alloc(0);
 	return toJsonBytes(value);
@@ -342,6 +345,65 @@ export const FAILED_FOR_GOOD =
 	'The instance is failed, not retried. To run it again once the workflow is changed: durable-sidecar instances retry, then (the Resume Point suspends it: it is bound to the old version) instances move to the new version and instances resume (docs/waiting-and-failures.md).';
 
 /**
+ * An error in how a node is set up for an item (a required parameter empty, a number out of range, a
+ * JSON parameter that is not JSON): every resume would meet it again, since a resumed execution reads
+ * the same parameters on the same checkpointed data. failForSetup fails its instance for good with it,
+ * instead of the instance being resumed and failing until its retry policy suspends it with a lapsed
+ * lease as its only reason.
+ */
+export function setupError(
+	node: INode,
+	message: string,
+	itemIndex: number,
+	description: string,
+): NodeOperationError {
+	const error = new NodeOperationError(node, message, { itemIndex, description });
+	error.context.failsInstance = true;
+	return error;
+}
+
+/** Whether the error is a setupError (it fails its instance for good). */
+export function isSetupError(error: unknown): error is NodeOperationError {
+	return error instanceof NodeOperationError && error.context.failsInstance === true;
+}
+
+/**
+ * Before a run fails without Continue On Fail: the instance of every item whose error is a setupError
+ * is failed for good with it, each instance once, and the error's description then ends with the way
+ * out (FAILED_FOR_GOOD). `targetAt` finds an item's instance; an item without one (it throws or gives
+ * undefined) has none to fail. Under Continue On Fail the items go on as error items and the author's
+ * workflow decides, so callers do not call this then.
+ */
+export async function failForSetup(
+	client: SidecarClient,
+	node: INode,
+	errors: Iterable<[number, unknown]>,
+	targetAt: (itemIndex: number) => Target | undefined,
+): Promise<void> {
+	const done = new Set<string>();
+	for (const [i, error] of errors) {
+		if (!isSetupError(error) || error.description?.endsWith(FAILED_FOR_GOOD)) continue;
+		let target: Target | undefined;
+		try {
+			target = targetAt(i);
+		} catch {
+			continue;
+		}
+		const id = target && JSON.stringify([target.workflowId, target.instanceKey]);
+		if (!target || !id || done.has(id)) continue;
+		done.add(id);
+		const description = error.description
+			? `${error.description} ${FAILED_FOR_GOOD}`
+			: FAILED_FOR_GOOD;
+		if (
+			await failInstanceForGood(client, target, `${node.name}: ${error.message}. ${description}`)
+		) {
+			error.description = description;
+		}
+	}
+}
+
+/**
  * Fails an instance that no resume can carry on (a limit the sidecar refuses, a workflow its
  * items cannot pass), with `message` as its error and no retry by its policy: the console and the
  * CLI say why at once, instead of the instance being resumed and refused until its policy gives up.
@@ -351,7 +413,7 @@ export async function failInstanceForGood(
 	client: SidecarClient,
 	{ workflowId, instanceKey, executionId }: Target,
 	message: string,
-): Promise<void> {
+): Promise<boolean> {
 	try {
 		await client.failInstance({
 			workflowId,
@@ -360,7 +422,9 @@ export async function failInstanceForGood(
 			errorMessage: message.slice(0, 4096),
 			retry: false,
 		});
+		return true;
 	} catch {
 		// The instance is then resumed under its retry policy, and refused again.
+		return false;
 	}
 }

@@ -105,6 +105,7 @@ export async function runSave(
 	upstream: UpstreamNode[],
 	params: Record<string, ParamValue> = { stepName: 'charge' },
 	downstream: UpstreamNode[] = [],
+	continueOnFail = false,
 ): Promise<INodeExecutionData[]> {
 	const [out] = await checkpoint.execute.call(
 		executeContext({
@@ -117,6 +118,7 @@ export async function runSave(
 			description: checkpoint.description,
 			upstream,
 			downstream,
+			continueOnFail,
 		}),
 	);
 	return out;

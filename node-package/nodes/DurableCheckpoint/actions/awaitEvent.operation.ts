@@ -1,7 +1,13 @@
 /** Wait for Event: the instance parks until its event arrives (or its timeout passes). */
 import { NodeOperationError, type IDataObject, type IExecuteFunctions } from 'n8n-workflow';
 
-import { DURABLE_FIELD, eventJson, isObject, typeName } from '../../../shared/node-helpers';
+import {
+	DURABLE_FIELD,
+	eventJson,
+	isObject,
+	setupError,
+	typeName,
+} from '../../../shared/node-helpers';
 import { nodeOf } from '../../../shared/run-node';
 import { AwaitOutcome } from '../../../shared/transport';
 import { nodeParameter } from '../../../shared/upstream';
@@ -77,10 +83,12 @@ function timeoutOf(
 	if (when !== 'after') return undefined;
 	const seconds = secondsOf(ctx, node, i);
 	if (seconds < 1) {
-		throw new NodeOperationError(node, 'The timeout must be at least 1 second', {
-			itemIndex: i,
-			description: 'Give a longer duration, or set Timeout to No Timeout.',
-		});
+		throw setupError(
+			node,
+			'The timeout must be at least 1 second',
+			i,
+			'Give a longer duration, or set Timeout to No Timeout.',
+		);
 	}
 	return { $case: 'timeoutSeconds', value: seconds };
 }

@@ -6,8 +6,10 @@ import { perItem, settledItems, type NodeError } from '../../../shared/batch';
 import {
 	asNodeError,
 	executionIdOf,
+	failForSetup,
 	instanceFields,
 	isoTime,
+	setupError,
 	sidecarFor,
 	UNIT_SECONDS,
 	workflowIdOf,
@@ -88,6 +90,17 @@ export async function perInstance(
 		if (target instanceof Error) throw target;
 		return await call(i, target);
 	});
+	if (!ctx.continueOnFail()) {
+		await failForSetup(
+			client,
+			node,
+			settled.map((result, i) => [i, result.ok ? undefined : result.error]),
+			(i) => {
+				const target = targets[i];
+				return target instanceof Error ? undefined : target;
+			},
+		);
+	}
 	return settledItems(ctx, items, settled, (value) => value);
 }
 
@@ -99,7 +112,7 @@ export function requiredText(
 	message: string,
 	hint: string,
 ): string {
-	if (!value) throw new NodeOperationError(node, message, { itemIndex: i, description: hint });
+	if (!value) throw setupError(node, message, i, hint);
 	return value;
 }
 
@@ -107,10 +120,12 @@ export function requiredText(
 export function timeOf(node: INode, raw: string, i: number): Date {
 	const at = new Date(raw);
 	if (!raw || Number.isNaN(at.getTime())) {
-		throw new NodeOperationError(node, `Date and Time is not a valid time: '${raw}'`, {
-			itemIndex: i,
-			description: 'Give an ISO date and time, e.g. 2026-05-01T09:00:00Z.',
-		});
+		throw setupError(
+			node,
+			`Date and Time is not a valid time: '${raw}'`,
+			i,
+			'Give an ISO date and time, e.g. 2026-05-01T09:00:00Z.',
+		);
 	}
 	return at;
 }
@@ -121,9 +136,12 @@ export function secondsOf(ctx: IExecuteFunctions, node: INode, i: number): numbe
 	const unit = nodeParameter(ctx, 'unit', i, 'hours') as string;
 	const seconds = Math.round(amount * (UNIT_SECONDS[unit] ?? 1));
 	if (!Number.isFinite(seconds) || seconds < 0) {
-		throw new NodeOperationError(node, `Amount must be zero or more, got ${String(amount)}`, {
-			itemIndex: i,
-		});
+		throw setupError(
+			node,
+			`Amount must be zero or more, got ${String(amount)}`,
+			i,
+			'Set Amount to a number of zero or more.',
+		);
 	}
 	return seconds;
 }

@@ -1,10 +1,5 @@
 /** The Save operation: a batch of checkpoints in one call, with their claims and completions. */
-import {
-	NodeOperationError,
-	type IExecuteFunctions,
-	type INode,
-	type INodeExecutionData,
-} from 'n8n-workflow';
+import { type IExecuteFunctions, type INode, type INodeExecutionData } from 'n8n-workflow';
 
 import { findAheadGuard, instanceClaim, type AheadGuard } from '../../../shared/claim-ahead';
 import { batched, type NodeError } from '../../../shared/batch';
@@ -13,11 +8,13 @@ import {
 	asNodeError,
 	callContext,
 	errorItem,
+	failForSetup,
 	fieldList,
 	isLimitRefusal,
 	jsonParameter,
 	pickFields,
 	searchFieldsOf,
+	setupError,
 	sidecarError,
 	toJsonBytes,
 	userJson,
@@ -131,8 +128,11 @@ export async function saveCheckpoints(
 			problems.set(i, asNodeError(node, error, i));
 		}
 	}
-	// Parameter problems are reported before anything is saved.
-	if (problems.size > 0 && !ctx.continueOnFail()) throw problems.values().next().value as NodeError;
+	// Parameter problems are reported before anything is saved; a setup error fails its instance.
+	if (problems.size > 0 && !ctx.continueOnFail()) {
+		await failForSetup(client, node, problems, run.targetAt);
+		throw problems.values().next().value as NodeError;
+	}
 	completeOnLastItem(prepared);
 	await attachFiles(ctx, run, prepared, problems);
 	const indexes = [...prepared.keys()];
@@ -241,10 +241,12 @@ function prepareSave(
 	const item = items[i];
 	const stepName = String(r.stepNameOf(i) ?? '').trim();
 	if (!stepName) {
-		throw new NodeOperationError(node, 'Step Name is empty', {
-			itemIndex: i,
-			description: 'Name the step that has just finished, e.g. payment-captured.',
-		});
+		throw setupError(
+			node,
+			'Step Name is empty',
+			i,
+			'Name the step that has just finished, e.g. payment-captured.',
+		);
 	}
 	const saveWhat = r.saveWhatOf(i) as string;
 	const claim: ClaimRef | undefined =
@@ -327,10 +329,11 @@ function expectedSequenceOf(
 	const expectedSequence =
 		expected === '' || expected === null || expected === undefined ? undefined : Number(expected);
 	if (expectedSequence !== undefined && !Number.isInteger(expectedSequence)) {
-		throw new NodeOperationError(
+		throw setupError(
 			node,
 			`Expected Sequence must be a whole number, got ${String(expected)}`,
-			{ itemIndex: i },
+			i,
+			'Set Expected Sequence to a whole number, or remove the option.',
 		);
 	}
 	return expectedSequence;

@@ -2,13 +2,13 @@
 import { NodeOperationError } from 'n8n-workflow';
 import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
-import { perItem, type Settled } from '../../../shared/batch';
+import { perItem } from '../../../shared/batch';
 import {
 	asNodeError,
 	errorItem,
 	executionIdOf,
-	FAILED_FOR_GOOD,
-	failInstanceForGood,
+	failForSetup,
+	setupError,
 	sidecarFor,
 	UNIT_SECONDS,
 	workflowIdOf,
@@ -133,26 +133,6 @@ export function wholeNumber(
 	return value;
 }
 
-/**
- * An error in how the node is set up for an item (no Limit Name, a Key that is no key, a number out of
- * range): every resume would meet it again, since a resumed execution reads the same parameters on the
- * same checkpointed data. routeItems fails its instance for good with it, instead of the instance being
- * resumed and failing until its retry policy suspends it with a lapsed lease as its only reason.
- */
-export function setupError(
-	node: INode,
-	message: string,
-	itemIndex: number,
-	description: string,
-): NodeOperationError {
-	const error = new NodeOperationError(node, message, {
-		itemIndex,
-		description: `${description} ${FAILED_FOR_GOOD}`,
-	});
-	error.context.failsInstance = true;
-	return error;
-}
-
 /** `read` per item index, evaluated once (its answer or its error) however often an operation asks. */
 function once<T>(read: (i: number) => T): (i: number) => T {
 	const seen = new Map<number, { value: T } | { error: unknown }>();
@@ -197,7 +177,12 @@ export async function routeItems(
 	});
 	const failed = settled.find((result) => !result.ok);
 	if (failed && !failed.ok && !ctx.continueOnFail()) {
-		await failForSetup(run, settled);
+		await failForSetup(
+			client,
+			node,
+			settled.map((result, i) => [i, result.ok ? undefined : result.error]),
+			run.target,
+		);
 		throw failed.error;
 	}
 	const out: INodeExecutionData[][] = Array.from({ length: outputs }, () => []);
@@ -216,34 +201,6 @@ export async function routeItems(
 		});
 	}
 	return out;
-}
-
-/**
- * Before the run fails: the instance of every item whose error is a setupError is failed for good with it
- * (an item without an instance has none to fail). Under Continue On Fail the items go on as error items
- * and the author's workflow decides.
- */
-async function failForSetup(run: LimitRun, settled: Settled<Routed>): Promise<void> {
-	const done = new Set<string>();
-	for (let i = 0; i < settled.length; i++) {
-		const result = settled[i];
-		if (result.ok) continue;
-		const error = result.error;
-		if (!(error instanceof NodeOperationError) || error.context.failsInstance !== true) continue;
-		let target: Target;
-		try {
-			target = run.target(i);
-		} catch {
-			continue;
-		}
-		if (done.has(target.instanceKey)) continue;
-		done.add(target.instanceKey);
-		await failInstanceForGood(
-			run.client,
-			target,
-			`${run.node.name}: ${error.message}. ${error.description ?? ''}`,
-		);
-	}
 }
 
 /** The option Max Wait Inside the Execution, in milliseconds (0 to 60 s). */

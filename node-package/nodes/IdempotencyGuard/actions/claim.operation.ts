@@ -14,6 +14,7 @@ import {
 	callContext,
 	DURABLE_FIELD,
 	errorItem,
+	failForSetup,
 	failInstanceForGood,
 	fieldList,
 	fromJsonBytes,
@@ -58,8 +59,11 @@ export async function execute(
 ): Promise<INodeExecutionData[][]> {
 	const { client, executionId, node } = run;
 	const claims = prepareClaims(ctx, run);
-	if (claims.problems.size > 0 && !ctx.continueOnFail())
+	if (claims.problems.size > 0 && !ctx.continueOnFail()) {
+		// A setup error (an empty Scope, say) fails its instance: every resume would meet it again.
+		await failForSetup(client, node, claims.problems, run.targetAt);
 		throw claims.problems.values().next().value as NodeError;
+	}
 	const indexes = [...claims.prepared.keys()];
 	const results = indexes.length
 		? await batched(ctx, client, 'Claiming the idempotency key', indexes, async (batch) => {

@@ -3,6 +3,7 @@ import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } f
 
 import { perItem, settledItems } from '../../../shared/batch';
 import {
+	failForSetup,
 	failInstanceForGood,
 	IDEMPOTENCY_FIELD,
 	isLimitRefusal,
@@ -53,6 +54,14 @@ export async function onClaimedKeys(
 			continue; // no instance to fail: the refusal is what the author sees
 		}
 		await failInstanceForGood(client, target, refused(claimed, result.error));
+	}
+	if (!ctx.continueOnFail()) {
+		await failForSetup(
+			client,
+			node,
+			settled.map((result, i) => [i, result.ok ? undefined : result.error]),
+			run.targetAt,
+		);
 	}
 	const out = settledItems(ctx, items, settled, (key, i) =>
 		withIdempotency(items[i], { ...version.keyMeta(key), outcome }, i),

@@ -1,5 +1,4 @@
 /** What every Idempotency Guard operation works with, and what a version does its own way. */
-import { NodeOperationError } from 'n8n-workflow';
 import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
 import type { AheadAnswer } from '../../../shared/claim-ahead';
@@ -7,15 +6,19 @@ import {
 	executionIdOf,
 	IDEMPOTENCY_FIELD,
 	isObject,
+	setupError,
 	sidecarFor,
+	workflowIdOf,
 } from '../../../shared/node-helpers';
 import { nodeOf } from '../../../shared/run-node';
 import { KeyStatus, type IdempotencyKey, type SidecarClient } from '../../../shared/transport';
 import {
 	parameterReader,
+	targetOf,
 	Upstream,
 	type ClaimRef,
 	type InstanceRef,
+	type Target,
 } from '../../../shared/upstream';
 import type { Operation } from '../IdempotencyGuardDescription';
 
@@ -26,8 +29,10 @@ export interface GuardRun {
 	executionId: string;
 	upstream: Upstream;
 	version: GuardVersion;
-	/** The Scope or Key parameter for an item, trimmed; empty and required is an error. */
+	/** The Scope or Key parameter for an item, trimmed; empty and required is a setup error. */
 	text: (name: 'scope' | 'key', i: number, required?: boolean) => string;
+	/** The instance an item belongs to, found upstream (and who acts on it), if any. */
+	targetAt: (i: number) => Target | undefined;
 }
 
 /** A Claim item's key, and the instance it belongs to where the version looks for one. */
@@ -78,23 +83,26 @@ export async function runOf(
 		const value =
 			typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : String(raw);
 		if (!value && required) {
-			throw new NodeOperationError(
+			throw setupError(
 				node,
 				`${name === 'scope' ? 'Scope' : 'Key'} is empty for this item`,
-				{
-					itemIndex: i,
-					description:
-						name !== 'key'
-							? 'Set Scope, e.g. payment.'
-							: operation === 'claim'
-								? version.claimKeyHint
-								: KEY_HINT,
-				},
+				i,
+				name !== 'key'
+					? 'Set Scope, e.g. payment.'
+					: operation === 'claim'
+						? version.claimKeyHint
+						: KEY_HINT,
 			);
 		}
 		return value;
 	};
-	return { node, items: ctx.getInputData(), client, executionId, upstream, version, text };
+	const items = ctx.getInputData();
+	const own = { workflowId: workflowIdOf(ctx), executionId };
+	const targetAt = (i: number): Target | undefined => {
+		const instance = upstream.instance(i, items[i]);
+		return instance ? targetOf(ctx, instance, i, own) : undefined;
+	};
+	return { node, items, client, executionId, upstream, version, text, targetAt };
 }
 
 /** What an empty Key says outside a version-2 Claim. */

@@ -1,7 +1,8 @@
 /** Version 2.1: a Key the author set counts within its instance. */
-import { NodeOperationError, type INode } from 'n8n-workflow';
+import type { INode } from 'n8n-workflow';
 
 import { MAX_KEY_LENGTH } from '../../../../shared/door';
+import { setupError } from '../../../../shared/node-helpers';
 
 /**
  * A Key the author set, made unique to its instance: the JSON array [instance key, key], so
@@ -16,14 +17,11 @@ export function keyWithinInstance(
 ): string {
 	const scoped = JSON.stringify([instanceKey, key]);
 	if (scoped.length > MAX_KEY_LENGTH) {
-		throw new NodeOperationError(
+		throw setupError(
 			node,
 			`The Key with its instance key is ${scoped.length} characters long; the limit is ${MAX_KEY_LENGTH}`,
-			{
-				itemIndex,
-				description:
-					'Use a shorter Key, or turn on the option Share Key Across Instances when the Key alone is unique (e.g. a line item ID from your shop).',
-			},
+			itemIndex,
+			'Use a shorter Key, or turn on the option Share Key Across Instances when the Key alone is unique (e.g. a line item ID from your shop).',
 		);
 	}
 	return scoped;
