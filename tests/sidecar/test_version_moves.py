@@ -140,6 +140,16 @@ async def test_cli_lists_shows_and_diffs_versions_and_moves_instances(harness: H
     assert await bound_version(s, key) == 2 and await bound_version(s, other) == 1
     logged = await cli("versions", "log", "--workflow", WF)
     assert "instance_moved" in logged and key in logged and "ana" in logged and "express" in logged
+    # The workflow as `versions list` takes it, positional, works too.
+    assert await cli("versions", "log", WF) == logged
+    # The instance's own trail, oldest first: its start and checkpoint-less history, then the move, with who and why.
+    trail = [line.split(None, 3) for line in (await cli("instances", "trail", WF, key)).splitlines()[2:]]
+    events = [row[2] for row in trail]  # date, time, event, by and detail
+    assert events[0] == "started" and events[-1] == "moved", trail
+    assert trail[-1][3].split(None, 1) == ["ana", "version 1 to 2: express"], trail
+    assert "moved" not in (await cli("instances", "trail", WF, other))
+    unknown = await asyncio.to_thread(_cli, database_url, "instances", "trail", WF, "no-such-key", "--namespace", ns)
+    assert unknown.returncode == 1 and "does not exist" in unknown.stderr, unknown.stderr
 
     refused = await asyncio.to_thread(_cli, database_url, "instances", "move", WF, "--to", "2", "--key", other,
                                       "--namespace", ns)

@@ -156,6 +156,8 @@ async def _run(args: argparse.Namespace) -> int:
                 print(f"{'held by':>24}: {holder_text(holder)}")
             if latest:
                 print(f"{'latest checkpoint':>24}: #{latest.sequence} {latest.step_name} sha256={latest.sha256[:16]}…")
+        elif cmd == "instances" and args.action == "trail":
+            await _trail(svc, InstanceRef(ns, args.workflow, args.key), args.limit)
         elif cmd == "checkpoints" and args.action == "list":
             cps, _ = await svc.checkpoints.list_checkpoints(InstanceRef(ns, args.workflow, args.key), Page(args.limit, ""),
                                                      include_state=False)
@@ -340,12 +342,27 @@ async def _versions(svc: VersionService, ns: str, args: argparse.Namespace) -> N
         verb = "registered" if done.created else "unchanged in n8n: already"
         print(f"{verb} {args.workflow} version {done.version.version} (content hash {done.version.content_hash[:12]})")
     elif args.action == "log":
-        entries, token = await svc.change_log(ns, args.workflow or "", args.key or "", Page(args.limit, ""))
+        entries, token = await svc.change_log(ns, args.workflow or args.workflow_option or "", args.key or "",
+                                              Page(args.limit, ""))
         print(table(["id", "when", "kind", "workflow", "key", "from", "to", "actor", "reason"],
                     [[e.id, e.created_at, e.kind.value, e.workflow_id, e.instance_key or "-", e.from_version or "-",
                       e.to_version, e.actor or "-", e.reason or "-"] for e in entries]))
         if token:
             print(f"(more: raise --limit above {args.limit})")
+
+
+async def _trail(svc: Services, ref: InstanceRef, limit: int) -> None:
+    """The audit trail (AuditService.ListInstanceEvents) with the instance's moves from the change log, by time, as
+    the console's timeline shows them."""
+    events, more = await svc.audit.list_events(ref, Page(limit, ""))
+    moves, _ = await svc.versions.change_log(ref.namespace, ref.workflow_id, ref.instance_key, Page(limit, ""))
+    rows = [(e.created_at, 0, e.id, e.kind, e.actor or "-", e.detail or "-") for e in events]
+    rows += [(m.created_at, 1, m.id, "moved", m.actor or "-",
+              f"version {m.from_version or '-'} to {m.to_version}: {m.reason or '-'}") for m in moves
+             if not more or m.created_at <= events[-1].created_at]
+    print(table(["when", "event", "by", "detail"], [[r[0], r[3], r[4], r[5]] for r in sorted(rows)]))
+    if more:
+        print(f"(more: raise --limit above {limit})")
 
 
 async def _move(svc: VersionService, ns: str, args: argparse.Namespace) -> None:
@@ -424,7 +441,7 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--namespace", default="default", help="namespace (a token's namespace); default 'default'")
         return sp
 
-    inst = sub.add_parser("instances", help="list, show, move, retry, resume, cancel, replay or purge instances"
+    inst = sub.add_parser("instances", help="list, show, trail, move, retry, resume, cancel, replay or purge instances"
                           ).add_subparsers(dest="action", required=True)
     il = with_ns(inst.add_parser("list", help="newest first; a running instance shows its run state if not active: "
                                               "waiting, scheduled or stalled"))
@@ -441,6 +458,11 @@ def parser() -> argparse.ArgumentParser:
     ish = with_ns(inst.add_parser("show", help="every field of one instance and its newest checkpoint"))
     ish.add_argument("workflow")
     ish.add_argument("key")
+    itr = with_ns(inst.add_parser("trail", help="one instance's audit trail, oldest first: what happened, who did "
+                                                "it and why, its version moves included"))
+    itr.add_argument("workflow")
+    itr.add_argument("key")
+    itr.add_argument("--limit", type=int, default=200, help="events shown (default 200)")
     im = with_ns(inst.add_parser("move", help="bind chosen instances to another version (logged; try --dry-run)"))
     im.add_argument("workflow")
     im.add_argument("--to", type=int, required=True, help="target version number")
@@ -566,7 +588,8 @@ def parser() -> argparse.ArgumentParser:
     se = with_ns(sub.add_parser("sessions", help="the sessions of n8n processes: live ones first, then the ended"))
     se.add_argument("--limit", type=int, default=100)
     vg = with_ns(ver.add_parser("log", help="change log: versions registered and instances moved, newest first"))
-    vg.add_argument("--workflow")
+    vg.add_argument("workflow", nargs="?", help="only this workflow (also --workflow)")
+    vg.add_argument("--workflow", dest="workflow_option", metavar="WORKFLOW", help=argparse.SUPPRESS)
     vg.add_argument("--key")
     vg.add_argument("--limit", type=int, default=50)
     return p
