@@ -354,7 +354,7 @@ export const FAILED_FOR_GOOD =
 export function setupError(
 	node: INode,
 	message: string,
-	itemIndex: number,
+	itemIndex: number | undefined,
 	description: string,
 ): NodeOperationError {
 	const error = new NodeOperationError(node, message, { itemIndex, description });
@@ -381,6 +381,8 @@ export async function failForSetup(
 	targetAt: (itemIndex: number) => Target | undefined,
 ): Promise<void> {
 	const done = new Set<string>();
+	// One error may stand for several items (a refusal of the whole node): it gets the way out once.
+	const failed = new Set<NodeOperationError>();
 	for (const [i, error] of errors) {
 		if (!isSetupError(error) || error.description?.endsWith(FAILED_FOR_GOOD)) continue;
 		let target: Target | undefined;
@@ -392,16 +394,21 @@ export async function failForSetup(
 		const id = target && JSON.stringify([target.workflowId, target.instanceKey]);
 		if (!target || !id || done.has(id)) continue;
 		done.add(id);
-		const description = error.description
-			? `${error.description} ${FAILED_FOR_GOOD}`
-			: FAILED_FOR_GOOD;
 		if (
-			await failInstanceForGood(client, target, `${node.name}: ${error.message}. ${description}`)
+			await failInstanceForGood(
+				client,
+				target,
+				`${node.name}: ${error.message}. ${withWayOut(error)}`,
+			)
 		) {
-			error.description = description;
+			failed.add(error);
 		}
 	}
+	for (const error of failed) error.description = withWayOut(error);
 }
+
+const withWayOut = (error: NodeOperationError): string =>
+	error.description ? `${error.description} ${FAILED_FOR_GOOD}` : FAILED_FOR_GOOD;
 
 /**
  * Fails an instance that no resume can carry on (a limit the sidecar refuses, a workflow its

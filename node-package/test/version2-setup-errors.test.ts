@@ -121,6 +121,30 @@ describe('a setup error fails its instance for good, with the way out', () => {
 		expect(row.error).toContain('Save charge: The timeout must be at least 1 second.');
 	});
 
+	test('Wait for Event behind a Resume Point without Wait Outputs fails every instance of the run; nothing is parked', async () => {
+		const run = { workflowId: unique('wf-setup-blind'), executionId: 'e1' };
+		const { keys, items, upstream } = await started(run, 2);
+		const thrown = await runSave(run, items, upstream, {
+			operation: 'awaitEvent',
+			eventName: 'paid',
+		}).catch((e: Error) => e);
+		expect((thrown as Error).message).toBe(
+			"Turn on Wait Outputs on 'Resume Point' before waiting here",
+		);
+		// One error for the whole run: the way out is named once.
+		const description = String((thrown as { description?: string }).description);
+		expect(description.split(FAILED_FOR_GOOD)).toHaveLength(2);
+		for (const row of await statusOf(run, keys)) {
+			expect(row.status).toBe('failed');
+			expect(row.error).toContain("Save charge: Turn on Wait Outputs on 'Resume Point'");
+		}
+		const parked = await sidecar.sql(
+			"SELECT 1 FROM durable_instances WHERE workflow_id = $1 AND awaited_event <> ''",
+			[run.workflowId],
+		);
+		expect(parked).toHaveLength(0);
+	});
+
 	test('an error outside the setup (no instance upstream) fails no instance', async () => {
 		const run = { workflowId: unique('wf-setup-none'), executionId: 'e1' };
 		const { keys } = await started(run, 1);

@@ -1,9 +1,10 @@
 /** Wait for Event: the instance parks until its event arrives (or its timeout passes). */
-import { NodeOperationError, type IDataObject, type IExecuteFunctions } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions } from 'n8n-workflow';
 
 import {
 	DURABLE_FIELD,
 	eventJson,
+	failForSetup,
 	isObject,
 	setupError,
 	typeName,
@@ -36,14 +37,20 @@ export const execute: OperationFn = async (ctx, run) => {
 	// Resume Point has no output for it (a trap found otherwise only days later).
 	const blind = resumePointsWithoutWaitOutputs(ctx);
 	if (blind.length > 0) {
-		throw new NodeOperationError(
+		// The workflow's setup: every resume would be refused alike, so the instances are failed with it.
+		const error = setupError(
 			node,
 			`Turn on Wait Outputs on ${blind.map((n) => `'${n}'`).join(', ')} before waiting here`,
-			{
-				description:
-					'An instance that waits comes back through its Resume Point when the event arrives or the wait times out; without Wait Outputs that Resume Point has no output for it. Nothing was parked.',
-			},
+			undefined,
+			'An instance that waits comes back through its Resume Point when the event arrives or the wait times out; without Wait Outputs that Resume Point has no output for it. Nothing was parked.',
 		);
+		await failForSetup(
+			client,
+			node,
+			items.map((_, i) => [i, error]),
+			run.targetAt,
+		);
+		throw error;
 	}
 	return await perInstance(ctx, run, 'Waiting for the event', async (i, target) => {
 		const eventName = String(nodeParameter(ctx, 'eventName', i, '') ?? '').trim();
