@@ -203,7 +203,9 @@ async def _run(args: argparse.Namespace) -> int:
                 inst = await svc.recovery.resume(ref, actor=actor, reason=args.reason)
             else:
                 inst = await svc.instances.finish(ref, InstanceStatus.CANCELLED, actor=actor, error_message=args.reason)
-            due = " (due now: the Resume Trigger takes it)" if inst.wake_reason == "redrive" else ""
+            # The CLI is not the sidecar: the Resume Trigger's stream finds the instance at its next poll.
+            due = (" (due now: the Resume Trigger takes it at its next poll, within its Poll Interval, 5 s by "
+                   "default)" if inst.wake_reason == "redrive" else "")
             print(f"{inst.workflow_id}/{inst.instance_key}: {inst.status.value}{due}; by {actor}: {args.reason}")
         elif cmd == "instances" and args.action == "replay":
             actor = _actor(args.actor)
