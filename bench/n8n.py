@@ -176,6 +176,19 @@ def _durable(kind: str, services_url: str, credential: str) -> dict[str, Any]:
         done = _done(services_url, x)
         nodes.append(done)
         _link(connections, previous, 0, done["name"])
+        # The door (README "The door"): the Resume Point's error output into Not Accepted (the item's
+        # details.httpStatus) and Stop and Error, as the examples wire it. It runs for no good order; the Resume
+        # Point still claims ahead beside it.
+        next(n for n in nodes if n["name"] == "Resume Point")["onError"] = "continueErrorOutput"
+        nodes += [_node("Not Accepted", "n8n-nodes-base.respondToWebhook", 1.5, {
+                      "respondWith": "json",
+                      "responseBody": "={{ JSON.stringify({ error: $json.error, status: $json.details.httpStatus }) }}",
+                      "options": {"responseCode": "={{ $json.details.httpStatus }}"}}, 440, 700),
+                  _node("Fail Execution", "n8n-nodes-base.stopAndError", 1, {"errorMessage": "={{ $json.error }}"},
+                        660, 700)]
+        # Its outputs: Start, Resume, Finished, Busy, a step output per call but the last, then the error output.
+        _link(connections, "Resume Point", 4 + len(CALLS) - 1, "Not Accepted")
+        _link(connections, "Not Accepted", 0, "Fail Execution")
     return {"name": f"bench: {kind}", "nodes": nodes, "connections": connections}
 
 

@@ -39,6 +39,10 @@ def test_n8n_benchmark_runs(stack: Stack, tmp_path: object) -> None:
     # Each durable order starts its instance and saves: the order's own RPCs, the process's session apart.
     assert all(r["rpcs_per_order"] > 0 and {"StartOrResume", "SaveCheckpoints"} <= set(r["rpcs_by_method"])
                for r in durable), durable
+    # The documented wiring's count, on both intakes (durable-respond with the door's error output, as the examples
+    # wire it): the Resume Point and each Save claim the next key ahead, so no Claim call of its own.
+    assert all(r["rpcs_per_order"] == len(bench_n8n.CALLS) + 1 and "Claim" not in r["rpcs_by_method"]
+               for r in durable), durable
     assert all(r["rpcs_per_order"] == 0 for r in rows if r["workflow"] in ("plain", "plain-respond")), rows
     data = {"meta": {"command": "e2e smoke", "started": "", "finished": "", "plan": bench_n8n.SMOKE.__dict__,
                      "n8n": "", "other_load": {"machine_busy_pct": 0, "loadavg_start": [0, 0, 0]},

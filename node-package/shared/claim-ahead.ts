@@ -2,7 +2,7 @@
  * Claim ahead: the node right before an Idempotency Guard (a Durable Checkpoint
  * Save, or the Resume Point), or before a chain of nodes that hand its items on
  * unchanged (Respond to Webhook, No Operation, an Edit Fields keeping every
- * field: passesItemsOn), claims the Guard's key in its own call to the
+ * field, a Durable Limit whose items wait: passesItemsOn), claims the Guard's key in its own call to the
  * sidecar (SaveCheckpointItem.claim_next, StartOrResumeRequest.claim_on_start)
  * and keeps the answer for the Guard, which then routes the item without a
  * Claim call of its own. One round trip less per side effect, same guarantee:
@@ -77,6 +77,13 @@ export function aheadGuardOf(candidate: NodeTypeAndVersion): AheadGuard | undefi
 const RESPOND_TO_WEBHOOK = 'n8n-nodes-base.respondToWebhook';
 const NO_OP = 'n8n-nodes-base.noOp';
 const SET = 'n8n-nodes-base.set';
+/** n8n's nodes a side branch of the Resume Point may hold besides those (sideBranch). */
+const STOP_AND_ERROR = 'n8n-nodes-base.stopAndError';
+const EXECUTE_WORKFLOW = 'n8n-nodes-base.executeWorkflow';
+const SIDE_BRANCH = new Set([NO_OP, RESPOND_TO_WEBHOOK, STOP_AND_ERROR, EXECUTE_WORKFLOW]);
+/** Our Durable Limit: its Enter Section, Rate Limit and Leave Section hand items on (limitPassesItemsOn). */
+const LIMIT = 'durableLimit';
+const LIMIT_PASSES = ['enterSection', 'rateLimit', 'leaveSection'];
 /** Edit Fields versions whose Include Other Input Fields and assignments are read below (3.3 added both). */
 const SET_VERSIONS = [3.3, 3.4, 3.5];
 
@@ -123,6 +130,7 @@ function leavesDurableAlone(name: unknown): boolean {
 export function passesItemsOn(candidate: NodeTypeAndVersion): boolean {
 	if (candidate.disabled) return false;
 	const p: INodeParameters = candidate.parameters ?? {};
+	if (typeName(candidate.type) === LIMIT) return limitPassesItemsOn(p);
 	switch (candidate.type) {
 		case NO_OP:
 			return true;
@@ -135,6 +143,19 @@ export function passesItemsOn(candidate: NodeTypeAndVersion): boolean {
 		default:
 			return false;
 	}
+}
+
+/**
+ * A Durable Limit whose items over the limit wait (Over the Limit: Wait, the default) on Enter Section,
+ * Rate Limit or Leave Section: each item leaves by its only output as it came (with `limit` added and its
+ * `durable` field as it was), now or after a wait inside the execution, or it is parked and comes back
+ * in another execution, which claims for itself (the claim made ahead is then taken over, as one whose
+ * execution died). Not Debounce (it routes items to a second output) nor Leave by Busy.
+ */
+function limitPassesItemsOn(p: INodeParameters): boolean {
+	const operation = p.operation ?? 'enterSection';
+	if (typeof operation !== 'string' || !LIMIT_PASSES.includes(operation)) return false;
+	return operation === 'leaveSection' || (p.overLimit ?? 'wait') === 'wait';
 }
 
 /**
@@ -184,8 +205,23 @@ export function findAheadGuard(
 		// by this node or nodes above it alone, below); it only no longer hides the Guard on Start.
 		const beneath = new Set(below.map((c) => c.name));
 		const continues = (c: NodeTypeAndVersion) =>
-			typeName(c.type) === GUARD && inputsOf(c.name).some((p) => p !== me && beneath.has(p));
-		const children = fedBy(me).filter((c) => !onlyChild || !(endsHere(c) || continues(c)));
+			inputsOf(c.name).some((p) => p !== me && beneath.has(p));
+		// The door's refusal (README "The door": the error output into Respond to Webhook and Stop
+		// and Error) and a hand-off to another workflow (the Old Version output into Execute Workflow)
+		// run no node of this workflow after them: for a new instance, whose item leaves by Start,
+		// they are like a No Operation leading nowhere. Every node of such a branch is one of those,
+		// and each of its ends is a Stop and Error or an Execute Workflow (a Respond to Webhook that
+		// leads nowhere may well be the Start's answer, and still counts as a node fed here).
+		const sideBranch = (c: NodeTypeAndVersion, seen = new Set<string>()): boolean => {
+			if (c.disabled || !SIDE_BRANCH.has(c.type) || seen.has(c.name)) return false;
+			seen.add(c.name);
+			const next = fedBy(c.name);
+			if (next.length === 0) return c.type === STOP_AND_ERROR || c.type === EXECUTE_WORKFLOW;
+			return next.every((n) => sideBranch(n, seen));
+		};
+		const children = fedBy(me).filter(
+			(c) => !onlyChild || !(endsHere(c) || continues(c) || sideBranch(c)),
+		);
 		if (onlyChild && children.length !== 1) return undefined;
 		/** The Guards this node reaches, each with the chain of pass-through nodes before it. */
 		const guards: Array<{ node: NodeTypeAndVersion; chain: string[] }> = [];
@@ -197,7 +233,10 @@ export function findAheadGuard(
 				const feeder = chain.length ? chain[chain.length - 1] : me;
 				const from = inputsOf(current.name);
 				const next = fedBy(current.name);
-				if (from.length !== 1 || from[0] !== feeder || next.length !== 1) break;
+				// Fed by the one before, and maybe by this node too (the Resume Point's Resume output
+				// into the chain's node after Respond to Webhook: a resumed item, never claimed for).
+				if (!from.includes(feeder) || from.some((name) => name !== feeder && name !== me)) break;
+				if (next.length !== 1) break;
 				chain.push(current.name);
 				current = next[0];
 			}

@@ -1,3 +1,4 @@
+/* eslint-disable @n8n/community-nodes/no-restricted-globals, @n8n/community-nodes/no-restricted-imports -- test code runs in Node, never inside n8n (it reads the repository's examples) */
 /**
  * Claim ahead through nodes that hand items on (shared/claim-ahead.ts,
  * passesItemsOn): the README's order, Resume Point → Respond to Webhook →
@@ -6,6 +7,8 @@
  * Any node that may change the item, branch it, or feed the Claim from
  * elsewhere, and the Claim claims for itself.
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type {
 	IDataObject,
 	IExecuteFunctions,
@@ -13,6 +16,7 @@ import type {
 	INodeParameters,
 } from 'n8n-workflow';
 
+import { DurableLimit } from '../nodes/DurableLimit/DurableLimit.node';
 import { OUTPUT_FIRST_RUN } from '../nodes/IdempotencyGuard/IdempotencyGuard.node';
 import { OUTPUT_START } from '../nodes/ResumePoint/ResumePoint.node';
 import { findAheadGuard, passesItemsOn } from '../shared/claim-ahead';
@@ -30,6 +34,8 @@ import {
 } from './support/version2';
 
 useSidecar();
+
+const limiter = new DurableLimit();
 
 const RESPOND: GraphNode = {
 	name: 'Accepted',
@@ -82,6 +88,34 @@ function chainFrom(between: GraphNode[], from: GraphNode = RP_NODE) {
 		nodes: [from, HOOK, ...between, CLAIM],
 		edges: [[HOOK.name, from.name], ...edges] as Edge[],
 	};
+}
+
+/** New instances of `orderIds` through the Resume Point in the wiring `nodes` and `edges`, as a webhook's
+ * execution starts them: its outputs. */
+async function startIn(
+	nodes: GraphNode[],
+	edges: Edge[],
+	run: { workflowId: string; executionId: string },
+	orderIds: string[],
+): Promise<INodeExecutionData[][]> {
+	return await resumePoint.execute.call(
+		withGraph(
+			executeContext({
+				credentials: sidecar.credentials(),
+				...run,
+				typeVersion: 2,
+				items: orderIds.map((orderId) => ({ body: { orderId } })),
+				params: {
+					instanceKey: (_i: number, item: INodeExecutionData) =>
+						(item.json.body as IDataObject).orderId,
+				},
+				nodeName: RP.name,
+				description: resumePoint.description,
+			}),
+			nodes,
+			edges,
+		),
+	);
 }
 
 describe('nodes that hand the item on', () => {
@@ -206,7 +240,16 @@ describe("the README's whole wiring: the Resume point's Resume and step outputs 
 	function wiring(respond: boolean): { nodes: GraphNode[]; edges: Edge[] } {
 		const first = respond ? RESPOND.name : CLAIM.name;
 		return {
-			nodes: [RP_NODE, HOOK, ...(respond ? [RESPOND] : []), CLAIM, SAVE_NODE, SHIP, SAVE_SHIPPED, DONE],
+			nodes: [
+				RP_NODE,
+				HOOK,
+				...(respond ? [RESPOND] : []),
+				CLAIM,
+				SAVE_NODE,
+				SHIP,
+				SAVE_SHIPPED,
+				DONE,
+			],
 			edges: [
 				[HOOK.name, RP.name],
 				[RP.name, first],
@@ -294,22 +337,7 @@ describe("the README's order: Resume Point → Respond to Webhook → Claim → 
 	async function order(workflowId: string, orderIds: string[]) {
 		const run = { workflowId, executionId: 'e1' };
 		const base = { credentials: sidecar.credentials(), ...run, typeVersion: 2 };
-		const started = await resumePoint.execute.call(
-			withGraph(
-				executeContext({
-					...base,
-					items: orderIds.map((orderId) => ({ body: { orderId } })),
-					params: {
-						instanceKey: (_i: number, item: INodeExecutionData) =>
-							(item.json.body as IDataObject).orderId,
-					},
-					nodeName: RP.name,
-					description: resumePoint.description,
-				}),
-				nodes,
-				edges,
-			),
-		);
+		const started = await startIn(nodes, edges, run, orderIds);
 		// Respond to Webhook answers the sender and returns its input items as they are.
 		const answered = started[OUTPUT_START];
 		const claimIn = async (g: GraphNode, items: INodeExecutionData[], upstream: UpstreamNode[]) =>
@@ -406,24 +434,7 @@ describe("the README's order: Resume Point → Respond to Webhook → Claim → 
 	test('a Claim whose item names another instance than the one claimed ahead claims for itself', async () => {
 		const run = { workflowId: 'wf-through-other', executionId: 'e1' };
 		const client = getSidecarClient(sidecar.connection());
-		const started = await resumePoint.execute.call(
-			withGraph(
-				executeContext({
-					credentials: sidecar.credentials(),
-					...run,
-					typeVersion: 2,
-					items: [{ body: { orderId: 'o-a' } }],
-					params: {
-						instanceKey: (_i: number, item: INodeExecutionData) =>
-							(item.json.body as IDataObject).orderId,
-					},
-					nodeName: RP.name,
-					description: resumePoint.description,
-				}),
-				nodes,
-				edges,
-			),
-		);
+		const started = await startIn(nodes, edges, run, ['o-a']);
 		const spy = jest.spyOn(client, 'claim');
 		try {
 			// Something on the way put another instance on the item: the answer for o-a is not its.
@@ -454,6 +465,194 @@ describe("the README's order: Resume Point → Respond to Webhook → Claim → 
 			expect(meta.claimedAhead).toBeUndefined();
 		} finally {
 			spy.mockRestore();
+		}
+	});
+});
+
+/** An example workflow of the repository as n8n would answer the lookups for it (outputs not told apart). */
+function example(file: string): { nodes: GraphNode[]; edges: Edge[] } {
+	const workflow = JSON.parse(
+		readFileSync(join(__dirname, '..', '..', 'examples', file), 'utf8'),
+	) as {
+		nodes: GraphNode[];
+		connections: Record<string, { main: Array<Array<{ node: string }> | null> }>;
+	};
+	const edges: Edge[] = [];
+	for (const [from, { main }] of Object.entries(workflow.connections)) {
+		for (const targets of main) for (const to of targets ?? []) edges.push([from, to.node]);
+	}
+	return { nodes: workflow.nodes, edges };
+}
+
+/** The Guard the example's Resume Point claims ahead for on a new instance, if any. */
+function aheadOfResumePoint({ nodes, edges }: { nodes: GraphNode[]; edges: Edge[] }) {
+	const rp = nodes.find((n) => n.type === RP.type)!;
+	return aheadIn([rp, ...nodes.filter((n) => n !== rp)], edges, true);
+}
+
+describe("the door's wiring and the examples as shipped", () => {
+	const NOT_ACCEPTED: GraphNode = { ...RESPOND, name: 'Not Accepted' };
+	const FAIL: GraphNode = { name: 'Fail Execution', type: 'n8n-nodes-base.stopAndError' };
+	const OLD: GraphNode = { name: 'Run Old Version', type: 'n8n-nodes-base.executeWorkflow' };
+	/** Resume Point → Accepted → Claim charge, and the door: error output → Not Accepted → Fail Execution. */
+	const door = () => {
+		const { nodes, edges } = chainFrom([RESPOND]);
+		return {
+			nodes: [...nodes, NOT_ACCEPTED, FAIL, OLD],
+			edges: [
+				...edges,
+				[RP_NODE.name, NOT_ACCEPTED.name],
+				[NOT_ACCEPTED.name, FAIL.name],
+				[RP_NODE.name, OLD.name],
+			] as Edge[],
+		};
+	};
+
+	test("the Resume Point claims ahead beside the door's refusal and the Old Version's hand-off", () => {
+		const { nodes, edges } = door();
+		expect(aheadIn(nodes, edges, true)).toMatchObject({ guard: CLAIM.name });
+	});
+
+	test('a branch that runs something else, or a Respond to Webhook leading nowhere, still counts', () => {
+		const { nodes, edges } = door();
+		const log: GraphNode = { name: 'Log', type: 'n8n-nodes-base.httpRequest' };
+		// The refusal that also calls something: a node this workflow runs.
+		const calls: Edge[] = [...edges, [NOT_ACCEPTED.name, log.name]];
+		expect(aheadIn([...nodes, log], calls, true)).toBeUndefined();
+		// A Respond to Webhook that ends there may be the Start's answer: the Guard is then not on Start.
+		const alone = edges.filter(([, to]) => to !== FAIL.name);
+		expect(aheadIn(nodes, alone, true)).toBeUndefined();
+		// A disabled Stop and Error is no end of a refusal.
+		const off = nodes.map((n) => (n.name === FAIL.name ? { ...n, disabled: true } : n));
+		expect(aheadIn(off, edges, true)).toBeUndefined();
+	});
+
+	const limit = (name: string, parameters: INodeParameters): GraphNode => ({
+		name,
+		type: 'n8n-nodes-durable.durableLimit',
+		typeVersion: 1,
+		parameters,
+	});
+	test.each([
+		[
+			'Enter Section (items over the limit wait) hands the item on',
+			{ operation: 'enterSection' },
+			true,
+		],
+		['Enter Section by default hands the item on', {}, true],
+		['Rate Limit hands the item on', { operation: 'rateLimit', overLimit: 'wait' }, true],
+		['Leave Section hands the item on', { operation: 'leaveSection' }, true],
+		[
+			'Enter Section leaving by Busy does not',
+			{ operation: 'enterSection', overLimit: 'busy' },
+			false,
+		],
+		['Rate Limit leaving by Busy does not', { operation: 'rateLimit', overLimit: 'busy' }, false],
+		['Debounce does not', { operation: 'debounce' }, false],
+	])('a Durable Limit: %s', (_what, parameters, passes) => {
+		const node = limit('Limit', parameters);
+		expect(passesItemsOn({ typeVersion: 1, disabled: false, ...node })).toBe(passes);
+		const { nodes, edges } = chainFrom([RESPOND, node]);
+		expect(aheadIn(nodes, edges, true)?.guard).toBe(passes ? CLAIM.name : undefined);
+	});
+
+	test('a chain node the Resume Point feeds too (its Resume output) stays on the chain', () => {
+		const section = limit('Two at Once', { operation: 'enterSection', maxHolders: 2 });
+		const { nodes, edges } = chainFrom([RESPOND, section]);
+		expect(aheadIn(nodes, [...edges, [RP_NODE.name, section.name]], true)).toMatchObject({
+			guard: CLAIM.name,
+		});
+	});
+
+	test.each([
+		['order-tracking.json', 'Claim Payment'],
+		['crm-sync.json', 'Claim Sync'],
+		// Their first node after Accepted is no Claim (a wait, a schedule, a debounce).
+		['order-delivery.json', undefined],
+		['renewal-reminder.json', undefined],
+		['chat-debounce.json', undefined],
+	])('%s: the Resume Point claims ahead for %s on a new instance', (file, guardName) => {
+		expect(aheadOfResumePoint(example(file))?.guard).toBe(guardName);
+	});
+});
+
+describe('through a Durable Limit, against the real sidecar: the crm-sync wiring', () => {
+	const section: GraphNode = {
+		name: 'Two at Once',
+		type: 'n8n-nodes-durable.durableLimit',
+		typeVersion: 1,
+		parameters: { operation: 'enterSection', limitName: 'crm', limitKey: 'c-1', maxHolders: 2 },
+	};
+	const rate: GraphNode = {
+		name: 'Five a Second',
+		type: 'n8n-nodes-durable.durableLimit',
+		typeVersion: 1,
+		parameters: {
+			operation: 'rateLimit',
+			limitName: 'crm',
+			limitKey: 'c-1',
+			maxItems: 5,
+			periodAmount: 1,
+		},
+	};
+	const { nodes, edges } = chainFrom([RESPOND, section, rate]);
+	// The Resume output into the section: a resumed item enters again.
+	edges.push([RP_NODE.name, section.name]);
+
+	test("the Resume Point claims the Claim's key; the limits and the Claim make no Claim call", async () => {
+		const run = { workflowId: 'wf-through-limits', executionId: 'e1' };
+		const base = { credentials: sidecar.credentials(), ...run, typeVersion: 2 };
+		const client = getSidecarClient(sidecar.connection());
+		const start = jest.spyOn(client, 'startOrResume');
+		const spies = [
+			start,
+			jest.spyOn(client, 'acquireSlot'),
+			jest.spyOn(client, 'throttle'),
+			jest.spyOn(client, 'claim'),
+		];
+		try {
+			const started = await startIn(nodes, edges, run, ['o-l1']);
+			let items = started[OUTPUT_START];
+			for (const node of [section, rate]) {
+				[items] = await limiter.execute.call(
+					executeContext({
+						...base,
+						typeVersion: 1,
+						items,
+						params: node.parameters as Record<string, unknown>,
+						nodeName: node.name,
+						description: limiter.description,
+					}),
+				);
+				expect(items).toHaveLength(1);
+			}
+			const claimed = await guard.execute.call(
+				executeContext({
+					...base,
+					items,
+					params: { scope: 'charge' },
+					nodeName: CLAIM.name,
+					description: guard.description,
+					upstream: [rate, section, RESPOND, { ...RP_NODE, output: started[OUTPUT_START] }].map(
+						(n) => ({
+							name: n.name,
+							type: n.type,
+							typeVersion: n.typeVersion,
+							parameters: n.parameters,
+						}),
+					),
+				}),
+			);
+			expect(claimed[OUTPUT_FIRST_RUN]).toHaveLength(1);
+			expect(claimed[OUTPUT_FIRST_RUN][0].json.idempotency).toMatchObject({
+				scope: 'charge',
+				key: 'o-l1',
+				claimedAhead: true,
+			});
+			expect(spies.map((spy) => spy.mock.calls.length)).toEqual([1, 1, 1, 0]);
+			expect(start.mock.calls[0][0].claimOnStart).toMatchObject({ scope: 'charge' });
+		} finally {
+			for (const spy of spies) spy.mockRestore();
 		}
 	});
 });
