@@ -115,6 +115,13 @@ export async function perItem<T>(
 	});
 }
 
+/** The failed items of settled per-item calls, as [input index, its error]. */
+export function failuresOf<T>(settled: Settled<T>): Array<[number, NodeError]> {
+	return settled.flatMap((result, i) =>
+		result.ok ? [] : [[i, result.error] as [number, NodeError]],
+	);
+}
+
 /**
  * The output items of settled per-item calls: `toItem` of each answer (undefined: the item
  * goes no further); a failed item fails the run, or under Continue On Fail becomes an error item.

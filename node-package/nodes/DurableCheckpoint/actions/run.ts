@@ -2,7 +2,7 @@
 import { NodeOperationError } from 'n8n-workflow';
 import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
-import { perItem, settledItems, type NodeError } from '../../../shared/batch';
+import { failuresOf, perItem, settledItems, type NodeError } from '../../../shared/batch';
 import {
 	asNodeError,
 	executionIdOf,
@@ -91,15 +91,10 @@ export async function perInstance(
 		return await call(i, target);
 	});
 	if (!ctx.continueOnFail()) {
-		await failForSetup(
-			client,
-			node,
-			settled.map((result, i) => [i, result.ok ? undefined : result.error]),
-			(i) => {
-				const target = targets[i];
-				return target instanceof Error ? undefined : target;
-			},
-		);
+		await failForSetup(client, node, failuresOf(settled), (i) => {
+			const target = targets[i];
+			return target instanceof Error ? undefined : target;
+		});
 	}
 	return settledItems(ctx, items, settled, (value) => value);
 }

@@ -2,7 +2,7 @@
 import { NodeOperationError } from 'n8n-workflow';
 import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from 'n8n-workflow';
 
-import { perItem } from '../../../shared/batch';
+import { failuresOf, perItem } from '../../../shared/batch';
 import {
 	asNodeError,
 	errorItem,
@@ -177,12 +177,7 @@ export async function routeItems(
 	});
 	const failed = settled.find((result) => !result.ok);
 	if (failed && !failed.ok && !ctx.continueOnFail()) {
-		await failForSetup(
-			client,
-			node,
-			settled.map((result, i) => [i, result.ok ? undefined : result.error]),
-			run.target,
-		);
+		await failForSetup(client, node, failuresOf(settled), run.target);
 		throw failed.error;
 	}
 	const out: INodeExecutionData[][] = Array.from({ length: outputs }, () => []);

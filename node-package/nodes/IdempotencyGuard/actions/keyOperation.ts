@@ -1,17 +1,16 @@
 /** Record Result and Release: one call per item on the key its Claim took. */
 import { NodeOperationError, type IExecuteFunctions, type INodeExecutionData } from 'n8n-workflow';
 
-import { perItem, settledItems } from '../../../shared/batch';
+import { failuresOf, perItem, settledItems } from '../../../shared/batch';
 import {
 	failForSetup,
 	failInstanceForGood,
 	IDEMPOTENCY_FIELD,
 	isLimitRefusal,
 	isObject,
-	workflowIdOf,
 } from '../../../shared/node-helpers';
 import type { IdempotencyKey } from '../../../shared/transport';
-import { nodeParameter, noteGuardRun, targetOf } from '../../../shared/upstream';
+import { nodeParameter, noteGuardRun } from '../../../shared/upstream';
 import { withIdempotency, type GuardRun } from './run';
 
 /** The key an item acts on: given, or from the Claim it descends from. */
@@ -47,21 +46,14 @@ export async function onClaimedKeys(
 		if (result.ok || !claimed || !isLimitRefusal(result.error)) continue;
 		let target;
 		try {
-			const instance = run.upstream.instance(i, items[i]);
-			if (!instance) continue;
-			target = targetOf(ctx, instance, i, { workflowId: workflowIdOf(ctx), executionId });
+			target = run.targetAt(i);
 		} catch {
 			continue; // no instance to fail: the refusal is what the author sees
 		}
-		await failInstanceForGood(client, target, refused(claimed, result.error));
+		if (target) await failInstanceForGood(client, target, refused(claimed, result.error));
 	}
 	if (!ctx.continueOnFail()) {
-		await failForSetup(
-			client,
-			node,
-			settled.map((result, i) => [i, result.ok ? undefined : result.error]),
-			run.targetAt,
-		);
+		await failForSetup(client, node, failuresOf(settled), run.targetAt);
 	}
 	const out = settledItems(ctx, items, settled, (key, i) =>
 		withIdempotency(items[i], { ...version.keyMeta(key), outcome }, i),
