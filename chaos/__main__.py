@@ -82,7 +82,7 @@ def plant_in_first_wave(cases: list[Case], plan: list[faults.PlannedFault], mode
                     params = node["parameters"] if node["type"].endswith(".durableLimit") else {}
                     if params.get("operation") == "enterSection":
                         params["maxHolders"] = 1000
-                    elif params.get("operation") == "rateLimit":
+                    if params.get("rateToo") or params.get("operation") == "rateLimit":
                         params |= {"maxItems": 1000, "periodAmount": 1}
         return []
     if mode == "queue":

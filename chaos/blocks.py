@@ -333,10 +333,14 @@ def limit_params(b: Builder, seg: Segment) -> dict[str, Any]:
 
 
 def block_enter_section(b: Builder, seg: Segment) -> tuple[str, str]:
-    """Durable Limit Enter Section (Most at Once SECTION_PLACES) before the Claim, Leave Section (no Key) after the
-    call, before the Save; the Claim's Done Before goes to the Leave Section too (node README "Flow control")."""
+    """Durable Limit Enter Section (Most at Once SECTION_PLACES; with the segment's rate when it is "section-rate",
+    as Rate Limit Too) before the Claim, Leave Section (no Key) after the call, before the Save; the Claim's Done
+    Before goes to the Leave Section too (node README "Flow control")."""
+    most, period_s, _ = rate_of(seg)
+    rate = ({"rateToo": True, "maxItems": most, "periodAmount": period_s, "periodUnit": "seconds"}
+            if seg.limit == "section-rate" else {})
     enter = b.f.durable(f"Enter {seg.step}", "durableLimit", {
-        "operation": "enterSection", **limit_params(b, seg), "maxHolders": SECTION_PLACES}, b.at())
+        "operation": "enterSection", **limit_params(b, seg), "maxHolders": SECTION_PLACES, **rate}, b.at())
     leave = b.f.durable(f"Leave {seg.step}", "durableLimit", {
         "operation": "leaveSection", "limitName": limit_params(b, seg)["limitName"]}, b.at(1))
     return enter, leave
@@ -359,7 +363,7 @@ def _segment_body(b: Builder, seg: Segment, last: bool) -> tuple[str, str]:
     if seg.shape == "lines":
         return block_line_items(b, seg)
     gate = leave = None
-    if seg.limit == "section":
+    if seg.limit in ("section", "section-rate"):
         gate, leave = block_enter_section(b, seg)
     elif seg.limit == "rate":
         gate = block_rate_limit(b, seg)
@@ -425,6 +429,8 @@ BLOCKS = (
     Block("Complete Instance on the last Save", block_complete_on_last_save, lambda s: True),
     Block("Durable Limit Enter Section … Leave Section around the call, shared by the case's keys",
           block_enter_section, lambda s: any(g.limit == "section" for g in s.segments)),
+    Block("Durable Limit Enter Section with Rate Limit Too … Leave Section around the call, shared by the case's keys",
+          block_enter_section, lambda s: any(g.limit == "section-rate" for g in s.segments)),
     Block("Durable Limit Rate Limit before the Claim, shared by the case's keys", block_rate_limit,
           lambda s: any(g.limit == "rate" for g in s.segments)),
     Block("HTTP Request downloads the order's document (a file) before a Save; the next call uploads it (multipart)",

@@ -101,7 +101,8 @@ def draw_documents(rng: random.Random, segments: list[Segment]) -> list[Segment]
 
 def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
     """A Durable Limit (docs/nodes.md) on some side effects, shared by the case's keys: a section (one call at a
-    time) or a rate (RATE_ITEMS per RATE_PERIOD_S). Not on a sub-workflow or line items (their Claims are inside a
+    time), a rate (RATE_ITEMS per RATE_PERIOD_S), or both in one Enter Section (Rate Limit Too; only where an
+    order brings one item, before any lines segment). Not on a sub-workflow or line items (their Claims are inside a
     loop or another workflow), and no rate where n8n's Retry On Fail sends the call again without the limit. On a
     segment after a lines segment the order's items are still its lines, which reach the limit together
     (docs/flow-control.md "Several items of one instance"): a rate there has a Burst of the most items an order
@@ -109,7 +110,8 @@ def draw_limits(rng: random.Random, segments: list[Segment]) -> list[Segment]:
     out = []
     lined = 0
     for s in segments:
-        kinds = [] if s.shape in ("sub", "lines") else ["section"] if s.http_retry else ["section", "rate"]
+        kinds = ([] if s.shape in ("sub", "lines") else ["section"] if s.http_retry
+                 else ["section", "rate", "section-rate"] if lined == 0 else ["section", "rate"])
         drawn = replace(s, limit=rng.choice(kinds), lined=lined) if kinds and rng.random() < 0.25 else s
         out.append(drawn)
         lined += s.shape == "lines"
@@ -191,15 +193,20 @@ def expectations(case: Case) -> dict[str, Expected]:
         out[key] = Expected(case.workflow_id, key, trail, calls, shape.retry_policy, fail_first,
                             shape.retry_policy and fail_first > RETRY_POLICY_RESUMES, bound,
                             tuple(s.step for s in shape.segments if s.shape == "lines"),
-                            tuple(limited_call(s) for s in shape.segments if s.limit))
+                            tuple(c for s in shape.segments if s.limit for c in limited_calls(s)))
     return out
 
 
-def limited_call(seg: Segment) -> LimitedCall:
-    if seg.limit == "section":
-        return LimitedCall(seg.provider, "section", SECTION_PLACES)
-    most, period_s, burst = rate_of(seg)
-    return LimitedCall(seg.provider, "rate", most, float(period_s), burst)
+def limited_calls(seg: Segment) -> list[LimitedCall]:
+    """What the oracle checks at the segment's provider: a section's places, a rate, or both (a section with Rate
+    Limit Too)."""
+    out = []
+    if seg.limit in ("section", "section-rate"):
+        out.append(LimitedCall(seg.provider, "section", SECTION_PLACES))
+    if seg.limit in ("rate", "section-rate"):
+        most, period_s, burst = rate_of(seg)
+        out.append(LimitedCall(seg.provider, "rate", most, float(period_s), burst))
+    return out
 
 
 def limit_wait_s(case: Case, key: str) -> float:
@@ -208,10 +215,10 @@ def limit_wait_s(case: Case, key: str) -> float:
     others = [k for k in case.keys if k != key]
     extra = 0.0
     for seg in case.shape.segments:
-        if seg.limit == "section":
+        if seg.limit in ("section", "section-rate"):
             extra += sum(s.delay_s + 20.0 * s.fail_first + 10.0 for s in case.schedules
                          if s.provider == seg.provider and s.key in others)
-        elif seg.limit == "rate":
+        if seg.limit in ("rate", "section-rate"):
             most, period_s, _ = rate_of(seg)
             slots = items_at(seg)  # an order's items take a slot each
             extra += len(others) * (slots * period_s / most + 10.0)

@@ -60,7 +60,8 @@ class Segment:
     wait_s: int = 0         # n8n's Wait node (After Time Interval, seconds) before the segment's Claim
     loop: bool = False      # lines: one at a time through Loop Over Items (batch size 1), not all at once
     limit: str = ""         # Durable Limit shared by the case's keys: "section" (Enter Section … Leave Section around
-                            # the call) or "rate" (Rate Limit before the Claim); "" none
+                            # the call), "rate" (Rate Limit before the Claim), "section-rate" (the section's Enter
+                            # Section with Rate Limit Too); "" none
     lined: int = 0          # the lines segments before it: the order's items (up to MAX_LINES ** lined) reach the
                             # segment's limit together
     document: bool = False  # after the call, an HTTP Request downloads the order's document (a file on the item the

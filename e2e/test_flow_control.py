@@ -45,7 +45,7 @@ def _deliver(url: str, bodies: list[dict[str, Any]], threads: int = 16) -> list[
 
 def _without_limits(wf: dict[str, Any]) -> dict[str, Any]:
     """The CRM example without its Durable Limit nodes, calling the CRM without its limits: n8n's own pace."""
-    gone = {"Two at Once per Customer", "Five a Second per Customer"}
+    gone = {"Two at Once, Five a Second"}
     wf = json.loads(json.dumps(wf))
     wf["id"], wf["name"] = "durableCrmSyncPlain", wf["name"] + " (no limits)"
     wf["nodes"] = [n for n in wf["nodes"] if n["name"] not in gone]
@@ -54,7 +54,7 @@ def _without_limits(wf: dict[str, Any]) -> dict[str, Any]:
             node["parameters"]["path"], node["webhookId"] = "crm-plain", str(uuid.uuid4())
         if node["name"] == "Push to CRM":
             node["parameters"]["url"] += "?free=1"
-    skip = {"Two at Once per Customer": "Claim Sync"}
+    skip = {"Two at Once, Five a Second": "Claim Sync"}
     links = {src: out for src, out in wf["connections"].items() if src not in gone}
     for outs in links.values():
         for targets in outs["main"]:

@@ -387,31 +387,28 @@ def crm_sync() -> None:
     answer_refusals(f, rp, 4)
     ok = accepted(f, (3 * COL, ROW))
     customer = "={{ $json.body.customerId }}"
-    enter = f.node("Two at Once per Customer", LIMIT, 1, {
-        "operation": "enterSection", "limitName": "crm-api", "limitKey": customer, "maxHolders": 2,
-    }, (4 * COL, 2 * ROW), creds=True)
     # The CRM's own limit is 5 a second; a period 10 % longer absorbs the network's jitter between this
-    # node and the CRM (two calls a few ms apart here can arrive closer together there).
-    rate = f.node("Five a Second per Customer", LIMIT, 1, {
-        "operation": "rateLimit", "limitName": "crm-api", "limitKey": customer, "maxItems": 5,
-        "periodAmount": 1.1, "periodUnit": "seconds", "options": {},
-    }, (5 * COL, 2 * ROW), creds=True)
+    # node and the CRM (two calls a few ms apart here can arrive closer together there). One node and one
+    # sidecar call for both limits: Rate Limit Too takes the rate's slot once the place is the order's.
+    enter = f.node("Two at Once, Five a Second", LIMIT, 1, {
+        "operation": "enterSection", "limitName": "crm-api", "limitKey": customer, "maxHolders": 2,
+        "rateToo": True, "maxItems": 5, "periodAmount": 1.1, "periodUnit": "seconds",
+    }, (4 * COL, 2 * ROW), creds=True)
     claim = f.node("Claim Sync", f"{PKG}.idempotencyGuard", GUARD, {
         "operation": "claim", "scope": "crm", "options": {},
-    }, (6 * COL, 2 * ROW), creds=True)
-    push = http(f, "Push to CRM", "crm", (7 * COL, ROW),
+    }, (5 * COL, 2 * ROW), creds=True)
+    push = http(f, "Push to CRM", "crm", (6 * COL, ROW),
                 "={{ JSON.stringify({ orderId: $json.body.orderId, customerId: $json.body.customerId }) }}",
                 "={{ $json.idempotency.derivedKey }}")
     save = f.node("Save Synced", f"{PKG}.durableCheckpoint", 2, {
         "operation": "save", "stepName": "synced", "options": {"completeInstance": True},
-    }, (8 * COL, 2 * ROW), creds=True)
+    }, (7 * COL, 2 * ROW), creds=True)
     # Resume Point outputs: 0 Start, 1 Resume (a waiting order whose turn came, or one that crashed), 2
     # Finished, 3 Busy.
     f.link(rp, ok, 0)
     f.link(ok, enter)
     f.link(rp, enter, 1)
-    f.link(enter, rate)
-    f.link(rate, claim)
+    f.link(enter, claim)
     f.link(claim, push, 0)
     f.link(claim, save, 1)  # Done Before: the CRM has it; save
     f.link(push, save)
@@ -420,8 +417,8 @@ def crm_sync() -> None:
     f.write("crm-sync.json",
             "Each order (webhook: orderId, customerId) is pushed to a CRM that answers 429 when a customer has more "
             "than 2 requests in flight or more than 5 in a second. Durable Limit keeps every n8n process and worker "
-            "within that, per customer: Enter Section (2 at once) → Rate Limit (5 per 1.1 s) → Claim → Push to CRM "
-            "→ Save (Complete Instance), whose completion gives the order's place back. An order over a limit waits in "
+            "within that, per customer: Enter Section (2 at once, with Rate Limit Too: 5 per 1.1 s) → Claim → Push to "
+            "CRM → Save (Complete Instance), whose completion gives the order's place back. An order over a limit waits in "
             "the sidecar, holding no execution; when its turn comes the Resume Trigger brings it back through Resume.")
 
 

@@ -20,7 +20,7 @@ def body_entry(seg: Segment) -> str:
     """The first node of a segment after any n8n Wait: its sub-workflow's runner, its Split Out, its Durable Limit
     gate (Enter Section or Rate Limit) or its Claim."""
     if seg.limit:
-        return f"{'Enter' if seg.limit == 'section' else 'Rate'} {seg.step}"
+        return f"{'Rate' if seg.limit == 'rate' else 'Enter'} {seg.step}"
     return {"sub": f"Run {seg.step}", "lines": f"Lines {seg.step}"}.get(seg.shape, f"Claim {seg.step}")
 
 
@@ -269,6 +269,8 @@ def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> Non
     """Enter Section → Claim, the call (or its Merge) and Done Before → Leave Section → Save; Rate Limit → Claim;
     one limit name per case and side effect, keyed by the order's customer (every key of the case the same),
     never on a sub-workflow or line items, no rate where Retry On Fail re-sends the call."""
+    from chaos.model import RATE_ITEMS, RATE_PERIOD_S
+
     seen = set()
     for index in range(80):
         case = generate(29, index, URL)
@@ -282,7 +284,7 @@ def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> Non
                 assert not any(n.startswith((f"Enter {e}", f"Leave {e}", f"Rate {e}")) for n in nodes)
                 continue
             seen.add(seg.limit)
-            assert seg.shape not in ("sub", "lines") and not (seg.limit == "rate" and seg.http_retry)
+            assert seg.shape not in ("sub", "lines") and not (seg.limit != "section" and seg.http_retry)
             gate = nodes[body_entry(seg)]
             assert gate["type"] == "n8n-nodes-durable.durableLimit" and gate["typeVersion"] == 1
             assert gate["parameters"]["limitName"] == f"{case.workflow_id}-{e}"
@@ -293,6 +295,14 @@ def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> Non
                 assert out[(f"Claim {e}", 1)] == f"Save {e}"
                 continue
             assert gate["parameters"]["operation"] == "enterSection" and gate["parameters"]["maxHolders"] == 1
+            if seg.limit == "section-rate":  # Rate Limit Too, only where an order brings one item
+                assert seg.lined == 0
+                assert {k: gate["parameters"][k] for k in ("rateToo", "maxItems", "periodAmount")} == {
+                    "rateToo": True, "maxItems": RATE_ITEMS, "periodAmount": RATE_PERIOD_S}
+                assert {x.kind for x in next(iter(case.expected.values())).limits
+                        if x.provider == seg.provider} == {"section", "rate"}
+            else:
+                assert "rateToo" not in gate["parameters"]
             leave = nodes[f"Leave {e}"]
             assert leave["parameters"] == {"operation": "leaveSection", "limitName": f"{case.workflow_id}-{e}"}
             assert out[(f"Claim {e}", 1)] == f"Leave {e}" and out[(f"Leave {e}", 0)] == f"Save {e}"
@@ -300,7 +310,7 @@ def test_durable_limits_gate_side_effects_as_the_node_readme_wires_them() -> Non
             assert len(into_leave) == 2 and f"Claim {e}" in into_leave   # Done Before, and the call or its Merge
         for key, exp in case.expected.items():
             assert {x.provider for x in exp.limits} == {s.provider for s in case.shape.segments if s.limit}, key
-    assert seen == {"section", "rate"}
+    assert seen == {"section", "rate", "section-rate"}
 
 
 def test_a_rate_limits_burst_holds_every_item_an_order_brings_to_it() -> None:
@@ -384,7 +394,8 @@ def test_a_document_is_downloaded_after_a_call_saved_with_its_step_and_uploaded_
                 assert download["parameters"]["options"]["response"]["response"]["responseFormat"] == "file"
                 into = {src for src, _, dst, _ in links(main) if dst == download["name"]}
                 assert into == ({f"Merge {seg.step}"} if seg.shape in ("branch", "switch") else {f"Call {seg.step}"})
-                assert out[(download["name"], 0)] == (f"Leave {seg.step}" if seg.limit == "section" else f"Save {seg.step}")
+                assert out[(download["name"], 0)] == (f"Leave {seg.step}" if seg.limit in ("section", "section-rate")
+                                                      else f"Save {seg.step}")
             else:
                 assert f"Download {seg.step}" not in nodes
             if seg.number not in uploads:

@@ -21,6 +21,8 @@ const UNITS = [
 
 const section = { show: { operation: ['enterSection'] } };
 const rate = { show: { operation: ['rateLimit'] } };
+// Enter Section's own rate (Rate Limit Too): the Rate Limit's fields, shown there too.
+const sectionRate = { show: { operation: ['enterSection'], overLimit: ['wait'], rateToo: [true] } };
 const debounce = { show: { operation: ['debounce'] } };
 
 const overLimit: INodeProperties = {
@@ -45,6 +47,39 @@ const overLimit: INodeProperties = {
 	],
 	description: 'What an item over the limit does',
 };
+
+/** A rate's fields: the Rate Limit's, and Enter Section's with Rate Limit Too. */
+function rateFields(displayOptions: INodeProperties['displayOptions']): INodeProperties[] {
+	return [
+		{
+			displayName: 'Most Items',
+			name: 'maxItems',
+			type: 'number',
+			default: 10,
+			typeOptions: { minValue: 1, maxValue: 1000000 },
+			displayOptions,
+			description: 'How many items per key may pass in each period',
+		},
+		{
+			displayName: 'Per',
+			name: 'periodAmount',
+			type: 'number',
+			default: 1,
+			typeOptions: { minValue: 0.001, numberPrecision: 3 },
+			displayOptions,
+			description:
+				"The period, in the unit below (at most one day). Set it about 10 % longer than the API's own window: calls reach the API a little after their slots.",
+		},
+		{
+			displayName: 'Unit',
+			name: 'periodUnit',
+			type: 'options',
+			default: 'seconds',
+			options: UNITS,
+			displayOptions,
+		},
+	];
+}
 
 export class DurableLimit implements INodeType {
 	description: INodeTypeDescription = {
@@ -136,34 +171,18 @@ export class DurableLimit implements INodeType {
 				displayOptions: section,
 				description: 'How many items per key may be in the section at the same time',
 			},
-			{
-				displayName: 'Most Items',
-				name: 'maxItems',
-				type: 'number',
-				default: 10,
-				typeOptions: { minValue: 1, maxValue: 1000000 },
-				displayOptions: rate,
-				description: 'How many items per key may pass in each period',
-			},
-			{
-				displayName: 'Per',
-				name: 'periodAmount',
-				type: 'number',
-				default: 1,
-				typeOptions: { minValue: 0.001, numberPrecision: 3 },
-				displayOptions: rate,
-				description:
-					"The period, in the unit below (at most one day). Set it about 10 % longer than the API's own window: calls reach the API a little after their slots.",
-			},
-			{
-				displayName: 'Unit',
-				name: 'periodUnit',
-				type: 'options',
-				default: 'seconds',
-				options: UNITS,
-				displayOptions: rate,
-			},
+			...rateFields(rate),
 			overLimit,
+			{
+				displayName: 'Rate Limit Too',
+				name: 'rateToo',
+				type: 'boolean',
+				default: false,
+				displayOptions: { show: { operation: ['enterSection'], overLimit: ['wait'] } },
+				description:
+					'Whether an item given its place also takes a slot of a rate limit with the same name and key, in the same call: a section and a rate limit in one node, one sidecar call fewer than Enter Section followed by Rate Limit. Slots one at a time (for a Burst, use a Rate Limit after this node).',
+			},
+			...rateFields(sectionRate),
 			{
 				displayName: 'Quiet For',
 				name: 'quietAmount',

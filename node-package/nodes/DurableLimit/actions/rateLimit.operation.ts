@@ -13,31 +13,24 @@ import { NodeOperationError, sleep } from 'n8n-workflow';
 import { FAILED_FOR_GOOD, failInstanceForGood } from '../../../shared/node-helpers';
 import { OverLimit, ThrottleOutcome, type ThrottleResponse } from '../../../shared/transport';
 import { nodeParameter, type Target } from '../../../shared/upstream';
-import { millisecondsOf, routeItems, waitMs, wholeNumber, type LimitOperation } from './run';
+import {
+	millisecondsOf,
+	oncePerCall,
+	rateCallsOf,
+	routeItems,
+	waitMs,
+	wholeNumber,
+	type LimitOperation,
+} from './run';
 
 const ALLOWED = 0;
 const BUSY = 1;
 
 export const execute: LimitOperation = async (ctx, run) => {
 	const busy = nodeParameter(ctx, 'overLimit', 0, 'wait') === 'busy';
-	// Items by the call they make: their instance and the limit's key. An item whose instance or key
-	// cannot be read makes no call (routeItems reports its error).
-	const callOf = (i: number): string | undefined => {
-		try {
-			const { workflowId, instanceKey } = run.target(i);
-			const { limitName, limitKey } = run.limitOf(i);
-			return JSON.stringify([workflowId, instanceKey, limitName, limitKey]);
-		} catch {
-			return undefined;
-		}
-	};
-	const callOfItem = run.items.map((_, i) => callOf(i));
-	const itemsOfCall = new Map<string, number>();
-	for (const call of callOfItem) {
-		if (call !== undefined) itemsOfCall.set(call, (itemsOfCall.get(call) ?? 0) + 1);
-	}
+	// Items by the call they make: their instance and the limit's key.
+	const { callOfItem, itemsOfCall } = rateCallsOf(run);
 	const alone = itemsOfCall.size <= 1;
-	const answers = new Map<string, Promise<ThrottleResponse>>();
 	const throttle = async (i: number, target: Target, call: string): Promise<ThrottleResponse> => {
 		const { limitName, limitKey } = run.limitOf(i);
 		const limit = wholeNumber(ctx, 'maxItems', 'Most Items', i, 10, [1, 1_000_000]);
@@ -67,20 +60,18 @@ export const execute: LimitOperation = async (ctx, run) => {
 			calls,
 		});
 	};
+	const answerOf = oncePerCall(
+		callOfItem,
+		async (i, call) => await throttle(i, run.target(i), call),
+	);
 	return await routeItems(
 		ctx,
 		run,
 		'Rate limiting',
 		busy ? 2 : 1,
 		busy ? BUSY : ALLOWED,
-		async (i, target) => {
-			const call = callOfItem[i] ?? String(i);
-			let pending = answers.get(call);
-			if (pending === undefined) {
-				pending = throttle(i, target, call);
-				answers.set(call, pending);
-			}
-			const answer = await pending;
+		async (i) => {
+			const answer = await answerOf(i);
 			const { limitName, limitKey } = run.limitOf(i);
 			const limit = {
 				name: limitName,

@@ -198,6 +198,50 @@ export async function routeItems(
 	return out;
 }
 
+/**
+ * The calls a run's items make to a rate: the items of one instance at one key are one call for all of
+ * them (n8n sends them on together, so they go out at one time). `callOfItem[i]`: item i's call, or
+ * undefined when its instance or key cannot be read (routeItems reports that error); `itemsOfCall`:
+ * how many items each call stands for.
+ */
+export function rateCallsOf(run: LimitRun): {
+	callOfItem: Array<string | undefined>;
+	itemsOfCall: Map<string, number>;
+} {
+	const callOf = (i: number): string | undefined => {
+		try {
+			const { workflowId, instanceKey } = run.target(i);
+			const { limitName, limitKey } = run.limitOf(i);
+			return JSON.stringify([workflowId, instanceKey, limitName, limitKey]);
+		} catch {
+			return undefined;
+		}
+	};
+	const callOfItem = run.items.map((_, i) => callOf(i));
+	const itemsOfCall = new Map<string, number>();
+	for (const call of callOfItem) {
+		if (call !== undefined) itemsOfCall.set(call, (itemsOfCall.get(call) ?? 0) + 1);
+	}
+	return { callOfItem, itemsOfCall };
+}
+
+/** The answer of `call` for each item of one call, asked once for all of them. */
+export function oncePerCall<T>(
+	callOfItem: Array<string | undefined>,
+	call: (i: number, key: string) => Promise<T>,
+): (i: number) => Promise<T> {
+	const answers = new Map<string, Promise<T>>();
+	return async (i) => {
+		const key = callOfItem[i] ?? String(i);
+		let pending = answers.get(key);
+		if (pending === undefined) {
+			pending = call(i, key);
+			answers.set(key, pending);
+		}
+		return await pending;
+	};
+}
+
 /** The option Max Wait Inside the Execution, in milliseconds (0 to 60 s). */
 export function waitMs(ctx: IExecuteFunctions, i: number): number {
 	const seconds = Number(nodeParameter(ctx, 'options.maxWaitSeconds', i, 10));

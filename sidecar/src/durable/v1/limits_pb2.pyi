@@ -74,7 +74,7 @@ DEBOUNCE_OUTCOME_RUN: DebounceOutcome
 DEBOUNCE_OUTCOME_DEBOUNCED: DebounceOutcome
 
 class AcquireSlotRequest(_message.Message):
-    __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key", "max_holders", "over_limit", "max_wait_ms")
+    __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key", "max_holders", "over_limit", "max_wait_ms", "rate")
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_KEY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class AcquireSlotRequest(_message.Message):
     MAX_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
     workflow_id: str
     instance_key: str
     execution_id: str
@@ -91,21 +92,38 @@ class AcquireSlotRequest(_message.Message):
     max_holders: int
     over_limit: OverLimit
     max_wait_ms: int
-    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., limit_name: _Optional[str] = ..., limit_key: _Optional[str] = ..., max_holders: _Optional[int] = ..., over_limit: _Optional[_Union[OverLimit, str]] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+    rate: SectionRate
+    def __init__(self, workflow_id: _Optional[str] = ..., instance_key: _Optional[str] = ..., execution_id: _Optional[str] = ..., limit_name: _Optional[str] = ..., limit_key: _Optional[str] = ..., max_holders: _Optional[int] = ..., over_limit: _Optional[_Union[OverLimit, str]] = ..., max_wait_ms: _Optional[int] = ..., rate: _Optional[_Union[SectionRate, _Mapping]] = ...) -> None: ...
+
+class SectionRate(_message.Message):
+    __slots__ = ("limit", "period_ms", "burst", "calls")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    period_ms: int
+    burst: int
+    calls: int
+    def __init__(self, limit: _Optional[int] = ..., period_ms: _Optional[int] = ..., burst: _Optional[int] = ..., calls: _Optional[int] = ...) -> None: ...
 
 class AcquireSlotResponse(_message.Message):
-    __slots__ = ("outcome", "holders", "waiters", "position", "instance")
+    __slots__ = ("outcome", "holders", "waiters", "position", "instance", "wait_ms", "slot_at")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     WAITERS_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SLOT_AT_FIELD_NUMBER: _ClassVar[int]
     outcome: AcquireOutcome
     holders: int
     waiters: int
     position: int
     instance: _common_pb2.Instance
-    def __init__(self, outcome: _Optional[_Union[AcquireOutcome, str]] = ..., holders: _Optional[int] = ..., waiters: _Optional[int] = ..., position: _Optional[int] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ...) -> None: ...
+    wait_ms: int
+    slot_at: _timestamp_pb2.Timestamp
+    def __init__(self, outcome: _Optional[_Union[AcquireOutcome, str]] = ..., holders: _Optional[int] = ..., waiters: _Optional[int] = ..., position: _Optional[int] = ..., instance: _Optional[_Union[_common_pb2.Instance, _Mapping]] = ..., wait_ms: _Optional[int] = ..., slot_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReleaseSlotRequest(_message.Message):
     __slots__ = ("workflow_id", "instance_key", "execution_id", "limit_name", "limit_key")

@@ -80,6 +80,10 @@ class LimitServiceServicer:
         is queued (its turn kept) and, after up to max_wait_ms waiting in the
         call for a place (ACQUIRED when one is given meanwhile), parked
         (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
+        - With a rate (AcquireSlotRequest.rate), a place held then takes a rate
+        slot too, in a second transaction: the slot's wait (ACQUIRED), or the
+        slot reserved and the instance parked until it (WAITING, slot_at),
+        which gives its place up like any parking.
 
         NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
         RUNNING or the execution does not hold its lease.

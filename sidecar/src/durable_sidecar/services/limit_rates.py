@@ -31,8 +31,8 @@ _RATE_GROUP_MAX = 100
 
 
 @dataclass(frozen=True)
-class _RateCall:
-    """One Throttle call, validated: what its transaction needs."""
+class RateCall:
+    """One Throttle call (or an Enter Section's rate), validated: what its transaction needs."""
 
     ref: InstanceRef
     execution_id: str
@@ -46,9 +46,11 @@ class _RateCall:
     # A reservation whose slot passed longer ago than this (the period) is not spent (its instance went on
     # without it, or came back too late to call on that slot within the rate): the call takes a new slot.
     stale: timedelta
+    # Calls of one key and rate, which may share a transaction.
+    group: str
 
 
-def _gcra(next_at: datetime | None, now: datetime, call: _RateCall) -> tuple[datetime, datetime]:
+def _gcra(next_at: datetime | None, now: datetime, call: RateCall) -> tuple[datetime, datetime]:
     """The generic cell rate algorithm on a key's row, for a call that stands for `calls` calls at one time (at
     most the burst): (the caller's slot, the row's next theoretical time). The slot is when all of them conform
     together, as the last would if they were spaced; they take `calls` emission intervals."""
@@ -70,13 +72,21 @@ class RateLimiter:
         self._park = park
         # Throttle calls of one key (and the same rate) arriving while one runs go to the database together: one
         # lock of the key's row and one commit for all of them (a key's callers otherwise take turns on it).
-        self._rate_groups: StatementGroups[_RateCall, Answer] = StatementGroups(
+        self._rate_groups: StatementGroups[RateCall, Answer] = StatementGroups(
             lambda _group, call: self._throttle_alone(call), self._throttle_many,
             flushers=1, max_items=_RATE_GROUP_MAX)
 
 
     async def throttle(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str, limit: int,
                        period_ms: int, burst: int, max_wait_ms: int, over: Over, calls: int = 1) -> Answer:
+        return await self.throttle_call(self.rate_call(
+            ref, execution_id=execution_id, limit_name=limit_name, limit_key=limit_key, limit=limit,
+            period_ms=period_ms, burst=burst, max_wait_ms=max_wait_ms, over=over, calls=calls))
+
+    def rate_call(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str, limit: int,
+                  period_ms: int, burst: int, max_wait_ms: int, over: Over, calls: int = 1) -> RateCall:
+        """A Throttle call checked (InvalidArgument for what it would refuse), before anything is written: an
+        Enter Section with a rate checks its rate before it takes a place."""
         check_call(ref, execution_id, limit_name, limit_key)
         if not 0 <= max_wait_ms <= MAX_IN_PROCESS_WAIT_MS:
             raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_IN_PROCESS_WAIT_MS}, got {max_wait_ms}")
@@ -96,20 +106,22 @@ class RateLimiter:
         in_process = timedelta(milliseconds=max_wait_ms)
         # Parked past the in-process wait, the item wakes before its slot by at most that wait, so its next call
         # is answered ALLOWED with the rest of the wait (never parked again).
-        call = _RateCall(ref, execution_id, LimitId(ref.namespace, "rate", limit_name, limit_key), spacing,
-                         spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over, calls,
-                         timedelta(milliseconds=period_ms))
         group = "\x00".join((ref.namespace, limit_name, limit_key, str(limit), str(period_ms), str(burst),
                               str(max_wait_ms), over.value))
-        return await self._rate_groups.write(group, call)
+        return RateCall(ref, execution_id, LimitId(ref.namespace, "rate", limit_name, limit_key), spacing,
+                        spacing * (burst - 1), in_process, min(RATE_RESUME_LEAD, in_process), over, calls,
+                        timedelta(milliseconds=period_ms), group)
 
-    async def _throttle_alone(self, call: _RateCall) -> Answer:
+    async def throttle_call(self, call: RateCall) -> Answer:
+        return await self._rate_groups.write(call.group, call)
+
+    async def _throttle_alone(self, call: RateCall) -> Answer:
         async def txn(conn: Conn) -> Answer:
             return await self._throttle_txn(conn, call)
         answer: Answer = await self._run(txn)
         return answer
 
-    async def _throttle_txn(self, conn: Conn, call: _RateCall) -> Answer:
+    async def _throttle_txn(self, conn: Conn, call: RateCall) -> Answer:
         """One Throttle call in its own transaction: every case (a reservation spent or parked again, a slot now
         or soon, a refusal, a new reservation)."""
         ref, key, where = call.ref, call.key, f"rate {call.key.name} [{call.key.key}]"
@@ -154,7 +166,7 @@ class RateLimiter:
             metrics.LIMIT_WAIT_SECONDS.labels("rate").observe((slot - now).total_seconds())
         return Answer(Outcome.ALLOWED, inst, wait_ms=ms(slot - now), at=slot)
 
-    async def _throttle_many(self, _group: str, calls: list[_RateCall]) -> list[Answer | BaseException]:
+    async def _throttle_many(self, _group: str, calls: list[RateCall]) -> list[Answer | BaseException]:
         """Calls of one key and rate that came together: one transaction gives a slot to each whose instance its
         execution holds, that has no reservation and whose slot is within its in-process wait, in arrival order;
         the rest (a reservation to spend, a slot too far, a refused caller) go on alone afterwards."""

@@ -48,6 +48,16 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class SectionRate:
+    """A rate taken inside a section once its place is held (AcquireSlot's rate), as Throttle's terms."""
+
+    limit: int
+    period_ms: int
+    burst: int = 1
+    calls: int = 1
+
+
+@dataclass(frozen=True)
 class Released:
     released: bool
     granted: int

@@ -29,7 +29,7 @@ from ..stores.instances import InstanceStore
 from ..stores.limits import Entry, KeyState, LimitId, LimitRow, LimitStore
 from .instance_rows import check_ref, locked_instance
 from .limit_rates import RateLimiter
-from .limit_terms import MAX_PERIOD_MS, Answer, Keep, Outcome, Over, Released, check_call, leased
+from .limit_terms import MAX_PERIOD_MS, Answer, Keep, Outcome, Over, Released, SectionRate, check_call, leased
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -170,15 +170,34 @@ class LimitService:
     # --- concurrency ---------------------------------------------------------------------------------------
 
     async def acquire(self, ref: InstanceRef, *, execution_id: str, limit_name: str, limit_key: str,
-                      max_holders: int, over: Over, max_wait_ms: int = 0) -> Answer:
+                      max_holders: int, over: Over, max_wait_ms: int = 0, rate: SectionRate | None = None) -> Answer:
         """A place, or a turn in the queue. With max_wait_ms, a caller without a place waits here (its execution
-        keeps the lease, its turn is kept in the queue) until it is given one, and only then is parked."""
+        keeps the lease, its turn is kept in the queue) until it is given one, and only then is parked. With a
+        rate, a place held then takes a slot of the rate of the same name and key, as Throttle would (one call
+        where a section and a rate limit took two)."""
         check_call(ref, execution_id, limit_name, limit_key)
         if not 0 <= max_wait_ms <= MAX_ACQUIRE_WAIT_MS:
             raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_ACQUIRE_WAIT_MS}, got {max_wait_ms}")
         if not 1 <= max_holders <= MAX_HOLDERS:
             raise InvalidArgument(f"max_holders must be 1 to {MAX_HOLDERS}, got {max_holders}")
-        limit = LimitId(ref.namespace, "concurrency", limit_name, limit_key)
+        call = None
+        if rate is not None:
+            if over is Over.REFUSE:
+                raise InvalidArgument("a rate inside the section needs over_limit WAIT: an item refused its slot "
+                                      "would hold its place; use Throttle after the section to refuse")
+            call = self.rates.rate_call(ref, execution_id=execution_id, limit_name=limit_name, limit_key=limit_key,
+                                        limit=rate.limit, period_ms=rate.period_ms, burst=rate.burst,
+                                        max_wait_ms=max_wait_ms, over=Over.WAIT, calls=rate.calls)
+        placed = await self._acquire(ref, execution_id, LimitId(ref.namespace, "concurrency", limit_name, limit_key),
+                                     max_holders, over, max_wait_ms)
+        if call is None or placed.outcome is not Outcome.ACQUIRED:
+            return placed
+        slot = await self.rates.throttle_call(call)
+        return Answer(Outcome.ACQUIRED if slot.outcome is Outcome.ALLOWED else slot.outcome, slot.instance,
+                      holders=placed.holders, waiters=placed.waiters, wait_ms=slot.wait_ms, at=slot.at)
+
+    async def _acquire(self, ref: InstanceRef, execution_id: str, limit: LimitId, max_holders: int, over: Over,
+                       max_wait_ms: int) -> Answer:
         self._entered[ref] = None
         self._entered.move_to_end(ref)
         if len(self._entered) > _ENTERED_MAX:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from durable.v1 import limits_pb2, limits_pb2_grpc
 
 from ..domain import InstanceRef, Page
-from ..services.limit_terms import Answer, Keep, Outcome, Over
+from ..services.limit_terms import Answer, Keep, Outcome, Over, SectionRate
 from ..services.limits import LimitService
 from ..stores.limits import KeyState
 from ..validation import page_size
@@ -49,9 +49,12 @@ class LimitServicer(limits_pb2_grpc.LimitServiceServicer):
         a = await self.service.acquire(
             InstanceRef(ns, request.workflow_id, request.instance_key), execution_id=request.execution_id,
             limit_name=request.limit_name, limit_key=request.limit_key, max_holders=request.max_holders,
-            over=_OVER[request.over_limit], max_wait_ms=request.max_wait_ms)
+            over=_OVER[request.over_limit], max_wait_ms=request.max_wait_ms,
+            rate=SectionRate(request.rate.limit, request.rate.period_ms, request.rate.burst, request.rate.calls)
+            if request.HasField("rate") else None)
         return limits_pb2.AcquireSlotResponse(outcome=_ACQUIRE[a.outcome], holders=a.holders, waiters=a.waiters,
-                                          position=a.position, instance=convert.instance(a.instance))
+                                              position=a.position, instance=convert.instance(a.instance),
+                                              wait_ms=a.wait_ms, slot_at=convert.ts(a.at))
 
     @unary("ReleaseSlot")
     async def ReleaseSlot(self, request: limits_pb2.ReleaseSlotRequest, ns: str) -> limits_pb2.ReleaseSlotResponse:  # noqa: N802

@@ -122,6 +122,34 @@ export interface AcquireSlotRequest {
    * 0: parked at once. Keep it below the call's deadline.
    */
   maxWaitMs: number;
+  /**
+   * Optional: a rate limit of (limit_name, limit_key) taken inside the
+   * section, as a Throttle call would once the place is the instance's
+   * (one call instead of two; the rate is counted apart from the places).
+   * Needs over_limit WAIT. A place held then: the slot now or within
+   * max_wait_ms is ACQUIRED with wait_ms to wait before the call; a later
+   * one is reserved and the instance parked (WAITING, slot_at; parked, it
+   * holds no place); the resumed execution's AcquireSlot takes a place
+   * again and then that slot, once. A place not given takes no slot.
+   * INVALID_ARGUMENT with over_limit REFUSE, or with rate terms Throttle
+   * would refuse; nothing is recorded then.
+   */
+  rate: SectionRate | undefined;
+}
+
+/** The rate of an AcquireSlot, as in ThrottleRequest. */
+export interface SectionRate {
+  /** Required: calls per period, 1 to 1000000. */
+  limit: number;
+  /** Required: the period, 1 ms to 1 day. */
+  periodMs: number;
+  /** Calls allowed at once after a quiet spell, 1 to limit; 0 means 1. */
+  burst: number;
+  /**
+   * The calls that go out together (the instance's items in one n8n run), 1
+   * to burst; 0 means 1.
+   */
+  calls: number;
 }
 
 export interface AcquireSlotResponse {
@@ -132,7 +160,16 @@ export interface AcquireSlotResponse {
   /** With WAITING: the place in the queue, 1 for the next. */
   position: number;
   /** The instance after the call. */
-  instance: Instance | undefined;
+  instance:
+    | Instance
+    | undefined;
+  /**
+   * With a rate: ACQUIRED's wait before the call, 0 to max_wait_ms; and the
+   * slot (ACQUIRED: when the call may start; WAITING: the reserved slot the
+   * instance is parked until).
+   */
+  waitMs: number;
+  slotAt: Date | undefined;
 }
 
 export interface ReleaseSlotRequest {
@@ -286,6 +323,7 @@ function createBaseAcquireSlotRequest(): AcquireSlotRequest {
     maxHolders: 0,
     overLimit: 0,
     maxWaitMs: 0,
+    rate: undefined,
   };
 }
 
@@ -314,6 +352,9 @@ export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
     }
     if (message.maxWaitMs !== 0) {
       writer.uint32(64).int64(message.maxWaitMs);
+    }
+    if (message.rate !== undefined) {
+      SectionRate.encode(message.rate, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -395,6 +436,14 @@ export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
             message.maxWaitMs = longToNumber(reader.int64());
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.rate = SectionRate.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -420,12 +469,106 @@ export const AcquireSlotRequest: MessageFns<AcquireSlotRequest> = {
     message.maxHolders = object.maxHolders ?? 0;
     message.overLimit = object.overLimit ?? 0;
     message.maxWaitMs = object.maxWaitMs ?? 0;
+    message.rate = (object.rate !== undefined && object.rate !== null)
+      ? SectionRate.fromPartial(object.rate)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseSectionRate(): SectionRate {
+  return { limit: 0, periodMs: 0, burst: 0, calls: 0 };
+}
+
+export const SectionRate: MessageFns<SectionRate> = {
+  encode(message: SectionRate, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    if (message.periodMs !== 0) {
+      writer.uint32(16).int64(message.periodMs);
+    }
+    if (message.burst !== 0) {
+      writer.uint32(24).int32(message.burst);
+    }
+    if (message.calls !== 0) {
+      writer.uint32(32).int32(message.calls);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SectionRate {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSectionRate();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.periodMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.burst = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.calls = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SectionRate>, I>>(base?: I): SectionRate {
+    return SectionRate.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SectionRate>, I>>(object: I): SectionRate {
+    const message = createBaseSectionRate();
+    message.limit = object.limit ?? 0;
+    message.periodMs = object.periodMs ?? 0;
+    message.burst = object.burst ?? 0;
+    message.calls = object.calls ?? 0;
     return message;
   },
 };
 
 function createBaseAcquireSlotResponse(): AcquireSlotResponse {
-  return { outcome: 0, holders: 0, waiters: 0, position: 0, instance: undefined };
+  return { outcome: 0, holders: 0, waiters: 0, position: 0, instance: undefined, waitMs: 0, slotAt: undefined };
 }
 
 export const AcquireSlotResponse: MessageFns<AcquireSlotResponse> = {
@@ -444,6 +587,12 @@ export const AcquireSlotResponse: MessageFns<AcquireSlotResponse> = {
     }
     if (message.instance !== undefined) {
       Instance.encode(message.instance, writer.uint32(42).fork()).join();
+    }
+    if (message.waitMs !== 0) {
+      writer.uint32(48).int64(message.waitMs);
+    }
+    if (message.slotAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.slotAt), writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -501,6 +650,22 @@ export const AcquireSlotResponse: MessageFns<AcquireSlotResponse> = {
             message.instance = Instance.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.waitMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.slotAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -525,6 +690,8 @@ export const AcquireSlotResponse: MessageFns<AcquireSlotResponse> = {
     message.instance = (object.instance !== undefined && object.instance !== null)
       ? Instance.fromPartial(object.instance)
       : undefined;
+    message.waitMs = object.waitMs ?? 0;
+    message.slotAt = object.slotAt ?? undefined;
     return message;
   },
 };
@@ -1671,6 +1838,10 @@ export const LimitServiceService = {
    *   is queued (its turn kept) and, after up to max_wait_ms waiting in the
    *   call for a place (ACQUIRED when one is given meanwhile), parked
    *   (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
+   * - With a rate (AcquireSlotRequest.rate), a place held then takes a rate
+   *   slot too, in a second transaction: the slot's wait (ACQUIRED), or the
+   *   slot reserved and the instance parked until it (WAITING, slot_at),
+   *   which gives its place up like any parking.
    *
    * NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
    * RUNNING or the execution does not hold its lease.
@@ -1782,6 +1953,10 @@ export interface LimitServiceServer extends UntypedServiceImplementation {
    *   is queued (its turn kept) and, after up to max_wait_ms waiting in the
    *   call for a place (ACQUIRED when one is given meanwhile), parked
    *   (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
+   * - With a rate (AcquireSlotRequest.rate), a place held then takes a rate
+   *   slot too, in a second transaction: the slot's wait (ACQUIRED), or the
+   *   slot reserved and the instance parked until it (WAITING, slot_at),
+   *   which gives its place up like any parking.
    *
    * NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
    * RUNNING or the execution does not hold its lease.
@@ -1852,6 +2027,10 @@ export interface LimitServiceClient extends Client {
    *   is queued (its turn kept) and, after up to max_wait_ms waiting in the
    *   call for a place (ACQUIRED when one is given meanwhile), parked
    *   (WAITING, with its position); with REFUSE nothing is recorded (BUSY).
+   * - With a rate (AcquireSlotRequest.rate), a place held then takes a rate
+   *   slot too, in a second transaction: the slot's wait (ACQUIRED), or the
+   *   slot reserved and the instance parked until it (WAITING, slot_at),
+   *   which gives its place up like any parking.
    *
    * NOT_FOUND for an unknown instance; FAILED_PRECONDITION when it is not
    * RUNNING or the execution does not hold its lease.
