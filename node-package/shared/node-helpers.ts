@@ -234,6 +234,30 @@ export function errorItem(
 	};
 }
 
+/**
+ * Runs a node's whole run so that, under Continue On Fail, an error of the whole run (its credentials, a
+ * call before any item's) fails every item on `failedOutput`, an output that runs nothing. Thrown, n8n
+ * would send the input items on out of the node's first output with no error on them
+ * (WorkflowExecute.handleNodeExecutionError in n8n 2.41): a Resume Point's Start, a Claim's First Run.
+ */
+export async function failingTogether(
+	ctx: IExecuteFunctions,
+	outputs: () => number,
+	failedOutput: number,
+	toItem: (error: NodeOperationError | NodeApiError, itemIndex: number) => INodeExecutionData,
+	run: () => Promise<INodeExecutionData[][]>,
+): Promise<INodeExecutionData[][]> {
+	try {
+		return await run();
+	} catch (error) {
+		const node = ctx.getNode();
+		if (!ctx.continueOnFail()) throw asNodeError(node, error, 0);
+		const out: INodeExecutionData[][] = Array.from({ length: outputs() }, () => []);
+		out[failedOutput] = ctx.getInputData().map((_, i) => toItem(asNodeError(node, error, i), i));
+		return out;
+	}
+}
+
 /** Any failure while preparing an item, as the n8n error for that item. */
 export function asNodeError(
 	node: INode,

@@ -189,6 +189,28 @@ describe('Idempotency Guard', () => {
 		expect(out[OUTPUT_IN_PROGRESS][0].json.error).toMatch(/fp2-charge/);
 	});
 
+	test('under Continue On Fail a Claim that fails as a whole sends no item on by First Run', async () => {
+		// Thrown, n8n would send the items out of the first output, First Run: the call, unclaimed.
+		const items = [{ orderId: 'whole-a' }, { orderId: 'whole-b' }];
+		const credentials = { ...sidecar.credentials(), host: '127.0.0.1:99999' };
+		const run = (continueOnFail: boolean) =>
+			node.execute.call(
+				executeContext({
+					items,
+					params: claimParams(),
+					credentials,
+					workflowId: 'wf-guard',
+					executionId: 'e1',
+					continueOnFail,
+				}),
+			);
+		const out = await run(true);
+		expect(out[OUTPUT_FIRST_RUN]).toHaveLength(0);
+		expect(out[OUTPUT_IN_PROGRESS].map((i) => i.pairedItem)).toEqual([{ item: 0 }, { item: 1 }]);
+		expect(out[OUTPUT_IN_PROGRESS][0].json.error).toContain('port must be 1 to 65535');
+		await expect(run(false)).rejects.toThrow('port must be 1 to 65535');
+	});
+
 	test('an empty key is an author error; Attempt 0 without a claim on the item is refused', async () => {
 		const error = await guard([{ orderId: '' }], claimParams({ key: '' })).catch((e: unknown) => e);
 		expect(error).toBeInstanceOf(NodeOperationError);

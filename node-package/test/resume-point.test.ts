@@ -418,6 +418,55 @@ describe('Resume Point', () => {
 		);
 		expect(again[OUTPUT_IN_PROGRESS]).toHaveLength(1);
 	});
+	test('under Continue On Fail (the door: an error output) a refused instance leaves refused, never by Start', async () => {
+		// n8n sends a throwing node's input items on out of its first output under an error output: a
+		// version refusal thrown for the whole node sent the resumed order out of Start (a trial found it).
+		const wf = 'wf-versions-door';
+		await registerVersion(wf, ['Webhook', 'Resume Point'], '1.0.0');
+		await runResumePoint([{ orderId: 'v-door' }], {}, { executionId: 'e1', workflowId: wf });
+		await registerVersion(wf, ['Webhook', 'Resume Point', 'Charge'], '1.1.0');
+		await sidecar.expireLease(wf, 'v-door');
+		await runResumePoint([{ orderId: 'v-fresh' }], {}, { executionId: 'e1b', workflowId: wf });
+		await sidecar.expireLease(wf, 'v-fresh');
+		const out = await runResumePoint(
+			[{ orderId: 'v-door' }, { orderId: 'v-fresh' }],
+			{},
+			{ executionId: 'e2', workflowId: wf, continueOnFail: true },
+		);
+		expect(out[OUTPUT_START]).toHaveLength(0);
+		expect(out[OUTPUT_RESUME]).toHaveLength(1); // the other item goes on
+		expect(out[OUTPUT_IN_PROGRESS]).toHaveLength(1);
+		expect(out[OUTPUT_IN_PROGRESS][0]).toMatchObject({
+			json: {
+				error: expect.stringContaining('is bound to version 1 (1.0.0) of this workflow'),
+				details: { httpStatus: 500 },
+			},
+			pairedItem: { item: 0 },
+		});
+		expect((await instanceOf(wf, 'v-door')).instance?.status).toBe(
+			InstanceStatus.INSTANCE_STATUS_SUSPENDED,
+		);
+	});
+
+	test('under Continue On Fail an error of the whole run leaves every item refused, none by Start', async () => {
+		// Register Version asks the sidecar to read the workflow from n8n's API, which this sidecar has not.
+		const out = await runResumePoint(
+			[{ orderId: 'whole-1' }, { orderId: 'whole-2' }],
+			{ options: { registerVersion: true } },
+			{ executionId: 'e1', workflowId: 'wf-whole-run', continueOnFail: true },
+		);
+		expect(out[OUTPUT_START]).toHaveLength(0);
+		expect(out[OUTPUT_IN_PROGRESS].map((i) => i.pairedItem)).toEqual([{ item: 0 }, { item: 1 }]);
+		expect(out[OUTPUT_IN_PROGRESS][0].json.error).toContain('Registering the workflow version');
+		await expect(
+			runResumePoint(
+				[{ orderId: 'whole-1' }],
+				{ options: { registerVersion: true } },
+				{ executionId: 'e2', workflowId: 'wf-whole-run' },
+			),
+		).rejects.toThrow('Registering the workflow version');
+	});
+
 	test('Version Mismatch Output on, a bound version without an Execute Workflow Trigger is refused: it could not run as a sub-workflow', async () => {
 		const wf = 'wf-versions-no-handoff';
 		await registerVersion(wf, ['Webhook', 'Resume Point'], '1.0.0', false);

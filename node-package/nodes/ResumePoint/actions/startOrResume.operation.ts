@@ -9,8 +9,10 @@ import type {
 import type { NodeError } from '../../../shared/batch';
 import type { AheadGuard } from '../../../shared/claim-ahead';
 import {
+	asNodeError,
 	callContext,
 	executionIdOf,
+	failingTogether,
 	fieldList,
 	fromJsonBytes,
 	sidecarError,
@@ -42,22 +44,29 @@ export async function execute(
 	ctx: IExecuteFunctions,
 	version: ResumeVersion,
 ): Promise<INodeExecutionData[][]> {
+	// A delivery refused for good must never run as a new order (nor a Respond to Webhook on Start
+	// answer it 200): every item leaves refused by In Progress, which under an error output n8n moves
+	// to the error output (the door's Not Accepted).
+	return await failingTogether(
+		ctx,
+		() => layoutOf(ctx, version).count,
+		OUTPUT_IN_PROGRESS,
+		refusedItem,
+		async () => await startOrResume(ctx, version),
+	);
+}
+
+async function startOrResume(
+	ctx: IExecuteFunctions,
+	version: ResumeVersion,
+): Promise<INodeExecutionData[][]> {
 	const items = ctx.getInputData();
 	const node = nodeOf(ctx);
-	const stepNames = fieldList(nodeParameter(ctx, 'stepOutputs', 0, '') as string).filter(
-		(s, i, all) => all.indexOf(s) === i,
+	const { stepNames, onDifferent, mismatchIndex, eventIndex, differentIndex } = layoutOf(
+		ctx,
+		version,
 	);
-	const mismatchOutput = nodeParameter(ctx, 'versionMismatchOutput', 0, false) as boolean;
-	const waitOutputs = nodeParameter(ctx, 'waitOutputs', 0, false) as boolean;
-	const onDifferent = version.differentDelivery(ctx);
-	const afterSteps = FIXED_OUTPUTS + stepNames.length;
-	const mismatchIndex = mismatchOutput ? afterSteps : -1;
-	const eventIndex = waitOutputs ? afterSteps + (mismatchOutput ? 1 : 0) : -1;
-	const differentIndex =
-		onDifferent === 'output' ? afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) : -1;
-	const count =
-		afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) + (differentIndex >= 0 ? 1 : 0);
-	const outputs: INodeExecutionData[][] = Array.from({ length: count }, () => []);
+	const outputs = outputsOf(ctx, version);
 	if (items.length === 0) return outputs;
 	warnOfAnEarlyAnswer(ctx);
 
@@ -101,6 +110,29 @@ export async function execute(
 	);
 	noteHeldInstances(executionId, held);
 	return outputs;
+}
+
+/** Where each output is: the step outputs' names, and the optional outputs' indexes (-1: off). */
+function layoutOf(ctx: IExecuteFunctions, version: ResumeVersion) {
+	const stepNames = fieldList(nodeParameter(ctx, 'stepOutputs', 0, '') as string).filter(
+		(s, i, all) => all.indexOf(s) === i,
+	);
+	const mismatchOutput = nodeParameter(ctx, 'versionMismatchOutput', 0, false) as boolean;
+	const waitOutputs = nodeParameter(ctx, 'waitOutputs', 0, false) as boolean;
+	const onDifferent = version.differentDelivery(ctx);
+	const afterSteps = FIXED_OUTPUTS + stepNames.length;
+	const mismatchIndex = mismatchOutput ? afterSteps : -1;
+	const eventIndex = waitOutputs ? afterSteps + (mismatchOutput ? 1 : 0) : -1;
+	const differentIndex =
+		onDifferent === 'output' ? afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) : -1;
+	const count =
+		afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) + (differentIndex >= 0 ? 1 : 0);
+	return { stepNames, onDifferent, mismatchIndex, eventIndex, differentIndex, count };
+}
+
+/** The node's outputs, empty. */
+function outputsOf(ctx: IExecuteFunctions, version: ResumeVersion): INodeExecutionData[][] {
+	return Array.from({ length: layoutOf(ctx, version).count }, () => []);
 }
 
 /**
@@ -228,7 +260,16 @@ function routeAll(
 			);
 			continue;
 		}
-		routeResponse(ctx, item, i, response, outputs, settings);
+		try {
+			routeResponse(ctx, item, i, response, outputs, settings);
+		} catch (error) {
+			// A refusal (a version this execution must not run, a wait without its outputs) is the item's,
+			// as any other: thrown, n8n would send the input items out of Start under an error output.
+			const refusal = asNodeError(node, error, i);
+			if (!ctx.continueOnFail()) throw refusal;
+			outputs[OUTPUT_IN_PROGRESS].push(refusedItem(refusal, i));
+			continue;
+		}
 		const taken =
 			response.outcome === StartOutcome.START_OUTCOME_STARTED ||
 			response.outcome === StartOutcome.START_OUTCOME_RESUMED;
