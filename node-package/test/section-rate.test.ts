@@ -112,11 +112,24 @@ describe('Enter Section with Rate Limit Too', () => {
 		expect(await entries(name)).toEqual([]);
 	});
 
+	test('with Leave by Busy it is refused, never ignored', async () => {
+		const name = unique('sr');
+		const items = await started([unique('o')]);
+		await expect(limit({ ...section(name, 2, 5, 1), overLimit: 'busy' }, items)).rejects.toThrow(
+			'Rate Limit Too needs Over the Limit: Wait',
+		);
+		expect(await entries(name)).toEqual([]);
+	});
+
 	test('a bad rate is named by its field, and nothing is taken', async () => {
 		const name = unique('sr');
 		const items = await started([unique('o')]);
 		await expect(limit(section(name, 2, 0, 1), items)).rejects.toThrow(
 			'Most Items must be a whole number from 1 to 1,000,000',
+		);
+		const again = await started([unique('o')]);
+		await expect(limit(section(name, 2, 5, 0), again)).rejects.toThrow(
+			'Per must be from 1 ms to one day, got 0 seconds',
 		);
 		expect(await entries(name)).toEqual([]);
 	});

@@ -22,7 +22,7 @@ const UNITS = [
 const section = { show: { operation: ['enterSection'] } };
 const rate = { show: { operation: ['rateLimit'] } };
 // Enter Section's own rate (Rate Limit Too): the Rate Limit's fields, shown there too.
-const sectionRate = { show: { operation: ['enterSection'], overLimit: ['wait'], rateToo: [true] } };
+const sectionRate = { show: { operation: ['enterSection'], rateToo: [true] } };
 const debounce = { show: { operation: ['debounce'] } };
 
 const overLimit: INodeProperties = {
@@ -178,9 +178,9 @@ export class DurableLimit implements INodeType {
 				name: 'rateToo',
 				type: 'boolean',
 				default: false,
-				displayOptions: { show: { operation: ['enterSection'], overLimit: ['wait'] } },
+				displayOptions: section,
 				description:
-					'Whether an item given its place also takes a slot of a rate limit with the same name and key, in the same call: a section and a rate limit in one node, one sidecar call fewer than Enter Section followed by Rate Limit. Slots one at a time (for a Burst, use a Rate Limit after this node).',
+					'Whether an item given its place also takes a slot of a rate limit with the same name and key, in the same call: a section and a rate limit in one node, one sidecar call fewer than Enter Section followed by Rate Limit. Needs Over the Limit: Wait; slots one at a time, one item per instance (for a Burst, use a Rate Limit after this node).',
 			},
 			...rateFields(sectionRate),
 			{

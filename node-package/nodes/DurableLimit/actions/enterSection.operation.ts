@@ -27,23 +27,32 @@ const BUSY = 1;
 
 export const execute: LimitOperation = async (ctx, run) => {
 	const busy = nodeParameter(ctx, 'overLimit', 0, 'wait') === 'busy';
-	const withRate = !busy && nodeParameter(ctx, 'rateToo', 0, false) === true;
+	const withRate = nodeParameter(ctx, 'rateToo', 0, false) === true;
 	// Items by the call they make: with a rate, an instance's items at one key are one call; without, each
 	// item asks (an instance's second item finds its place held).
-	const { callOfItem, itemsOfCall } = withRate
-		? rateCallsOf(run)
-		: { callOfItem: run.items.map((_, i) => String(i)), itemsOfCall: new Map<string, number>() };
+	const { callOfItem, itemsOfCall } =
+		withRate && !busy
+			? rateCallsOf(run)
+			: { callOfItem: run.items.map((_, i) => String(i)), itemsOfCall: new Map<string, number>() };
 	// Only a lone call waits inside the execution: the items of one run leave together, so one that got a
 	// place would sit on it while another of the run waits.
-	const alone = withRate ? itemsOfCall.size <= 1 : run.items.length === 1;
+	const alone = withRate && !busy ? itemsOfCall.size <= 1 : run.items.length === 1;
 	const rateOf = (i: number, call: string) => {
 		if (!withRate) return undefined;
+		if (busy) {
+			throw setupError(
+				run.node,
+				'Rate Limit Too needs Over the Limit: Wait',
+				i,
+				'An item refused its slot would keep its place. Set Over the Limit to Wait, or turn Rate Limit Too off and place a Rate Limit (with Leave by Busy) after this node.',
+			);
+		}
 		const calls = itemsOfCall.get(call) ?? 1;
 		if (calls > 1) {
 			const { limitName, limitKey } = run.limitOf(i);
 			throw setupError(
 				run.node,
-				`${calls} items of instance '${run.target(i).instanceKey}' reached the section '${limitName}' [${limitKey}] with Rate Limit Too in one run. n8n sends them on together, so their calls would go out at one time, over a rate of one at a time.`,
+				`${calls} items of instance '${run.target(i).instanceKey}' reached the section '${limitName}' [${limitKey}] with Rate Limit Too in one run. n8n sends them on together, so their calls would go out at one time, over a rate of one at a time`,
 				i,
 				'Turn Rate Limit Too off and place a Rate Limit with the option Burst after this node, or enter the section before the node that splits an instance into items (Split Out).',
 			);

@@ -127,7 +127,7 @@ export function wholeNumber(
 			ctx.getNode(),
 			`${label} must be a whole number from ${min.toLocaleString('en-US')} to ${max.toLocaleString('en-US')}, got ${JSON.stringify(raw) ?? String(raw)}`,
 			itemIndex,
-			`Set ${label} to a whole number from ${min} to ${max}.`,
+			`Set ${label} to a whole number from ${min.toLocaleString('en-US')} to ${max.toLocaleString('en-US')}.`,
 		);
 	}
 	return value;
@@ -262,11 +262,12 @@ export function millisecondsOf(
 	const seconds = UNIT_SECONDS[String(nodeParameter(ctx, unit, i, 'seconds'))] ?? 1;
 	const ms = Math.round(value * seconds * 1000);
 	if (!Number.isFinite(ms) || ms < (zero ? 0 : 1) || ms > 86_400_000) {
+		const unitName = String(nodeParameter(ctx, unit, i, 'seconds'));
 		throw setupError(
 			node,
-			`${what} must be ${zero ? '0' : 'at least 1 ms'} to one day`,
+			`${what} must be from ${zero ? '0' : '1 ms'} to one day, got ${String(value)} ${unitName}`,
 			i,
-			`Got ${String(value)} ${String(nodeParameter(ctx, unit, i, 'seconds'))}.`,
+			`Set ${what} to a number of ${unitName} from ${zero ? '0' : 'one millisecond (0.001 seconds)'} to one day.`,
 		);
 	}
 	return ms;
