@@ -178,16 +178,16 @@ class LimitService:
         check_call(ref, execution_id, limit_name, limit_key)
         if not 0 <= max_wait_ms <= MAX_ACQUIRE_WAIT_MS:
             raise InvalidArgument(f"max_wait_ms must be 0 to {MAX_ACQUIRE_WAIT_MS}, got {max_wait_ms}")
-        if not 1 <= max_holders <= MAX_HOLDERS:
-            raise InvalidArgument(f"max_holders must be 1 to {MAX_HOLDERS}, got {max_holders}")
         call = None
-        if rate is not None:
+        if rate is not None:  # its terms first: a request with a bad rate is refused naming the rate's field
             if over is Over.REFUSE:
                 raise InvalidArgument("a rate inside the section needs over_limit WAIT: an item refused its slot "
                                       "would hold its place; use Throttle after the section to refuse")
             call = self.rates.rate_call(ref, execution_id=execution_id, limit_name=limit_name, limit_key=limit_key,
                                         limit=rate.limit, period_ms=rate.period_ms, burst=rate.burst,
                                         max_wait_ms=max_wait_ms, over=Over.WAIT, calls=rate.calls)
+        if not 1 <= max_holders <= MAX_HOLDERS:
+            raise InvalidArgument(f"max_holders must be 1 to {MAX_HOLDERS}, got {max_holders}")
         placed = await self._acquire(ref, execution_id, LimitId(ref.namespace, "concurrency", limit_name, limit_key),
                                      max_holders, over, max_wait_ms)
         if call is None or placed.outcome is not Outcome.ACQUIRED:
