@@ -29,14 +29,14 @@ export const execute: LimitOperation = async (ctx, run) => {
 	const busy = nodeParameter(ctx, 'overLimit', 0, 'wait') === 'busy';
 	const withRate = nodeParameter(ctx, 'rateToo', 0, false) === true;
 	// Items by the call they make: with a rate, an instance's items at one key are one call; without, each
-	// item asks (an instance's second item finds its place held).
-	const { callOfItem, itemsOfCall } =
-		withRate && !busy
-			? rateCallsOf(run)
-			: { callOfItem: run.items.map((_, i) => String(i)), itemsOfCall: new Map<string, number>() };
+	// item asks (an instance's second item finds its place held). With Busy, a rate is refused (rateOf).
+	const grouped = withRate && !busy;
+	const { callOfItem, itemsOfCall } = grouped
+		? rateCallsOf(run)
+		: { callOfItem: run.items.map((_, i) => String(i)), itemsOfCall: new Map<string, number>() };
 	// Only a lone call waits inside the execution: the items of one run leave together, so one that got a
 	// place would sit on it while another of the run waits.
-	const alone = withRate && !busy ? itemsOfCall.size <= 1 : run.items.length === 1;
+	const alone = grouped ? itemsOfCall.size <= 1 : run.items.length === 1;
 	const rateOf = (i: number, call: string) => {
 		if (!withRate) return undefined;
 		if (busy) {

@@ -62,11 +62,12 @@ async function startOrResume(
 ): Promise<INodeExecutionData[][]> {
 	const items = ctx.getInputData();
 	const node = nodeOf(ctx);
-	const { stepNames, onDifferent, mismatchIndex, eventIndex, differentIndex } = layoutOf(
+	// Read once per run: the parameters it reads are evaluated by n8n at every read.
+	const { stepNames, onDifferent, mismatchIndex, eventIndex, differentIndex, count } = layoutOf(
 		ctx,
 		version,
 	);
-	const outputs = outputsOf(ctx, version);
+	const outputs: INodeExecutionData[][] = Array.from({ length: count }, () => []);
 	if (items.length === 0) return outputs;
 	warnOfAnEarlyAnswer(ctx);
 
@@ -128,11 +129,6 @@ function layoutOf(ctx: IExecuteFunctions, version: ResumeVersion) {
 	const count =
 		afterSteps + (mismatchOutput ? 1 : 0) + (waitOutputs ? 2 : 0) + (differentIndex >= 0 ? 1 : 0);
 	return { stepNames, onDifferent, mismatchIndex, eventIndex, differentIndex, count };
-}
-
-/** The node's outputs, empty. */
-function outputsOf(ctx: IExecuteFunctions, version: ResumeVersion): INodeExecutionData[][] {
-	return Array.from({ length: layoutOf(ctx, version).count }, () => []);
 }
 
 /**
