@@ -1,6 +1,7 @@
 /** The Durable Limit's execute: the operation on all items. */
 import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
+import { errorItem, failingTogether } from '../../../shared/node-helpers';
 import { nodeParameter } from '../../../shared/upstream';
 import { configuredOutputs } from '../outputs';
 import { execute as debounce } from './debounce.operation';
@@ -18,11 +19,19 @@ const operations: Record<Operation, LimitOperation> = {
 
 export async function router(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 	const operation = nodeParameter(this, 'operation', 0, 'enterSection') as Operation;
-	if (this.getInputData().length === 0) {
-		return configuredOutputs({
-			operation,
-			overLimit: nodeParameter(this, 'overLimit', 0, 'wait'),
-		}).map(() => []);
-	}
-	return await operations[operation](this, await runOf(this));
+	const outputs = configuredOutputs({
+		operation,
+		overLimit: nodeParameter(this, 'overLimit', 0, 'wait'),
+	}).length;
+	const items = this.getInputData();
+	if (items.length === 0) return Array.from({ length: outputs }, () => []);
+	// A run that failed as a whole fails its items by the output that runs nothing (Busy, Debounced), as a failed
+	// item does; thrown, n8n would send them on out of the first output: into the section, past the rate.
+	return await failingTogether(
+		this,
+		() => outputs,
+		outputs - 1,
+		(error, i) => errorItem(items[i], error, i),
+		async () => await operations[operation](this, await runOf(this)),
+	);
 }
