@@ -284,8 +284,19 @@ class SessionService:
                             extra={"session": session_id, "error": str(exc)})
 
     async def _record(self, pending: dict[tuple[str, str], str]) -> None:
-        freed = await self._with_pending(
-            pending, lambda conn: self.store.learn_txn(conn, [(ns, owner, sid) for (ns, owner), sid in pending.items()]))
+        owners = [(ns, owner, sid) for (ns, owner), sid in pending.items()]
+
+        async def learn(conn: Conn) -> Learned:
+            return await self.store.learn_txn(conn, owners)
+
+        if self.store.one_statement_learn:
+            # One round trip instead of a transaction's four; the rare owner whose session had ended meanwhile
+            # is recorded again in learn_txn's transaction, which frees its leases.
+            recorded = await self._with_pending(pending, lambda conn: self.store.learn_single(conn, owners),
+                                                single=True)
+            if recorded:
+                return
+        freed = await self._with_pending(pending, learn)
         self._freed_late(freed, pending)
 
     def ended_here(self, namespace: str, session_id: str) -> bool:
@@ -355,10 +366,12 @@ class SessionService:
         pending, self._pending = self._pending, {}
         return pending
 
-    async def _with_pending(self, pending: dict[tuple[str, str], str], fn: Callable[[Conn], Awaitable[T]]) -> T:
-        """Runs a transaction that records `pending` owners: remembered as recorded once it commits, else kept."""
+    async def _with_pending(self, pending: dict[tuple[str, str], str], fn: Callable[[Conn], Awaitable[T]], *,
+                            single: bool = False) -> T:
+        """Runs a transaction (`single`: one statement) that records `pending` owners: remembered as recorded once
+        it commits, else kept."""
         try:
-            result = await self.db.transaction(fn)
+            result = await (self.db.single(fn) if single else self.db.transaction(fn))
         except BaseException:
             for key, sid in pending.items():  # recorded at the next sweep
                 self._pending.setdefault(key, sid)

@@ -21,6 +21,7 @@ from .postgres import checkpoints as pg_checkpoints
 from .postgres import idempotency as pg_idempotency
 from .postgres import instances as pg_instances
 from .postgres import migrate as pg_migrate
+from .postgres import sessions as pg_sessions
 from .postgres.db import RUNNER as PG_RUNNER
 from .postgres.db import PostgresDatabase
 from .purge import PurgeStore
@@ -94,7 +95,7 @@ async def open_postgres(url: str, *, migrate: bool, min_size: int, max_size: int
     return Backend("postgres", pool, instances,
                    pg_checkpoints.CheckpointStore(compress_threshold_bytes=compress_threshold_bytes),
                    keys, VersionStore(PG_RUNNER), WaitStore(PG_RUNNER, instances),
-                   SessionStore(PG_RUNNER, instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
+                   pg_sessions.SessionStore(instances, keys), LimitStore(PG_RUNNER), PurgeStore(PG_RUNNER),
                    SearchFieldStore(PG_RUNNER), OperationStore(PG_RUNNER), ReplayStore(PG_RUNNER), FileStore(PG_RUNNER),
                    tuple(applied))
 

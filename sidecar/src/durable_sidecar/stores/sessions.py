@@ -57,6 +57,9 @@ class Learned:
 class SessionStore:
     """durable_sessions and durable_session_owners; frees the leases of durable_instances and keys it owned."""
 
+    # Whether learn_single records owners in one statement (PostgreSQL); else learn_txn in a transaction.
+    one_statement_learn = False
+
     def __init__(self, runner: Runner, instances: InstanceStore, keys: IdempotencyStore) -> None:
         self.r = runner
         # The writers of the leases a session's end frees (each table has one writer).
@@ -183,6 +186,11 @@ class SessionStore:
             if sid in ended:
                 late.setdefault(ns, []).append(owner)
         return Learned(sum([await self.release_txn(conn, ns, sorted(names)) for ns, names in late.items()]), ended)
+
+    async def learn_single(self, conn: Conn, owners: list[tuple[str, str, str]]) -> bool:
+        """Records the owners in one statement, where one_statement_learn; False when a session of theirs had
+        ended (the caller then records them with learn_txn, which frees their leases)."""
+        raise NotImplementedError("recording owners in one statement is PostgreSQL's (one_statement_learn)")
 
     async def ended_since_txn(self, conn: Conn, since: datetime) -> list[SessionRow]:
         return [self._session(row) for row in await self.r.all(conn, self._ended_since, {"since": self.r.at(since)})]
