@@ -6,6 +6,9 @@ Per order: StartOrResume with the webhook's item as start item (include_state), 
 ahead (claim_on_start, the v2 Guard's fingerprint {instanceKey, workflowId}, tied to the instance); then per call
 a SaveCheckpoints item with STATE_MODE_ADD_STEP_RESULT that completes the key the claim took and claims the next
 call's (claim_next), the last one completing the instance instead (the Save option Complete Instance).
+
+The micro-bench's calls carry a session, as the nodes' do (bench/sidecar.py, Session): each order's first call
+records its execution against it before it answers. bench.n8n_rpcs sends them without one.
 """
 
 from __future__ import annotations

@@ -329,6 +329,7 @@ class Bench:
                 await self.measure("sidecar", "claim_new_redis_down", KB, c, client.claim_new_bodies(one_kb, c),
                                    server=self.sidecar)
         finally:
+            await client.session.close()
             for ch in [*client.channels, *noop_channels]:
                 await ch.close()
 

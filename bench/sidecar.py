@@ -7,7 +7,6 @@ import itertools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeVar
 
 import grpc
@@ -21,6 +20,8 @@ from durable.v1 import (
     instance_pb2_grpc,
     limits_pb2,
     limits_pb2_grpc,
+    session_pb2,
+    session_pb2_grpc,
 )
 
 from bench import n8n_mix
@@ -29,6 +30,8 @@ from bench.floors import METADATA
 from bench.loadgen import WorkerBody, timed
 
 WORKFLOW = "bench-wf"
+# The metadata a call of a session carries (node-package/shared/grpc/session.ts, SESSION_METADATA).
+SESSION_METADATA = "durable-session"
 BATCH_ITEMS = 100
 SCOPE = "bench-payment"
 # Worker set-up (creating instances, completing keys) runs at most this many calls at once.
@@ -61,12 +64,69 @@ class _OrderAt:
     attempt: int = 0
 
 
+class Session:
+    """The session an n8n process keeps (node-package/shared/grpc/session.ts): opened at the first call, a
+    heartbeat at the interval the sidecar asks for, opened again when it ended (a restarted sidecar's grace
+    passed). The mix's calls carry it, as the nodes' do, so each order's first call records its execution
+    against it."""
+
+    def __init__(self, channel: Callable[[], grpc.aio.Channel]) -> None:
+        self._channel = channel  # the client's current one (a restarted sidecar gets new channels)
+        self._id = ""
+        self._opening: asyncio.Lock | None = None
+        self._beating: asyncio.Task[None] | None = None
+
+    def _stub(self) -> session_pb2_grpc.SessionServiceStub:
+        return session_pb2_grpc.SessionServiceStub(self._channel())
+
+    async def id(self) -> str:
+        if self._id:
+            return self._id
+        self._opening = self._opening or asyncio.Lock()
+        async with self._opening:
+            if not self._id:
+                opened = await self._stub().OpenSession(session_pb2.OpenSessionRequest(
+                    host="bench-host", pid=1, mode="regular", client="bench"), metadata=METADATA, timeout=10)
+                self._id = opened.session.session_id
+                if self._beating is None:
+                    self._beating = asyncio.create_task(self._beat(opened.heartbeat_interval_ms / 1000 or 1.0))
+        return self._id
+
+    async def _beat(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            sid = self._id
+            try:
+                answer = await self._stub().Heartbeat(session_pb2.HeartbeatRequest(session_id=sid), metadata=METADATA,
+                                                    timeout=5)
+                if answer.ended and self._id == sid:
+                    self._id = ""
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND and self._id == sid:
+                    self._id = ""
+                # Else the sidecar restarts: the next beat tries again, within the grace.
+            except grpc.aio.UsageError:
+                pass  # its channel was closed for a restarted sidecar's: the next beat uses the new one
+
+    async def close(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+        if self._id:
+            try:
+                await self._stub().CloseSession(session_pb2.CloseSessionRequest(session_id=self._id),
+                                              metadata=METADATA, timeout=10)
+            except grpc.aio.AioRpcError:
+                pass  # the sidecar ends it after its grace
+
+
 class SidecarClient:
     """Stubs over a few channels; worker i uses channel i mod n."""
 
     def __init__(self, channels: Sequence[grpc.aio.Channel]) -> None:
         self.channels = channels
         self._streams: dict[int, CallStream] = {}
+        self.session = Session(lambda: self.channels[0])
         self._run = uuid.uuid4().hex[:8]
         self._serial = itertools.count()
 
@@ -262,9 +322,14 @@ class SidecarClient:
         for worker in range(concurrency):
             instances, checkpoints = self.instances(worker), self.checkpoints(worker)
             bodies.append(timed(self._order_step(
-                partial(instances.StartOrResume, metadata=METADATA),
-                partial(checkpoints.SaveCheckpoints, metadata=METADATA))))
+                self._in_session(instances.StartOrResume), self._in_session(checkpoints.SaveCheckpoints))))
         return bodies
+
+    def _in_session(self, method: Callable[..., Awaitable[T]]) -> Callable[[Any], Awaitable[T]]:
+        async def call(request: Any) -> T:
+            return await method(request, metadata=(*METADATA, (SESSION_METADATA, await self.session.id())))
+
+        return call
 
     def stream(self, worker: int) -> CallStream:
         """The open call stream of worker's channel (one per channel, as the nodes keep one per process)."""
@@ -281,7 +346,7 @@ class SidecarClient:
         def carried(worker: int, path: str, response: Any) -> Callable[[Any], Awaitable[Any]]:
             async def call(request: Any) -> Any:
                 answer = await self.stream(worker).send(call_pb2.CallRequest(
-                    method=path, request=request.SerializeToString()))
+                    method=path, request=request.SerializeToString(), session=await self.session.id()))
                 if answer.code:
                     raise WrongOutcome(f"{path} answered code {answer.code}: {answer.message}")
                 return response.FromString(answer.response)
