@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from durable.v1 import common_pb2, instance_pb2
+from durable.v1 import common_pb2, instance_pb2, session_pb2
 from durable_sidecar import cli
 
 from tests.conftest import Harness
 from tests.sidecar.test_checkpoints import WF, item, new_key, save, start
 from tests.sidecar.test_events import await_event, get, started_with_checkpoint
 from tests.sidecar.test_server import _cli
+from tests.sidecar.test_sessions import beat, start_in
 
 
 def _run_state_name(state: int) -> str:
@@ -100,3 +101,30 @@ def test_cli_every_subcommand_has_help_text() -> None:
         if command == "durable-sidecar instances":
             listing = sub.format_help()
             assert "every field of one instance" in listing and "newest first" in listing
+
+
+async def test_cli_names_the_process_that_held_a_lapsed_lease_as_having_held_it(harness: Harness,
+                                                                                 database_url: str) -> None:
+    """A stalled instance (its execution ended without saving) is no longer held: `instances list` and `show`
+    name the n8n process that held it and say the lease lapsed, not that the process holds it."""
+    s = harness.alpha
+    ns = harness.sidecar.settings.tokens[s.token]
+    sid = (await s.sessions.OpenSession(session_pb2.OpenSessionRequest(host="n8n-host-7", pid=4711, mode="regular",
+                                                                       client="test"), metadata=s.metadata)
+           ).session.session_id
+    held, lapsed = new_key(), new_key()
+    await start_in(s, sid, held, "exec-held")
+    await start_in(s, sid, lapsed, "exec-lapsed", lease_seconds=1)
+    await asyncio.sleep(1.5)
+    await beat(s, sid)  # the process is alive: only the one lease lapsed
+
+    listed = await asyncio.to_thread(_cli, database_url, "instances", "list", "--namespace", ns)
+    assert listed.returncode == 0, listed.stderr
+    lines = {key: next(line for line in listed.stdout.splitlines() if key in line.split()) for key in (held, lapsed)}
+    assert "n8n regular pid 4711 on n8n-host-7" in lines[held] and "lapsed" not in lines[held], listed.stdout
+    assert _listed_status(listed.stdout, lapsed) == "stalled"
+    assert "n8n regular pid 4711 on n8n-host-7, lease lapsed" in lines[lapsed], listed.stdout
+
+    shown = await asyncio.to_thread(_cli, database_url, "instances", "show", WF, lapsed, "--namespace", ns)
+    assert shown.returncode == 0, shown.stderr
+    assert "held by: n8n regular pid 4711 on n8n-host-7, lease lapsed" in shown.stdout, shown.stdout

@@ -79,11 +79,14 @@ def status_word(inst: Instance, now: datetime) -> str:
     return inst.status.value if state in (RunState.NONE, RunState.ACTIVE) else state.value
 
 
-def holder_text(holder: SessionRow | None) -> str:
-    """The n8n process that holds (or held) a lease, from its session."""
+def holder_text(holder: SessionRow | None, inst: Instance, now: datetime) -> str:
+    """The n8n process that holds a lease, from its session; or held it, when the lease lapsed (a stalled
+    instance: its execution ended without saving) or its session ended."""
     if holder is None:
         return "-"
     state = f", session ended ({holder.end_reason})" if holder.ended_at else ""
+    if inst.lease_expires_at is not None and inst.lease_expires_at <= now:
+        state += ", lease lapsed"
     return f"n8n {holder.mode} pid {holder.pid} on {holder.host}{state}"
 
 
@@ -136,7 +139,7 @@ async def _run(args: argparse.Namespace) -> int:
                          "lease until", "wake at", "updated", "search fields"],
                         [[r.workflow_id, r.instance_key, status_word(r, now), r.bound_version or r.version_label or "-",
                           r.last_sequence, r.last_step or "-", r.lease_owner or "-",
-                          holder_text(holders.get(r.lease_owner)), r.lease_expires_at, r.wake_at,
+                          holder_text(holders.get(r.lease_owner), r, now), r.lease_expires_at, r.wake_at,
                           r.updated_at, fields_json(r.search_fields).decode() if r.search_fields else "-"]
                          for r in rows]))
             if token:
@@ -154,7 +157,7 @@ async def _run(args: argparse.Namespace) -> int:
                 print(f"{name:>24}: {_fmt(value)}")
             if inst.lease_owner:
                 holder = (await svc.sessions.holders(ns, [inst.lease_owner])).get(inst.lease_owner)
-                print(f"{'held by':>24}: {holder_text(holder)}")
+                print(f"{'held by':>24}: {holder_text(holder, inst, now)}")
             if latest:
                 print(f"{'latest checkpoint':>24}: #{latest.sequence} {latest.step_name} sha256={latest.sha256[:16]}…")
         elif cmd == "instances" and args.action == "trail":
