@@ -173,3 +173,43 @@ def test_31_a_delivery_while_the_sidecar_is_down_gets_503_not_a_4xx_and_is_taken
                lambda: http("POST", url, {"orderId": key, "amount": 5, "email": "d@example.com"},
                             timeout=60)[0] == 200, timeout=60, interval=1)
     wait_completed(stack, [key], timeout=120)
+
+
+def test_36_a_save_that_fails_under_its_error_output_hands_on_the_order_the_error_and_what_to_do(
+        stack: Stack) -> None:
+    """Under On Error: Continue (using error output), what the node after a failed Save reads in n8n: the
+    order's own fields, `error`, and `details` (httpStatus, description). Before, the Save attached n8n's error
+    object to the item and n8n replaced its JSON by `{error: message}`, so a Respond to Webhook there had no
+    status to answer and no order to name. Here the Save's Step Name comes from the body: an empty one fails
+    that item (a setup error; under Continue On Fail its instance goes on), a good one saves."""
+    wf, path = "durableFailedSave", "failed-save"
+    f = DocsFlow(wf, "A Save's error output", stack.services.url, CREDENTIAL_ID)
+    hook = f.webhook(path, "responseNode")
+    rp = f.durable("Resume Point", "resumePoint", {"instanceKey": "={{ $json.body.orderId }}", "options": {}},
+                   (220, 0))
+    save = f.durable("Save", "durableCheckpoint", {"operation": "save", "stepName": "={{ $json.body.step }}",
+                                                   "options": {"completeInstance": True}}, (440, 0))
+    f.flow.nodes[-1]["onError"] = "continueErrorOutput"
+    saved = f.node("Saved", "n8n-nodes-base.respondToWebhook", 1.5, {"respondWith": "noData", "options": {}},
+                   (660, 0))
+    failed = f.node("Save Failed", "n8n-nodes-base.respondToWebhook", 1.5, {
+        "respondWith": "json",
+        "responseBody": "={{ JSON.stringify({ error: $json.error, order: $json.body.orderId, "
+                        "description: $json.details.description }) }}",
+        "options": {"responseCode": "={{ $json.details.httpStatus }}"}}, (660, 200))
+    f.link(hook, rp)
+    f.link(rp, save, 0)
+    f.link(save, saved, 0)
+    f.link(save, failed, 1)  # the Save's one output, then n8n's error output
+    url = served(stack, path, f.workflow())
+
+    key = f"failed-save-{uuid.uuid4().hex[:6]}"
+    status, reply = answer(http("POST", url, {"orderId": key, "step": ""}, timeout=60))
+    assert status == 500, f"{status} {reply}: the failed item's details.httpStatus (a workflow to fix)"
+    assert reply.get("error") == "Step Name is empty" and reply.get("order") == key, reply
+    assert reply.get("description"), reply
+    inst = stack.sidecar.instance(wf, key)
+    assert inst is not None and inst.last_sequence == 0, "a failed Save saved something"
+    good = f"saved-{uuid.uuid4().hex[:6]}"
+    assert http("POST", url, {"orderId": good, "step": "paid"}, timeout=60)[0] == 200
+    wait_completed(stack, [good], timeout=60, workflow_id=wf)

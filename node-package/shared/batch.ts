@@ -21,11 +21,11 @@ import {
 import {
 	callContext,
 	chunks,
-	errorItem,
 	mapLimited,
 	MAX_BATCH_ITEMS,
 	type ErrorContext,
 } from './node-helpers';
+import { refusedItem } from './door';
 import type { SidecarClient } from './transport';
 
 export type NodeError = NodeOperationError | NodeApiError;
@@ -137,7 +137,7 @@ export function settledItems<T>(
 		const result = settled[i];
 		if (!result.ok) {
 			if (!ctx.continueOnFail()) throw result.error;
-			out.push(errorItem(items[i], result.error, i));
+			out.push(refusedItem(result.error, i));
 			continue;
 		}
 		const item = toItem(result.value, i);

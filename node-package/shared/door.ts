@@ -174,8 +174,9 @@ export function senderStatus(error: NodeOperationError | Error, own: SenderStatu
 }
 
 /**
- * A failed item as n8n's error output keeps it: `error` and `details` only
- * (details.httpStatus: what a Respond to Webhook there answers the sender).
+ * A failed item as n8n's error output keeps it, from any node under Continue
+ * On Fail: `error` and `details` only (details.httpStatus: what a Respond to
+ * Webhook there answers the sender; details.description: what to do).
  * n8n replaces the JSON of an item that carries an `error` object with
  * `{ error: message }` (WorkflowExecute.normalizeNodeErrors in n8n 2.41), so
  * the status would be lost there; an item whose JSON holds only these keys

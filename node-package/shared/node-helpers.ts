@@ -219,22 +219,6 @@ export function fromJsonBytes(bytes: Uint8Array | undefined): unknown {
 }
 
 /**
- * The item Continue On Fail emits for a failure: the input JSON plus `error`,
- * with the error attached so "Continue (using error output)" routes it.
- */
-export function errorItem(
-	item: INodeExecutionData,
-	error: NodeOperationError | NodeApiError,
-	itemIndex: number,
-): INodeExecutionData {
-	return {
-		json: { ...item.json, error: error.message, errorDescription: error.description ?? null },
-		error,
-		pairedItem: { item: itemIndex },
-	};
-}
-
-/**
  * Runs a node's whole run so that, under Continue On Fail, an error of the whole run (its credentials, a
  * call before any item's) fails every item on `failedOutput`, an output that runs nothing. Thrown, n8n
  * would send the input items on out of the node's first output with no error on them

@@ -5,6 +5,8 @@
  * and the instance would go round until its retry policy suspended it with a lapsed lease as its only
  * reason. Under Continue On Fail the item is an error item and its instance goes on.
  */
+import type { IDataObject } from 'n8n-workflow';
+
 import { OUTPUT_START } from '../nodes/ResumePoint/ResumePoint.node';
 import { FAILED_FOR_GOOD } from '../shared/node-helpers';
 import {
@@ -83,7 +85,7 @@ describe('a setup error fails its instance for good, with the way out', () => {
 		const { keys, items, upstream } = await started(run, 1);
 		const out = await runSave(run, items, upstream, { stepName: '' }, [], true);
 		expect(out[0].json.error).toBe('Step Name is empty');
-		expect(String(out[0].json.errorDescription)).not.toContain(FAILED_FOR_GOOD);
+		expect(String((out[0].json.details as IDataObject).description)).not.toContain(FAILED_FOR_GOOD);
 		expect(await statusOf(run, keys)).toEqual([{ status: 'running', error: '' }]);
 	});
 

@@ -10,7 +10,7 @@ import type { INodeExecutionData, INodeType } from 'n8n-workflow';
 import { DurableCheckpoint } from '../nodes/DurableCheckpoint/DurableCheckpoint.node';
 import { DurableInstance } from '../nodes/DurableInstance/DurableInstance.node';
 import { DurableLimit } from '../nodes/DurableLimit/DurableLimit.node';
-import { executeContext, type ParamValue } from './support/n8n';
+import { asN8nHandsOn, executeContext, type ParamValue } from './support/n8n';
 
 const credentials = {
 	host: '127.0.0.1:99999',
@@ -21,6 +21,7 @@ const credentials = {
 	deadlineSeconds: 10,
 };
 const items = [{ orderId: 'whole-a' }, { orderId: 'whole-b' }];
+const inputs: INodeExecutionData[] = items.map((json) => ({ json }));
 
 function run(
 	type: INodeType,
@@ -100,9 +101,13 @@ describe('a run that fails as a whole under Continue On Fail sends nothing on as
 		});
 		expect(out[failed].map((item) => item.pairedItem)).toEqual([{ item: 0 }, { item: 1 }]);
 		for (const item of out[failed]) {
-			expect(item.error).toBeDefined();
-			expect(item.json.error).toContain('port must be 1 to 65535');
-			expect(item.json.orderId).toMatch(/^whole-/);
+			// What the error output's next node reads in n8n: the order's own fields, the error and its details.
+			const handed = asN8nHandsOn(item, inputs, true);
+			expect(handed.routed).toBe(true);
+			expect(handed.json.error).toContain('port must be 1 to 65535');
+			expect(handed.json.orderId).toMatch(/^whole-/);
+			// A credential to fix: the sender is answered 500 (it may deliver again once it is fixed).
+			expect(handed.json.details).toEqual({ httpStatus: 500, description: expect.any(String) });
 		}
 		await expect(run(type(), params, false)).rejects.toThrow('port must be 1 to 65535');
 	});

@@ -389,3 +389,32 @@ export async function unary<Req, Res>(
 		);
 	});
 }
+
+/**
+ * What the node after a failed item reads, as n8n 2.41 hands it on
+ * (WorkflowExecute.handleNodeErrorOutput, then normalizeNodeErrors):
+ * `errorOutput` true for "Continue (using error output)", false for
+ * "Continue" (regular output). `routed`: whether the item leaves by the error
+ * output; `json`: its JSON there. An item that carries an `error` object, or
+ * whose JSON holds only `error`, `message` and `details`, is routed, merged
+ * over the input item it pairs with; an item with an `error` object then has
+ * its JSON replaced by `{ error: message }`.
+ */
+export function asN8nHandsOn(
+	item: INodeExecutionData,
+	inputs: INodeExecutionData[],
+	errorOutput: boolean,
+): { routed: boolean; json: IDataObject } {
+	let json = item.json;
+	const onlyError =
+		item.json.error !== undefined &&
+		Object.keys(item.json).every((key) => ['error', 'message', 'details'].includes(key));
+	const routed = errorOutput && (item.error !== undefined || onlyError);
+	if (routed) {
+		const paired = Array.isArray(item.pairedItem) ? item.pairedItem[0] : item.pairedItem;
+		const input = typeof paired === 'object' ? inputs[paired.item] : undefined;
+		if (input) json = { ...input.json, ...item.json };
+	}
+	if (item.error !== undefined) json = { error: item.error.message };
+	return { routed, json };
+}

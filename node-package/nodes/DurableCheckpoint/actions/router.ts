@@ -1,7 +1,8 @@
 /** The Durable Checkpoint's one execute, for every version: the version's operation on all items. */
 import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
-import { errorItem, failingTogether } from '../../../shared/node-helpers';
+import { failingTogether } from '../../../shared/node-helpers';
+import { refusedItem } from '../../../shared/door';
 import { nodeOf } from '../../../shared/run-node';
 import { nodeParameter } from '../../../shared/upstream';
 import type { Operation } from '../DurableCheckpointDescription';
@@ -13,13 +14,12 @@ export async function router(this: IExecuteFunctions): Promise<INodeExecutionDat
 	if (this.getInputData().length === 0) return [[]];
 	const version = nodeOf(this).typeVersion >= 2 ? version2 : version1;
 	const operation = nodeParameter(this, 'operation', 0) as Operation;
-	const items = this.getInputData();
 	// A Save that failed as a whole must never send its items on as saved (n8n would, out of its output).
 	return await failingTogether(
 		this,
 		() => 1,
 		0,
-		(error, i) => errorItem(items[i], error, i),
+		refusedItem,
 		async () => [
 			await version.operations[operation](this, await runOf(this, version.findInstance)),
 		],

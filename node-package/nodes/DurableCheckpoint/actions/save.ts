@@ -7,7 +7,6 @@ import { longestWait, uncoverableWait, waitsAhead, type WaitAhead } from '../../
 import {
 	asNodeError,
 	callContext,
-	errorItem,
 	failForSetup,
 	fieldList,
 	isLimitRefusal,
@@ -19,6 +18,7 @@ import {
 	toJsonBytes,
 	userJson,
 } from '../../../shared/node-helpers';
+import { refusedItem } from '../../../shared/door';
 import {
 	StateMode,
 	type ClaimItem,
@@ -161,7 +161,7 @@ export async function saveCheckpoints(
 			if (!ctx.continueOnFail()) throw failure;
 			// The error branch gets the item, and the instance is failed all the same (refused.ts).
 			if (result && !result.ok) await failRefused(run, [prepared.get(i)!.request], failure);
-			out.push(errorItem(items[i], failure, i));
+			out.push(refusedItem(failure, i));
 			continue;
 		}
 		if (!result || !result.ok) continue;

@@ -1,7 +1,8 @@
 /** The Durable Limit's execute: the operation on all items. */
 import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
-import { errorItem, failingTogether } from '../../../shared/node-helpers';
+import { failingTogether } from '../../../shared/node-helpers';
+import { refusedItem } from '../../../shared/door';
 import { nodeParameter } from '../../../shared/upstream';
 import { configuredOutputs } from '../outputs';
 import { execute as debounce } from './debounce.operation';
@@ -31,7 +32,7 @@ export async function router(this: IExecuteFunctions): Promise<INodeExecutionDat
 		this,
 		() => outputs,
 		outputs - 1,
-		(error, i) => errorItem(items[i], error, i),
+		refusedItem,
 		async () => await operations[operation](this, await runOf(this)),
 	);
 }

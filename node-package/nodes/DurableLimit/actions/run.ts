@@ -5,7 +5,6 @@ import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData } from '
 import { failuresOf, perItem } from '../../../shared/batch';
 import {
 	asNodeError,
-	errorItem,
 	executionIdOf,
 	failForSetup,
 	setupError,
@@ -14,7 +13,7 @@ import {
 	workflowIdOf,
 } from '../../../shared/node-helpers';
 import type { SidecarClient } from '../../../shared/transport';
-import { keyText } from '../../../shared/door';
+import { keyText, refusedItem } from '../../../shared/door';
 import { nodeParameter, targetOf, Upstream, type Target } from '../../../shared/upstream';
 
 export type Operation = 'enterSection' | 'leaveSection' | 'rateLimit' | 'debounce';
@@ -184,7 +183,7 @@ export async function routeItems(
 	for (let i = 0; i < items.length; i++) {
 		const result = settled[i];
 		if (!result.ok) {
-			out[failedOutput].push(errorItem(items[i], result.error, i));
+			out[failedOutput].push(refusedItem(result.error, i));
 			continue;
 		}
 		if (result.value === undefined) continue;

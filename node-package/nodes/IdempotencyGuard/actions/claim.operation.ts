@@ -13,7 +13,6 @@ import {
 	asNodeError,
 	callContext,
 	DURABLE_FIELD,
-	errorItem,
 	failForSetup,
 	failInstanceForGood,
 	fieldList,
@@ -27,6 +26,7 @@ import {
 	userJson,
 	workflowIdOf,
 } from '../../../shared/node-helpers';
+import { refusedItem } from '../../../shared/door';
 import { ClaimOutcome, type ClaimItem } from '../../../shared/transport';
 import {
 	instanceRefOf,
@@ -252,7 +252,7 @@ function routeClaims(
 		if (failure) {
 			if (!ctx.continueOnFail()) throw failure;
 			// In Progress runs nothing: a failed claim must never take the First Run path.
-			outputs[OUTPUT_IN_PROGRESS].push(errorItem(items[i], failure, i));
+			outputs[OUTPUT_IN_PROGRESS].push(refusedItem(failure, i));
 			continue;
 		}
 		const duplicate = duplicates.get(i);

@@ -1,7 +1,8 @@
 /** The Idempotency Guard's one execute, for every version: the operation, with the version's rules. */
 import type { IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
-import { errorItem, failingTogether } from '../../../shared/node-helpers';
+import { failingTogether } from '../../../shared/node-helpers';
+import { refusedItem } from '../../../shared/door';
 import { nodeOf } from '../../../shared/run-node';
 import { nodeParameter } from '../../../shared/upstream';
 import type { Operation } from '../IdempotencyGuardDescription';
@@ -18,13 +19,12 @@ export async function router(this: IExecuteFunctions): Promise<INodeExecutionDat
 	const operation = nodeParameter(this, 'operation', 0) as Operation;
 	if (this.getInputData().length === 0) return operation === 'claim' ? [[], [], []] : [[]];
 	const version = nodeOf(this).typeVersion >= 2 ? version2 : version1;
-	const items = this.getInputData();
 	// A Claim that failed as a whole must never send its items on by First Run, to the call.
 	return await failingTogether(
 		this,
 		() => (operation === 'claim' ? 3 : 1),
 		operation === 'claim' ? OUTPUT_IN_PROGRESS : 0,
-		(error, i) => errorItem(items[i], error, i),
+		refusedItem,
 		async () => await operations[operation](this, await runOf(this, version, operation)),
 	);
 }
