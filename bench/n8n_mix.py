@@ -8,7 +8,7 @@ a SaveCheckpoints item with STATE_MODE_ADD_STEP_RESULT that completes the key th
 call's (claim_next), the last one completing the instance instead (the Save option Complete Instance).
 
 The micro-bench's calls carry a session, as the nodes' do (bench/sidecar.py, Session): each order's first call
-records its execution against it before it answers. bench.n8n_rpcs sends them without one.
+records its execution against it before it answers; so do bench.n8n_rpcs's (but with --no-session).
 """
 
 from __future__ import annotations

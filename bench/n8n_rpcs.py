@@ -1,7 +1,8 @@
 """`python -m bench.n8n_rpcs`: the durable n8n order's 4 RPCs replayed against one sidecar, its CPU per RPC.
 
 What bench/n8n.py's durable workflow sends per order, without n8n (bench/n8n_mix.py builds the
-requests). The Guards send nothing. The sidecar runs as e2e/harness.py starts it (PostgreSQL, Redis, metrics on, log level warning);
+requests), in a session as the nodes keep one (`--no-session`: the calls alone). The Guards send
+nothing. The sidecar runs as e2e/harness.py starts it (PostgreSQL, Redis, metrics on, log level warning);
 its CPU is read from /proc/<pid>/task/*/schedstat (nanoseconds, every thread) around each
 call, so each RPC kind gets its own figure. `--gap-ms` sleeps between calls, as n8n's nodes
 do, to see what an idle sidecar pays per wake-up. `DURABLE_E2E_SIDECAR` runs another build.
@@ -10,6 +11,7 @@ do, to see what an idle sidecar pays per wake-up. `DURABLE_E2E_SIDECAR` runs ano
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -19,11 +21,12 @@ from typing import Any
 
 import grpc
 import harness  # e2e/harness.py, on sys.path through bench/__init__.py
-from durable.v1 import checkpoint_pb2_grpc, instance_pb2_grpc
+from durable.v1 import checkpoint_pb2_grpc, instance_pb2_grpc, session_pb2, session_pb2_grpc
 
 from bench import n8n_mix
 from bench.harness_sidecar import harness_sidecar, order_parser
 from bench.n8n_mix import CALLS, RPCS_PER_ORDER
+from bench.sidecar import SESSION_METADATA
 
 WORKFLOW = "bench-n8n-rpcs"
 
@@ -38,7 +41,29 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, Any]]:
+class _Session:
+    """The session an n8n process keeps (node-package/shared/grpc/session.ts), its heartbeat on a thread."""
+
+    def __init__(self, channel: grpc.Channel, md: Any) -> None:
+        self.stub, self.md = session_pb2_grpc.SessionServiceStub(channel), md
+        opened = self.stub.OpenSession(session_pb2.OpenSessionRequest(host="bench-host", pid=1, mode="regular",
+                                                                      client="bench"), metadata=md, timeout=10)
+        self.id, interval = opened.session.session_id, opened.heartbeat_interval_ms / 1000 or 1.0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
+        self.thread.start()
+
+    def _beat(self, interval: float) -> None:
+        while not self.stopping.wait(interval):
+            self.stub.Heartbeat(session_pb2.HeartbeatRequest(session_id=self.id), metadata=self.md, timeout=5)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+        self.stub.CloseSession(session_pb2.CloseSessionRequest(session_id=self.id), metadata=self.md, timeout=10)
+
+
+def run(orders: int, gaps_ms: list[float], warmup: int = 5, *, session: bool = True) -> list[dict[str, Any]]:
     rows = []
     with harness.work_dir() as work, \
             harness_sidecar(work, "durable_bench_rpcs", metrics_port=harness.free_port()) as sidecar:
@@ -47,7 +72,9 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
         channel = grpc.insecure_channel(f"127.0.0.1:{sidecar.port}")
         instances = instance_pb2_grpc.InstanceServiceStub(channel)
         checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
-        md = sidecar.md
+        kept = _Session(channel, sidecar.md) if session else None
+        # The calls carry the session, as the nodes' do: each order's first call records its execution.
+        md = (*sidecar.md, (SESSION_METADATA, kept.id)) if kept else sidecar.md
         spent: dict[str, list[int]] = {}
 
         def timed(kind: str, call: Callable[[], Any], gap: float) -> Any:
@@ -85,13 +112,18 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5) -> list[dict[str, An
                          "cpu_ms_per_rpc": round(total_ms / orders / RPCS_PER_ORDER, 3),
                          "wall_ms_per_order": round((time.monotonic() - started) * 1000 / orders, 1),
                          "median_cpu_ms": {k: round(statistics.median(v) / 1e6, 3) for k, v in spent.items()}})
+        if kept:
+            kept.close()
         channel.close()
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = order_parser("python -m bench.n8n_rpcs", __doc__, orders=60).parse_args(argv)
-    for row in run(args.orders, args.gap_ms):
+    p = order_parser("python -m bench.n8n_rpcs", __doc__, orders=60)
+    p.add_argument("--no-session", action="store_true",
+                   help="send the calls without a session (the nodes always keep one): the calls' own cost")
+    args = p.parse_args(argv)
+    for row in run(args.orders, args.gap_ms, session=not args.no_session):
         per_kind = ", ".join(f"{k} {v}" for k, v in row["median_cpu_ms"].items())
         print(f"gap {row['gap_ms']:g} ms: sidecar {row['cpu_ms_per_order']} ms CPU per order "
               f"({row['cpu_ms_per_rpc']} per RPC), {row['wall_ms_per_order']} ms wall; median per RPC: {per_kind}",
