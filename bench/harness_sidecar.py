@@ -27,6 +27,17 @@ def harness_sidecar(work: Path, db_prefix: str, *, metrics_port: int | None = No
         harness.drop_db(database)
 
 
+def cpu_ns(pid: int) -> int:
+    """The CPU time (ns) every thread of process `pid` has used (/proc/<pid>/task/*/schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
 def _gaps(text: str) -> list[float]:
     try:
         return [float(g) for g in text.split(",")]

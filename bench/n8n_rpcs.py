@@ -11,56 +11,23 @@ do, to see what an idle sidecar pays per wake-up. `DURABLE_E2E_SIDECAR` runs ano
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import grpc
 import harness  # e2e/harness.py, on sys.path through bench/__init__.py
-from durable.v1 import checkpoint_pb2_grpc, instance_pb2_grpc, session_pb2, session_pb2_grpc
+from durable.v1 import checkpoint_pb2_grpc, instance_pb2_grpc, session_pb2_grpc
+from durable_sidecar.transport.owners import SESSION_METADATA
 
 from bench import n8n_mix
-from bench.harness_sidecar import harness_sidecar, order_parser
+from bench.harness_sidecar import cpu_ns, harness_sidecar, order_parser
 from bench.n8n_mix import CALLS, RPCS_PER_ORDER
-from bench.sidecar import SESSION_METADATA
+from bench.sessions import Process
 
 WORKFLOW = "bench-n8n-rpcs"
-
-
-def cpu_ns(pid: int) -> int:
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
-class _Session:
-    """The session an n8n process keeps (node-package/shared/grpc/session.ts), its heartbeat on a thread."""
-
-    def __init__(self, channel: grpc.Channel, md: Any) -> None:
-        self.stub, self.md = session_pb2_grpc.SessionServiceStub(channel), md
-        opened = self.stub.OpenSession(session_pb2.OpenSessionRequest(host="bench-host", pid=1, mode="regular",
-                                                                      client="bench"), metadata=md, timeout=10)
-        self.id, interval = opened.session.session_id, opened.heartbeat_interval_ms / 1000 or 1.0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
-        self.thread.start()
-
-    def _beat(self, interval: float) -> None:
-        while not self.stopping.wait(interval):
-            self.stub.Heartbeat(session_pb2.HeartbeatRequest(session_id=self.id), metadata=self.md, timeout=5)
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=10)
-        self.stub.CloseSession(session_pb2.CloseSessionRequest(session_id=self.id), metadata=self.md, timeout=10)
 
 
 def run(orders: int, gaps_ms: list[float], warmup: int = 5, *, session: bool = True) -> list[dict[str, Any]]:
@@ -72,7 +39,7 @@ def run(orders: int, gaps_ms: list[float], warmup: int = 5, *, session: bool = T
         channel = grpc.insecure_channel(f"127.0.0.1:{sidecar.port}")
         instances = instance_pb2_grpc.InstanceServiceStub(channel)
         checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
-        kept = _Session(channel, sidecar.md) if session else None
+        kept = Process(session_pb2_grpc.SessionServiceStub(channel), sidecar.md, 1) if session else None
         # The calls carry the session, as the nodes' do: each order's first call records its execution.
         md = (*sidecar.md, (SESSION_METADATA, kept.id)) if kept else sidecar.md
         spent: dict[str, list[int]] = {}

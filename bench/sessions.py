@@ -24,8 +24,7 @@ import grpc
 import harness  # e2e/harness.py, on sys.path through bench/__init__.py
 from durable.v1 import session_pb2, session_pb2_grpc
 
-from bench.harness_sidecar import harness_sidecar
-from bench.n8n_rpcs import cpu_ns
+from bench.harness_sidecar import cpu_ns, harness_sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
 

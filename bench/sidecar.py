@@ -23,6 +23,7 @@ from durable.v1 import (
     session_pb2,
     session_pb2_grpc,
 )
+from durable_sidecar.transport.owners import SESSION_METADATA
 
 from bench import n8n_mix
 from bench.call_stream import CallStream
@@ -30,8 +31,6 @@ from bench.floors import METADATA
 from bench.loadgen import WorkerBody, timed
 
 WORKFLOW = "bench-wf"
-# The metadata a call of a session carries (node-package/shared/grpc/session.ts, SESSION_METADATA).
-SESSION_METADATA = "durable-session"
 BATCH_ITEMS = 100
 SCOPE = "bench-payment"
 # Worker set-up (creating instances, completing keys) runs at most this many calls at once.
